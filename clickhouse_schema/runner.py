@@ -1,0 +1,154 @@
+"""Applies the numbered migrations in this folder, each once, in order.
+
+Safe from two processes at once: every statement is idempotent (IF NOT EXISTS /
+IF EXISTS) and the record of an applied migration is a ReplacingMergeTree row keyed
+by its number, so a second runner re-applies nothing harmful and records nothing twice.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from clickhouse_connect.driver.client import Client
+
+MIGRATIONS_DIR = Path(__file__).parent
+_FILE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+_ENGINE = re.compile(r"ENGINE\s*=\s*(\w*MergeTree)\s*(\(([^)]*)\))?")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+MIGRATIONS_TABLE = "schema_migrations"
+
+
+@dataclass(frozen=True)
+class Migration:
+    number: int
+    name: str
+    path: Path
+
+    def statements(self, cluster: str = "") -> list[str]:
+        return split_statements(render(self.path.read_text(), cluster))
+
+
+def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    found = []
+    for path in sorted(directory.glob("*.sql")):
+        m = _FILE.match(path.name)
+        if not m:
+            raise ValueError(f"migration file name must be NNN_name.sql: {path.name}")
+        found.append(Migration(int(m.group(1)), m.group(2), path))
+    numbers = [m.number for m in found]
+    if len(set(numbers)) != len(numbers):
+        raise ValueError(f"duplicate migration numbers in {directory}")
+    return found
+
+
+def _replicated(match: re.Match[str]) -> str:
+    engine, args = match.group(1), (match.group(3) or "").strip()
+    path = "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
+    return f"ENGINE = Replicated{engine}({path}{', ' + args if args else ''})"
+
+
+def render(sql: str, cluster: str = "") -> str:
+    """Fill `{on_cluster}`; with a cluster, make every MergeTree engine Replicated."""
+    if not cluster:
+        return sql.replace("{on_cluster}", "")
+    if not _IDENT.match(cluster):
+        raise ValueError(f"LOOM_CLICKHOUSE_CLUSTER must be a plain identifier, got {cluster!r}")
+    sql = sql.replace("{on_cluster}", f"ON CLUSTER {cluster}")
+    return _ENGINE.sub(_replicated, sql)
+
+
+def split_statements(sql: str) -> list[str]:
+    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
+    body = "\n".join(lines)
+    return [s.strip() for s in body.split(";\n") if s.strip().rstrip(";").strip()]
+
+
+def _ensure_table(client: Client, cluster: str) -> None:
+    client.command(render(
+        f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} {{on_cluster}} "
+        "(number UInt32, name String, applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) "
+        "ENGINE = ReplacingMergeTree ORDER BY number", cluster))
+
+
+def applied(client: Client) -> set[int]:
+    rows = client.query(f"SELECT DISTINCT number FROM {MIGRATIONS_TABLE}").result_rows
+    return {int(r[0]) for r in rows}
+
+
+def migrate(client: Client, cluster: str = "") -> list[Migration]:
+    """Apply what is missing; returns the migrations this call applied."""
+    _ensure_table(client, cluster)
+    done = applied(client)
+    ran: list[Migration] = []
+    for migration in discover():
+        if migration.number in done:
+            continue
+        for statement in migration.statements(cluster):
+            client.command(statement)
+        client.insert(MIGRATIONS_TABLE, [[migration.number, migration.name]], column_names=["number", "name"],
+                      settings={"insert_deduplication_token": f"migration-{migration.number}"})
+        ran.append(migration)
+    return ran
+
+
+# --- retention and tiering of loom.conversations (applied at every start-up) --------
+
+@dataclass(frozen=True)
+class StorageReport:
+    retention_days: int
+    warm_days: int
+    tiering: str  # "off" | "applied" | "not applicable: <why>"
+
+
+def _has_warm_volume(client: Client, table: str) -> bool:
+    rows = client.query(
+        "SELECT count() FROM system.storage_policies AS p "
+        "INNER JOIN system.tables AS t ON t.storage_policy = p.policy_name "
+        "WHERE t.database = currentDatabase() AND t.name = {t:String} AND p.volume_name = 'warm'",
+        parameters={"t": table},
+    ).result_rows
+    return bool(rows and rows[0][0])
+
+
+def apply_storage_rules(client: Client, retention_days: int, warm_days: int, cluster: str = "") -> StorageReport:
+    """Set or remove the TTL of the conversations table only (embeddings never expire)."""
+    clauses: list[str] = []
+    tiering = "off"
+    if warm_days > 0:
+        if _has_warm_volume(client, "conversations"):
+            clauses.append(f"toDateTime(ts) + INTERVAL {int(warm_days)} DAY TO VOLUME 'warm'")
+            tiering = "applied"
+        else:
+            tiering = "not applicable: the conversations table's storage policy has no 'warm' volume"
+    if retention_days > 0:
+        clauses.append(f"toDateTime(ts) + INTERVAL {int(retention_days)} DAY DELETE")
+    on_cluster = render(" {on_cluster}", cluster)
+    if clauses:
+        client.command(f"ALTER TABLE conversations{on_cluster} MODIFY TTL {', '.join(clauses)}")
+    elif _has_ttl(client, "conversations"):
+        client.command(f"ALTER TABLE conversations{on_cluster} REMOVE TTL")
+    return StorageReport(retention_days, warm_days, tiering)
+
+
+def _has_ttl(client: Client, table: str) -> bool:
+    rows = client.query(
+        "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = {t:String}",
+        parameters={"t": table},
+    ).result_rows
+    return bool(rows) and " TTL " in str(rows[0][0])
+
+
+def wait_for(client: Client, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.command("SELECT 1")
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

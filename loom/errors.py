@@ -1,0 +1,52 @@
+"""The errors every op may raise; the API turns each into JSON with a stable `error` code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LoomError(Exception):
+    status = 400
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, field: str | None = None, rule: str | None = None, **extra: Any):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.rule = rule
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"error": self.code, "message": self.message}
+        if self.field:
+            out["field"] = self.field
+        if self.rule:
+            out["rule"] = self.rule
+        out.update(self.extra)
+        return out
+
+
+class InvalidRequest(LoomError):
+    status, code = 400, "invalid_request"
+
+
+class Unauthorized(LoomError):
+    status, code = 401, "unauthorized"
+
+
+class Forbidden(LoomError):
+    status, code = 403, "forbidden"
+
+
+class NotFound(LoomError):
+    status, code = 404, "not_found"
+
+
+class Conflict(LoomError):
+    status, code = 409, "conflict"
+
+
+class Unavailable(LoomError):
+    """Retry later: a dependency (model, store) could not do the work this time."""
+
+    status, code = 503, "unavailable"

@@ -1,0 +1,66 @@
+"""The live handles an op needs: ClickHouse, Redis, the arq pool, the LLM, settings.
+
+Built once per process (API or worker) and passed to every op; ops take it as their
+first argument so a test can build one against its own backends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from arq.connections import ArqRedis, RedisSettings, create_pool
+from clickhouse_connect.driver.client import Client
+from redis.asyncio import Redis
+
+from loom.providers.llm import LLM, build_llm
+from loom.settings import Settings
+from loom.store.clickhouse import connect
+
+T = TypeVar("T")
+
+
+@dataclass
+class Services:
+    settings: Settings
+    ch: Client
+    redis: Redis
+    arq: ArqRedis
+    llm: LLM
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(64, "loom-io"))
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run blocking I/O (the ClickHouse client is synchronous) off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+
+    async def close(self) -> None:
+        await self.arq.aclose()
+        await self.redis.aclose()
+        self.ch.close()
+        self.executor.shutdown(wait=False)
+
+
+def llm_from_settings(settings: Settings) -> LLM:
+    if settings.llm == "openai":
+        return build_llm("openai", base_url=settings.llm_url, api_key=settings.llm_api_key,
+                         model=settings.llm_model, timeout=settings.llm_timeout_seconds)
+    return build_llm("fake")
+
+
+def redis_settings(url: str) -> RedisSettings:
+    return RedisSettings.from_dsn(url)
+
+
+async def open_services(settings: Settings, clickhouse_url: str, redis_url: str, *,
+                        llm: LLM | None = None) -> Services:
+    ch = connect(clickhouse_url, database=settings.clickhouse_database, user=settings.clickhouse_user,
+                 password=settings.clickhouse_password)
+    redis = Redis.from_url(redis_url)
+    pool = await create_pool(redis_settings(redis_url))
+    return Services(settings, ch, redis, pool, llm or llm_from_settings(settings))

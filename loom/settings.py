@@ -1,0 +1,104 @@
+"""Every setting Loom reads, with the seed's names and defaults.
+
+All are environment variables prefixed ``LOOM_``. A bad value fails start-up with a
+message naming the variable (see :func:`load_settings`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SettingsError(RuntimeError):
+    """A LOOM_* variable holds a value Loom cannot use."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LOOM_", extra="ignore", frozen=True)
+
+    # Where the embedded engine, Redis and their files live.
+    home: Path = Path("./.loom")
+
+    # ClickHouse: empty URL means "start or find the embedded endpoint under LOOM_HOME".
+    clickhouse_url: str = ""
+    clickhouse_user: str = "default"
+    clickhouse_password: str = ""
+    clickhouse_database: str = "loom"
+    clickhouse_cluster: str = ""
+
+    # Redis: empty URL means "start or find the embedded redis-server under LOOM_HOME".
+    redis_url: str = ""
+
+    # The API.
+    host: str = "127.0.0.1"
+    port: int = Field(7777, ge=1, le=65535)
+
+    # Conversation plane (seed: "Settings").
+    conversation_search_min_similarity: float = Field(0.30, ge=-1.0, le=1.0)
+    conversation_search_excerpt_chars: int = Field(240, ge=1, le=100_000)
+    conversation_titler_enabled: bool = True
+    conversation_titler_window_hours: int = Field(168, ge=1)
+    conversation_titler_min_turns: int = Field(4, ge=1)
+    conversation_titler_max_threads_per_pass: int = Field(10, ge=1)
+
+    # Retention and tiering of loom.conversations (0 = keep forever / no move).
+    retention_conversations_days: int = Field(0, ge=0)
+    tiering_conversations_warm_days: int = Field(0, ge=0)
+
+    # Session briefs.
+    session_brief_llm: bool = True
+    session_brief_llm_model: str = ""
+    session_brief_llm_api_key: str = ""
+    session_brief_window_chars: int = Field(24_000, ge=1_000)
+    session_brief_max_windows: int = Field(4, ge=1, le=64)
+
+    mcp_session_run_idle_seconds: int = Field(1800, ge=1)
+
+    # Providers (design.md §4).
+    embedder: Literal["minilm", "openai", "fake"] = "minilm"
+    embedder_url: str = ""
+    embedder_model: str = ""
+    embedder_api_key: str = ""
+    embedder_timeout_seconds: float = Field(10.0, gt=0)
+    embed_wait_seconds: float = Field(15.0, gt=0)  # append's bounded wait for its embedding
+    llm: Literal["fake", "openai"] = "fake"
+    llm_url: str = ""
+    llm_model: str = ""
+    llm_api_key: str = ""
+    llm_timeout_seconds: float = Field(60.0, gt=0)
+
+    # Write path batching.
+    write_batch_max_rows: int = Field(2_000, ge=1)
+    write_batch_max_wait_ms: float = Field(4.0, ge=0)
+
+    log_level: str = "INFO"
+
+    @property
+    def clickhouse_embedded(self) -> bool:
+        return not self.clickhouse_url
+
+    @property
+    def redis_embedded(self) -> bool:
+        return not self.redis_url
+
+
+def load_settings() -> Settings:
+    """Read the environment, turning a validation error into one line per bad variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            lines.append(f"LOOM_{field.upper()}: {err['msg']} (got {err.get('input')!r})")
+        raise SettingsError("invalid Loom settings:\n  " + "\n  ".join(lines)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

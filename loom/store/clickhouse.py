@@ -1,0 +1,43 @@
+"""The one ClickHouse code path: a clickhouse-connect client (design.md §1).
+
+Whether the URL points at a real server or at the embedded endpoint makes no
+difference below this module.
+"""
+
+from __future__ import annotations
+
+import threading
+from urllib.parse import urlparse
+
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.httputil import get_pool_manager
+
+_pool_lock = threading.Lock()
+_pool = None
+
+
+def _shared_pool():  # type: ignore[no-untyped-def]
+    # One urllib3 pool per process: every client shares keep-alive connections.
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = get_pool_manager(maxsize=64, num_pools=4, block=False)
+        return _pool
+
+
+def connect(url: str, *, database: str = "loom", user: str = "default", password: str = "",
+            create_database: bool = False) -> Client:
+    """A thread-safe client (no session id: concurrent queries are fine)."""
+    parsed = urlparse(url if "://" in url else f"http://{url}")
+    host = parsed.hostname or "127.0.0.1"
+    secure = parsed.scheme == "https"
+    port = parsed.port or (8443 if secure else 8123)
+    common = dict(host=host, port=port, username=user, password=password, secure=secure,
+                  autogenerate_session_id=False, compress="lz4", pool_mgr=_shared_pool(),
+                  connect_timeout=10, send_receive_timeout=120)
+    if create_database:
+        bootstrap = clickhouse_connect.get_client(database="default", **common)  # type: ignore[arg-type]
+        bootstrap.command("CREATE DATABASE IF NOT EXISTS {db:Identifier}", parameters={"db": database})
+        bootstrap.close()
+    return clickhouse_connect.get_client(database=database, **common)  # type: ignore[arg-type]

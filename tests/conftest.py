@@ -1,0 +1,142 @@
+"""The suite's real backends: one embedded ClickHouse endpoint and one redis-server,
+started once per session on free ports in a temporary directory (or the servers named
+by LOOM_TEST_CLICKHOUSE_URL / LOOM_TEST_REDIS_URL). Each test gets its own namespace;
+the session gets its own database."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loom.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def tmp_home() -> Iterator[Path]:
+    # Short path: the redis unix socket path must stay under ~100 characters.
+    path = Path(tempfile.mkdtemp(prefix="loomt-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def backend_urls(tmp_home: Path) -> Iterator[tuple[str, str]]:
+    from loom.embedded.clickhouse_endpoint import start_endpoint
+    from loom.embedded.redis_server import start_redis
+
+    started: list[Any] = []
+    ch_url = os.environ.get("LOOM_TEST_CLICKHOUSE_URL", "")
+    redis_url = os.environ.get("LOOM_TEST_REDIS_URL", "")
+    try:
+        if not ch_url:
+            endpoint = start_endpoint(tmp_home / "clickhouse")
+            started.append(endpoint)
+            ch_url = endpoint.url
+        if not redis_url:
+            server = start_redis(tmp_home / "redis")
+            started.append(server)
+            redis_url = server.url
+        yield ch_url, redis_url
+    finally:
+        for proc in reversed(started):
+            proc.stop()
+
+
+@pytest.fixture(scope="session")
+def settings(tmp_home: Path, backend_urls: tuple[str, str]) -> Settings:
+    ch_url, redis_url = backend_urls
+    return Settings(home=tmp_home, clickhouse_url=ch_url, redis_url=redis_url,
+                    clickhouse_database=f"loom_test_{secrets.token_hex(4)}", embedder="fake",
+                    write_batch_max_wait_ms=1.0, embed_wait_seconds=5.0)
+
+
+@pytest.fixture(scope="session")
+def schema(settings: Settings) -> Iterator[Settings]:
+    from loom.store.clickhouse import connect
+    from loom.store.schema import prepare
+
+    prepare(settings, settings.clickhouse_url)
+    yield settings
+    if os.environ.get("LOOM_TEST_CLICKHOUSE_URL"):
+        with contextlib.suppress(Exception):
+            connect(settings.clickhouse_url, database="default").command(
+                f"DROP DATABASE IF EXISTS {settings.clickhouse_database}")
+
+
+@pytest.fixture(scope="session")
+async def services(schema: Settings) -> AsyncIterator[Any]:
+    from loom.services import open_services
+
+    svc = await open_services(schema, schema.clickhouse_url, schema.redis_url)
+    for hook in SERVICE_HOOKS:
+        await hook(svc)
+    yield svc
+    await svc.close()
+
+
+# Planes add per-process setup (e.g. the fake embedder) through conftest plugins.
+SERVICE_HOOKS: list[Callable[[Any], Awaitable[None]]] = []
+
+
+@pytest.fixture(scope="session")
+async def api(services: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """The API in-process over ASGI, on the real backends."""
+    from loom.api.app import create_app
+
+    app = create_app(services)
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=transport, base_url="http://loom.test", timeout=60) as client:
+        yield client
+
+
+@pytest.fixture
+def ns() -> str:
+    """A namespace of this test's own."""
+    return f"t{secrets.token_hex(6)}"
+
+
+Mint = Callable[..., str]
+
+
+@pytest.fixture
+def mint(services: Any) -> Mint:
+    """mint(namespaces or ns, role, read_scope="all", read_user_id="") -> bearer token."""
+    from loom.auth.tokens import mint as mint_token
+
+    def _mint(namespaces: str | list[str], role: str = "admin", read_scope: str = "all",
+              read_user_id: str = "", read_session_id: str = "") -> str:
+        names = [namespaces] if isinstance(namespaces, str) else namespaces
+        return mint_token(services.ch, names, role, read_scope, read_user_id, read_session_id).token
+
+    return _mint
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def call(api: httpx.AsyncClient) -> Callable[..., Awaitable[httpx.Response]]:
+    """call(op, token, **body) -> response of POST /v1/<op>."""
+
+    async def _call(op: str, token: str | None, **body: Any) -> httpx.Response:
+        headers = bearer(token) if token else {}
+        return await api.post(f"/v1/{op}", json=body, headers=headers)
+
+    return _call
+
+
+@pytest.fixture(scope="session")
+def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
+    return asyncio.DefaultEventLoopPolicy()
