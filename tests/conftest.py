@@ -5,7 +5,6 @@ the session gets its own database."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
@@ -135,8 +134,3 @@ def call(api: httpx.AsyncClient) -> Callable[..., Awaitable[httpx.Response]]:
         return await api.post(f"/v1/{op}", json=body, headers=headers)
 
     return _call
-
-
-@pytest.fixture(scope="session")
-def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
-    return asyncio.DefaultEventLoopPolicy()
