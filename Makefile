@@ -10,7 +10,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test,bench]'
+	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -23,9 +23,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/mypy loom workers clickhouse_schema
 
 bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python -m bench
 
 bench-quick: $(STAMP)
+	$(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python -m bench --quick
 
 clean:

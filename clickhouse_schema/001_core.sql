@@ -127,11 +127,11 @@ CREATE TABLE IF NOT EXISTS session_briefs {on_cluster}
     user_id String,
     agent LowCardinality(String),
     revision UInt32,
-    sections String,                            -- JSON object of the brief's sections
+    sections String CODEC(ZSTD(3)),             -- JSON object of the brief's sections
     author LowCardinality(String),              -- llm | deterministic | model
     last_session_id String,
     last_event_cursor String,
-    last_summary String,                        -- the client's own last compaction summary
+    last_summary String CODEC(ZSTD(3)),         -- the client's own last compaction summary
     created_at DateTime64(3, 'UTC') DEFAULT now64(3),
     updated_at DateTime64(3, 'UTC') DEFAULT now64(3),
     deleted Bool DEFAULT false,
@@ -151,9 +151,11 @@ CREATE TABLE IF NOT EXISTS session_brief_revisions {on_cluster}
     session_id String,
     user_id String,
     agent LowCardinality(String),
-    sections String,
+    token_id String,                            -- the token that wrote this revision (mine_only)
+    sections String CODEC(ZSTD(3)),
     author LowCardinality(String),
     event_cursor String,
+    last_summary String CODEC(ZSTD(3)),         -- the client's last compaction summary as of this revision
     created_at DateTime64(3, 'UTC') DEFAULT now64(3),
     version UInt64
 )

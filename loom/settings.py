@@ -54,6 +54,7 @@ class Settings(BaseSettings):
     session_brief_llm: bool = True
     session_brief_llm_model: str = ""
     session_brief_llm_api_key: str = ""
+    session_brief_llm_url: str = ""  # where the brief model is served; default LOOM_LLM_URL
     session_brief_window_chars: int = Field(24_000, ge=1_000)
     session_brief_max_windows: int = Field(4, ge=1, le=64)
 

@@ -134,3 +134,54 @@ def call(api: httpx.AsyncClient) -> Callable[..., Awaitable[httpx.Response]]:
         return await api.post(f"/v1/{op}", json=body, headers=headers)
 
     return _call
+
+
+@pytest.fixture(scope="session")
+async def arq_worker(services: Any) -> AsyncIterator[Any]:
+    """A real arq worker (the production build_worker) running in the test process as
+    an asyncio task, on the session's backends. Its embedder is the fake (settings say
+    so); tests swap it with the `worker_embedder` fixture."""
+    import asyncio
+
+    from workers import embedding
+    from workers.main import build_worker
+
+    settings: Settings = services.settings
+    embedding.set_embedder(None)  # built from settings (the fake) at start-up
+    worker = build_worker(settings, settings.clickhouse_url, settings.redis_url, handle_signals=False, burst=False)
+    task = asyncio.create_task(worker.async_run())
+    for _ in range(1000):  # until its start-up hooks ran (the embedder is in place)
+        if embedding.PIPELINE in worker.ctx or task.done():
+            break
+        await asyncio.sleep(0.01)
+    if task.done():
+        task.result()
+    yield worker
+    await worker.close()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    embedding.set_embedder(None)
+
+
+@pytest.fixture
+async def worker_embedder(arq_worker: Any) -> AsyncIterator[Callable[[Any], Any]]:
+    """install(embedder) -> embedder: swap the worker's embedder for this test (a
+    failing, slow or spying one); the fake from settings comes back afterwards."""
+    from workers import embedding
+
+    original = embedding.current_embedder()
+
+    def install(embedder: Any) -> Any:
+        embedding.set_embedder(embedder)
+        return embedder
+
+    yield install
+    embedding.set_embedder(original)
+
+
+@pytest.fixture
+def fake_embedder() -> Any:
+    """A fresh deterministic fake embedder (the suite's settings name `embedder="fake"`)."""
+    from loom.providers.embedders import FakeEmbedder
+
+    return FakeEmbedder()

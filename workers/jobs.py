@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from workers import embedding
+
 
 async def ping(ctx: dict[str, Any]) -> str:
     """Used by health checks and tests: proves a worker is consuming the queue."""
     return "pong"
 
 
-FUNCTIONS: list[Any] = [ping]
+async def embed_turns(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """Embed the turns one API flush stored; the reply goes to the waiting API process."""
+    return await embedding.embed_turns(ctx, payload)
+
+
+async def reembed_rows(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """Re-embed a page of embedding rows from the text each keeps (conversation.reembed)."""
+    return await embedding.reembed_rows(ctx, payload)
+
+
+FUNCTIONS: list[Any] = [ping, embed_turns, reembed_rows]

@@ -13,6 +13,7 @@ from arq.worker import Worker
 from loom import logging as loom_logging
 from loom.services import open_services, redis_settings
 from loom.settings import Settings
+from workers import embedding
 from workers.jobs import FUNCTIONS
 
 QUEUE = "loom:queue"
@@ -35,8 +36,8 @@ async def _shutdown(ctx: dict[str, Any]) -> None:
 
 
 # Planes register per-process resources here (the embedder, write buffers).
-STARTUP_HOOKS: list[Any] = []
-SHUTDOWN_HOOKS: list[Any] = []
+STARTUP_HOOKS: list[Any] = [embedding.startup]
+SHUTDOWN_HOOKS: list[Any] = [embedding.shutdown]
 
 
 def build_worker(settings: Settings, clickhouse_url: str, redis_url: str, **overrides: Any) -> Worker:

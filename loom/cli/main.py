@@ -1,4 +1,4 @@
-"""The `loom` command: serve, worker, migrate, token."""
+"""The `loom` command: serve, worker, migrate, token, reembed."""
 
 from __future__ import annotations
 
@@ -137,6 +137,59 @@ def serve(
         console.print("Loom stopped.")
 
 
+@app.command()
+def reembed(
+    namespace: Annotated[str, typer.Option("--namespace", help="The namespace whose conversation vectors to rebuild.")],
+    thread_id: Annotated[str, typer.Option("--thread-id", help="Only this thread's rows.")] = "",
+    page_size: Annotated[int, typer.Option(help="Rows per model call.", min=1, max=4096)] = 256,
+) -> None:
+    """Re-embed a namespace's conversation turns from the text each embedding row keeps
+    (2,048 characters, or 240 for rows of earlier builds), e.g. after a model change.
+    Skips tombstoned rows and rows whose text reads as high. Uses LOOM_EMBEDDER here,
+    in this process; runs with or without `loom serve`."""
+    import asyncio
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from loom.embedded.backends import start_backends
+    from loom.ops.conversation.embedding import model_from_embedder
+    from loom.ops.conversation.reembedding import reembed_with
+    from loom.services import open_services
+    from loom.store import embeddings
+    from loom.store.schema import prepare
+    from workers.embedding import embedder_from_settings
+
+    settings = _settings()
+    backends = start_backends(settings)
+
+    async def run() -> object:
+        svc = await open_services(settings, backends.clickhouse_url, backends.redis_url)
+        try:
+            embedder = embedder_from_settings(settings, single_threaded=False)
+            total = await svc.run(embeddings.count, svc.ch, namespace, thread_id or None)
+            columns = (TextColumn("[bold]re-embedding[/bold] {task.description}"), BarColumn(),
+                       MofNCompleteColumn(), TimeRemainingColumn())
+            with Progress(*columns, console=console) as progress:
+                task = progress.add_task(f"{namespace} ({embedder.model_id})", total=total)
+                return await reembed_with(svc, namespace, model_from_embedder(lambda: embedder),
+                                          thread_id=thread_id or None, page_size=page_size,
+                                          progress=lambda n: progress.advance(task, n))
+        finally:
+            await svc.close()
+
+    try:
+        prepare(settings, backends.clickhouse_url)
+        report = asyncio.run(run())
+    finally:
+        backends.stop()
+    fields = report.__dict__
+    console.print(" ".join(f"{k}={v}" for k, v in fields.items() if k not in ("namespace", "errors")))
+    for error in fields.get("errors", [])[:5]:
+        console.print(f"[red]{error}[/red]")
+    if fields.get("failed"):
+        raise typer.Exit(1)
+
+
 @token_app.command("mint")
 def token_mint(
     namespace: Annotated[list[str], typer.Option("--namespace", help="Namespace the token grants (repeatable).")],
@@ -173,10 +226,11 @@ def token_list(include_revoked: bool = False) -> None:
     settings = _settings()
     with _admin_client(settings) as ch:
         rows = store.list_all(ch, include_revoked)
-    table = Table("token_id", "namespaces", "role", "read_scope", "user", "label", "created", "revoked")
+    table = Table("namespaces", "role", "read_scope", "user", "label", "created", "revoked")
+    table.add_column("token_id", no_wrap=True, min_width=16)
     for r in rows:
-        table.add_row(r.token_id, ",".join(r.namespaces), r.role, r.read_scope, r.read_user_id or r.read_session_id,
-                      r.label, r.created_at.isoformat(timespec="seconds"), "yes" if r.revoked else "")
+        table.add_row(",".join(r.namespaces), r.role, r.read_scope, r.read_user_id or r.read_session_id,
+                      r.label, r.created_at.isoformat(timespec="seconds"), "yes" if r.revoked else "", r.token_id)
     Console().print(table)
 
 

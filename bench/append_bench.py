@@ -1,0 +1,399 @@
+"""conversation.append on the whole embedded stack: throughput and latency.
+
+Run: ``.venv/bin/python bench/append_bench.py [--quick] [--clients 32] [--seconds 20]``
+
+It starts everything itself, as ``loom serve`` does, in a temporary LOOM_HOME: the
+embedded ClickHouse endpoint, the embedded Redis, one arq worker process (the real
+MiniLM embedder unless ``--embedder fake``) and the API under uvicorn. Then, from
+`--clients` concurrent clients (closed loop, keep-alive connections), it measures:
+
+1. appends that need no embedding (tool/system turns): turns/s, median and p99;
+2. single-turn user/assistant appends (~200-character texts): turns/s, median and p99;
+3. batch ingest (`turns: [...]`) of `--ingest-turns` user/assistant turns: turns/s;
+
+and the raw model's rate on the same texts, measured in this run with the stack down
+(what bench/model_rate.py measures), so phases 2 and 3 are shown as a share of it.
+Targets: (1) >= 1,500 turns/s with p99 <= 50 ms; (2) >= 85 % of the raw model with
+p99 <= 300 ms; (3) >= 90 % of the raw model.
+
+The load generator speaks HTTP/1.1 over raw asyncio streams: on this 2-core machine a
+full HTTP client library would take a large share of the CPU the server needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.model_rate import make_text  # noqa: E402
+
+NAMESPACE = "bench"
+
+
+# -- a lean HTTP/1.1 client ------------------------------------------------------------
+
+
+class Conn:
+    """One keep-alive connection; one request at a time."""
+
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self.host, self.port = host, port
+        self.head = (f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+                     "Content-Type: application/json\r\n").encode()
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            sock = self.writer.get_extra_info("socket")
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        assert self.reader is not None
+        data = json.dumps(body).encode()
+        self.writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\n" + self.head
+                          + b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        payload = await self.reader.readexactly(length)
+        return status, json.loads(payload)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+# -- the stack --------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Stack:
+    home: Path
+    port: int
+    embedder: str
+    proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: Path = Path("/dev/null")
+
+    def start(self, log: Callable[[str], None]) -> None:
+        self.env = {**os.environ, "LOOM_HOME": str(self.home), "LOOM_PORT": str(self.port),
+                    "LOOM_EMBEDDER": self.embedder, "LOOM_LOG_LEVEL": "WARNING"}
+        for var in ("LOOM_CLICKHOUSE_URL", "LOOM_REDIS_URL"):
+            self.env.pop(var, None)   # embedded mode
+        t0 = time.monotonic()
+        self.log_path = self.home / "serve.log"
+        self.proc = subprocess.Popen([sys.executable, "-m", "loom.cli.main", "serve", "--workers", "1"],
+                                     env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                     stderr=self.log_path.open("wb"))
+        import httpx
+
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("loom serve exited: " + self.log_path.read_text()[-3000:])
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        else:
+            raise RuntimeError("the API did not come up")
+        log(f"stack up in {time.monotonic() - t0:.1f}s (LOOM_HOME={self.home}, port {self.port}, "
+            f"embedder {self.embedder})")
+
+    def mint(self) -> str:
+        out = subprocess.run([sys.executable, "-m", "loom.cli.main", "token", "mint", "--namespace", NAMESPACE,
+                              "--role", "admin"], env=self.env, cwd=ROOT, check=True, capture_output=True)
+        return out.stdout.decode().strip().splitlines()[-1]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+# -- measurements -----------------------------------------------------------------------
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The API's Prometheus figures (counters and histogram sums/counts)."""
+    import httpx
+
+    out: dict[str, float] = {}
+    for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text.splitlines():
+        if line.startswith("loom_append_flush") and not line.startswith("#") and "_bucket" not in line:
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def flush_summary(before: dict[str, float], after: dict[str, float]) -> str:
+    def d(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    n = d("loom_append_flush_rows_count")
+    if not n:
+        return "no flushes"
+    parts = [f"{n:.0f} flushes, {d('loom_append_flush_rows_sum') / n:.1f} turns/flush"]
+    for stage in ("state", "claim", "insert", "total"):
+        key = f'loom_append_flush_seconds_{{}}{{{{stage="{stage}"}}}}'
+        cnt = d(key.format("count"))
+        if cnt:
+            parts.append(f"{stage} {d(key.format('sum')) / cnt * 1000:.1f} ms")
+    return ", ".join(parts)
+
+
+@dataclass
+class Phase:
+    name: str
+    turns: int
+    seconds: float
+    latencies: list[float]
+    errors: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.turns / self.seconds if self.seconds else 0.0
+
+    def pct(self, q: float) -> float:
+        if not self.latencies:
+            return float("nan")
+        xs = sorted(self.latencies)
+        return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.latencies) * 1000 if self.latencies else float("nan")
+
+
+async def closed_loop(name: str, conns: list[Conn], make_body: Callable[[int, int], dict[str, Any]],
+                      seconds: float, warmup: float, turns_per_call: int = 1) -> Phase:
+    """Every client sends, waits for the answer, sends again; only calls started after
+    the warm-up and finished before the end count."""
+    loop = asyncio.get_running_loop()
+    start = loop.time() + warmup
+    end = start + seconds
+    lat: list[float] = []
+    outcomes: dict[str, int] = {}
+    errors = 0
+    done_turns = 0
+
+    async def client(c: int, conn: Conn) -> None:
+        nonlocal errors, done_turns
+        i = 0
+        while loop.time() < end:
+            t0 = loop.time()
+            status, body = await conn.post("/v1/conversation.append", make_body(c, i))
+            t1 = loop.time()
+            i += 1
+            if status != 200:
+                errors += 1
+                continue
+            results = body.get("results", [body])
+            if t0 >= start and t1 <= end:
+                lat.append(t1 - t0)
+                done_turns += len(results)
+                for r in results:
+                    key = r["embedding"] if r["stored"] else f"not stored: {r['reason']}"
+                    outcomes[key] = outcomes.get(key, 0) + 1
+
+    await asyncio.gather(*(client(c, conn) for c, conn in enumerate(conns)))
+    return Phase(name, done_turns, seconds, lat, errors, outcomes)
+
+
+async def ingest(conns: list[Conn], total: int, batch: int, texts: Callable[[int], str]) -> Phase:
+    """Send `total` user/assistant turns in batches of `batch` from every client at once."""
+    loop = asyncio.get_running_loop()
+    next_start = 0
+    lat: list[float] = []
+    outcomes: dict[str, int] = {}
+    errors = 0
+
+    async def client(conn: Conn) -> None:
+        nonlocal next_start, errors
+        while next_start < total:
+            lo = next_start
+            hi = min(total, lo + batch)
+            next_start = hi
+            turns = [{"thread_id": f"ingest-{k // 50}", "role": "user" if k % 2 == 0 else "assistant",
+                      "content": texts(k)} for k in range(lo, hi)]
+            t0 = loop.time()
+            status, body = await conn.post("/v1/conversation.append", {"namespace": NAMESPACE, "turns": turns})
+            lat.append(loop.time() - t0)
+            if status != 200:
+                errors += 1
+                continue
+            for r in body["results"]:
+                key = r["embedding"] if r["stored"] else f"not stored: {r['reason']}"
+                outcomes[key] = outcomes.get(key, 0) + 1
+
+    t0 = loop.time()
+    await asyncio.gather(*(client(conn) for conn in conns))
+    return Phase(f"batch ingest ({batch}/request)", total, loop.time() - t0, lat, errors, outcomes)
+
+
+def raw_model_rate(texts: list[str], seconds: float, batch: int = 32) -> float:
+    """The embedder alone on the same texts: MiniLM, 2 threads, batches of 32 (bench/model_rate.py)."""
+    from bench.model_rate import throughput
+    from loom.providers.embedders.minilm import MiniLMEmbedder
+
+    emb = MiniLMEmbedder(intra_op_num_threads=2, batch_size=batch)
+    emb.embed(texts[:batch])
+    return throughput(emb, texts, batch, seconds)
+
+
+# -- main -------------------------------------------------------------------------------
+
+
+def show(p: Phase, raw: float | None, target: str) -> str:
+    share = f" = {p.rate / raw * 100:5.1f}% of raw" if raw else ""
+    return (f"{p.name:<38} {p.rate:8.1f} turns/s{share}   median {p.median:7.1f} ms   p99 {p.pct(0.99):7.1f} ms"
+            f"   [{target}]   errors {p.errors}   {dict(sorted(p.outcomes.items()))}")
+
+
+Row = tuple[Phase, bool, str, str]  # phase, compare with the raw model, target, flush summary
+
+
+async def run(args: argparse.Namespace, stack: Stack, raw: float | None, log: Callable[[str], None]) -> list[Row]:
+    token = stack.mint()
+    admin = Conn("127.0.0.1", stack.port, token)
+    status, body = await admin.post("/v1/conversation.set_logging", {"namespace": NAMESPACE, "enabled": True})
+    assert status == 200, body
+    rng = random.Random(7)
+    pool = [make_text(rng, rng.randint(180, 220)) for _ in range(4096)]
+    run_id = f"{time.time_ns()}"
+
+    def text(k: int) -> str:   # unique per call, ~200 characters, like the raw-model texts
+        return f"{k} {run_id} " + pool[k % len(pool)][: 200 - 20]
+
+    conns = [Conn("127.0.0.1", stack.port, token) for _ in range(args.clients)]
+    # Warm every path (model load, first parts, connections).
+    status, body = await conns[0].post("/v1/conversation.append", {
+        "namespace": NAMESPACE, "thread_id": "warm", "role": "user", "content": "warm up " + run_id})
+    assert status == 200 and body["stored"], body
+    rows: list[Row] = []
+
+    before = scrape(stack.port)
+    if "tool" in args.phases:
+        phase = await closed_loop(
+            "appends, no embedding (tool/system)", conns,
+            lambda c, i: {"namespace": NAMESPACE, "thread_id": f"tool-{c}", "role": "tool" if i % 2 else "system",
+                          "content": f"{c}-{i}-{run_id} tool output " + pool[i % len(pool)][:120]},
+            args.seconds, args.warmup)
+        rows.append((phase, False, "target >= 1,500/s, p99 <= 50 ms",
+                     flush_summary(before, before := scrape(stack.port))))
+        log(show(phase, None, rows[-1][2]) + "\n    " + rows[-1][3])
+
+    if "single" in args.phases:
+        counter = iter(range(10**9))
+        phase = await closed_loop(
+            "single-turn user/assistant appends", conns,
+            lambda c, i: {"namespace": NAMESPACE, "thread_id": f"chat-{c}", "role": "user" if i % 2 else "assistant",
+                          "content": text(next(counter))},
+            args.seconds, args.warmup)
+        rows.append((phase, True, "target >= 85% of raw, p99 <= 300 ms",
+                     flush_summary(before, before := scrape(stack.port))))
+        log(show(phase, raw, rows[-1][2]) + "\n    " + rows[-1][3])
+
+    if "ingest" in args.phases and args.ingest_turns:
+        base = 10**8
+        phase = await ingest(conns[: args.ingest_clients], args.ingest_turns, args.ingest_batch,
+                             lambda k: text(base + k))
+        rows.append((phase, True, "target >= 90% of raw", flush_summary(before, scrape(stack.port))))
+        log(show(phase, raw, rows[-1][2]) + "\n    " + rows[-1][3])
+    for c in conns + [admin]:
+        await c.close()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--quick", action="store_true", help="short phases and a 10,000-turn ingest")
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--seconds", type=float, default=20.0, help="measured seconds per closed-loop phase")
+    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--ingest-turns", type=int, default=100_000)
+    ap.add_argument("--ingest-batch", type=int, default=100, help="turns per batch request")
+    ap.add_argument("--ingest-clients", type=int, default=8, help="concurrent batch requests")
+    ap.add_argument("--embedder", choices=("minilm", "fake"), default="minilm")
+    ap.add_argument("--raw-seconds", type=float, default=8.0)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary LOOM_HOME")
+    ap.add_argument("--phases", default="tool,single,ingest", help="comma-separated: tool, single, ingest")
+    args = ap.parse_args()
+    args.phases = set(args.phases.split(","))
+    if args.quick:
+        args.seconds, args.warmup, args.raw_seconds = 8.0, 2.0, 5.0
+        args.ingest_turns = min(args.ingest_turns, 10_000)
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    rng = random.Random(7)
+    raw_texts = [make_text(rng, rng.randint(180, 220)) for _ in range(256)]
+    raws: list[float] = []
+    if args.embedder == "minilm":
+        raws.append(raw_model_rate(raw_texts, args.raw_seconds))
+        log(f"raw model (MiniLM int8, 2 threads, batch 32, ~200-char texts, stack down): {raws[0]:.1f} texts/s")
+    load_before = os.getloadavg()
+
+    home = Path(tempfile.mkdtemp(prefix="loomb-", dir="/tmp"))
+    stack = Stack(home, free_port(), args.embedder)
+    try:
+        stack.start(log)
+        rows = asyncio.run(run(args, stack, statistics.mean(raws) if raws else None, log))
+    finally:
+        stack.stop()
+        if not args.keep:
+            shutil.rmtree(home, ignore_errors=True)
+    load_after = os.getloadavg()
+    if args.embedder == "minilm":
+        raws.append(raw_model_rate(raw_texts, args.raw_seconds))
+        log(f"raw model again, stack down: {raws[1]:.1f} texts/s")
+    print("\n== conversation.append, embedded stack, "
+          f"{args.clients} clients, {os.cpu_count()} CPUs ==")
+    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}: other work on the machine "
+          "skews every figure; the shares below use the mean raw rate of this run")
+    if raws:
+        print(f"raw model: {' / '.join(f'{r:.1f}' for r in raws)} texts/s (before / after), "
+              f"mean {statistics.mean(raws):.1f}")
+    raw = statistics.mean(raws) if raws else None
+    for phase, vs_raw, target, flushes in rows:
+        print(show(phase, raw if vs_raw else None, target))
+        print("    " + flushes)
+
+
+if __name__ == "__main__":
+    main()

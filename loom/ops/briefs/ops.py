@@ -1,0 +1,406 @@
+"""session.brief_save / brief_get / brief_list / brief_delete. See the package docstring
+for the rules and the decisions taken on the seed's ambiguous ones."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from loom import logging as loom_logging
+from loom import sensitivity
+from loom.auth.principal import Principal, Role
+from loom.clock import utcnow
+from loom.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
+from loom.leases import LeaseTimeout, hold
+from loom.ops.briefs import builder
+from loom.ops.briefs.events import Event, check_events, last_summary, plan_windows, withhold_high
+from loom.ops.briefs.keys import KeyScope, derive_key
+from loom.ops.briefs.llm import MAX_TOKENS, ReplyError, messages_for, parse_reply, pick_llm
+from loom.ops.briefs.model import (
+    LIST_SECTIONS,
+    TEXT_SECTIONS,
+    Patch,
+    Sections,
+    apply,
+    headline,
+    render,
+    same,
+    sections_patch,
+)
+from loom.services import Services
+from loom.settings import Settings
+from loom.store import briefs as store
+from loom.store import namespaces as ns_store
+
+log = loom_logging.get("loom.briefs")
+
+NOT_REVISED = "not-revised"
+RETRY = "retry"
+UNCHANGED = "unchanged"
+SUMMARY_HEADING = "## Last compaction summary (verbatim)"
+
+
+@dataclass
+class SaveResult:
+    namespace: str
+    brief_key: str
+    revision: int
+    changed: bool
+    reason: str | None = None
+    author: str | None = None
+    windows: int = 0
+    windows_revised: int = 0
+    windows_failed: int = 0
+    events_withheld: int = 0
+    events_dropped: int = 0
+    summary_kept: bool = False
+
+
+@dataclass
+class BriefView:
+    namespace: str
+    brief_key: str
+    revision: int
+    latest_revision: int
+    project: str
+    branch: str
+    author: str
+    session_id: str
+    user_id: str
+    agent: str
+    created_at: datetime
+    updated_at: datetime
+    sections: Sections
+    text: str
+    summary: str | None = None
+
+
+@dataclass
+class ListItem:
+    brief_key: str
+    project: str
+    branch: str
+    revision: int
+    author: str
+    updated_at: datetime
+    line: str
+
+
+@dataclass
+class _FromEvents:
+    """What a save takes from its events (before the lease)."""
+
+    patch: Patch | None = None        # the model's revision (None: nothing from a model)
+    deterministic: list[Event] | None = None  # events for the builder, run under the lease
+    summary: str | None = None        # the client's last summary, when taken
+    refusal: str | None = None        # NOT_REVISED, or "unavailable" (503 for events alone)
+    windows: int = 0
+    revised: int = 0
+    failed: int = 0
+    withheld: int = 0
+    dropped: int = 0
+
+    @property
+    def author(self) -> str | None:
+        if self.patch is not None:
+            return "llm"
+        if self.deterministic is not None:
+            return "deterministic"
+        return None
+
+
+def lease_key(namespace: str, stored_key: str) -> str:
+    return f"loom:lease:brief:{namespace}:{stored_key}"
+
+
+def _identity(who: Principal, user_id: str, session_id: str) -> tuple[str, str]:
+    """The (user, session) a request acts for; a bounded token acts for its own only."""
+    if not who.bounded:
+        return user_id, session_id
+    if user_id and user_id != who.read_user_id:
+        raise Forbidden("this token acts for its own user only", field="user_id", rule="read_scope")
+    if who.read_scope == "own_session":
+        if session_id and session_id != who.read_session_id:
+            raise Forbidden("this token acts for its own session only", field="session_id", rule="read_scope")
+        return who.read_user_id, who.read_session_id
+    return who.read_user_id, session_id
+
+
+def _is_retry(live: store.BriefRow | None, session: str, cursor: str) -> bool:
+    return bool(live and cursor and live.last_session_id == session and live.last_event_cursor == cursor)
+
+
+def _check_cas(live: store.BriefRow | None, if_revision: int | None) -> None:
+    if if_revision is None:
+        return
+    current = live.revision if live else 0
+    if current != if_revision:
+        raise Conflict(f"the brief is at revision {current}, not {if_revision}", field="if_revision",
+                       rule="compare_and_set", current_revision=current)
+
+
+def _for_model(sections: Sections) -> Sections:
+    """The brief as the model may see it: items that read as high left out."""
+    out = Sections()
+    for name in TEXT_SECTIONS:
+        value = getattr(sections, name)
+        setattr(out, name, "" if value and sensitivity.reads_as_high(value) else value)
+    for name in LIST_SECTIONS:
+        setattr(out, name, [v for v in getattr(sections, name) if not sensitivity.reads_as_high(v)])
+    return out
+
+
+async def _switches(svc: Services, namespace: str) -> ns_store.NamespaceConfig | None:
+    """The namespace's model-call switch and extraction policy; None when it cannot be read."""
+    try:
+        return await svc.run(ns_store.get, svc.ch, namespace)
+    except Exception as exc:  # an unread switch holds the save; it never fails it with a 500
+        log.warning("brief: namespace switches unreadable", namespace=namespace, error=str(exc)[:200])
+        return None
+
+
+async def _from_events(svc: Services, settings: Settings, namespace: str, base: Sections,
+                       events: Sequence[Event], use_llm: bool) -> _FromEvents:
+    out = _FromEvents()
+    if not events:
+        return out
+    config = await _switches(svc, namespace)
+    if config is None:
+        out.refusal = "unavailable"
+        return out
+    if config.extraction_policy:
+        out.refusal = NOT_REVISED
+        return out
+    # The screen is CPU work (about 7 µs an event): off the event loop for a 4,000-event save.
+    usable, out.withheld = await svc.run(withhold_high, events, sensitivity.reads_as_high)
+    if not use_llm or not config.model_calls_enabled:
+        out.refusal = NOT_REVISED
+        return out
+    if not usable:  # every event read as high: nothing the brief may take from them
+        out.refusal = NOT_REVISED
+        return out
+    summary = last_summary(usable)
+    llm, model = pick_llm(svc, settings)
+    if llm is None:
+        out.deterministic = list(usable)
+        out.summary = summary
+        return out
+
+    plan = plan_windows(usable, settings.session_brief_window_chars, settings.session_brief_max_windows)
+    out.windows, out.dropped = plan.total_windows, plan.events_dropped
+    working = base.copy()
+    combined = Patch()
+    switched_off = policy_on = False
+    timeout = settings.llm_timeout_seconds + 5.0
+    for i, window in enumerate(plan.windows):
+        if i > 0:
+            cfg = await _switches(svc, namespace)
+            if cfg is None:  # held by an unread switch: this window is not revised
+                out.failed += 1
+                continue
+            if cfg.extraction_policy or not cfg.model_calls_enabled:
+                switched_off, policy_on = True, bool(cfg.extraction_policy)
+                break
+        msgs = messages_for(_for_model(working), window.text(), i + 1, len(plan.windows))
+        try:
+            reply = await asyncio.wait_for(
+                llm.complete(msgs, model=model, max_tokens=MAX_TOKENS, temperature=0.0), timeout)
+            patch = parse_reply(reply)
+        except ReplyError as exc:
+            out.failed += 1
+            log.warning("brief: window answer unparseable", namespace=namespace, window=i + 1, error=str(exc))
+            continue
+        except Exception as exc:  # the model call failed: skip the window, revise the rest
+            out.failed += 1
+            log.warning("brief: window model call failed", namespace=namespace, window=i + 1,
+                        error=f"{type(exc).__name__}: {exc}"[:300])
+            continue
+        combined = combined.then(patch)
+        working = apply(working, patch)
+        out.revised += 1
+    if out.revised == 0:
+        out.refusal = NOT_REVISED if switched_off else "unavailable"
+        return out
+    out.patch = combined
+    if not policy_on:
+        out.summary = summary
+    return out
+
+
+async def brief_save(svc: Services, who: Principal, namespace: str, *, agent: str = "default",
+                     brief_key: str = "", project: str = "", branch: str = "", session_id: str = "",
+                     user_id: str = "", events: Sequence[Event] = (),
+                     sections: Mapping[str, Any] | None = None, use_llm: bool = True,
+                     event_cursor: str = "", if_revision: int | None = None,
+                     settings: Settings | None = None) -> SaveResult:
+    """session.brief_save (writer): revise or start a brief from events, sections, or both."""
+    who.require_role(Role.writer)
+    ns = who.namespace(namespace)
+    settings = settings or svc.settings
+    scope = KeyScope.of(who)
+    user, session = _identity(who, user_id, session_id)
+    check_events(events)
+    agent_patch = sections_patch(sections) if sections is not None else None
+    if agent_patch is not None and agent_patch.is_empty():
+        agent_patch = None  # `sections: {}` (or all null) says nothing
+    if not events and agent_patch is None:
+        raise InvalidRequest("a save needs events or sections", field="events", rule="required")
+    stored = scope.for_write(derive_key(brief_key, project, branch, session))
+    shown = scope.show(stored)
+
+    # Cheap answers first, before any model is paid for (checked again under the lease).
+    current = await svc.run(store.get, svc.ch, ns, stored, include_deleted=True)
+    live = current if current is not None and not current.deleted else None
+    if _is_retry(live, session, event_cursor):
+        assert live is not None
+        return SaveResult(ns, shown, live.revision, False, RETRY)
+    _check_cas(live, if_revision)
+
+    base = Sections.from_json(live.sections) if live else Sections()
+    got = await _from_events(svc, settings, ns, base, events, use_llm)
+    result = SaveResult(ns, shown, live.revision if live else 0, False, windows=got.windows,
+                        windows_revised=got.revised, windows_failed=got.failed,
+                        events_withheld=got.withheld, events_dropped=got.dropped)
+    if got.refusal is not None and agent_patch is None:
+        if got.refusal == "unavailable":
+            raise Unavailable("no window of this save could be revised (the model failed, answered off "
+                              "contract, or the namespace's switch could not be read); send it again",
+                              rule="brief_not_revised", windows=got.windows, windows_failed=got.failed)
+        result.reason = NOT_REVISED
+        return result
+
+    try:
+        async with hold(svc.redis, lease_key(ns, stored)):
+            current = await svc.run(store.get, svc.ch, ns, stored, include_deleted=True)
+            live = current if current is not None and not current.deleted else None
+            if _is_retry(live, session, event_cursor):
+                assert live is not None
+                return SaveResult(ns, shown, live.revision, False, RETRY)
+            _check_cas(live, if_revision)
+            base = Sections.from_json(live.sections) if live else Sections()
+            patch = Patch()
+            if got.patch is not None:
+                patch = got.patch
+            elif got.deterministic is not None:
+                patch = builder.build(base, got.deterministic)
+            if agent_patch is not None:
+                patch = patch.then(agent_patch)
+            new = apply(base, patch)
+            old_summary = live.last_summary if live else ""
+            summary = got.summary if got.summary is not None else old_summary
+            result.summary_kept = got.summary is not None
+            result.author = "model" if agent_patch is not None else got.author
+            result.revision = live.revision if live else 0
+            if live is not None and same(new, base) and summary == old_summary:
+                result.reason, result.author, result.summary_kept = UNCHANGED, None, False
+                return result
+            revision = (current.revision if current is not None else 0) + 1
+            now = utcnow()
+            author = result.author or "model"
+            brief_row = store.BriefRow(
+                namespace=ns, brief_key=stored, project=project or (live.project if live else ""),
+                branch=branch or (live.branch if live else ""),
+                session_id=live.session_id if live else session, user_id=user, agent=agent,
+                revision=revision, sections=new.to_json(), author=author, last_session_id=session,
+                last_event_cursor=event_cursor, last_summary=summary,
+                created_at=live.created_at if live else now, updated_at=now)
+            revision_row = store.RevisionRow(
+                namespace=ns, brief_key=stored, revision=revision, project=brief_row.project,
+                branch=brief_row.branch, session_id=session, user_id=user, agent=agent, token_id=who.token_id,
+                sections=brief_row.sections, author=author, event_cursor=event_cursor, last_summary=summary,
+                created_at=now)
+            await svc.run(store.write, svc.ch, brief_row, revision_row)
+    except LeaseTimeout as exc:
+        raise Unavailable("another save of this brief holds it; send it again", rule="lease") from exc
+    result.revision = revision
+    result.changed = True
+    return result
+
+
+async def brief_get(svc: Services, who: Principal, namespace: str, *, brief_key: str = "",
+                    from_session: str = "", project: str = "", revision: int | None = None,
+                    full: bool = False) -> BriefView:
+    """session.brief_get (viewer): by brief_key, else from_session's newest, else project's newest."""
+    who.require_role(Role.viewer)
+    ns = who.namespace(namespace)
+    scope = KeyScope.of(who)
+    if brief_key:
+        stored = scope.for_read(brief_key)
+        row = await svc.run(store.get, svc.ch, ns, stored)
+        if row is None:
+            raise NotFound(f"no brief {brief_key!r}", field="brief_key")
+    elif from_session:
+        found = await svc.run(store.newest_for_session, svc.ch, ns, from_session, scope.prefix)
+        row = await svc.run(store.get, svc.ch, ns, found) if found else None
+        if row is None:
+            raise NotFound(f"no brief written by session {from_session!r}", field="from_session")
+    elif project:
+        row = await svc.run(store.newest_for_project, svc.ch, ns, project, scope.prefix)
+        if row is None:
+            raise NotFound(f"no brief for project {project!r}", field="project")
+    else:
+        raise InvalidRequest("give brief_key, from_session or project", field="brief_key", rule="required")
+
+    shown = scope.show(row.brief_key)
+    sections_json, author, summary, number = row.sections, row.author, row.last_summary, row.revision
+    session, user, agent, when = row.last_session_id, row.user_id, row.agent, row.updated_at
+    if revision is not None and revision != row.revision:
+        rev = await svc.run(store.get_revision, svc.ch, ns, row.brief_key, revision)
+        if rev is None:
+            raise NotFound(f"brief {shown!r} has no revision {revision} (latest {row.revision})",
+                           field="revision", latest_revision=row.revision)
+        sections_json, author, summary, number = rev.sections, rev.author, rev.last_summary, rev.revision
+        session, user, agent, when = rev.session_id, rev.user_id, rev.agent, rev.created_at
+    sections = Sections.from_json(sections_json)
+    text = render(sections, key=shown, revision=number)
+    out_summary: str | None = None
+    if full and summary:
+        out_summary = summary
+        text = f"{text}\n{SUMMARY_HEADING}\n\n{summary}\n"
+    return BriefView(ns, shown, number, row.revision, row.project, row.branch, author, session, user, agent,
+                     row.created_at, when, sections, text, out_summary)
+
+
+async def brief_list(svc: Services, who: Principal, namespace: str, *, mine_only: bool = False,
+                     user_id: str = "", project: str = "", limit: int = 50, offset: int = 0) -> list[ListItem]:
+    """session.brief_list (viewer): newest first, one line each."""
+    who.require_role(Role.viewer)
+    ns = who.namespace(namespace)
+    scope = KeyScope.of(who)
+    mine_user = mine_token = ""
+    if mine_only:
+        user, _ = _identity(who, user_id, "")
+        mine_user = user
+        mine_token = "" if user else who.token_id
+    rows = await svc.run(store.list_briefs, svc.ch, ns, prefix=scope.prefix, project=project,
+                         mine_user=mine_user, mine_token=mine_token, limit=limit, offset=offset)
+    items: list[ListItem] = []
+    for row in rows:
+        shown = scope.show(row.brief_key)
+        head = headline(Sections.from_json(row.sections))
+        line = f"{shown} · r{row.revision} · {row.updated_at:%Y-%m-%d %H:%M}Z · {row.author}"
+        if head:
+            line += f" · {head}"
+        items.append(ListItem(shown, row.project, row.branch, row.revision, row.author, row.updated_at, line))
+    return items
+
+
+async def brief_delete(svc: Services, who: Principal, namespace: str, *, brief_key: str) -> bool:
+    """session.brief_delete (writer): forget a brief and every revision of it."""
+    who.require_role(Role.writer)
+    ns = who.namespace(namespace)
+    if not brief_key:
+        raise InvalidRequest("brief_key is required", field="brief_key", rule="required")
+    stored = KeyScope.of(who).for_read(brief_key)
+    try:
+        async with hold(svc.redis, lease_key(ns, stored)):
+            row = await svc.run(store.get, svc.ch, ns, stored)
+            if row is None:
+                return False
+            await svc.run(store.delete, svc.ch, row)
+    except LeaseTimeout as exc:
+        raise Unavailable("a save of this brief holds it; send the delete again", rule="lease") from exc
+    return True

@@ -1,0 +1,357 @@
+"""conversation.append: the write path of the conversation plane.
+
+An append is answered only when its turn is durable, and then with its embedding's
+outcome. To afford that at thousands of turns a second, turns from concurrent requests
+share their ClickHouse round trips (a one-row insert costs the engine 7-10 ms):
+
+1. The op derives what needs no I/O (msg_id, ts) and queues the turns on the
+   process's append buffer (:class:`loom.store.write_buffer.Batcher`, flushed by size,
+   LOOM_WRITE_BATCH_MAX_ROWS, and age, LOOM_WRITE_BATCH_MAX_WAIT_MS).
+2. A flush reads, in ONE query, the recording switch of every namespace in the batch
+   and which of its (agent, thread_id, msg_id) already landed.
+3. It claims each remaining turn in Redis (SET NX with a TTL, one pipelined round trip
+   for the batch, key per (namespace, agent, thread_id, msg_id)): of two concurrent
+   flushes carrying the same turn, in this process or another, exactly one wins. The
+   claim covers the window until the row is readable; the ClickHouse check covers
+   everything older (claims expire).
+4. It inserts the batch's rows with ONE INSERT carrying an insert_deduplication_token
+   (a retried insert cannot double them) and, at the same time, one for the threads
+   this process has not written a row for yet (an append's thread row needs no read:
+   see loom.store.threads.append_version). If the insert fails, the claims are
+   released and the callers get the error.
+5. The turns to embed (user and assistant turns, stored, not reading as high) leave as
+   one arq job for the whole flush; each append then awaits its own turns' outcomes
+   (see :mod:`loom.ops.conversation.embedding`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from clickhouse_connect.driver.exceptions import OperationalError
+from prometheus_client import Counter, Histogram
+
+from loom import logging as loom_logging
+from loom.auth.principal import Principal, Role
+from loom.clock import next_version, utcnow
+from loom.errors import InvalidRequest, LoomError, Unavailable
+from loom.ops.conversation.common import (
+    DELETED,
+    DUPLICATE,
+    EMBEDDED,
+    EMBEDDED_ROLES,
+    FAILED,
+    LOGGING_DISABLED,
+    ROLES,
+    derive_msg_id,
+    embed_text,
+    skipped,
+)
+from loom.ops.conversation.embedding import EmbedClient, EmbedTurn, Outcome
+from loom.sensitivity import reads_as_high
+from loom.services import Services
+from loom.store import conversations as conv_store
+from loom.store import threads as thread_store
+from loom.store.write_buffer import Batcher
+
+log = loom_logging.get("loom.conversation.append")
+
+FLUSH_ROWS = Histogram("loom_append_flush_rows", "Turns per append flush",
+                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
+FLUSH_SECONDS = Histogram("loom_append_flush_seconds", "Append flush stages", ["stage"],
+                          buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+APPENDED = Counter("loom_append_turns_total", "Appended turns by outcome", ["outcome"])
+
+CLAIM_TTL_S = 3_600
+KNOWN_THREADS = 100_000   # threads this process remembers having written a row for
+_RELEASE_CLAIM = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+@dataclass
+class TurnInput:
+    """One turn as a client sends it."""
+
+    thread_id: str
+    role: str
+    content: str
+    msg_id: str | None = None
+    reasoning: str = ""
+    user_id: str = ""
+    run_id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    tokens: int | None = None
+
+
+@dataclass
+class AppendResult:
+    thread_id: str
+    msg_id: str
+    role: str
+    stored: bool
+    reason: str | None = None
+    embedding: str = ""
+    embedding_error: str | None = None
+
+
+@dataclass
+class _Flushed:
+    stored: bool
+    reason: str | None = None
+    high: bool = False
+    embed: asyncio.Future[Outcome] | None = None
+    reused: bool = False
+
+
+def claim_key(key: conv_store.TurnKey) -> str:
+    h = hashlib.sha256("\x00".join(key).encode()).hexdigest()[:40]
+    return f"loom:claim:turn:{h}"
+
+
+class AppendPipeline:
+    """Per process (kept in ``svc.extras``): the append buffer and the embedding client."""
+
+    def __init__(self, svc: Services) -> None:
+        self.svc = svc
+        cfg = svc.settings
+        self.buffer: Batcher[conv_store.Turn, _Flushed] = Batcher(
+            self._flush, max_items=cfg.write_batch_max_rows, max_wait_s=cfg.write_batch_max_wait_ms / 1000.0,
+            max_inflight=4, name="conversation-append")
+        self.embedder = EmbedClient(svc)
+        self._known_threads: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+
+    async def close(self) -> None:
+        await self.buffer.close()
+        await self.embedder.close()
+
+    async def append(self, turns: Sequence[conv_store.Turn]) -> list[AppendResult]:
+        flushed = await self.buffer.submit_many(turns)
+        results = []
+        for turn, f in zip(turns, flushed, strict=True):
+            res = AppendResult(turn.thread_id, turn.msg_id, turn.role, f.stored, f.reason)
+            if not f.stored:
+                res.embedding = skipped(f.reason or "not_stored")
+            elif f.reused:
+                res.embedding = EMBEDDED
+            elif f.embed is None:
+                res.embedding = skipped(_why_not_embedded(turn, f.high))
+            else:
+                outcome = await asyncio.shield(f.embed)
+                res.embedding = outcome.status
+                if outcome.status == skipped(DELETED):
+                    res.stored, res.reason = False, DELETED
+                elif outcome.status == FAILED:
+                    res.embedding_error = outcome.error or "embedding failed"
+            results.append(res)
+        return results
+
+    # -- the flush -------------------------------------------------------------
+
+    async def _flush(self, turns: list[conv_store.Turn]) -> list[_Flushed]:
+        try:
+            return await self._flush_batch(turns)
+        except LoomError:
+            raise
+        except Exception as exc:
+            # The store or Redis failed: nothing of the batch was kept (claims released);
+            # a retry is safe (same msg_ids: nothing can land twice).
+            log.warning("append flush failed", error=f"{type(exc).__name__}: {exc}", turns=len(turns))
+            raise Unavailable(f"the conversation store did not take the turns ({type(exc).__name__}); "
+                              "retry the append") from exc
+
+    async def _flush_batch(self, turns: list[conv_store.Turn]) -> list[_Flushed]:
+        svc = self.svc
+        FLUSH_ROWS.observe(len(turns))
+        started = time.perf_counter()
+        flush_id = uuid.uuid4().hex
+        # Distinct keys of the batch, in order: a key seen again in it is a duplicate.
+        first: dict[conv_store.TurnKey, int] = {}
+        for i, t in enumerate(turns):
+            first.setdefault(t.key, i)
+        unique = list(first)
+        # The read and the claims are independent: one round trip each, at once.
+        state_or_error, won_or_error = await asyncio.gather(
+            svc.run(conv_store.flush_state, svc.ch, unique,
+                    [(t.namespace, t.thread_id, t.msg_id) for t in turns if t.role in EMBEDDED_ROLES]),
+            self._claim(unique, flush_id), return_exceptions=True)
+        if isinstance(won_or_error, BaseException):
+            raise won_or_error
+        claimed = {k for k, ok in zip(unique, won_or_error, strict=True) if ok}
+        if isinstance(state_or_error, BaseException):
+            await self._release(list(claimed), flush_id)   # else a retry would read as a duplicate
+            raise state_or_error
+        state = state_or_error
+        FLUSH_SECONDS.labels("state").observe(time.perf_counter() - started)
+        out: list[_Flushed] = []
+        stored: list[int] = []
+        release: list[conv_store.TurnKey] = []
+        for i, t in enumerate(turns):
+            if t.namespace not in state.logging_enabled:
+                out.append(_Flushed(False, LOGGING_DISABLED))
+                if first[t.key] == i and t.key in claimed:
+                    release.append(t.key)
+            elif first[t.key] != i or t.key in state.existing or t.key not in claimed:
+                out.append(_Flushed(False, DUPLICATE))
+                if first[t.key] == i and t.key in claimed:
+                    release.append(t.key)   # an older row: the claim was not needed
+            else:
+                out.append(_Flushed(True))
+                stored.append(i)
+        if release:
+            await self._release(release, flush_id)
+        if stored:
+            t0 = time.perf_counter()
+            try:
+                await self._insert([turns[i] for i in stored], flush_id)
+            except BaseException:
+                await self._release([turns[i].key for i in stored], flush_id)
+                raise
+            FLUSH_SECONDS.labels("insert").observe(time.perf_counter() - t0)
+
+        to_embed: list[int] = []
+        for i in stored:
+            t = turns[i]
+            out[i].high = t.high_sensitivity
+            if not _embeddable(t):
+                continue
+            if state.vectors.get((t.namespace, t.thread_id, t.msg_id)) == embed_text(t.content):
+                out[i].reused = True       # another agent's copy already has this vector
+            else:
+                to_embed.append(i)
+        if to_embed:   # one job for the flush; each turn answered as its part is written
+            futures = self.embedder.embed([_embed_turn(turns[i]) for i in to_embed])
+            for i, fut in zip(to_embed, futures, strict=True):
+                out[i].embed = fut
+        FLUSH_SECONDS.labels("total").observe(time.perf_counter() - started)
+        for f in out:
+            APPENDED.labels("stored" if f.stored else str(f.reason)).inc()
+        return out
+
+    async def _claim(self, keys: list[conv_store.TurnKey], flush_id: str) -> list[bool]:
+        pipe = self.svc.redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.set(claim_key(key), flush_id, nx=True, ex=CLAIM_TTL_S)
+        return [bool(r) for r in await pipe.execute()]
+
+    async def _release(self, keys: list[conv_store.TurnKey], flush_id: str) -> None:
+        try:
+            pipe = self.svc.redis.pipeline(transaction=False)
+            for key in keys:
+                pipe.eval(_RELEASE_CLAIM, 1, claim_key(key), flush_id)
+            await pipe.execute()
+        except Exception as exc:  # the claims then expire on their own
+            log.warning("could not release append claims", error=str(exc))
+
+    def _new_threads(self, turns: list[conv_store.Turn]) -> list[thread_store.ThreadRow]:
+        """Rows for the threads of `turns` this process has not written one for yet.
+
+        No read is needed: an append's thread row is versioned below every explicit
+        write and above later append rows (see loom.store.threads.append_version), so
+        writing it again, from this process or another, changes nothing."""
+        rows: dict[tuple[str, str, str], thread_store.ThreadRow] = {}
+        for t in turns:
+            tkey = (t.namespace, t.agent, t.thread_id)
+            if tkey not in rows and tkey not in self._known_threads:
+                rows[tkey] = thread_store.ThreadRow(t.namespace, t.agent, t.thread_id, created_at=t.ts,
+                                                    version=thread_store.append_version(t.ts))
+        return list(rows.values())
+
+    def _remember_threads(self, rows: list[thread_store.ThreadRow]) -> None:
+        for r in rows:
+            self._known_threads[(r.namespace, r.agent, r.thread_id)] = None
+        while len(self._known_threads) > KNOWN_THREADS:
+            self._known_threads.popitem(last=False)
+
+    async def _insert(self, turns: list[conv_store.Turn], flush_id: str) -> None:
+        """Screen the texts, then the batch's inserts: one for the turns and, at the same
+        time, one for the threads this process has not seen yet."""
+        svc = self.svc
+
+        def insert_turns() -> None:
+            for t in turns:
+                t.high_sensitivity = reads_as_high(t.content)
+            _with_retry(lambda: conv_store.insert(svc.ch, turns, dedup_token=f"conv-{flush_id}"))
+
+        threads = self._new_threads(turns)
+        if not threads:
+            await svc.run(insert_turns)
+            return
+        await asyncio.gather(
+            svc.run(insert_turns),
+            svc.run(_with_retry, lambda: thread_store.insert(svc.ch, threads, dedup_token=f"thr-{flush_id}")))
+        self._remember_threads(threads)
+
+
+def _with_retry(fn: Callable[[], None], attempts: int = 3) -> None:
+    """Retry an insert on a connection error; its deduplication token makes that safe."""
+    for attempt in range(attempts):
+        try:
+            fn()
+            return
+        except OperationalError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05 * 4 ** attempt)
+
+
+def _embeddable(t: conv_store.Turn) -> bool:
+    return t.role in EMBEDDED_ROLES and not t.high_sensitivity and bool(t.content.strip())
+
+
+def _why_not_embedded(t: conv_store.Turn, high: bool) -> str:
+    if t.role not in EMBEDDED_ROLES:
+        return "role"
+    if high:
+        return "high_sensitivity"
+    return "empty"
+
+
+def _embed_turn(t: conv_store.Turn) -> EmbedTurn:
+    return EmbedTurn(t.namespace, t.agent, t.thread_id, t.msg_id, t.role, t.run_id, t.user_id, t.ts,
+                     embed_text(t.content), t.is_summary)
+
+
+def pipeline(svc: Services) -> AppendPipeline:
+    """The process's append pipeline (made on first use, in the running event loop)."""
+    p = svc.extras.get("conversation.append")
+    if p is None:
+        p = svc.extras["conversation.append"] = AppendPipeline(svc)
+    return p  # type: ignore[no-any-return]
+
+
+async def close_pipeline(svc: Services) -> None:
+    p = svc.extras.pop("conversation.append", None)
+    if p is not None:
+        await p.close()
+
+
+async def append(svc: Services, who: Principal, namespace: str, agent: str,
+                 turns: Sequence[TurnInput]) -> list[AppendResult]:
+    """conversation.append (writer): store turns, one result per turn, in order."""
+    who.require_role(Role.writer)
+    ns = who.namespace(namespace)
+    now = utcnow()
+    rows = []
+    for i, t in enumerate(turns):
+        if t.role not in ROLES:
+            raise InvalidRequest(f"role must be one of {', '.join(ROLES)}", field="role")
+        rows.append(conv_store.Turn(
+            namespace=ns, agent=agent, thread_id=t.thread_id,
+            msg_id=t.msg_id or derive_msg_id(t.thread_id, t.role, t.content),
+            ts=now + timedelta(microseconds=i),  # a batch keeps its order
+            role=t.role, content=t.content, reasoning=t.reasoning, user_id=t.user_id, run_id=t.run_id,
+            metadata=dict(t.metadata), tokens=t.tokens, version=next_version()))
+    return await pipeline(svc).append(rows)
+
+
+__all__ = ["AppendPipeline", "AppendResult", "TurnInput", "append", "close_pipeline", "pipeline"]

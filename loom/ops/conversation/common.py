@@ -1,0 +1,78 @@
+"""Shared rules of the conversation plane: roles, derived msg_ids, cursors, limits."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from loom.errors import InvalidRequest
+
+ROLES = ("user", "assistant", "system", "tool")
+EMBEDDED_ROLES = frozenset({"user", "assistant"})
+EMBED_CHARS = 2_048          # a turn's embedding row keeps (and is built from) this many characters
+LEGACY_EMBED_CHARS = 240     # what earlier builds kept
+MAX_BATCH_TURNS = 500
+TITLE_REFUSED = "title_refused"
+
+# Reason codes of an append that stored nothing (the seed's strings, exactly).
+LOGGING_DISABLED = "logging_disabled"
+DUPLICATE = "duplicate"
+DELETED = "deleted"
+
+# Embedding outcomes an append answers with.
+EMBEDDED = "embedded"
+FAILED = "failed"
+
+
+def skipped(why: str) -> str:
+    return f"skipped:{why}"
+
+
+def derive_msg_id(thread_id: str, role: str, content: str) -> str:
+    """The id of a turn sent without one: a hash of thread, role and content (not the
+    agent), so a re-logged turn is a duplicate and two agents logging the same turn
+    share the id (and so the one embedding row)."""
+    h = hashlib.sha256()
+    for part in (thread_id, role, content):
+        data = part.encode("utf-8")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return "h_" + h.hexdigest()[:32]
+
+
+def embed_text(content: str) -> str:
+    return content[:EMBED_CHARS]
+
+
+def as_utc(dt: datetime) -> datetime:
+    """ClickHouse returns naive UTC datetimes; make them aware."""
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+def micros(dt: datetime) -> int:
+    dt = as_utc(dt)
+    return (int(dt.replace(microsecond=0).timestamp()) * 1_000_000) + dt.microsecond
+
+
+def encode_cursor(payload: dict[str, Any]) -> str:
+    raw = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, *, expect: dict[str, Any]) -> dict[str, Any]:
+    """A cursor this server issued for the same listing (`expect` names what must match)."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        payload = json.loads(raw)
+        if not isinstance(payload, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        raise InvalidRequest("cursor is not one this server issued", field="cursor", rule="opaque") from None
+    for key, value in expect.items():
+        if payload.get(key) != value:
+            raise InvalidRequest("cursor belongs to another listing (thread, order or filter changed)",
+                                 field="cursor", rule="same_listing")
+    return payload

@@ -1,0 +1,1202 @@
+"""Does a piece of text "read as high"? The one screen the whole codebase calls.
+
+Design doc: a turn whose text holds a *high shape* (a pasted API key, a ``password=``
+assignment, a card number, an SSN or a stated PIN) is stored as written but gets no
+embedding row, and its text is never sent to the embedder. The same screen is applied to
+titles, excerpts, summaries and brief events.
+
+Public API::
+
+    reads_as_high(text) -> bool
+    window_reads_as_high(text, shown_chars, extra=1024) -> bool   # checks text[:shown+extra]
+    high_reasons(text) -> list[str]   # kinds found, for tests/debug; never the secret itself
+
+Kinds: ``api_key``, ``token``, ``private_key``, ``password_assignment``, ``card_number``,
+``ssn``, ``pin``.
+
+What it is built on:
+
+* detect-secrets 1.5.0 plugins, used programmatically and without its settings/baseline
+  machinery (``analyze_line`` may *verify* secrets over the network; we never call it).
+  We take the plugins' compiled ``denylist`` patterns (AWS, GitHub, GitLab, OpenAI, Stripe,
+  Slack, JWT, SendGrid, Mailchimp, Square, npm, PyPI, Azure storage, Discord, Telegram,
+  private keys, basic-auth URLs) and the KeywordDetector's assignment regexes, then add
+  Loom's own filters. Plugins deliberately *not* used on free text:
+
+  - Base64HighEntropyString / HexHighEntropyString: on chat text they flag git commit
+    hashes, sha256 digests, UUID-ish ids and base64 blobs, which are look-alikes we must
+    not flag. We only borrow their Shannon-entropy function, and only for a value that is
+    *assigned to a key-like name* (``token = "..."``, ``Authorization: Bearer ...``).
+  - ArtifactoryDetector (``AP[0-9A-F]...`` matches upper-case words such as APACHECAMEL),
+    TwilioKeyDetector (account/key SIDs are identifiers, and ``AC`` + 32 hex matches hashes),
+    IPPublicDetector (IP addresses are explicitly not high), IBM/Cloudant/SoftLayer (the
+    generic keyword rules already cover their ``*_key = ...`` forms).
+
+* python-stdnum: ``stdnum.luhn`` for card numbers (13-19 digits, card-style grouping,
+  plausible issuer prefix) and ``stdnum.us.ssn`` for SSNs (area 000/666/9xx, group 00,
+  serial 0000 and the published blacklist are rejected).
+
+* Loom's own rules: Google ``AIza`` keys, OpenAI ``sk-``/``sk-proj-`` and Anthropic
+  ``sk-ant-`` keys, Stripe test keys, GitHub fine-grained PATs, bearer/basic Authorization
+  headers, ``password is X`` prose, SQL ``PASSWORD '...'`` / ``IDENTIFIED BY '...'``, and
+  stated PINs ("my PIN is 4821", "pin: 0000", "PIN code 123456").
+
+Speed: it runs on every append, so the common path avoids full-text regex passes (each
+costs tens of microseconds per 2,000 characters in CPython). Ordinary text costs one
+``lower()``, one ``str.find`` loop per keyword, two ``bytes.translate`` calls (a digit-class
+and a token-class view of the text) searched with ``bytes.find``, and a few substring
+tests. Regexes then run only at those spots: plugin patterns on tokens of 16+ key
+characters holding a known prefix, keyword regexes where a keyword is followed by an
+operator, card/SSN patterns on digit groups that could be one. Measured medians on a
+2,000-character turn: ~22 us plain prose, ~70 us prose dense with look-alikes (digits,
+dates, a commit hash, "password"/"pin"/"key"/"token" as words), ~85-95 us code or markdown.
+Work per keyword or token is bounded, so pathological input stays linear.
+
+Nothing is cached between calls and no state is kept: plugin instances and patterns are
+built once at import.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable, Iterator
+from re import Match, Pattern
+
+from detect_secrets.plugins import keyword as _ds_keyword
+from detect_secrets.plugins.aws import AWSKeyDetector
+from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
+from detect_secrets.plugins.basic_auth import BasicAuthDetector
+from detect_secrets.plugins.discord import DiscordBotTokenDetector
+from detect_secrets.plugins.github_token import GitHubTokenDetector
+from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
+from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
+from detect_secrets.plugins.jwt import JwtTokenDetector
+from detect_secrets.plugins.mailchimp import MailchimpDetector
+from detect_secrets.plugins.npm import NpmDetector
+from detect_secrets.plugins.openai import OpenAIDetector
+from detect_secrets.plugins.private_key import PrivateKeyDetector
+from detect_secrets.plugins.pypi_token import PypiTokenDetector
+from detect_secrets.plugins.sendgrid import SendGridDetector
+from detect_secrets.plugins.slack import SlackDetector
+from detect_secrets.plugins.square_oauth import SquareOAuthDetector
+from detect_secrets.plugins.stripe import StripeDetector
+from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
+from stdnum import luhn
+from stdnum.us import ssn as us_ssn
+
+__all__ = ["KINDS", "high_reasons", "reads_as_high", "window_reads_as_high"]
+
+API_KEY = "api_key"
+TOKEN = "token"
+PRIVATE_KEY = "private_key"
+PASSWORD = "password_assignment"
+CARD = "card_number"
+SSN = "ssn"
+PIN = "pin"
+KINDS: tuple[str, ...] = (API_KEY, TOKEN, PRIVATE_KEY, PASSWORD, CARD, SSN, PIN)
+
+_MAX_VALUE = 320  # how far past a keyword we look for its value
+
+
+# --------------------------------------------------------------------------- helpers
+
+# Shannon entropy over the base64 alphabet, borrowed from detect-secrets (plugin instance
+# cached; only its entropy function is used, see the module docstring).
+_B64_ENTROPY = Base64HighEntropyString()
+
+
+def _entropy(value: str) -> float:
+    return float(_B64_ENTROPY.calculate_shannon_entropy(value))
+
+
+def _classes(value: str) -> int:
+    """How many of upper / lower / digit the value holds."""
+    upper = lower = digit = False
+    for ch in value:
+        if ch.isdigit():
+            digit = True
+        elif ch.isupper():
+            upper = True
+        elif ch.islower():
+            lower = True
+    return upper + lower + digit
+
+
+_SEGMENT_SPLIT = re.compile(r"[-_./+:~]")
+
+
+def _looks_random(value: str, min_len: int = 16) -> bool:
+    """A machine-made credential rather than a word, an identifier or a number."""
+    if len(value) < min_len or _classes(value) < 2:
+        return False
+    if _entropy(value) < 3.0:
+        return False
+    # "my-session-token-value", "Some.Dotted.Name": mostly dictionary-ish segments.
+    wordish = 0
+    for seg in _SEGMENT_SPLIT.split(value):
+        if len(seg) >= 3 and seg.isalpha() and (seg.islower() or seg.istitle() or seg.isupper()):
+            wordish += len(seg)
+    return wordish * 2 <= len(value)
+
+
+def _is_alnum_ascii(ch: str) -> bool:
+    return ch.isascii() and ch.isalnum()
+
+
+def _bounded(s: str, start: int, end: int, *, after: bool = True, extra: str = "") -> bool:
+    """The match s[start:end] is not glued to more letters/digits (or `extra` chars)."""
+    if start > 0:
+        prev = s[start - 1]
+        if _is_alnum_ascii(prev) or prev in extra:
+            return False
+    if after and end < len(s):
+        nxt = s[end]
+        if _is_alnum_ascii(nxt) or nxt in extra:
+            return False
+    return True
+
+
+def _lower_same_length(text: str) -> str:
+    low = text.lower()
+    if len(low) == len(text):
+        return low
+    # A few characters (e.g. "İ") grow when lower-cased; keep offsets aligned.
+    return "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+
+# --------------------------------------------------------------------------- placeholders
+
+# Values that are not a literal secret: masks, templates, references, types, words that
+# commonly follow "password:" in forms and docs.
+_PLACEHOLDER_WORDS = frozenset(
+    """
+    none null nil undefined nan true false yes no on off empty blank n/a na tbd todo tba
+    unknown redacted removed hidden masked omitted censored elided secret secrets
+    password passwords passwd pass pwd pw passphrase passcode token tokens key keys
+    apikey api_key api-key value values string str text int integer bool boolean bytes
+    char varchar any object number secretstr securestring example sample dummy
+    placeholder changeme change_me change-me changeit foo bar baz foobar qux test
+    testing xxx abc required optional mandatory incorrect invalid wrong expired reset
+    changed updated same unchanged encrypted hashed set unset protected needed forgotten
+    forgot weak strong ok okay default see check use enter entered provided supplied
+    stored saved sent generated rotated disabled enabled confidential private sensitive
+    field fields manager please must should cannot never always again later here above
+    below attached the a an is and or of to for in with your my it this that not only
+    also then new old current prompt input hint label leaked compromised missing short
+    long too matches match mismatch length minimum maximum min max characters chars
+    digits letters symbols policy rules requirements format type reveal show hide
+    visible toggle guest user username admin_password login credentials
+    """.split()  # noqa: SIM905
+)
+
+_PLACEHOLDER_RE = re.compile(
+    r"""^(?:
+        <[^<>]*>                       # <redacted>, <password>
+      | \{\{?[^{}]*\}\}?               # {password}, {{ vault_pw }}
+      | \[[^\[\]]*\]                   # [REDACTED]
+      | \$\{?[A-Za-z_][\w.:-]*\}?      # $DB_PASS, ${DB_PASS}, ${env:X}
+      | %\(?\w*\)?[sd]                 # %s, %(password)s
+      | [*•●·∙xX#?._\-]+               # ****, xxxx, ..., ---, ____
+      | …+
+      | (?:my|your|the|new|old|some|db|database|user|admin|app|example|sample|dummy|fake)
+        [_\- ]?(?:pass(?:word|wd|phrase)?|pwd|pw|secret|token|key|api[_\- ]?key)
+        (?:[_\- ]?here)?
+      | .*(?:your[_\- ]?|_here\b|changeme|change_me|redacted|placeholder|xxxx|\*\*\*).*
+    )$""",
+    re.IGNORECASE | re.VERBOSE,
+)
+
+_DOTTED_IDENT = re.compile(r"^[A-Za-z_$][\w$]*(?:\??\.[A-Za-z_$][\w$]*)+(?:\(\))?$")
+_CAMEL_IDENT = re.compile(r"^[a-z]+(?:[A-Z][a-z0-9]*)+$")
+_CONST_IDENT = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
+_IDENT = re.compile(r"^[A-Za-z_]\w*$")
+_KEYWORDISH = re.compile(r"pass|pwd|secret|token|key|cred|auth", re.IGNORECASE)
+_CODE_CHARS = re.compile(r"[()\[\]{}]")
+_EMAIL = re.compile(r"^[\w.+-]+@[\w-]+(?:\.[\w-]+)+$")
+_URLISH = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|www\.)", re.IGNORECASE)
+_PATHISH = re.compile(r"^(?:~?/|\.\.?/|[A-Za-z]:\\)")
+
+
+def _is_placeholder(value: str) -> bool:
+    v = value.strip()
+    return not v or v.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_RE.match(v) is not None
+
+
+def _is_reference(value: str) -> bool:
+    """An unquoted value that is code, not a literal: a variable, a call, a lookup."""
+    if _CODE_CHARS.search(value) or value.startswith(("$", "!", "&", "*", "@", "%", "|", ">", "-")):
+        return True
+    if _DOTTED_IDENT.match(value) or _CAMEL_IDENT.match(value) or _CONST_IDENT.match(value):
+        return True
+    # password = user_password / db_pass / getpass: a variable named after the secret.
+    return bool(_IDENT.match(value) and not any(c.isdigit() for c in value) and _KEYWORDISH.search(value))
+
+
+def _credential_look(value: str) -> bool:
+    """Unquoted value that is not just a plain word: it has a digit, a symbol or odd case."""
+    if any(c.isdigit() for c in value):
+        return True
+    if any(not c.isalnum() for c in value):
+        return True
+    body = value[1:]
+    return any(c.isupper() for c in body) and any(c.islower() for c in value)
+
+
+_TRAILING_PUNCT = ".,;:!?)]}>\"'`*"
+
+
+def _clean_unquoted(raw: str) -> str:
+    v = raw.split(None, 1)[0] if raw.strip() else ""
+    v = v.rstrip(_TRAILING_PUNCT)
+    return v.lstrip("*_`")
+
+
+# Name segments that say the value is *about* the secret rather than the secret itself.
+_META_SEGMENTS = frozenset(
+    """
+    reset field fields label prompt hint placeholder policy length len min max minlength
+    maxlength timeout ttl expiry expires expiration age url uri endpoint path file
+    filename dir env var name id arn ref type kind format regex pattern strength rule
+    rules required enabled disabled input text message msg error errors attempts retries
+    count limit changed updated created at date time version header param prefix suffix
+    size hash hashed digest encrypted visible visibility toggle mask masked show hide
+    manager store vault backend provider source location storage mode method algorithm
+    algo strategy validator validation widget form column col less protected policy help
+    description desc title placeholder confirmation recovery forgot forgotten link page
+    template
+    """.split()  # noqa: SIM905
+)
+
+_CAMEL_SPLIT = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+
+
+def _name_is_meta(name: str) -> bool:
+    for part in re.split(r"[_\-.\s]+", name):
+        for seg in _CAMEL_SPLIT.findall(part) or [part]:
+            if seg.lower() in _META_SEGMENTS:
+                return True
+    return False
+
+
+# --------------------------------------------------------------------------- known shapes
+
+# Each shape: kind, patterns (mostly detect-secrets plugin denylists), a validator.
+_Validator = Callable[[str, Match[str]], bool]
+
+
+def _v_bounded(s: str, m: Match[str]) -> bool:
+    return _bounded(s, m.start(), m.end(), extra="_")
+
+
+def _v_prefix_bounded(s: str, m: Match[str]) -> bool:
+    return _bounded(s, m.start(), m.end(), after=False)
+
+
+def _v_aws(s: str, m: Match[str]) -> bool:
+    if not _bounded(s, m.start(), m.end()):
+        return False
+    key = m.group(0)
+    # AKIA is unambiguous; the other prefixes begin real upper-case words (ASIAPACIFIC...).
+    return key.startswith("AKIA") or any(c.isdigit() for c in key[4:])
+
+
+def _v_slack(s: str, m: Match[str]) -> bool:
+    return _bounded(s, m.start(), m.end(), after=False) and len(m.group(0)) >= 24
+
+
+def _v_jwt(s: str, m: Match[str]) -> bool:
+    tok = m.group(0)
+    return (
+        _bounded(s, m.start(), m.end(), after=False)
+        and "." in tok
+        and len(tok) >= 24
+        and JwtTokenDetector.is_formally_valid(tok)
+    )
+
+
+def _v_random_tail(s: str, m: Match[str]) -> bool:
+    if not _bounded(s, m.start(), m.end(), extra="_-"):
+        return False
+    return _looks_random(m.group(0).split(":", 1)[-1], 20)
+
+
+def _v_discord(s: str, m: Match[str]) -> bool:
+    return _bounded(s, m.start(), m.end(), extra="_-") and _classes(m.group(0)) == 3
+
+
+_SK_KEY = re.compile(
+    r"sk-(?P<sub>ant-(?:api|admin|sid)\d{2}-|ant-|proj-|svcacct-|admin-|None-)?(?P<tail>[A-Za-z0-9_\-]{20,400})"
+)
+_HEX = re.compile(r"^[0-9a-f]+$")
+
+
+def _v_sk(s: str, m: Match[str]) -> bool:
+    if m.re is not _SK_KEY:  # detect-secrets' OpenAIDetector (keys carrying the T3BlbkFJ marker)
+        return _bounded(s, m.start(), m.end(), extra="_-", after=False)
+    if not _bounded(s, m.start(), m.end(), extra="_-"):
+        return False
+    tail = m.group("tail")
+    if _HEX.match(tail) and len(tail) >= 32:
+        return True  # sk-<32 hex>: the key shape of several model providers
+    min_len = 20 if m.group("sub") else 32
+    return len(tail) >= min_len and _classes(tail) == 3 and _looks_random(tail, min_len)
+
+
+def _v_mailchimp(s: str, m: Match[str]) -> bool:
+    return _bounded(s, m.start(), m.end()) and _classes(m.group(0)) >= 2
+
+
+def _plugin(cls: type) -> list[Pattern[str]]:
+    return list(cls().denylist)
+
+
+# name -> (kind, literal triggers, patterns, validator). A long token is tried against a
+# shape's patterns only when it contains one of the shape's literal triggers.
+_Shape = tuple[str, tuple[str, ...], list[Pattern[str]], _Validator]
+_SHAPES: tuple[_Shape, ...] = (
+    (API_KEY, ("AKIA", "ASIA", "ABIA", "ACCA", "A3T"), _plugin(AWSKeyDetector)[:1], _v_aws),
+    (TOKEN, ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), _plugin(GitHubTokenDetector), _v_bounded),
+    (TOKEN, ("github_pat_",), [re.compile(r"github_pat_[A-Za-z0-9_]{22,}")], _v_prefix_bounded),
+    (
+        TOKEN,
+        (
+            "glpat-",
+            "gldt-",
+            "glft-",
+            "glsoat-",
+            "glrt-",
+            "glcbt-",
+            "glimt-",
+            "glptt-",
+            "glagent-",
+            "gloas-",
+            "GR1348941",
+        ),
+        _plugin(GitLabTokenDetector),
+        _v_prefix_bounded,
+    ),
+    (API_KEY, ("sk-",), [_SK_KEY], _v_sk),
+    (API_KEY, ("T3BlbkFJ",), _plugin(OpenAIDetector), _v_sk),
+    (
+        API_KEY,
+        ("k_live_", "k_test_"),
+        [*_plugin(StripeDetector), re.compile(r"[rs]k_test_[0-9a-zA-Z]{24,}")],
+        _v_prefix_bounded,
+    ),
+    (TOKEN, ("xox", "XOX", "hooks.slack.com/"), _plugin(SlackDetector), _v_slack),
+    (API_KEY, ("AIza",), [re.compile(r"AIza[0-9A-Za-z_\-]{35}")], _v_bounded),
+    (TOKEN, ("eyJ",), _plugin(JwtTokenDetector), _v_jwt),
+    (API_KEY, ("SG.",), _plugin(SendGridDetector), _v_prefix_bounded),
+    (API_KEY, ("-us",), _plugin(MailchimpDetector), _v_mailchimp),
+    (API_KEY, ("sq0csp-",), _plugin(SquareOAuthDetector), _v_prefix_bounded),
+    (
+        TOKEN,
+        ("_authToken=", "npm_"),
+        [*_plugin(NpmDetector), re.compile(r"npm_[A-Za-z0-9]{36}")],
+        _v_prefix_bounded,
+    ),
+    (TOKEN, ("pypi-AgE",), _plugin(PypiTokenDetector), _v_prefix_bounded),
+    (API_KEY, ("AccountKey=",), _plugin(AzureStorageKeyDetector), _v_prefix_bounded),
+    (TOKEN, (":",), _plugin(TelegramBotTokenDetector), _v_random_tail),
+    (TOKEN, (".",), _plugin(DiscordBotTokenDetector), _v_discord),
+)
+
+_LONG_TOKEN = 16  # no known key shape is shorter
+
+
+# One literal-alternation pass over a long token says which shapes to try on it. Telegram
+# (digits ':' ...) and Discord (three dot-separated parts) have no literal prefix, so they
+# are gated on length and punctuation instead.
+_TELEGRAM = len(_SHAPES) - 2
+_DISCORD = len(_SHAPES) - 1
+_TRIGGER_TO_SHAPE = {lit: i for i, shape in enumerate(_SHAPES[:_TELEGRAM]) for lit in shape[1]}
+_TRIGGER = re.compile("|".join(re.escape(lit) for lit in _TRIGGER_TO_SHAPE))
+
+
+# Patterns run in a window around each trigger, and at most a few windows per shape per
+# token, so a pathological token ("sk-sk-sk-...", "eyJeyJ...") costs bounded work.
+_BEFORE, _AFTER, _MAX_WINDOWS = 96, 1024, 8
+
+
+_REPEAT_RUN = re.compile(r"(.)\1{7}")
+
+
+def _is_filler(secret: str) -> bool:
+    """ghp_xxxxxxxx..., AKIAXXXXXXXXXXXXXXXX: a documented shape, not a key."""
+    return len(set(secret)) < 10 or _REPEAT_RUN.search(secret) is not None
+
+
+def _shapes_in_token(tok: str) -> Iterator[str]:
+    if tok.isalnum() and "A" not in tok:
+        return  # words, hex digests: only AKIA.../AIza... keys can be bare alphanumerics
+    n = len(tok)
+    windows: dict[int, tuple[int, int]] = {}  # shape -> (windows used, covered up to)
+    spans: list[tuple[int, int, int]] = [
+        (_TRIGGER_TO_SHAPE[m.group(0)], m.start(), m.end()) for m in _TRIGGER.finditer(tok)
+    ]
+    if n >= 44 and ":" in tok:
+        spans.append((_TELEGRAM, 0, 0))
+    if n >= 59 and tok.count(".") >= 2:
+        spans.append((_DISCORD, 0, 0))
+    for shape, start, end in spans:
+        used, covered = windows.get(shape, (0, -1))
+        if used >= _MAX_WINDOWS or end <= covered:
+            continue
+        if shape >= _TELEGRAM:
+            lo, hi = 0, min(n, 4096)
+        else:
+            lo, hi = max(0, start - _BEFORE), min(n, end + _AFTER)
+        windows[shape] = (used + 1, hi - _BEFORE)
+        kind, _triggers, patterns, ok = _SHAPES[shape]
+        for pat in patterns:
+            for m in pat.finditer(tok, lo, hi):
+                if ok(tok, m) and not _is_filler(m.group(0)):
+                    yield kind
+                    break
+
+
+# AWS secret access key next to an "aws ... key" name (the plugin's second pattern).
+_AWS_SECRET = list(AWSKeyDetector().denylist)[1]
+
+
+def _scan_aws_secret(text: str) -> Iterator[str]:
+    for m in _AWS_SECRET.finditer(text):
+        if _classes(m.group(1)) >= 2:
+            yield API_KEY
+            return
+
+
+# --------------------------------------------------------------------------- private keys
+
+_PRIVATE_KEY_PATTERNS = [
+    *_plugin(PrivateKeyDetector),
+    re.compile(r"BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY"),
+    re.compile(r"PuTTY-User-Key-File-\d"),
+]
+
+
+def _scan_private_key(text: str) -> Iterator[str]:
+    for pat in _PRIVATE_KEY_PATTERNS:
+        for m in pat.finditer(text):
+            if m.group(0).startswith("PuTTY"):
+                if text.startswith(":", m.end()):
+                    yield PRIVATE_KEY
+                    return
+                continue
+            # The PEM armour ("-----BEGIN ..."), not a prose mention of the header name.
+            if text[max(0, m.start() - 6) : m.start()].rstrip(" ").endswith("---"):
+                yield PRIVATE_KEY
+                return
+
+
+# --------------------------------------------------------------------------- basic-auth URLs
+
+_BASIC_AUTH = _plugin(BasicAuthDetector)[0]
+_PASSWORD_ONLY_URL = re.compile(r"://:([^\s:/?#\[\]@]+)@")  # redis://:pw@host
+_URL_DEFAULTS = frozenset({"guest", "user", "username", "login", "pass", "password", "secret"})
+
+
+def _scan_url_credentials(text: str) -> Iterator[str]:
+    for m in (*_BASIC_AUTH.finditer(text), *_PASSWORD_ONLY_URL.finditer(text)):
+        password = m.group(1)
+        if _is_placeholder(password) or password.lower() in _URL_DEFAULTS:
+            continue
+        yield PASSWORD
+        return
+
+
+# --------------------------------------------------------------------------- keyword rules
+
+# detect-secrets KeywordDetector regexes: (pattern, quote group, value group, operator kind).
+# They match at the keyword itself, so we anchor them (.match) at each keyword hit.
+_DS_ASSIGN: tuple[tuple[Pattern[str], int, int, str], ...] = (
+    (_ds_keyword.FOLLOWED_BY_COLON_EQUAL_SIGNS_REGEX, 3, 4, "assign"),
+    (_ds_keyword.FOLLOWED_BY_EQUAL_SIGNS_REGEX, 4, 5, "assign"),
+    (_ds_keyword.FOLLOWED_BY_ARROW_FUNCTION_SIGN_QUOTES_REQUIRED_REGEX, 3, 4, "assign"),
+    (_ds_keyword.FOLLOWED_BY_COLON_REGEX, 3, 4, "colon"),
+    (_ds_keyword.FOLLOWED_BY_QUOTES_AND_SEMICOLON_REGEX, 2, 3, "assign"),
+)
+
+_SEGMENT_START = re.compile(r"(?:^|(?<=[_.\-]))\w|(?<=[a-z])[A-Z]")
+# After a name: something that can start an assignment.
+_OPERATOR_AHEAD = re.compile(r"""["'\]]{0,2}\s*(?:[=:!(]|=>|["'`])""")
+
+_ROOT_SECRET = re.compile(r"(?:pass(?:word|wd|phrase)?|pwd|secret|contraseña|contrasena|token|apikey)")
+
+
+def _name_bounds(text: str, pos: int, end: int) -> tuple[int, int]:
+    """The identifier (letters, digits, _ . -) around text[pos:end]."""
+    start = pos
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_.-"):
+        start -= 1
+    while start < pos and text[start] in ".-":
+        start += 1
+    stop = end
+    while stop < len(text) and (text[stop].isalnum() or text[stop] == "_"):
+        stop += 1
+    return start, stop
+
+
+def _keyword_tail_ok(text: str, kw_end: int, stop: int) -> bool:
+    """password_db / passwordHash / PASSWORD2 are names; passed / secretary / tokenizer are words."""
+    if kw_end >= stop:
+        return True
+    nxt = text[kw_end]
+    if nxt in "_-0123456789":
+        return True
+    if nxt.isupper() and text[kw_end - 1].islower():
+        return True  # camelCase: passwordHash
+    if text[kw_end - 1].isupper() and nxt.isupper():
+        return True  # PASSWORDS / SECRETKEY (upper-case names)
+    return text[kw_end:stop].lower() in ("s", "key", "phrase")
+
+
+def _family(word: str, name: str) -> str:
+    if word in ("pass", "pw", "contrase") or "pass" in name or "pwd" in name:
+        return PASSWORD
+    if "token" in name:
+        return TOKEN
+    return API_KEY
+
+
+# "hashed password: 5f4d..." is a digest, not the password.
+_PREV_META = re.compile(
+    r"(?:hashed|hash|encrypted|salted|masked|redacted|bcrypt|md5|sha1|sha256|sha-256|argon2|scrypt|pbkdf2)[\s_-]+$"
+)
+# "boarding pass: 12345678" is a ticket.
+_PASS_NOUN = re.compile(
+    r"(?:boarding|bus|train|rail|ski|season|day|hall|backstage|gym|guest|visitor|museum|park|access|"
+    r"all-access|festival|event|parking|transit|travel|e)[\s-]+$"
+)
+
+
+def _short_name_password(text: str, low: str, start: int, pos: int, stop: int) -> bool:
+    """`pass: ...` / `pw = ...` / `smtp_pass = ...`: short names, so stricter values."""
+    if start < pos and not (text[pos - 1] in "_-." or (text[pos].isupper() and text[pos - 1].islower())):
+        return False  # bypass / compass: the keyword is not a segment of the name
+    if start == pos and low[pos:stop] == "pass" and _PASS_NOUN.search(low, max(0, pos - 16), pos):
+        return False
+    m = _OWN_VALUE.match(text, stop, min(len(text), stop + _MAX_VALUE))
+    if m is None or m.group("is"):
+        return False
+    quoted = bool(m.group("q"))
+    value = m.group("val")
+    if not quoted:
+        value = _clean_unquoted(value)
+        if not _credential_look(value):
+            return False
+    return _value_ok(PASSWORD, value, quoted, "assign", "")
+
+
+def _value_ok(family: str, value: str, quoted: bool, op: str, rest: str) -> bool:
+    """Is this literal value a secret? `rest` is the text after the value on its line."""
+    if not quoted:
+        value = _clean_unquoted(value)
+    # Cheapest rejections first.
+    if len(value) < _MIN_LEN[family] or (family == TOKEN and _classes(value) < 2):
+        return False
+    if _is_placeholder(value):
+        return False
+    if quoted and ("\n" in value or len(value) > 200):
+        return False
+    if not quoted and _is_reference(value):
+        return False
+    if _EMAIL.match(value) or _URLISH.match(value) or _PATHISH.match(value):
+        return False
+    if family != PASSWORD and any(c.isspace() for c in value):
+        return False  # keys and tokens are one word; "Launch on Monday" is prose
+    if family == TOKEN:
+        return _looks_random(value, 16)
+    if family == API_KEY:
+        if quoted:
+            return _classes(value) >= 2 or len(value) >= 16
+        return _looks_random(value, 12) or (_classes(value) == 3 and len(value) >= 8)
+    # passwords
+    if len(value) < 4:
+        return False
+    if quoted or op == "assign":
+        return True
+    if _credential_look(value):
+        return True
+    if op == "colon":
+        # "Wi-Fi password: swordfish" -- a bare word only when it ends the line.
+        return not rest.strip(" \t.!*_`")
+    return False
+
+
+_MIN_LEN = {TOKEN: 16, API_KEY: 8, PASSWORD: 4}
+
+
+def _line_rest(text: str, pos: int) -> str:
+    nl = text.find("\n", pos, pos + _MAX_VALUE)
+    return text[pos : nl if nl >= 0 else min(len(text), pos + 200)]
+
+
+def _ds_assignments(text: str, starts: list[int], stop: int, family: str) -> bool:
+    endpos = min(len(text), stop + _MAX_VALUE)
+    for start in starts:
+        for pat, qgroup, vgroup, op in _DS_ASSIGN:
+            m = pat.match(text, start, endpos)
+            if m is None:
+                continue
+            quoted = bool(m.group(qgroup))
+            raw = m.group(vgroup)
+            if quoted:
+                value, rest_at = raw, m.end()
+            else:
+                value = _clean_unquoted(raw)
+                rest_at = m.start(vgroup) + raw.find(value) + len(value) if value else m.end(vgroup)
+            if _value_ok(family, value, quoted, op, _line_rest(text, rest_at)):
+                return True
+    return False
+
+
+# Loom's own operator + value reader (token names, "is" statements, query strings, headers).
+_OWN_VALUE = re.compile(
+    r"""["'\]]{0,2}[*_]{0,2}
+        (?:\s*(?P<op>:=|=>|==|=|:)|\s+(?P<is>is|was|will\s+be)(?:\s*[:=])?)
+        [*_]{0,2}\s*(?P<q>["'`]?)(?P<val>[^\s"'`,;&<>(){}\[\]]{1,512})(?P=q)""",
+    re.VERBOSE,
+)
+# "password for the staging db is X", "**Password:** X"
+_PW_PROSE = re.compile(
+    r"""(?P<mid>(?:\s+(?!(?:is|was|will)\b)[A-Za-z][\w@.'’-]*){0,5}?)
+        [*_]{0,2}\s*(?P<op>:|=|\bis\b|\bwas\b|\bwill\s+be\b|\bis\s+now\b|\bset\s+to\b|\bchanged\s+to\b)
+        [*_]{0,2}\s*(?P<q>["'`“‘]?)(?P<val>[^\s"'`“”‘’]{1,200})(?P<q2>["'`”’]?)""",
+    re.VERBOSE,
+)
+_SQL_PASSWORD = re.compile(r"""\s+(?:by\s+)?'(?P<val>[^'\n]{1,200})'""", re.IGNORECASE)
+_CLI_FLAG = re.compile(r"""[ =](?P<q>["']?)(?P<val>[^\s"']{1,200})(?P=q)""")
+
+
+def _own_token_value(text: str, stop: int, family: str) -> bool:
+    m = _OWN_VALUE.match(text, stop, min(len(text), stop + _MAX_VALUE))
+    if m is None:
+        return False
+    value = m.group("val")
+    if not m.group("q"):
+        value = value.rstrip(".")
+    op = "prose" if m.group("is") else ("colon" if m.group("op") == ":" else "assign")
+    return _value_ok(family, value, bool(m.group("q")), op, "")
+
+
+def _prose_password(text: str, kw_end: int) -> bool:
+    m = _PW_PROSE.match(text, kw_end, min(len(text), kw_end + 300))
+    if m is None:
+        return False
+    mid = m.group("mid").lower().split()
+    if any(w.strip("'’") in _PROSE_MID_VETO for w in mid):
+        return False
+    if "\n" in m.group("mid"):
+        return False
+    quoted = bool(m.group("q")) and bool(m.group("q2"))
+    value = m.group("val")
+    if not quoted:
+        value = value.rstrip(_TRAILING_PUNCT).lstrip("*_`\"'“‘")
+    op_word = m.group("op").strip().lower()
+    op = "colon" if op_word == ":" else ("assign" if op_word == "=" else "prose")
+    rest = _line_rest(text, m.end())
+    if op == "prose" and not quoted and not _credential_look(value):
+        return False
+    if (
+        op == "prose"
+        and rest[:1] == " "
+        and re.match(r"\s+(?:characters?|chars?|digits?|letters?|long)\b", rest)
+    ):
+        return False
+    return _value_ok(PASSWORD, value, quoted, op if op != "prose" else "colon", rest)
+
+
+_PROSE_MID_VETO = _META_SEGMENTS | frozenset(
+    """
+    must should cannot can can't needs need requires require has have does doesn't isn't
+    wasn't must not contains contain includes include expired incorrect invalid wrong
+    """.split()  # noqa: SIM905
+)
+
+_CURL_USER = re.compile(r"""-u(?:ser)?(?:\s+|=)(?P<q>["']?)[^\s:"']+:(?P<pw>[^\s"']+)(?P=q)""", re.IGNORECASE)
+_BEARER = re.compile(r"bearer\s+(?P<val>[A-Za-z0-9_\-.+/=~]{16,})", re.IGNORECASE)
+_AUTHZ = re.compile(
+    r"""authorization["']?\s*[:=]\s*["']?(?:(?P<scheme>basic|bearer|token|apikey|api-key|key|digest)\s+)?"""
+    r"""(?P<val>[A-Za-z0-9_\-.+/=~]{8,})""",
+    re.IGNORECASE,
+)
+# detect-secrets' *_?key names (api_key, auth_key, ...), plus access_key; and their prose forms.
+_KEY_PREFIXES = tuple(
+    p + sep
+    for p in ("api", "auth", "service", "account", "db", "database", "priv", "private", "client", "access")
+    for sep in ("", "_")
+)
+_KEY_PROSE_PREFIXES = tuple(p + sep for p in ("api", "access", "secret") for sep in (" ", "-", "_"))
+
+
+def _basic_credentials(b64: str) -> bool:
+    try:
+        raw = base64.b64decode(b64 + "=" * (-len(b64) % 4), validate=True)
+        decoded = raw.decode("utf-8")
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return False
+    user, sep, password = decoded.partition(":")
+    if not sep or not user or not password or not decoded.isprintable():
+        return False
+    return not _is_placeholder(password) and password.lower() not in _URL_DEFAULTS
+
+
+def _authorization(text: str, pos: int) -> bool:
+    m = _AUTHZ.match(text, pos, min(len(text), pos + _MAX_VALUE))
+    if m is None:
+        return False
+    scheme = (m.group("scheme") or "").lower()
+    value = m.group("val")
+    if scheme == "basic":
+        return _basic_credentials(value)
+    return _looks_random(value, 16)
+
+
+# ---- PINs
+
+_PIN = re.compile(
+    r"""(?P<kw>pin|passcode)(?P<suffix>[ -]?(?:code|number|no\.?|\#))?(?:'s|’s)?(?![A-Za-z])
+        (?P<mid>(?:\s+(?!(?:is|was|will|would|set|changed)\b)[A-Za-z][A-Za-z'’-]*){0,6}?)
+        \s*(?P<sep>:|=|\#|-\s|\bis(?:\s+now)?\b|\bwas\b|\bwill\s+be\b|\bwould\s+be\b|\bset\s+to\b|\bchanged\s+to\b)?
+        \s*[*_`"'“‘(]*\s*
+        (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_PIN_MID_VETO = frozenset(
+    """
+    count counts pitch spacing header headers out layout diameter length width size
+    voltage current mapping assignment configuration config mode state chip chips
+    connector gpio board socket package field label attempts limit policy retries tries
+    expiry expires year this that these those it them message messages comment comments
+    post posts note notes tab tabs thread threads issue issues item items doc docs page
+    pages tweet chat channel version versions dependency dependencies packages numbering
+    entry pad digit digits characters reset
+    """.split()  # noqa: SIM905
+)
+_PIN_OWNER = re.compile(
+    r"(?:^|\b)(?:my|your|his|her|our|their|the|atm|card|debit|credit|bank|new|old|sim|phone|default|"
+    r"security|account|voicemail|alarm|door|garage|safe|lock|unlock|backup)[\s'’s]*$",
+    re.IGNORECASE,
+)
+_PIN_CHANGED = re.compile(r"\b(?:changed|change|set|reset|updated|update)\b")
+_ELECTRONICS = re.compile(
+    r"gpio|chip|header|connector|pinout|arduino|raspberry|breadboard|pcb|solder|wire|voltage|"
+    r"socket|bga|mcu|microcontroller|resistor|jumper|\bled\b"
+)
+
+
+def _stated_pin(text: str, low: str, pos: int) -> bool:
+    m = _PIN.match(text, pos, min(len(text), pos + 200))
+    if m is None:
+        return False
+    mid = m.group("mid")
+    if "\n" in mid or any(w.lower().strip("'’") in _PIN_MID_VETO for w in mid.split()):
+        return False
+    sep = (m.group("sep") or "").strip()
+    if mid.strip().lower() == "to" and not sep and _PIN_CHANGED.search(low, max(0, pos - 24), pos):
+        return True  # "I changed my PIN to 8642"
+    if mid.strip() and not sep:
+        return False
+    if not sep and not m.group("suffix"):
+        # "PIN 4821" / "my pin 4821"; but "pin 2024 goals" (the verb) and "GPIO pin 1234" are not.
+        before = text[max(0, pos - 24) : pos]
+        if not (m.group("kw").isupper() or _PIN_OWNER.search(before)):
+            return False
+        if _ELECTRONICS.search(low, max(0, pos - 40), pos):
+            return False
+    return True
+
+
+def _is_word_at(low: str, pos: int, end: int) -> bool:
+    return (pos == 0 or not low[pos - 1].isalpha()) and (end >= len(low) or not low[end].isalpha())
+
+
+_PIN_WORDS = ("pincode", "pin-code", "pin_code")
+_PROSE_OPS = (":", "=", " is", " was", " be ", " to ")
+
+
+def _clause(low: str, pos: int) -> str:
+    """Up to 80 characters after pos, cut at the end of the line or sentence."""
+    window = low[pos : pos + 80]
+    for stop in ("\n", ". ", "? ", "! ", "; "):
+        cut = window.find(stop)
+        if cut >= 0:
+            window = window[:cut]
+    return window
+
+
+def _pin_hit(text: str, low: str, pos: int, kw_end: int) -> str | None:
+    if not (_is_word_at(low, pos, kw_end) or low.startswith(_PIN_WORDS, pos)):
+        return None
+    if _DIGIT_RUN4.search(text, kw_end, kw_end + 120) is None:
+        return None
+    return PIN if _stated_pin(text, low, pos) else None
+
+
+def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | None:
+    """Judge one keyword occurrence; cheap rejections first (most hits are ordinary words)."""
+    nxt = low[end : end + 1]
+    if word == "pin":
+        return _pin_hit(text, low, pos, end)
+    if word == "pass":
+        if low.startswith("passcode", pos):
+            return _pin_hit(text, low, pos, pos + 8)
+        if nxt.isalpha() and not low.startswith(("password", "passwd", "passphrase"), pos):
+            return None  # passed, passenger, passport
+    elif word == "key":
+        prev = low[pos - 1 : pos]
+        if not (prev.isalpha() or prev in ("_", "-", " ")):
+            return None  # "key", ["key"], Key=key
+        if not low.endswith(_KEY_PREFIXES, max(0, pos - 9), pos):
+            # "my API key is ..." / "access key: ..." in prose; every other "key" is a word.
+            if low.endswith(_KEY_PROSE_PREFIXES, max(0, pos - 8), pos) and _own_token_value(
+                text, end, API_KEY
+            ):
+                return API_KEY
+            return None
+    elif word == "token":
+        if nxt.isalpha() and nxt != "s":
+            return None  # tokenizer
+    elif word == "secret":
+        if nxt.isalpha() and nxt not in "sk":
+            return None  # secretary
+    elif word == "pw":
+        if nxt.isalpha() and nxt != "d":
+            return None
+    elif word == "bearer":
+        m = _BEARER.match(text, pos, min(len(text), pos + _MAX_VALUE))
+        return TOKEN if m and _looks_random(m.group("val").rstrip("."), 16) else None
+    elif word == "authoriz":
+        if not _authorization(text, pos):
+            return None
+        return PASSWORD if "basic" in low[pos : pos + 40] else TOKEN
+    elif word == "-u":
+        # curl -u user:password / --user user:password
+        m = _CURL_USER.match(text, pos, min(len(text), pos + 300))
+        if (
+            m
+            and (pos == 0 or low[pos - 1] in " -\t")
+            and _value_ok(PASSWORD, m.group("pw"), False, "assign", "")
+        ):
+            return PASSWORD
+        return None
+    elif word == "identified":
+        if low.startswith("identified by", pos):
+            m = _SQL_PASSWORD.match(text, pos + 10, min(len(text), pos + 300))
+            if m and _value_ok(PASSWORD, m.group("val"), True, "assign", ""):
+                return PASSWORD
+        return None
+
+    start, stop = _name_bounds(text, pos, end)
+    # Where the keyword proper ends inside the name (password, passwd, secret, ...).
+    root = _ROOT_SECRET.match(low, pos)
+    kw_end = root.end() if root else end
+    if word != "key" and not _keyword_tail_ok(text, kw_end, stop):
+        return None
+
+    # Is anything that could carry a value next to the name? (Most hits stop here.)
+    operator = _OPERATOR_AHEAD.match(text, stop) is not None
+    flag = text[max(0, start - 2) : start] == "--"
+    xml = start > 0 and text[start - 1] == "<" and text.startswith(">", stop)
+    sql = "'" in low[stop : stop + 3]
+    bare_name = stop == kw_end or low[kw_end:stop] == "s"
+    window = _clause(low, stop) if bare_name else ""
+    prose = bool(window) and any(op in window for op in _PROSE_OPS)
+    if not (operator or flag or xml or sql or prose):
+        return None
+
+    name = text[start:stop]
+    if _name_is_meta(name) or _PREV_META.search(low, max(0, start - 16), start):
+        return None
+    family = _family(word, low[start:stop])
+
+    if flag:  # --password X / --api-key=X
+        m = _CLI_FLAG.match(text, stop, min(len(text), stop + 300))
+        if m and _value_ok(family, m.group("val"), bool(m.group("q")), "assign", ""):
+            return family
+
+    if operator:
+        # Anchor the detect-secrets regexes at every segment start of the name
+        # (aws_api_key -> "api_key", dbPassword -> "dbPassword", "password").
+        starts = sorted({pos, *(start + s.start() for s in _SEGMENT_START.finditer(name))})
+        if family != TOKEN and _ds_assignments(text, starts, stop, family):
+            return family
+        if (family == TOKEN or word == "key") and _own_token_value(text, stop, family):
+            return family
+
+    if family == PASSWORD and low.startswith(("password", "passwd", "passphrase", "contrase"), pos):
+        if xml:  # <password>hunter2</password>
+            close = text.find("<", stop + 1, stop + 1 + 200)
+            if close > 0 and _value_ok(PASSWORD, text[stop + 1 : close], True, "assign", ""):
+                return PASSWORD
+        if prose and _prose_password(text, stop):
+            return PASSWORD
+        if sql:
+            m = _SQL_PASSWORD.match(text, stop, min(len(text), stop + 300))
+            if m and _value_ok(PASSWORD, m.group("val"), True, "assign", ""):
+                return PASSWORD  # CREATE USER ... WITH PASSWORD '...'
+    elif family == TOKEN and bare_name and not operator:
+        if _own_token_value(text, stop, TOKEN):
+            return TOKEN  # "the access token is ..."
+    elif (
+        family == PASSWORD
+        and low[pos:stop] in ("pass", "pw")
+        and _short_name_password(text, low, start, pos, stop)
+    ):
+        return PASSWORD
+    return None
+
+
+# --------------------------------------------------------------------------- numbers
+
+_DIGIT_RUN4 = re.compile(r"\d\d\d\d")
+
+_CARD = re.compile(
+    r"""\d(?:
+        \d{12,18}
+      | \d{3}(?P<s>[ -])\d{4}(?P=s)\d{4}(?P=s)\d{4}(?:(?P=s)\d{3})?
+      | \d{3}(?P<t>[ -])\d{6}(?P=t)\d{4,5}
+    )(?![\w]|[.,\-]\d)""",
+    re.VERBOSE,
+)
+_CARD_CTX = re.compile(
+    r"card|visa|master|amex|american express|discover|diners|jcb|unionpay|maestro|\bcc\b|credit|debit|cvv|cvc|\bpan\b"
+)
+_NOT_CARD_CTX = re.compile(
+    r"order|invoice|tracking|shipment|ticket|transaction|\btxn|\bref|confirmation|booking|isbn|imei|"
+    r"serial|\bid\b|account|acct|phone|\btel\b|fax|customer|member|\bpo\b|case|claim|sku|part|batch|\blot\b|"
+    r"parcel|package|reservation|receipt|iban|routing|timestamp|epoch|snowflake|build|version"
+)
+
+
+def _plausible_iin(d: str) -> bool:
+    n = len(d)
+    p2, p3, p4 = int(d[:2]), int(d[:3]), int(d[:4])
+    if d[0] == "4":
+        return n in (13, 16, 19)  # Visa
+    if 51 <= p2 <= 55 or 2221 <= p4 <= 2720:
+        return n == 16  # Mastercard
+    if p2 in (34, 37):
+        return n == 15  # Amex
+    if p4 == 6011 or 644 <= p3 <= 649 or p2 == 65:
+        return 16 <= n <= 19  # Discover
+    if 3528 <= p4 <= 3589:
+        return 16 <= n <= 19  # JCB
+    if 300 <= p3 <= 305 or p2 in (36, 38, 39) or p4 == 3095:
+        return 14 <= n <= 19  # Diners
+    if p2 == 62 or 2200 <= p4 <= 2204:
+        return 16 <= n <= 19  # UnionPay, Mir
+    if p2 in (50, 56, 57, 58, 63, 67, 68, 69):
+        return 13 <= n <= 19  # Maestro
+    return False
+
+
+def _grouped_before(text: str, sep_at: int) -> bool:
+    """The separator at sep_at follows a short digit-bearing group ("DE89 3704 ...")."""
+    j = sep_at
+    while j > 0 and _is_alnum_ascii(text[j - 1]) and sep_at - j < 5:
+        j -= 1
+    group = text[j:sep_at]
+    return (
+        0 < len(group) <= 4
+        and any(c.isdigit() for c in group)
+        and (j == 0 or not _is_alnum_ascii(text[j - 1]))
+    )
+
+
+def _scan_cards(text: str, low: str, a: int, b: int) -> Iterator[str]:
+    for m in _CARD.finditer(text, a, min(len(text), b + 2)):
+        i = m.start()
+        if i > 0:
+            prev = text[i - 1]
+            if _is_alnum_ascii(prev) or prev in "_+/$€£@\\":
+                continue
+            if prev in ".,-" and i > 1 and _is_alnum_ascii(text[i - 2]):
+                continue
+            sep = m.group("s") or m.group("t")
+            if sep and prev == sep and _grouped_before(text, i - 1):
+                continue  # one group of a longer grouped number (IBAN, account numbers)
+        digits = m.group(0).replace(" ", "").replace("-", "")
+        if not (_plausible_iin(digits) and luhn.is_valid(digits)):
+            continue
+        if len(digits) == len(m.group(0)):
+            ctx = low[max(0, i - 32) : i]
+            if _NOT_CARD_CTX.search(ctx) and not _CARD_CTX.search(ctx):
+                continue
+        yield CARD
+        return
+
+
+_SSN_NUM = re.compile(r"\d{3}(?P<sep>-| |)\d{2}(?P=sep)\d{4}(?![\w]|[.,\-/:]\d)")
+_SSN_CTX = re.compile(
+    r"\bssns?\b|ssn[#:]|social[\s-]*security|\bsoc\.?\s*sec|\bss\s*#|\bss\s*(?:no|num)|s\.s\.n"
+)
+_NOT_SSN_CTX = re.compile(
+    r"order|invoice|ticket|tracking|\bpart|sku|model|\bref|case\b|serial|routing|account|acct|phone|"
+    r"\btel\b|fax|\bpo\b|confirmation|booking|isbn|item|product|catalog|\blot\b|batch|claim|version|"
+    r"build|zip|\bein\b|itin|patent|docket|member|customer|employee|student|policy"
+)
+
+
+def _scan_ssn(text: str, low: str, a: int, b: int) -> Iterator[str]:
+    for m in _SSN_NUM.finditer(text, a, min(len(text), b + 2)):
+        i = m.start()
+        if i > 0:
+            prev = text[i - 1]
+            if _is_alnum_ascii(prev) or prev in "_+/$€£@\\":
+                continue
+            if prev in ".,-" and i > 1 and _is_alnum_ascii(text[i - 2]):
+                continue
+        number = m.group(0)
+        if not us_ssn.is_valid(number.replace(" ", "-") if m.group("sep") == " " else number):
+            continue
+        before = low[max(0, i - 48) : i]
+        after = low[m.end() : m.end() + 24]
+        in_context = bool(_SSN_CTX.search(before) or _SSN_CTX.search(after))
+        if m.group("sep") != "-" and not in_context:
+            continue  # 9 bare digits (or spaced) are an SSN only when called one
+        if not in_context and _NOT_SSN_CTX.search(low, max(0, i - 32), i):
+            continue
+        yield SSN
+        return
+
+
+# --------------------------------------------------------------------------- driver
+
+
+# Cheap gates. str.find / bytes.translate run in C at memory speed, while a Python regex
+# pass over 2,000 characters costs tens of microseconds (more with alternations), so the
+# text is screened with literal searches first:
+#   * keywords: one str.find loop per keyword over the lower-cased text;
+#   * digits: the text mapped to a digit-class byte string (digit -> "0", space and "-"
+#     kept, anything else -> "."), then searched for "0000 0000", "0000-0000", "00000000" (every
+#     card shape holds one) and "000-00-0000";
+#   * key shapes: the text mapped to a token-class byte string, then searched for runs of
+#     16+ token characters; only those tokens are tried against the plugin patterns.
+def _byte_table(default: bytes, mapping: dict[bytes, bytes]) -> bytes:
+    table = bytearray(default * 256)
+    for chars, to in mapping.items():
+        for c in chars:
+            table[c] = to[0]
+    return bytes(table)
+
+
+# Characters a key/token can be made of (plus URL and connection-string punctuation);
+# quotes, brackets, commas, semicolons and whitespace end a token, so code such as
+# rec["s3"]["object"]["key"] splits into short pieces that are never tried.
+_TOKEN_CLASS = _byte_table(
+    b" ",
+    {b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.:/+=~@%?&#": b"x"},
+)
+_DIGIT_CLASS = _byte_table(b".", {b"0123456789": b"0", b" ": b" ", b"-": b"-"})
+_LONG_RUN = b"x" * _LONG_TOKEN
+_NUMBER_SEEDS = (b"00000000", b"0000 0000", b"0000-0000", b"000-00-0000")
+_KEYWORDS = (
+    "pass",
+    "pw",
+    "pin",
+    "secret",
+    "key",
+    "token",
+    "bearer",
+    "authoriz",
+    "contrase",
+    "identified",
+    "-u",
+)
+_SSN_WORDS = ("ssn", "soc", "ss#", "ss #")  # "soc" covers social, soc sec, soc. sec
+
+
+def _number_regions(digits: bytes) -> list[tuple[int, int]]:
+    """Spans of digits/spaces/dashes around every card- or SSN-like seed."""
+    seeds = []
+    for seed in _NUMBER_SEEDS:
+        i = digits.find(seed)
+        while i >= 0:
+            seeds.append(i)
+            i = digits.find(seed, i + len(seed))
+    regions: list[tuple[int, int]] = []
+    last_end = -1
+    for i in sorted(seeds):
+        if i < last_end:
+            continue
+        a = i
+        while a > 0 and i - a < 24 and digits[a - 1] in b"0 -":
+            a -= 1
+        b = i
+        n = len(digits)
+        while b < n and b - i < 40 and digits[b] in b"0 -":
+            b += 1
+        regions.append((a, b))
+        last_end = b
+    return regions
+
+
+def _scan(text: str) -> Iterator[str]:
+    low = _lower_same_length(text)
+    raw = text.encode("ascii", "replace")  # one byte per character, offsets kept
+
+    for word in _KEYWORDS:
+        size = len(word)
+        i = low.find(word)
+        while i >= 0:
+            kind = _keyword_hit(text, low, word, i, i + size)
+            if kind:
+                yield kind
+            i = low.find(word, i + size)
+
+    ws = raw.translate(_TOKEN_CLASS)
+    i = ws.find(_LONG_RUN)
+    while i >= 0:
+        a = ws.rfind(b" ", 0, i) + 1
+        b = ws.find(b" ", i)
+        if b < 0:
+            b = len(ws)
+        yield from _shapes_in_token(text[a:b])
+        i = ws.find(_LONG_RUN, b)
+
+    if "PRIVATE KEY" in text or "PuTTY-User-Key-File" in text:
+        yield from _scan_private_key(text)
+    if "://" in text and "@" in text:
+        yield from _scan_url_credentials(text)
+    if "aws" in low:
+        yield from _scan_aws_secret(text)
+
+    digits = raw.translate(_DIGIT_CLASS)
+    if b"0000" not in digits:
+        return  # every card and SSN shape holds four digits in a row
+    ssn_context = any(w in low for w in _SSN_WORDS)
+    for a, b in _number_regions(digits):
+        count = digits.count(b"0", a, b)
+        if count >= 13:
+            yield from _scan_cards(text, low, a, b)
+        # Bare/spaced SSNs need a context word (scanned below); 123-45-6789 needs a dash.
+        if count >= 9 and not ssn_context and b"-" in digits[a:b]:
+            yield from _scan_ssn(text, low, a, b)
+    if ssn_context:
+        # Bare ("SSN 123456789") and spaced ("123 45 6789") SSNs count only near such a word.
+        yield from _scan_ssn(text, low, 0, len(text))
+
+
+def reads_as_high(text: str) -> bool:
+    """True when the text holds a high shape: an API key or token, a private key, a
+    ``password=``-style assignment, a card number, an SSN or a stated PIN."""
+    if not text:
+        return False
+    return next(_scan(text), None) is not None
+
+
+def window_reads_as_high(text: str, shown_chars: int, extra: int = 1024) -> bool:
+    """`reads_as_high` over the prefix a caller shows: ``text[: shown_chars + extra]``."""
+    return reads_as_high(text[: max(0, shown_chars + extra)])
+
+
+def high_reasons(text: str) -> list[str]:
+    """The kinds of high shape found (in `KINDS` order). Never returns the secret itself."""
+    if not text:
+        return []
+    found = set(_scan(text))
+    return [k for k in KINDS if k in found]

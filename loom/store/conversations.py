@@ -1,0 +1,237 @@
+"""SQL for loom.conversations: the verbatim turns, one row per (namespace, agent,
+thread_id, msg_id), revised (saved flag, tombstone) by a higher ``version``.
+
+Reads use FINAL so the newest version wins, and drop tombstoned rows, except the
+existence check of the write path (a tombstoned turn has still landed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+COLUMNS = ["namespace", "agent", "thread_id", "msg_id", "ts", "role", "content", "reasoning", "user_id",
+           "run_id", "metadata", "tokens", "high_sensitivity", "is_summary", "is_saved", "saved_at",
+           "tombstoned", "tombstoned_at", "tombstone_reason", "version"]
+# Given to every insert, so the client does not ask the server to DESCRIBE the table first.
+COLUMN_TYPES = ["LowCardinality(String)", "LowCardinality(String)", "String", "String", "DateTime64(6, 'UTC')",
+                "LowCardinality(String)", "String", "String", "String", "String", "String", "Nullable(UInt32)",
+                "Bool", "Bool", "Bool", "Nullable(DateTime64(3, 'UTC'))", "Bool",
+                "Nullable(DateTime64(3, 'UTC'))", "LowCardinality(String)", "UInt64"]
+
+TurnKey = tuple[str, str, str, str]  # (namespace, agent, thread_id, msg_id)
+
+
+@dataclass
+class Turn:
+    namespace: str
+    agent: str
+    thread_id: str
+    msg_id: str
+    ts: datetime
+    role: str
+    content: str
+    reasoning: str = ""
+    user_id: str = ""
+    run_id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    tokens: int | None = None
+    high_sensitivity: bool = False
+    is_summary: bool = False
+    is_saved: bool = False
+    saved_at: datetime | None = None
+    tombstoned: bool = False
+    tombstoned_at: datetime | None = None
+    tombstone_reason: str = ""
+    version: int = 0
+
+    @property
+    def key(self) -> TurnKey:
+        return (self.namespace, self.agent, self.thread_id, self.msg_id)
+
+    def row(self) -> list[Any]:
+        return [self.namespace, self.agent, self.thread_id, self.msg_id, self.ts, self.role, self.content,
+                self.reasoning, self.user_id, self.run_id, json.dumps(self.metadata, separators=(",", ":")),
+                self.tokens, self.high_sensitivity, self.is_summary, self.is_saved, self.saved_at,
+                self.tombstoned, self.tombstoned_at, self.tombstone_reason, self.version]
+
+
+def insert(ch: Client, turns: Sequence[Turn], *, dedup_token: str = "") -> None:
+    """One INSERT for the batch. A retry with the same token cannot double its rows."""
+    settings = {"insert_deduplication_token": dedup_token} if dedup_token else None
+    ch.insert("conversations", [t.row() for t in turns], column_names=COLUMNS, column_type_names=COLUMN_TYPES,
+              settings=settings)
+
+
+@dataclass
+class FlushState:
+    """What the write path needs to know before it inserts a batch, read in one query."""
+
+    logging_enabled: set[str]                          # namespaces that record
+    existing: set[TurnKey]                             # turns already landed (any version)
+    vectors: dict[tuple[str, str, str], str]           # (ns, thread, msg) -> text of a live vector
+
+
+def flush_state(ch: Client, keys: Iterable[TurnKey],
+                emb_keys: Iterable[tuple[str, str, str]] = ()) -> FlushState:
+    """In one round trip: the namespaces' recording switches, the turns that already
+    landed, and (for `emb_keys`) the embedding rows that hold a live vector, with the
+    text it was built from (another agent's copy of the turn: reused, not recomputed)."""
+    keys = list(keys)
+    emb_keys = list(emb_keys)
+    params: dict[str, Any] = {"ns": sorted({k[0] for k in keys}), "ag": sorted({k[1] for k in keys}),
+                              "th": sorted({k[2] for k in keys}), "ids": sorted({k[3] for k in keys})}
+    sql = ("SELECT 'n' AS kind, toString(namespace) AS ns, '' AS agent, '' AS thread, '' AS msg, '' AS text, "
+           "toUInt8(conversation_logging_enabled) AS flag FROM namespaces FINAL WHERE namespace IN {ns:Array(String)} "
+           "UNION ALL "
+           "SELECT 'c', toString(namespace), toString(agent), thread_id, msg_id, '', 0 FROM conversations "
+           "WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
+           "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}")
+    if emb_keys:
+        sql += (" UNION ALL "
+                "SELECT 'e', toString(namespace), '', thread_id, msg_id, text, 1 FROM conversation_embeddings FINAL "
+                "WHERE namespace IN {ens:Array(String)} AND thread_id IN {eth:Array(String)} "
+                "AND msg_id IN {eids:Array(String)} AND length(embedding) > 0 AND error = '' AND NOT tombstoned")
+        params.update(ens=sorted({k[0] for k in emb_keys}), eth=sorted({k[1] for k in emb_keys}),
+                      eids=sorted({k[2] for k in emb_keys}))
+    state = FlushState(set(), set(), {})
+    for kind, ns, agent, thread_id, msg_id, text, flag in ch.query(sql, parameters=params).result_rows:
+        if kind == "n":
+            if flag:
+                state.logging_enabled.add(ns)
+        elif kind == "c":
+            state.existing.add((ns, agent, thread_id, msg_id))
+        else:
+            state.vectors[(ns, thread_id, msg_id)] = text
+    return state
+
+
+@dataclass(frozen=True)
+class TurnState:
+    """A transcript row's state as it reads now (for the embedding write under the lease)."""
+
+    tombstoned: bool
+    is_saved: bool
+    saved_at: datetime | None
+
+
+def states(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnState]:
+    """The newest version of each named turn (keys not found are absent)."""
+    keys = list(keys)
+    if not keys:
+        return {}
+    rows = ch.query(
+        "SELECT toString(namespace), toString(agent), thread_id, msg_id, tombstoned, is_saved, saved_at "
+        "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
+        "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
+        parameters={"ns": sorted({k[0] for k in keys}), "ag": sorted({k[1] for k in keys}),
+                    "th": sorted({k[2] for k in keys}), "ids": sorted({k[3] for k in keys})},
+    ).result_rows
+    wanted = set(keys)
+    out: dict[TurnKey, TurnState] = {}
+    for ns, agent, thread_id, msg_id, tombstoned, is_saved, saved_at in rows:
+        key = (ns, agent, thread_id, msg_id)
+        if key in wanted:
+            out[key] = TurnState(bool(tombstoned), bool(is_saved), saved_at)
+    return out
+
+
+_READ_COLUMNS = ("msg_id, ts, toString(role), content, reasoning, user_id, run_id, metadata, tokens, "
+                 "high_sensitivity, is_summary, is_saved, saved_at")
+
+
+@dataclass(frozen=True)
+class Message:
+    msg_id: str
+    ts: datetime
+    role: str
+    content: str
+    reasoning: str
+    user_id: str
+    run_id: str
+    metadata: dict[str, Any]
+    tokens: int | None
+    high_sensitivity: bool
+    is_summary: bool
+    is_saved: bool
+    saved_at: datetime | None
+
+
+def _metadata(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _message(r: Sequence[Any]) -> Message:
+    return Message(r[0], r[1], r[2], r[3], r[4], r[5], r[6], _metadata(r[7]), r[8], bool(r[9]), bool(r[10]),
+                   bool(r[11]), r[12])
+
+
+def page(ch: Client, namespace: str, agent: str, thread_id: str, *, limit: int, descending: bool = False,
+         after: tuple[int, str] | None = None, run_id: str | None = None) -> list[Message]:
+    """A thread's live turns in (ts, msg_id) order, after a keyset position (ts in µs, msg_id)."""
+    where = ["namespace = {ns:String}", "agent = {ag:String}", "thread_id = {th:String}", "NOT tombstoned"]
+    params: dict[str, Any] = {"ns": namespace, "ag": agent, "th": thread_id, "lim": limit}
+    if run_id is not None:
+        where.append("run_id = {run:String}")
+        params["run"] = run_id
+    if after is not None:
+        op = "<" if descending else ">"
+        where.append(f"(toUnixTimestamp64Micro(ts), msg_id) {op} ({{cts:Int64}}, {{cmsg:String}})")
+        params["cts"], params["cmsg"] = after
+    direction = "DESC" if descending else "ASC"
+    rows = ch.query(
+        f"SELECT {_READ_COLUMNS} FROM conversations FINAL WHERE {' AND '.join(where)} "
+        f"ORDER BY ts {direction}, msg_id {direction} LIMIT {{lim:UInt32}}",
+        parameters=params,
+    ).result_rows
+    return [_message(r) for r in rows]
+
+
+@dataclass(frozen=True)
+class ThreadActivity:
+    turns: int
+    first_ts: datetime | None
+    last_ts: datetime | None
+
+
+def activity(ch: Client, namespace: str, agent: str, thread_id: str) -> ThreadActivity:
+    row = ch.query(
+        "SELECT count(), min(ts), max(ts) FROM conversations FINAL WHERE namespace = {ns:String} "
+        "AND agent = {ag:String} AND thread_id = {th:String} AND NOT tombstoned",
+        parameters={"ns": namespace, "ag": agent, "th": thread_id},
+    ).result_rows[0]
+    count = int(row[0])
+    return ThreadActivity(count, row[1] if count else None, row[2] if count else None)
+
+
+@dataclass(frozen=True)
+class LastTurn:
+    msg_id: str
+    role: str
+    ts: datetime
+    head: str            # the first `chars` characters of the content
+
+
+def last_turns(ch: Client, namespace: str, pairs: Sequence[tuple[str, str]], chars: int) -> dict[tuple[str, str], LastTurn]:
+    """The newest live turn of each (agent, thread_id), with its content's first `chars` characters."""
+    if not pairs:
+        return {}
+    rows = ch.query(
+        "SELECT toString(agent), thread_id, argMax(msg_id, (ts, msg_id)), toString(argMax(role, (ts, msg_id))), "
+        "max(ts), argMax(leftUTF8(content, {n:UInt32}), (ts, msg_id)) "
+        "FROM conversations FINAL WHERE namespace = {ns:String} AND agent IN {ag:Array(String)} "
+        "AND thread_id IN {th:Array(String)} AND NOT tombstoned GROUP BY agent, thread_id",
+        parameters={"ns": namespace, "n": chars, "ag": sorted({p[0] for p in pairs}),
+                    "th": sorted({p[1] for p in pairs})},
+    ).result_rows
+    wanted = set(pairs)
+    return {(r[0], r[1]): LastTurn(r[2], r[3], r[4], r[5]) for r in rows if (r[0], r[1]) in wanted}

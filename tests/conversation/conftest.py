@@ -1,0 +1,60 @@
+"""Fixtures of the conversation plane's tests: every test here runs against the real
+endpoint, Redis and an in-process arq worker (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def _conversation_runtime(services: Any, arq_worker: Any) -> AsyncIterator[None]:
+    """Every test here needs the worker; the API's append pipeline closes before it."""
+    yield
+    from loom.ops.conversation import close_pipeline
+
+    await close_pipeline(services)
+
+
+@pytest.fixture
+def recording(services: Any) -> Callable[[str, bool], None]:
+    """recording(ns, on=True): the owner's switch, set directly in the store."""
+    from loom.store import namespaces
+
+    def _set(ns: str, on: bool = True) -> None:
+        namespaces.update(services.ch, ns, conversation_logging_enabled=on)
+
+    return _set
+
+
+@pytest.fixture
+def writer(ns: str, mint: Any, recording: Any) -> str:
+    """A writer token for a namespace that records."""
+    recording(ns, True)
+    return str(mint(ns, "writer"))
+
+
+@pytest.fixture
+def other_services(services: Any) -> Callable[..., Any]:
+    """other_services(**settings) -> Services sharing the backends but with its own
+    per-process state (append buffer, embed client): a second API process."""
+
+    def make(**changes: Any) -> Any:
+        cfg = services.settings.model_copy(update=changes) if changes else services.settings
+        return dataclasses.replace(services, settings=cfg, extras={})
+
+    return make
+
+
+async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0, step: float = 0.02) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if await predicate():
+            return True
+        await asyncio.sleep(step)
+    return await predicate()

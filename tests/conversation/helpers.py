@@ -1,0 +1,52 @@
+"""Direct reads and writes of the conversation tables, for assertions and for playing
+the parts of ops that come later (a tombstone from delete/compaction, a save)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loom.clock import next_version
+
+
+def turn_rows(ch: Any, ns: str, *, final: bool = True) -> list[dict[str, Any]]:
+    result = ch.query(f"SELECT * FROM conversations {'FINAL' if final else ''} WHERE namespace = {{ns:String}} "
+                      "ORDER BY ts, msg_id", parameters={"ns": ns})
+    return [dict(zip(result.column_names, r, strict=True)) for r in result.result_rows]
+
+
+def emb_rows(ch: Any, ns: str) -> list[dict[str, Any]]:
+    result = ch.query("SELECT * FROM conversation_embeddings FINAL WHERE namespace = {ns:String} "
+                      "ORDER BY thread_id, msg_id", parameters={"ns": ns})
+    return [dict(zip(result.column_names, r, strict=True)) for r in result.result_rows]
+
+
+def emb_row(ch: Any, ns: str, thread_id: str, msg_id: str) -> Any:
+    """The row as a dict, or None."""
+    for row in emb_rows(ch, ns):
+        if row["thread_id"] == thread_id and row["msg_id"] == msg_id:
+            return row
+    return None
+
+
+_TURN_COLS = ("namespace, agent, thread_id, msg_id, ts, role, content, reasoning, user_id, run_id, metadata, tokens, "
+              "high_sensitivity, is_summary, is_saved, saved_at, tombstoned, tombstoned_at, tombstone_reason, version")
+
+
+def revise_turn(ch: Any, ns: str, agent: str, thread_id: str, msg_id: str, **changes: str) -> None:
+    """Insert a newer version of a turn with some columns replaced by SQL expressions."""
+    exprs = {c.strip(): c.strip() for c in _TURN_COLS.split(",")}
+    exprs.update(changes)
+    exprs["version"] = str(next_version())
+    ch.command(
+        f"INSERT INTO conversations ({_TURN_COLS}) SELECT {', '.join(exprs.values())} FROM conversations FINAL "
+        "WHERE namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String} AND msg_id = {m:String}",
+        parameters={"ns": ns, "ag": agent, "th": thread_id, "m": msg_id})
+
+
+def tombstone_turn(ch: Any, ns: str, agent: str, thread_id: str, msg_id: str, reason: str = "deleted") -> None:
+    revise_turn(ch, ns, agent, thread_id, msg_id, tombstoned="true", tombstoned_at="now64(3)",
+                tombstone_reason=f"'{reason}'")
+
+
+def save_turn(ch: Any, ns: str, agent: str, thread_id: str, msg_id: str) -> None:
+    revise_turn(ch, ns, agent, thread_id, msg_id, is_saved="true", saved_at="now64(3)")
