@@ -56,7 +56,7 @@ class Lease:
             delay = min(delay * 2, 0.02)
 
     async def renew(self) -> None:
-        if not await self.redis.eval(_RENEW, 1, self.key, self.token, self.ttl_ms):  # type: ignore[misc]
+        if not await self.redis.eval(_RENEW, 1, self.key, self.token, str(self.ttl_ms)):  # type: ignore[misc]
             self.held = False
             raise LeaseLost(f"lease {self.key} expired before it was renewed")
 

@@ -15,7 +15,8 @@ from loom.services import Services
 _bearer = HTTPBearer(auto_error=False, description="A token from `loom token mint`.")
 
 
-def services(request: Request) -> Services:
+async def services(request: Request) -> Services:
+    # async: a sync dependency costs a thread hop on every request
     return request.app.state.services  # type: ignore[no-any-return]
 
 

@@ -150,6 +150,8 @@ class MiniLMEmbedder:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
+        # Spinning threads steal the other core from the API and the engine on small machines.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(str(model_path), sess_options=opts, providers=["CPUExecutionProvider"])
 
         inputs = {i.name for i in session.get_inputs()}
