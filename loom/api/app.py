@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_
 
 from loom import logging as loom_logging
 from loom.api import errors
-from loom.api.routes import namespaces
+from loom.api.routes import briefs, conversation, namespaces
 from loom.embedded.backends import start_backends
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
@@ -29,21 +29,7 @@ LATENCY = Histogram("loom_request_seconds", "API request latency", ["route"],
 
 log = loom_logging.get("loom.api")
 
-ROUTERS = [namespaces.router]
-
-
-def _include_optional_routers(app: FastAPI) -> None:
-    # Planes are added as their issues land; each module exposes `router`.
-    import importlib
-
-    for name in ("conversation", "saved", "briefs"):
-        try:
-            module = importlib.import_module(f"loom.api.routes.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"loom.api.routes.{name}":
-                raise
-            continue
-        app.include_router(module.router)
+ROUTERS = [namespaces.router, conversation.router, briefs.router]
 
 
 def create_app(services: Services | None = None, settings: Settings | None = None) -> FastAPI:
@@ -72,7 +58,6 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
-    _include_optional_routers(app)
 
     @app.middleware("http")
     async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
