@@ -58,3 +58,21 @@ async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 10
             return True
         await asyncio.sleep(step)
     return await predicate()
+
+
+@pytest.fixture
+def api_embedder(services: Any) -> Any:
+    """install(embedder) -> embedder: swap the API process's inline embedder (search
+    queries, saved messages) for this test; the fake from settings comes back after."""
+    from loom.ops.conversation import inline_embedding
+
+    previous = inline_embedding.install(services, None)
+    installed: list[Any] = []
+
+    def install(embedder: Any) -> Any:
+        inline_embedding.install(services, embedder)
+        installed.append(embedder)
+        return embedder
+
+    yield install
+    inline_embedding.install(services, previous)
