@@ -66,3 +66,21 @@ def parse_json(resp: httpx.Response) -> Any:
         return resp.json()
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise ValueError(f"response is not valid JSON ({exc}): {snippet(resp.text)!r}") from None
+
+
+def request_failure(exc: httpx.HTTPError, where: str, timeout: float) -> str:
+    """What went wrong before any response came back: a timeout or a transport error."""
+    if isinstance(exc, httpx.TimeoutException):
+        return f"{where}: timed out after {timeout:g}s ({type(exc).__name__})"
+    return f"{where}: request failed: {type(exc).__name__}: {exc}"
+
+
+def json_body(resp: httpx.Response, where: str, error: type[Exception]) -> Any:
+    """The body of a successful response as JSON; raises `error` for an HTTP error status
+    or a body that is not JSON, with the server's own message where it gave one."""
+    if resp.status_code >= 400:
+        raise error(f"{where}: {http_error_text(resp)}")
+    try:
+        return parse_json(resp)
+    except ValueError as exc:
+        raise error(f"{where}: {exc}") from None

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from loom.providers._http import auth_headers, endpoint, http_error_text, parse_json
+from loom.providers._http import auth_headers, endpoint, json_body, request_failure
 
 __all__ = [
     "LLM",
@@ -227,16 +227,9 @@ class OpenAICompatLLM:
         where = f"LLM {use_model!r} at {self.url}"
         try:
             resp = await self._http().post(self.url, json=payload)
-        except httpx.TimeoutException as exc:
-            raise LLMError(f"{where}: timed out after {self.timeout:g}s ({type(exc).__name__})") from exc
         except httpx.HTTPError as exc:
-            raise LLMError(f"{where}: request failed: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code >= 400:
-            raise LLMError(f"{where}: {http_error_text(resp)}")
-        try:
-            body = parse_json(resp)
-        except ValueError as exc:
-            raise LLMError(f"{where}: {exc}") from None
+            raise LLMError(request_failure(exc, where, self.timeout)) from exc
+        body = json_body(resp, where, LLMError)
         return self._content(body, where)
 
     @staticmethod

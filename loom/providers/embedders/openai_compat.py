@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from loom.providers._http import auth_headers, endpoint, http_error_text, parse_json
+from loom.providers._http import auth_headers, endpoint, json_body, request_failure
 from loom.providers.embedders.base import EmbedderError, Vectors, check_texts, empty, l2_normalise
 
 #: Output sizes of well-known hosted models, used when ``dim`` is not given.
@@ -89,16 +89,9 @@ class OpenAICompatEmbedder:
         where = f"embedder {self.model!r} at {self.url}"
         try:
             resp = self._http().post(self.url, json={"model": self.model, "input": batch})
-        except httpx.TimeoutException as exc:
-            raise EmbedderError(f"{where}: timed out after {self.timeout:g}s ({type(exc).__name__})") from exc
         except httpx.HTTPError as exc:
-            raise EmbedderError(f"{where}: request failed: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code >= 400:
-            raise EmbedderError(f"{where}: {http_error_text(resp)}")
-        try:
-            body = parse_json(resp)
-        except ValueError as exc:
-            raise EmbedderError(f"{where}: {exc}") from None
+            raise EmbedderError(request_failure(exc, where, self.timeout)) from exc
+        body = json_body(resp, where, EmbedderError)
         rows = self._parse(body, len(batch), where)
         return l2_normalise(np.asarray(rows, dtype=np.float32), what=where)
 
