@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.harness import REPO, Config, log, run
+from bench.harness import FIGURE_CHOICES, REPO, Config, log, run
 from bench.report import print_table, write_json
 from bench.targets import Target
 
@@ -25,6 +25,15 @@ def parse_scale(text: str) -> int:
     return int(n)
 
 
+def parse_figures(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [n for n in names if n not in FIGURE_CHOICES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown figure(s) {', '.join(bad) or text!r}: "
+                                         f"choose from {', '.join(FIGURE_CHOICES)}")
+    return names
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench",
@@ -35,6 +44,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scales", type=lambda s: [parse_scale(x) for x in s.split(",") if x.strip()],
                    help="comma-separated turn counts (default: 10k,100k,1m; --quick: 10k)")
     p.add_argument("--only", choices=["baseline", "loom"], help="measure one side only")
+    p.add_argument("--figures", type=parse_figures,
+                   help=f"comma-separated subset of {','.join(FIGURE_CHOICES)} (default all); the load, index "
+                        "build and bytes on disk are always measured")
+    p.add_argument("--phase-seconds", type=float, dest="phase_seconds",
+                   help="cap on any one timed load, in seconds (default 300; --quick 60)")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="results directory")
     p.add_argument("--concurrency", type=int, default=32, help="concurrent HTTP clients (default 32)")
     p.add_argument("--seed", type=int, default=42)
@@ -61,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     kw: dict[str, Any] = {k: getattr(args, k) for k in ("scales", "only", "out", "concurrency", "seed",
                                                           "target_recall", "n_real", "pg_source", "keep",
                                                           "loom_url", "loom_token", "client",
-                                                          "search_input", "derive")}
+                                                          "search_input", "derive", "figures",
+                                                          "phase_seconds")}
     cfg = Config.for_mode(args.quick, **kw)
     log(f"bench: {'quick' if cfg.quick else 'full'} mode, scales {', '.join(f'{s:,}' for s in cfg.scales)}, "
         f"{cfg.concurrency} clients, only={cfg.only or 'both'}")

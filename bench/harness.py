@@ -27,7 +27,7 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -69,6 +69,10 @@ class Config:
     n_erase: int = 3
     warmup: int = 50
     phase_seconds: float = 300.0  # cap on any one timed load
+    figures: list[str] | None = None  # None: all; else a subset of FIGURE_CHOICES (load, bytes always)
+
+    def wants(self, figure: str) -> bool:
+        return self.figures is None or figure in self.figures
 
     @classmethod
     def for_mode(cls, quick: bool, **kw: Any) -> Config:
@@ -82,6 +86,12 @@ class Config:
         base.update({k: v for k, v in kw.items() if v is not None})
         return cls(quick=quick, **base)
 
+
+# --figures: the optional figures and the result keys each one writes. The load, the index build
+# and bytes on disk are always measured (every other figure needs the data loaded).
+FIGURE_CHOICES = ("search", "saved", "append", "erase")
+_FIGURE_OF_STEP = {"tuning": "search", "search": "search", "saved_search": "saved", "append_plain": "append",
+                   "append_embedded": "append", "erase": "erase"}
 
 _T0 = time.perf_counter()
 
@@ -293,7 +303,10 @@ class _Skip(Exception):
 async def measure(t: Target, w: Workload, cfg: Config, target_recall: float, out: dict[str, Any]) -> None:
     ds = w.ds
 
-    async def step(name: str, coro: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:
+    async def step(name: str, coro: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any] | None:
+        if name in _FIGURE_OF_STEP and not cfg.wants(_FIGURE_OF_STEP[name]):
+            coro.close()  # not asked for (--figures): no entry, the table shows "—"
+            return None
         try:
             res = await coro
         except NotImplementedError:
@@ -476,7 +489,7 @@ async def run(cfg: Config, started: list[Target] | None = None) -> dict[str, Any
         for scale in cfg.scales if live else []:
             log(f"scale {scale:,}: building the dataset")
             w = await asyncio.to_thread(build_workload, cfg, scale)
-            if "model_rate" not in extra:
+            if "model_rate" not in extra and cfg.wants("append"):
                 extra["model_rate"] = await asyncio.to_thread(model_rate, [t["content"] for t in w.embedded])
                 log(f"  raw model rate on the embedded-append texts: "
                     f"{extra['model_rate']['texts_per_second']:.1f} texts/s")

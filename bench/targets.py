@@ -23,7 +23,6 @@ target with a "not wired" note (from :meth:`start`: the whole target).
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -175,55 +174,13 @@ class HttpTarget(Target):
         return res
 
 
-# =============================================================================================
-# LOOM — TO BE WIRED BY THE LEAD.
-#
-# Every method below raises NotImplementedError, so the harness reports the Loom column as
-# "not wired". To wire it: start Loom (e.g. `loom serve` with a temporary LOOM_HOME, or point
-# at --loom-url / LOOM_BENCH_URL with LOOM_BENCH_TOKEN), then implement each method with
-# Loom's HTTP ops, using self.post(...) from HttpTarget:
-#   append        -> POST /v1/conversation.append {namespace, thread_id, msg_id, role, content, user_id}
-#   search        -> POST /v1/conversation.search {namespace(s), query, limit/k}      -> msg_ids
-#   saved_search  -> POST /v1/conversation.search_saved_messages {namespace, user_id, query, k}
-#   erase_user    -> erasure.request when it exists; until then a lightweight DELETE of the
-#                    user's rows (say so in facts()["notes"])
-#   settle        -> wait until the embedding queue is empty (the appended turns are searchable)
-#   bulk_load     -> a bulk path with the given vectors (the harness never times it)
-#   bytes_on_disk -> system.parts / system.parts_columns of the conversation tables after
-#                    OPTIMIZE ... FINAL (bytes_on_disk of active parts), and the row count
-# =============================================================================================
+# Loom is in bench/loom_target.py (it imports the classes above); ``from bench.targets import
+# LoomTarget`` keeps working through the module __getattr__ below, without an import cycle.
 
 
-class LoomTarget(HttpTarget):
-    """Loom over its HTTP API. NOT WIRED YET: the lead finishes this class."""
+def __getattr__(name: str) -> Any:
+    if name == "LoomTarget":
+        from bench.loom_target import LoomTarget
 
-    name = "loom"
-
-    async def start(self, ctx: RunContext) -> None:
-        self.base_url = ctx.loom_url or os.environ.get("LOOM_BENCH_URL", "")
-        self.token = ctx.loom_token or os.environ.get("LOOM_BENCH_TOKEN", "")
-        raise NotImplementedError("Loom target not wired yet")
-
-    async def stop(self) -> None:
-        await self.close_client()
-
-    async def reset(self) -> None:
-        raise NotImplementedError
-
-    async def bulk_load(self, turns: Sequence[Turn], vectors: np.ndarray, has_vec: np.ndarray) -> None:
-        raise NotImplementedError
-
-    async def bytes_on_disk(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    async def append(self, turn: Turn, *, embed: bool) -> AppendResult:
-        raise NotImplementedError
-
-    async def search(self, namespace: str, query: str | np.ndarray, k: int) -> list[str]:
-        raise NotImplementedError
-
-    async def saved_search(self, namespace: str, user_id: str, query: str, k: int) -> list[str]:
-        raise NotImplementedError
-
-    async def erase_user(self, namespace: str, user_id: str) -> int:
-        raise NotImplementedError
+        return LoomTarget
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     # Conversation plane (seed: "Settings").
     conversation_search_min_similarity: float = Field(0.30, ge=-1.0, le=1.0)
     conversation_search_excerpt_chars: int = Field(240, ge=1, le=100_000)
+    # conversation.search scans a namespace's vectors exactly up to this many rows (after
+    # filters) and uses the HNSW index above it (see loom/store/search.py).
+    conversation_search_exact_max_rows: int = Field(20_000, ge=0)
     conversation_titler_enabled: bool = True
     conversation_titler_window_hours: int = Field(168, ge=1)
     conversation_titler_min_turns: int = Field(4, ge=1)

@@ -7,29 +7,23 @@ hold the SQL.
 from __future__ import annotations
 
 import contextlib
-import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 
-import structlog
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from loom import logging as loom_logging
 from loom.api import errors
-from loom.api.routes import briefs, conversation, namespaces
+from loom.api.observe import ObserveMiddleware
+from loom.api.routes import briefs, conversation, namespaces, saved, search
 from loom.embedded.backends import start_backends
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
 
-REQUESTS = Counter("loom_requests_total", "API requests", ["route", "status"])
-LATENCY = Histogram("loom_request_seconds", "API request latency", ["route"],
-                    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-
 log = loom_logging.get("loom.api")
 
-ROUTERS = [namespaces.router, conversation.router, briefs.router]
+ROUTERS = [namespaces.router, conversation.router, search.router, saved.router, briefs.router]
 
 
 def create_app(services: Services | None = None, settings: Settings | None = None) -> FastAPI:
@@ -59,22 +53,7 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
     for router in ROUTERS:
         app.include_router(router)
 
-    @app.middleware("http")
-    async def observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
-        structlog.contextvars.bind_contextvars(request_id=request_id)
-        route = request.url.path
-        start = time.perf_counter()
-        try:
-            response = await call_next(request)
-        finally:
-            structlog.contextvars.clear_contextvars()
-        elapsed = time.perf_counter() - start
-        if route.startswith("/v1/"):
-            REQUESTS.labels(route, str(response.status_code)).inc()
-            LATENCY.labels(route).observe(elapsed)
-        response.headers["x-request-id"] = request_id
-        return response
+    app.add_middleware(ObserveMiddleware)
 
     @app.get("/healthz", tags=["ops"])
     async def healthz(request: Request) -> JSONResponse:

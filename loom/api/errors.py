@@ -15,8 +15,11 @@ log = logging.getLogger("loom.api")
 
 
 def _field(loc: tuple[object, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query")]
-    return ".".join(parts) or "body"
+    # Only the first element names where the value came from: a body field may itself
+    # be called "query" (the search ops).
+    if loc and loc[0] in ("body", "query", "path", "header"):
+        loc = loc[1:]
+    return ".".join(str(p) for p in loc) or "body"
 
 
 def install(app: FastAPI) -> None:

@@ -94,6 +94,12 @@ class _Cache:
 _cache = _Cache()
 
 
+def cached(token: str) -> tuple[bool, Principal | None]:
+    """(True, principal) if `token` was verified within the cache TTL: no I/O, so the
+    API checks this on its event loop and only hops to a thread on a miss."""
+    return _cache.get(token)
+
+
 def verify(ch: Client, token: str) -> Principal | None:
     hit, principal = _cache.get(token)
     if hit:

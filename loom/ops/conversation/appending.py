@@ -8,7 +8,9 @@ share their ClickHouse round trips (a one-row insert costs the engine 7-10 ms):
    process's append buffer (:class:`loom.store.write_buffer.Batcher`, flushed by size,
    LOOM_WRITE_BATCH_MAX_ROWS, and age, LOOM_WRITE_BATCH_MAX_WAIT_MS).
 2. A flush reads, in ONE query, the recording switch of every namespace in the batch
-   and which of its (agent, thread_id, msg_id) already landed.
+   and which of its (agent, thread_id, msg_id) already landed, for any agent: a turn
+   that another agent's copy landed for may have a vector to reuse, and only for such
+   turns (rare) are the embedding rows read, beside the insert.
 3. It claims each remaining turn in Redis (SET NX with a TTL, one pipelined round trip
    for the batch, key per (namespace, agent, thread_id, msg_id)): of two concurrent
    flushes carrying the same turn, in this process or another, exactly one wins. The
@@ -59,6 +61,7 @@ from loom.ops.conversation.embedding import EmbedClient, EmbedTurn, Outcome
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
+from loom.store import embeddings as emb_store
 from loom.store import threads as thread_store
 from loom.store.write_buffer import Batcher
 
@@ -181,8 +184,7 @@ class AppendPipeline:
         unique = list(first)
         # The read and the claims are independent: one round trip each, at once.
         state_or_error, won_or_error = await asyncio.gather(
-            svc.run(conv_store.flush_state, svc.ch, unique,
-                    [(t.namespace, t.thread_id, t.msg_id) for t in turns if t.role in EMBEDDED_ROLES]),
+            svc.run(conv_store.flush_state, svc.ch, unique),
             self._claim(unique, flush_id), return_exceptions=True)
         if isinstance(won_or_error, BaseException):
             raise won_or_error
@@ -209,10 +211,18 @@ class AppendPipeline:
                 stored.append(i)
         if release:
             await self._release(release, flush_id)
+        vectors: dict[emb_store.EmbKey, str] = {}
         if stored:
             t0 = time.perf_counter()
+            shared = _shared_keys([turns[i] for i in stored], state.elsewhere)
             try:
-                await self._insert([turns[i] for i in stored], flush_id)
+                # The vectors to reuse are read beside the insert, and only for the turns
+                # another agent logged too (rare): no read of embedding rows otherwise.
+                if shared:
+                    vectors, _ = await asyncio.gather(svc.run(emb_store.live_texts, svc.ch, shared),
+                                                      self._insert([turns[i] for i in stored], flush_id))
+                else:
+                    await self._insert([turns[i] for i in stored], flush_id)
             except BaseException:
                 await self._release([turns[i].key for i in stored], flush_id)
                 raise
@@ -224,7 +234,7 @@ class AppendPipeline:
             out[i].high = t.high_sensitivity
             if not _embeddable(t):
                 continue
-            if state.vectors.get((t.namespace, t.thread_id, t.msg_id)) == embed_text(t.content):
+            if vectors.get((t.namespace, t.thread_id, t.msg_id)) == embed_text(t.content):
                 out[i].reused = True       # another agent's copy already has this vector
             else:
                 to_embed.append(i)
@@ -302,6 +312,13 @@ def _with_retry(fn: Callable[[], None], attempts: int = 3) -> None:
             if attempt == attempts - 1:
                 raise
             time.sleep(0.05 * 4 ** attempt)
+
+
+def _shared_keys(turns: list[conv_store.Turn], elsewhere: set[emb_store.EmbKey]) -> list[emb_store.EmbKey]:
+    """The embedding keys of the user/assistant turns among `turns` that another agent's
+    copy already landed for: the only ones whose embedding row can hold a vector."""
+    keys = {(t.namespace, t.thread_id, t.msg_id) for t in turns if t.role in EMBEDDED_ROLES}
+    return sorted(keys & elsewhere)
 
 
 def _embeddable(t: conv_store.Turn) -> bool:

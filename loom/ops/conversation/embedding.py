@@ -16,8 +16,8 @@ Who does what:
   writes the vectors in batches, under the thread leases, taken only after the model
   call. Under the lease it re-reads the transcript rows: a turn tombstoned meanwhile
   gets no late vector ("deleted"); a turn saved meanwhile passes its is_saved/saved_at
-  to its embedding row; a live vector another agent's copy wrote meanwhile is never
-  overwritten by an error.
+  and owner (a save claims an unowned row) to its embedding row; a live vector another
+  agent's copy wrote meanwhile is never overwritten by an error.
 
 Version ordering: the worker stamps its rows with the clock when it writes. The API's
 timeout row carries the version stamped when the job was enqueued, which is older than
@@ -221,7 +221,7 @@ class EmbedPipeline:
             else:
                 out[i] = Outcome(EMBEDDED)
             rows[t.emb_key] = emb_store.EmbeddingRow(
-                t.namespace, t.thread_id, t.msg_id, t.agent, t.role, t.run_id, t.user_id, t.ts, t.text,
+                t.namespace, t.thread_id, t.msg_id, t.agent, t.role, t.run_id, st.user_id, t.ts, t.text,
                 w.vector if w.vector is not None and not w.error else [], w.model, w.error[:2000], t.is_summary,
                 st.is_saved, st.saved_at, False, next_version())
         if rows:
@@ -308,7 +308,7 @@ async def record_unanswered(svc: Services, turns: Sequence[EmbedTurn], version: 
             else:
                 local[i] = Outcome(FAILED, error)
                 rows[t.emb_key] = emb_store.EmbeddingRow(
-                    t.namespace, t.thread_id, t.msg_id, t.agent, t.role, t.run_id, t.user_id, t.ts, t.text, [], "",
+                    t.namespace, t.thread_id, t.msg_id, t.agent, t.role, t.run_id, st.user_id, t.ts, t.text, [], "",
                     error, t.is_summary, st.is_saved, st.saved_at, False, version)
         if rows:
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"unanswered-{version}-{idxs[0]}")

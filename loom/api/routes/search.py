@@ -1,0 +1,42 @@
+"""The route of conversation.search. Like every conversation op it refuses tokens bound
+to one user or session (a thread mixes users and has no user axis to bound)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from fastapi import APIRouter, Depends, Response
+
+from loom.api.deps import require, services
+from loom.api.models.search import SearchHit, SearchRequest, SearchResponse
+from loom.auth.principal import Principal, Role
+from loom.ops.conversation import searching
+from loom.ops.conversation.thread_ops import ALL_AGENTS
+from loom.services import Services
+from loom.store.search import Filters
+
+router = APIRouter(prefix="/v1", tags=["conversation"])
+
+PLAN_HEADER = "x-loom-search-plan"
+
+
+@router.post("/conversation.search", response_model=SearchResponse)
+async def search(body: SearchRequest, response: Response, who: Principal = Depends(require(Role.viewer)),
+                 svc: Services = Depends(services)) -> SearchResponse:
+    """Vector search over the embedded turns (user and assistant turns, compaction
+    summaries) of every namespace the token grants, or of one (`namespace_scope: "one"`).
+
+    Hits are ranked by cosine similarity; those below LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY
+    (0.30) are dropped. Each shows the first LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS (240)
+    characters of its turn. When the embedder is unavailable, the search answers by a
+    case-insensitive substring match (`mode: "substring"`, `fallback_reason` says why,
+    `similarity` is null), as it does for a query that reads as high, which is never
+    embedded. Turns that read as high, and deleted turns, are never returned.
+    """
+    agent = None if body.agent in (None, ALL_AGENTS) else body.agent
+    result = await searching.search(
+        svc, who, body.query, namespace_scope=body.namespace_scope, namespace=body.namespace, limit=body.limit,
+        filters=Filters(thread_id=body.thread_id, run_id=body.run_id, role=body.role, agent=agent))
+    response.headers[PLAN_HEADER] = ",".join(result.plan)
+    return SearchResponse(mode=result.mode, fallback_reason=result.fallback_reason, namespaces=result.namespaces,
+                          hits=[SearchHit(**asdict(h)) for h in result.hits])

@@ -1,0 +1,367 @@
+"""conversation.search (viewer): vector search over the embedded turns of the caller's
+namespaces, with a substring fallback.
+
+Rules (the seed's "Reading and searching" and its sensitivity rules):
+
+* Turns are ranked by cosine similarity to the query's embedding; a hit below
+  LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY is dropped. The search fans out over every
+  namespace the token grants (``namespace_scope="all_mine"``) or one (``"one"``).
+* A hit shows the first LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS characters of its turn
+  (both settings are read on every call).
+* When the query cannot be embedded (the embedder fails or times out) the op still
+  answers, by a case-insensitive substring match over the same turns, and says so
+  (``mode="substring"``, ``fallback_reason``). A query that itself reads as high is
+  never sent to the embedder: it is answered the same way (``query_high_sensitivity``)
+  and its text is never logged.
+* A turn that reads as high (marked ``high_sensitivity``, or whose shown characters and
+  1,024 past them read as high) is never returned. Tombstoned turns and embedding rows,
+  failed embeds, and superseded vectors never are either: every candidate is checked
+  against the newest versions of its embedding row and transcript row.
+
+How the vectors are ranked (measured in bench/search_bench.py; see loom/store/search.py):
+a namespace whose filtered rows number at most LOOM_CONVERSATION_SEARCH_EXACT_MAX_ROWS
+is scanned exactly (a thread, a run or a small namespace: cheap, and exact); larger ones
+go through the HNSW index. Candidates are over-fetched, verified, and fetched again
+(more of them) when verification dropped too many; an index search that still comes up
+short after that is redone exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final, Literal
+
+import numpy as np
+
+from loom import logging as loom_logging
+from loom.auth.principal import Principal, Role
+from loom.errors import InvalidRequest
+from loom.ops.conversation import inline_embedding
+from loom.ops.conversation.common import EMBED_CHARS, LEGACY_EMBED_CHARS, as_utc
+from loom.sensitivity import reads_as_high, window_reads_as_high
+from loom.services import Services
+from loom.store import search as store
+from loom.store.search import Candidate, Filters
+
+log = loom_logging.get("loom.conversation.search")
+
+SCOPES = ("all_mine", "one")
+MAX_QUERY_CHARS = 4_000
+MAX_LIMIT = 100
+SCREEN_PAST = 1_024          # characters past the excerpt that must not read as high either
+
+VECTOR: Final = "vector"
+SUBSTRING: Final = "substring"
+# fallback_reason values
+QUERY_HIGH = "query_high_sensitivity"
+EMBEDDER_TIMEOUT = "embedder_timeout"
+EMBEDDER_ERROR = "embedder_error"
+
+# Strategies, reported for tests and the benchmark (the response header x-loom-search-plan).
+EXACT = "exact"
+INDEX = "index"
+UNINDEXED = "exact_unindexed"
+
+_LAST_DIM = "conversation.search.last_dim"   # svc.extras: the dimension of the last query's vector
+
+RETRIES = 3                  # re-fetches (4x more each time) before an index search is redone exactly
+GROWTH = 4
+
+
+@dataclass(frozen=True)
+class Hit:
+    namespace: str
+    agent: str
+    thread_id: str
+    msg_id: str
+    role: str
+    run_id: str
+    user_id: str
+    ts: datetime
+    similarity: float | None
+    excerpt: str
+
+
+Mode = Literal["vector", "substring"]
+
+
+@dataclass
+class SearchResult:
+    mode: Mode
+    fallback_reason: str | None
+    namespaces: list[str]
+    hits: list[Hit]
+    plan: list[str] = field(default_factory=list)   # strategies used, e.g. ["index"] or ["exact", "index"]
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """One search's fixed terms (settings read once, at the start of the call)."""
+
+    namespaces: tuple[str, ...]
+    filters: Filters
+    limit: int
+    floor: float
+    shown: int
+
+    @property
+    def window(self) -> int:
+        return self.shown + SCREEN_PAST
+
+    @property
+    def first_fetch(self) -> int:
+        # Room for a few stale, dead or screened rows without a second round trip.
+        return min(store.MAX_FETCH, self.limit * 2 + 10)
+
+
+def resolve_namespaces(who: Principal, scope: str, namespace: str | None) -> tuple[str, ...]:
+    if scope not in SCOPES:
+        raise InvalidRequest(f"namespace_scope must be one of {', '.join(SCOPES)}", field="namespace_scope",
+                             rule="one_of")
+    if scope == "one":
+        if not namespace:
+            raise InvalidRequest('namespace is required with namespace_scope "one"', field="namespace",
+                                 rule="required_with_scope_one")
+        return (who.namespace(namespace),)
+    if namespace is not None:
+        raise InvalidRequest('namespace is only read with namespace_scope "one"; "all_mine" searches every '
+                             "namespace the token grants", field="namespace", rule="only_with_scope_one")
+    return tuple(dict.fromkeys(who.namespaces))
+
+
+def _check(query: str, limit: int) -> None:
+    if not query or len(query) > MAX_QUERY_CHARS:
+        raise InvalidRequest(f"query must hold 1 to {MAX_QUERY_CHARS:,} characters", field="query", rule="length")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}", field="limit", rule="range")
+
+
+async def search(svc: Services, who: Principal, query: str, *, namespace_scope: str = "all_mine",
+                 namespace: str | None = None, limit: int = 10, filters: Filters | None = None) -> SearchResult:
+    """conversation.search (viewer)."""
+    who.require_role(Role.viewer)
+    namespaces = resolve_namespaces(who, namespace_scope, namespace)
+    _check(query, limit)
+    if not namespaces:
+        return SearchResult(VECTOR, None, [], [])
+    s = svc.settings
+    ask = _Ask(namespaces, filters or Filters(), limit, s.conversation_search_min_similarity,
+               s.conversation_search_excerpt_chars)
+    if reads_as_high(query):
+        return await _by_substring(svc, ask, query, QUERY_HIGH)
+    # The planner's row counts do not need the vector: read them while the query is embedded.
+    counting = _count_ahead(svc, ask)
+    embedded = await inline_embedding.embed(svc, [query])
+    if not embedded.ok or not embedded.vectors:
+        await _discard(counting)
+        reason = EMBEDDER_TIMEOUT if embedded.error.startswith("timeout") else EMBEDDER_ERROR
+        log.warning("conversation.search fell back to substring", reason=reason, error=embedded.error[:300])
+        return await _by_substring(svc, ask, query, reason)
+    return await _by_vector(svc, ask, embedded.vectors[0], counting)
+
+
+Counted = tuple[dict[str, int], int]
+
+
+@dataclass
+class _Counting:
+    table: str
+    task: asyncio.Future[Counted]
+
+
+def _count_ahead(svc: Services, ask: _Ask) -> _Counting | None:
+    """Start counting in the vector table of the dimension the last query had."""
+    table = store.VECTOR_TABLES.get(svc.extras.get(_LAST_DIM, 0))
+    if table is None:
+        return None
+    return _Counting(table, asyncio.ensure_future(svc.run(store.counts, svc.ch, table, ask.namespaces, ask.filters)))
+
+
+async def _discard(counting: _Counting | None) -> None:
+    if counting is not None:
+        with contextlib.suppress(Exception):
+            await counting.task
+
+
+async def _counts(svc: Services, ask: _Ask, table: str, counting: _Counting | None) -> Counted:
+    if counting is not None and counting.table == table:
+        return await counting.task
+    await _discard(counting)
+    return await svc.run(store.counts, svc.ch, table, ask.namespaces, ask.filters)
+
+
+# -- vector mode --------------------------------------------------------------------
+
+Fetch = Callable[[int, int], Awaitable[list[Candidate]]]   # (fetch, attempt) -> candidates, best first
+
+
+async def _by_vector(svc: Services, ask: _Ask, raw: np.ndarray, counting: _Counting | None) -> SearchResult:
+    vector = np.asarray(raw, dtype=np.float32)
+    svc.extras[_LAST_DIM] = int(vector.shape[0])
+    table = store.VECTOR_TABLES.get(int(vector.shape[0]))
+    if table is None:
+        await _discard(counting)
+        hits = await _unindexed(svc, ask, vector)
+        return SearchResult(VECTOR, None, list(ask.namespaces), hits, [UNINDEXED])
+    per_ns, total = await _counts(svc, ask, table, counting)
+    small, large = _split(ask.namespaces, per_ns, svc.settings.conversation_search_exact_max_rows)
+    jobs: list[Awaitable[list[Hit]]] = []
+    plan: list[str] = []
+    if small:
+        jobs.append(_exact(svc, ask, table, small, vector))
+        plan.append(EXACT)
+    if large:
+        matched = sum(per_ns[ns] for ns in large)
+        jobs.append(_indexed(svc, ask, table, large, vector, share=matched / max(1, total)))
+        plan.append(INDEX)
+    found = [h for group in await asyncio.gather(*jobs) for h in group]
+    return SearchResult(VECTOR, None, list(ask.namespaces), _best(found, ask.limit), plan)
+
+
+def _split(namespaces: Sequence[str], per_ns: dict[str, int], exact_max_rows: int
+           ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Namespaces to scan exactly (few rows after the filters) and to search by index;
+    a namespace with no matching row is not searched at all."""
+    small = tuple(ns for ns in namespaces if 0 < per_ns.get(ns, 0) <= exact_max_rows)
+    large = tuple(ns for ns in namespaces if per_ns.get(ns, 0) > exact_max_rows)
+    return small, large
+
+
+def _best(hits: list[Hit], limit: int) -> list[Hit]:
+    hits.sort(key=lambda h: (-(h.similarity or 0.0), h.namespace, h.thread_id, h.msg_id))
+    return hits[:limit]
+
+
+async def _exact(svc: Services, ask: _Ask, table: str, namespaces: tuple[str, ...], vector: np.ndarray) -> list[Hit]:
+    async def fetch(n: int, attempt: int) -> list[Candidate]:
+        return await svc.run(store.exact, svc.ch, table, namespaces, vector, ask.filters, n)
+
+    hits, _ = await _collect(svc, ask, fetch, cap=None)
+    return hits
+
+
+async def _unindexed(svc: Services, ask: _Ask, vector: np.ndarray) -> list[Hit]:
+    async def fetch(n: int, attempt: int) -> list[Candidate]:
+        return await svc.run(store.exact_unindexed, svc.ch, ask.namespaces, vector, ask.filters, n)
+
+    hits, _ = await _collect(svc, ask, fetch, cap=None)
+    return hits
+
+
+async def _indexed(svc: Services, ask: _Ask, table: str, namespaces: tuple[str, ...], vector: np.ndarray,
+                   share: float) -> list[Hit]:
+    """By the HNSW index; the index fetches 1.5 / share times more than asked from each
+    part, since only `share` of the table's rows pass the namespace and filters. Each
+    retry asks 4x more; if that never suffices, the namespaces are scanned exactly."""
+    base = 1.5 / max(share, 1e-6)
+
+    async def fetch(n: int, attempt: int) -> list[Candidate]:
+        return await svc.run(store.nearest, svc.ch, table, namespaces, vector, ask.filters, n,
+                             base * GROWTH ** attempt)
+
+    hits, complete = await _collect(svc, ask, fetch, cap=store.MAX_FETCH)
+    if complete:
+        return hits
+    log.info("conversation.search: index came up short, scanning exactly", namespaces=len(namespaces))
+    return await _exact(svc, ask, table, namespaces, vector)
+
+
+async def _collect(svc: Services, ask: _Ask, fetch: Fetch, *, cap: int | None) -> tuple[list[Hit], bool]:
+    """Fetch candidates, verify them, and fetch again (GROWTH times more) while
+    verification left fewer than `limit` hits and more could exist. Returns the hits and
+    whether they are complete (False: an index search ran out of retries)."""
+    n = ask.first_fetch
+    for attempt in range(RETRIES + 1):
+        candidates = await fetch(n, attempt)
+        hits = await _verified(svc, ask, candidates)
+        if len(hits) >= ask.limit or _exhausted(candidates, n, ask.floor, indexed=cap is not None):
+            return hits[: ask.limit], True
+        n = n * GROWTH if cap is None else min(cap, n * GROWTH)
+    return hits[: ask.limit], cap is None
+
+
+def _exhausted(candidates: list[Candidate], asked: int, floor: float, *, indexed: bool) -> bool:
+    """No better candidate is left to fetch: the last one fetched is already below the
+    floor, or (exact scans) fewer rows than asked exist. An index search that returned
+    fewer than asked may only have been starved by its post-filter, so it asks again."""
+    if candidates and candidates[-1].similarity < floor:
+        return True
+    return not indexed and len(candidates) < asked
+
+
+async def _verified(svc: Services, ask: _Ask, candidates: list[Candidate]) -> list[Hit]:
+    """The candidates that are still what they were indexed as, live and not high, as
+    hits, best first."""
+    fresh = _dedupe(c for c in candidates if c.similarity >= ask.floor)
+    if not fresh:
+        return []
+    emb, turns = await svc.run(store.verify, svc.ch, [c.key for c in fresh], {c.agent for c in fresh})
+    kept: list[tuple[Candidate, store.TurnNow]] = []
+    for c in fresh:
+        now = emb.get(c.key)
+        if now is None or not now.live or now.version != c.version:
+            continue                       # tombstoned, failed, or re-embedded since this vector
+        turn = turns.get((c.namespace, c.agent, c.thread_id, c.msg_id))
+        if turn is None or not turn.live or turn.high:
+            continue
+        kept.append((c, turn))
+    heads = await _heads(svc, ask, [c for c, _ in kept])
+    hits = []
+    for c, turn in kept:
+        head = heads.get(c.key, c.text)
+        if window_reads_as_high(head, ask.shown, SCREEN_PAST):
+            continue
+        hits.append(Hit(c.namespace, c.agent, c.thread_id, c.msg_id, turn.role, turn.run_id, turn.user_id,
+                        as_utc(turn.ts), round(c.similarity, 6), head[: ask.shown]))
+    return hits
+
+
+def _dedupe(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """One candidate per row version, best first. Two versions of one turn (a re-embed
+    not merged yet) both stay: verification keeps only the newest, wherever it ranks."""
+    seen: set[tuple[str, str, str, int]] = set()
+    out = []
+    for c in candidates:
+        if (*c.key, c.version) not in seen:
+            seen.add((*c.key, c.version))
+            out.append(c)
+    return out
+
+
+def _text_covers(text: str, window: int) -> bool:
+    """Does the embedding row's text hold the turn's first `window` characters? It holds
+    the turn's first 2,048 (240 for rows of earlier builds), so a shorter text is the
+    whole turn unless it has exactly one of those lengths."""
+    return len(text) >= window or len(text) not in (EMBED_CHARS, LEGACY_EMBED_CHARS)
+
+
+async def _heads(svc: Services, ask: _Ask, candidates: list[Candidate]) -> dict[tuple[str, str, str], str]:
+    """The start of each turn whose embedding text is too short to show and screen."""
+    short = [c for c in candidates if not _text_covers(c.text, ask.window)]
+    if not short:
+        return {}
+    found = await svc.run(store.heads, svc.ch, [(c.namespace, c.agent, c.thread_id, c.msg_id) for c in short],
+                          ask.window)
+    return {(k[0], k[2], k[3]): head for k, head in found.items()}
+
+
+# -- substring mode -----------------------------------------------------------------
+
+
+async def _by_substring(svc: Services, ask: _Ask, query: str, reason: str) -> SearchResult:
+    """Live turns holding the query (case-insensitive), newest first; no similarity."""
+    n = ask.first_fetch
+    hits: list[Hit] = []
+    for _ in range(RETRIES + 1):
+        rows = await svc.run(store.substring, svc.ch, ask.namespaces, query, ask.filters, fetch=n, chars=ask.window)
+        hits = [Hit(r.namespace, r.agent, r.thread_id, r.msg_id, r.role, r.run_id, r.user_id, as_utc(r.ts), None,
+                    r.head[: ask.shown])
+                for r in rows if not window_reads_as_high(r.head, ask.shown, SCREEN_PAST)]
+        if len(hits) >= ask.limit or len(rows) < n:
+            break
+        n *= GROWTH
+    return SearchResult(SUBSTRING, reason, list(ask.namespaces), hits[: ask.limit], [SUBSTRING])

@@ -1,0 +1,118 @@
+"""BM25 over one user's saved messages, scored inside ClickHouse.
+
+The index is ClickHouse's own (clickhouse_schema/003_saved.sql): ``saved_terms`` holds
+one posting per (user, term, doc), a doc being a saved message copy with its text, and
+``saved_docs`` one row per saved message copy, both fed by materialized views from inserts into loom.conversations, so
+every writer keeps them current. A query reads only its terms' postings, joins them to
+the user's live saved rows (which is also where N and avgdl come from), and scores:
+
+    score(d) = sum over query terms t in d of
+               idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+    idf(t)   = ln(1 + (N - df + 0.5) / (df + 0.5))
+
+with N, df and avgdl computed per query over the corpus searched (the user's live,
+saved, not-high messages, or one conversation's). The text is the whole message, not
+the 2,048 characters the vector is built from.
+
+The index is a candidate generator, never the truth: callers re-check hits against
+loom.conversations (see loom.store.saved.verify).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+K1 = 1.2
+B = 0.75
+MAX_TERM_CHARS = 64
+MAX_QUERY_TERMS = 64
+
+# The tokeniser, as SQL over the expression `{x}`: lowercased runs of characters that
+# are not ASCII punctuation, space or control (so letters and digits of any script),
+# plus the compounds they form with - _ . / : @ # (a ticket id "inc-48213", a table
+# "billing_ledger_v2", a host name), a few Unicode quotes and dashes read as spaces.
+# Byte-range classes on purpose: Unicode property classes (\p{L}) cost the engine
+# ~20 ms to compile per query and per insert. 003_saved.sql spells the same expression
+# out for `content` (tests/conversation/test_saved_index.py checks they match).
+_WORD = r"[^\\x00-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]+"
+_NORMALISED = "translateUTF8(lowerUTF8({x}), '“”‘’«»—–…•·', '           ')"
+TERMS = ("arrayFilter(t -> length(t) <= " + str(MAX_TERM_CHARS) + ", arrayConcat("
+         f"extractAll({_NORMALISED}, '{_WORD}'), "
+         f"extractAll({_NORMALISED}, '{_WORD}(?:[-_./:@#]{_WORD})+')))")
+
+
+def terms_sql(expr: str) -> str:
+    """The tokeniser applied to the SQL expression `expr`."""
+    return TERMS.replace("{x}", expr)
+
+
+@dataclass(frozen=True)
+class LexicalHit:
+    thread_id: str
+    msg_id: str
+    agent: str
+    score: float
+    matched: tuple[str, ...]     # the query terms the message holds (for the excerpt)
+
+
+# Postings of the query's terms (narrow rows: term, doc id, tf), joined to the user's
+# live saved rows they belong to (a posting of an older text, or of a row no longer
+# saved, finds no partner). N and avgdl come from the same rows in the same pass
+# (window functions over `docs`), df from the joined postings.
+_SEARCH = f"""
+WITH arraySlice(arrayDistinct({terms_sql('{q:String}')}), 1, {MAX_QUERY_TERMS}) AS qterms
+SELECT thread_id, msg_id, argMax(agent, score) AS agent, max(score) AS best, argMax(matched, score) AS terms
+FROM (
+    SELECT any(thread_id) AS thread_id, any(msg_id) AS msg_id, any(agent) AS agent,
+           sum(log(1 + (n - df + 0.5) / (df + 0.5)) * tf * ({K1} + 1)
+               / (tf + {K1} * (1 - {B} + {B} * dl / avgdl))) AS score,
+           groupArray(term) AS matched
+    FROM (
+        SELECT p.term AS term, p.doc AS doc, p.tf AS tf, d.thread_id AS thread_id, d.msg_id AS msg_id,
+               d.agent AS agent, d.doc_len AS dl, d.n AS n, d.avgdl AS avgdl,
+               count() OVER (PARTITION BY p.term) AS df
+        FROM (
+            SELECT term, doc, any(tf) AS tf
+            FROM saved_terms
+            WHERE namespace = {{ns:String}} AND user_id = {{user:String}} AND has(qterms, term)
+            GROUP BY term, doc
+        ) AS p
+        INNER JOIN (
+            SELECT doc, thread_id, msg_id, toString(agent) AS agent, doc_len, count() OVER () AS n,
+                   avg(doc_len) OVER () AS avgdl
+            FROM saved_docs FINAL
+            WHERE namespace = {{ns:String}} AND user_id = {{user:String}} {{thread_filter}}
+              AND is_saved AND NOT tombstoned AND NOT high_sensitivity
+        ) AS d ON p.doc = d.doc
+    )
+    GROUP BY doc
+)
+GROUP BY thread_id, msg_id
+ORDER BY best DESC, thread_id, msg_id
+LIMIT {{lim:UInt32}}
+"""
+
+
+def search(ch: Client, namespace: str, user_id: str, query: str, *, limit: int,
+           thread_id: str | None = None) -> list[LexicalHit]:
+    """The user's saved messages by BM25 of `query`, best first (at most `limit`).
+    A message saved under two agents counts once, by its better copy."""
+    params: dict[str, Any] = {"ns": namespace, "user": user_id, "q": query, "lim": limit}
+    thread_filter = ""
+    if thread_id is not None:
+        thread_filter = "AND thread_id = {th:String}"
+        params["th"] = thread_id
+    sql = _SEARCH.replace("{thread_filter}", thread_filter)
+    rows = ch.query(sql, parameters=params).result_rows
+    return [LexicalHit(r[0], r[1], r[2], float(r[3]), tuple(r[4])) for r in rows if r[3] > 0]
+
+
+def query_terms(ch: Client, texts: Sequence[str]) -> list[list[str]]:
+    """How the index tokenises each text (the same SQL): for tests and diagnostics."""
+    rows = ch.query(f"SELECT arrayMap(s -> {terms_sql('s')}, {{ts:Array(String)}})",
+                    parameters={"ts": list(texts)}).result_rows
+    return [list(terms) for terms in rows[0][0]]

@@ -1,0 +1,292 @@
+"""SQL of conversation.search: candidates from the vector tables, their verification
+against the newest rows, and the substring fallback over loom.conversations.
+
+The vector tables (``conversation_vectors_<dim>``, migration 002) are indexes kept by
+ClickHouse from inserts into conversation_embeddings; they may hold older versions of a
+row (a re-embed not merged yet, a turn tombstoned since). A candidate is therefore only
+a candidate: :func:`verify` reads the newest embedding row and transcript row of each.
+
+Two ways to rank one namespace's vectors:
+
+* **exact** (:func:`exact`): ``WHERE namespace IN (...)`` on the primary key, so only
+  the namespace's (or thread's) rows are read, and every distance is computed. Its cost
+  grows with the rows scanned.
+* **index** (:func:`nearest`): the HNSW index of each part. ClickHouse falls back to an
+  exact scan of the surviving ranges when a filter can be evaluated on the primary key,
+  so the key columns are compared through ``identity()``: the filter then runs after the
+  index (post-filtering), which fetches ``vector_search_index_fetch_multiplier`` times
+  more neighbours to make up for the rows the filter drops.
+
+Similarities are computed here from the Float32 vectors read back with each candidate
+(the index itself ranks on bf16 copies), so both ways report the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from clickhouse_connect.driver.client import Client
+
+# The dimensions migration 002 gave a vector table; other lengths are scanned exactly
+# over conversation_embeddings (:func:`exact_unindexed`).
+VECTOR_TABLES: dict[int, str] = {384: "conversation_vectors_384", 1536: "conversation_vectors_1536"}
+
+# ClickHouse refuses the index for a LIMIT above max_limit_for_vector_search_queries (1000).
+MAX_FETCH = 1000
+
+SEARCHED_ROLES = ("user", "assistant")   # plus compaction summaries (system, is_summary)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The optional filters of a search; None means "any"."""
+
+    thread_id: str | None = None
+    run_id: str | None = None
+    role: str | None = None
+    agent: str | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A vector row as the vector table holds it, with its exact cosine similarity."""
+
+    namespace: str
+    thread_id: str
+    msg_id: str
+    version: int
+    agent: str
+    role: str
+    run_id: str
+    text: str
+    similarity: float
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.namespace, self.thread_id, self.msg_id)
+
+
+def _where(filters: Filters, params: dict[str, Any], *, hide_key: bool) -> list[str]:
+    """Conditions for the filters. `hide_key` wraps the primary-key columns in identity()
+    so ClickHouse does not turn the index query into an exact scan (module docstring)."""
+
+    def key(col: str) -> str:
+        return f"identity({col})" if hide_key else col
+
+    out = [f"{key('namespace')} IN {{ns:Array(String)}}"]
+    if filters.thread_id is not None:
+        out.append(f"{key('thread_id')} = {{th:String}}")
+        params["th"] = filters.thread_id
+    if filters.run_id is not None:
+        out.append("run_id = {run:String}")
+        params["run"] = filters.run_id
+    if filters.role is not None:
+        out.append("role = {role:String}")
+        params["role"] = filters.role
+    if filters.agent is not None:
+        out.append("agent = {ag:String}")
+        params["ag"] = filters.agent
+    return out
+
+
+def _vector_param(vector: np.ndarray) -> list[float]:
+    return [float(x) for x in np.asarray(vector, dtype=np.float32)]
+
+
+def counts(ch: Client, table: str, namespaces: Sequence[str], filters: Filters) -> tuple[dict[str, int], int]:
+    """Rows of each namespace that pass the filters (stale versions included: a planning
+    estimate), and the rows of the whole table (the index post-filters against those)."""
+    params: dict[str, Any] = {"ns": list(namespaces)}
+    where = " AND ".join(_where(filters, params, hide_key=False))
+    rows = ch.query(
+        f"SELECT toString(namespace), count() FROM {table} WHERE {where} GROUP BY namespace "
+        f"UNION ALL SELECT '', count() FROM {table}",
+        parameters=params,
+    ).result_rows
+    per_ns: dict[str, int] = {}
+    total = 0
+    for ns, n in rows:
+        if ns == "":
+            total = int(n)
+        else:
+            per_ns[ns] = int(n)
+    return per_ns, max(total, sum(per_ns.values()))
+
+
+_CANDIDATE_COLUMNS = ("toString(namespace), thread_id, msg_id, version, toString(agent), toString(role), run_id, "
+                      "text, embedding")
+
+
+def _candidates(rows: Iterable[Sequence[Any]], vector: np.ndarray) -> list[Candidate]:
+    rows = list(rows)
+    if not rows:
+        return []
+    matrix = np.asarray([r[8] for r in rows], dtype=np.float64)
+    q = np.asarray(vector, dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(q))
+    sims = (matrix @ q) / np.where(norms > 0, norms, 1.0)
+    out = [Candidate(r[0], r[1], r[2], int(r[3]), r[4], r[5], r[6], r[7], float(s)) for r, s in zip(rows, sims,
+                                                                                                      strict=True)]
+    out.sort(key=lambda c: (-c.similarity, c.key))
+    return out
+
+
+def exact(ch: Client, table: str, namespaces: Sequence[str], vector: np.ndarray, filters: Filters,
+          fetch: int) -> list[Candidate]:
+    """The `fetch` nearest rows by an exact scan of the namespaces' (or thread's) rows."""
+    params: dict[str, Any] = {"ns": list(namespaces), "q": _vector_param(vector), "n": fetch}
+    where = " AND ".join(_where(filters, params, hide_key=False))
+    rows = ch.query(
+        f"SELECT {_CANDIDATE_COLUMNS} FROM {table} WHERE {where} "
+        "ORDER BY cosineDistance(embedding, {q:Array(Float32)}) LIMIT {n:UInt32} "
+        "SETTINGS vector_search_filter_strategy = 'prefilter', use_skip_indexes = 0",
+        parameters=params,
+    ).result_rows
+    return _candidates(rows, vector)
+
+
+def nearest(ch: Client, table: str, namespaces: Sequence[str], vector: np.ndarray, filters: Filters,
+            fetch: int, multiplier: float) -> list[Candidate]:
+    """The `fetch` nearest rows by the HNSW index, post-filtered to the namespaces and
+    filters; the index fetches `multiplier` times more from each part to make up for
+    the rows of other namespaces (and filtered out) among its neighbours."""
+    fetch = min(fetch, MAX_FETCH)
+    params: dict[str, Any] = {"ns": list(namespaces), "q": _vector_param(vector), "n": fetch}
+    where = " AND ".join(_where(filters, params, hide_key=True))
+    mult = min(1000.0, max(1.0, float(multiplier)))
+    rows = ch.query(
+        f"SELECT {_CANDIDATE_COLUMNS} FROM {table} WHERE {where} "
+        "ORDER BY cosineDistance(embedding, {q:Array(Float32)}) LIMIT {n:UInt32} "
+        f"SETTINGS vector_search_filter_strategy = 'postfilter', vector_search_index_fetch_multiplier = {mult:.3f}",
+        parameters=params,
+    ).result_rows
+    return _candidates(rows, vector)
+
+
+def exact_unindexed(ch: Client, namespaces: Sequence[str], vector: np.ndarray, filters: Filters,
+                    fetch: int) -> list[Candidate]:
+    """For a dimension with no vector table: an exact scan of conversation_embeddings
+    (newest versions, live vectors of the query's length)."""
+    params: dict[str, Any] = {"ns": list(namespaces), "q": _vector_param(vector), "n": fetch,
+                              "dim": int(np.asarray(vector).shape[0])}
+    where = " AND ".join(_where(filters, params, hide_key=False))
+    rows = ch.query(
+        f"SELECT {_CANDIDATE_COLUMNS} FROM conversation_embeddings FINAL WHERE {where} "
+        "AND length(embedding) = {dim:UInt32} AND error = '' AND NOT tombstoned "
+        "ORDER BY cosineDistance(embedding, {q:Array(Float32)}) LIMIT {n:UInt32}",
+        parameters=params,
+    ).result_rows
+    return _candidates(rows, vector)
+
+
+@dataclass(frozen=True)
+class EmbeddingNow:
+    """The newest version of an embedding row, as far as search cares."""
+
+    version: int
+    live: bool           # not tombstoned, no error, has a vector
+
+
+@dataclass(frozen=True)
+class TurnNow:
+    """The newest version of a transcript row, as far as search cares."""
+
+    role: str
+    run_id: str
+    user_id: str
+    ts: datetime
+    live: bool           # not tombstoned
+    high: bool           # high_sensitivity
+
+
+TurnKey = tuple[str, str, str, str]   # (namespace, agent, thread_id, msg_id)
+
+
+def verify(ch: Client, keys: Sequence[tuple[str, str, str]], agents: Iterable[str]
+           ) -> tuple[dict[tuple[str, str, str], EmbeddingNow], dict[TurnKey, TurnNow]]:
+    """In one round trip: the newest embedding row of each key, and the newest
+    transcript row of each (key, agent) for the named agents."""
+    if not keys:
+        return {}, {}
+    params = {"ns": sorted({k[0] for k in keys}), "th": sorted({k[1] for k in keys}),
+              "ids": sorted({k[2] for k in keys}), "ag": sorted(set(agents))}
+    rows = ch.query(
+        # embedding.size0, not length(embedding): under FINAL the latter reads every vector.
+        "SELECT 'e' AS kind, toString(namespace) AS ns, '' AS agent, thread_id, msg_id, version, "
+        "toUInt8(NOT tombstoned AND error = '' AND embedding.size0 > 0) AS live, toUInt8(0) AS high, "
+        "'' AS role, '' AS run_id, '' AS user_id, toDateTime64(0, 6, 'UTC') AS ts "
+        "FROM conversation_embeddings FINAL WHERE namespace IN {ns:Array(String)} "
+        "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
+        "UNION ALL "
+        "SELECT 'c', toString(namespace), toString(agent), thread_id, msg_id, version, toUInt8(NOT tombstoned), "
+        "toUInt8(high_sensitivity), toString(role), run_id, user_id, ts "
+        "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
+        "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
+        parameters=params,
+    ).result_rows
+    wanted = set(keys)
+    emb: dict[tuple[str, str, str], EmbeddingNow] = {}
+    turns: dict[TurnKey, TurnNow] = {}
+    for kind, ns, agent, thread_id, msg_id, version, live, high, role, run_id, user_id, ts in rows:
+        if (ns, thread_id, msg_id) not in wanted:
+            continue
+        if kind == "e":
+            emb[(ns, thread_id, msg_id)] = EmbeddingNow(int(version), bool(live))
+        else:
+            turns[(ns, agent, thread_id, msg_id)] = TurnNow(role, run_id, user_id, ts, bool(live), bool(high))
+    return emb, turns
+
+
+def heads(ch: Client, keys: Sequence[TurnKey], chars: int) -> dict[TurnKey, str]:
+    """The first `chars` characters of each named turn (for an embedding row whose text
+    is shorter than what the excerpt and its screen need: rows of earlier builds)."""
+    if not keys:
+        return {}
+    rows = ch.query(
+        "SELECT toString(namespace), toString(agent), thread_id, msg_id, leftUTF8(content, {n:UInt32}) "
+        "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
+        "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
+        parameters={"n": chars, "ns": sorted({k[0] for k in keys}), "ag": sorted({k[1] for k in keys}),
+                    "th": sorted({k[2] for k in keys}), "ids": sorted({k[3] for k in keys})},
+    ).result_rows
+    wanted = set(keys)
+    return {(r[0], r[1], r[2], r[3]): r[4] for r in rows if (r[0], r[1], r[2], r[3]) in wanted}
+
+
+@dataclass(frozen=True)
+class TextMatch:
+    """A live, searchable turn whose content holds the needle."""
+
+    namespace: str
+    agent: str
+    thread_id: str
+    msg_id: str
+    role: str
+    run_id: str
+    user_id: str
+    ts: datetime
+    head: str            # the first `chars` characters of the content
+
+
+def substring(ch: Client, namespaces: Sequence[str], needle: str, filters: Filters, *, fetch: int,
+              chars: int) -> list[TextMatch]:
+    """Live turns of the kinds search covers (user and assistant turns, compaction
+    summaries) that hold `needle`, case-insensitively, newest first. Turns marked high
+    are left out here; the caller screens what it would show."""
+    params: dict[str, Any] = {"ns": list(namespaces), "needle": needle, "n": fetch, "chars": chars,
+                              "roles": list(SEARCHED_ROLES)}
+    where = _where(filters, params, hide_key=False)
+    rows = ch.query(
+        "SELECT toString(namespace), toString(agent), thread_id, msg_id, toString(role), run_id, user_id, ts, "
+        "leftUTF8(content, {chars:UInt32}) FROM conversations FINAL "
+        f"WHERE {' AND '.join(where)} AND NOT tombstoned AND NOT high_sensitivity "
+        "AND (role IN {roles:Array(String)} OR is_summary) "
+        "AND positionCaseInsensitiveUTF8(content, {needle:String}) > 0 "
+        "ORDER BY ts DESC, msg_id DESC LIMIT {n:UInt32}",
+        parameters=params,
+    ).result_rows
+    return [TextMatch(*r) for r in rows]
