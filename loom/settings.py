@@ -79,6 +79,10 @@ class Settings(BaseSettings):
     # Write path batching.
     write_batch_max_rows: int = Field(2_000, ge=1)
     write_batch_max_wait_ms: float = Field(4.0, ge=0)
+    # User and assistant turns wait for their embedding (a model call of tens of ms)
+    # anyway: a longer window gathers a whole round of concurrent appends into one
+    # flush, so one insert and one embedding job instead of several.
+    write_batch_embed_wait_ms: float = Field(20.0, ge=0)
 
     log_level: str = "INFO"
 

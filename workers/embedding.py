@@ -50,21 +50,10 @@ PIPELINE = "conversation.embed_pipeline"
 # Turns written and answered together. Larger parts mean fewer inserts and replies (on
 # 2 cores, with the model CPU-bound, that beats answering each model call's turns as
 # soon as they are done: measured 90 vs 72 single-turn appends/s at 32 clients).
+# Answering a round of single-turn appends in two halves, so that the model embeds
+# one while the other is written, measured worse as well: twice the inserts, and
+# each costs the engine more CPU than the model idles meanwhile.
 REPLY_PART = 256
-# A small job (the single-turn appends of one API flush, a few dozen turns whose
-# clients each wait for their one turn) is answered in parts of PIPELINE_PART turns
-# (two model calls of 8, run side by side) instead: while one part is written and its
-# clients send their next turns, the model embeds the next part, rather than idling
-# through every round's write, answer and next flush.
-PIPELINE_PART = 16
-PIPELINE_JOB_MAX = 64
-
-
-def reply_part(turns: int) -> int:
-    """How many of a job's turns are written and answered together."""
-    return PIPELINE_PART if turns <= PIPELINE_JOB_MAX else REPLY_PART
-
-
 BATCHER = "conversation.model_batcher"
 
 _holder: dict[str, Embedder | None] = {"embedder": None}
@@ -246,7 +235,7 @@ async def _reply(ctx: dict[str, Any], payload: dict[str, Any], msg: dict[str, An
 
 
 async def embed_turns(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
-    """Each part (see reply_part) of the job is replied as soon as it is written; a
+    """Each part (REPLY_PART turns) of the job is replied as soon as it is written; a
     failure replies an error for whatever is left (the API then records it, fail-open)."""
     turns: Sequence[EmbedTurn] = [EmbedTurn.unpack(t) for t in payload["turns"]]
     pipeline: EmbedPipeline = ctx[PIPELINE]
@@ -255,7 +244,7 @@ async def embed_turns(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str,
         await _reply(ctx, payload, {"part": lo, "outcomes": [[o.status, o.error] for o in outcomes]})
 
     try:
-        outcomes = await pipeline.embed_turns(turns, chunk=reply_part(len(turns)), on_part=on_part)
+        outcomes = await pipeline.embed_turns(turns, chunk=REPLY_PART, on_part=on_part)
         return {"outcomes": [[o.status, o.error] for o in outcomes]}
     except Exception as exc:
         log.exception("embed_turns failed")

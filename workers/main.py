@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from arq.worker import Worker
+from redis.asyncio import Redis
 
 from loom import logging as loom_logging
 from loom.services import open_services, redis_settings
@@ -17,6 +18,36 @@ from workers import embedding
 from workers.jobs import FUNCTIONS
 
 QUEUE = "loom:queue"
+# A job's enqueuer pushes a token here (see wake_workers); an idle worker blocks on it
+# instead of polling the queue every few milliseconds.
+WAKE_KEY = f"{QUEUE}:wake"
+WAKE_TTL_S = 60
+IDLE_POLL_S = 0.1   # a job enqueued without a wake-up waits at most this long
+
+
+async def wake_workers(redis: Redis) -> None:
+    """Tell an idle worker that a job was just enqueued (one round trip)."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.rpush(WAKE_KEY, b"1")
+    pipe.expire(WAKE_KEY, WAKE_TTL_S)   # no worker running: the tokens do not pile up
+    await pipe.execute()
+
+
+class WakeableWorker(Worker):
+    """arq's worker, waiting between polls for a wake-up token instead of a fixed delay.
+
+    arq polls its queue (a Redis round trip) every `poll_delay`; at the few
+    milliseconds the append path needs (the API awaits the job), an idle worker took
+    ~6-9% of a core, and Redis some more: CPU the model then lacks. Here arq's own
+    delay is 0 and each poll iteration ends by blocking on WAKE_KEY for up to
+    IDLE_POLL_S: a job enqueued with wake_workers() starts at once, any other within
+    IDLE_POLL_S (cron jobs and retries too: arq's poll iteration also runs those).
+    """
+
+    async def _poll_iteration(self) -> None:
+        await super()._poll_iteration()
+        # Redis >= 6 takes the timeout in (fractional) seconds; None back on a timeout.
+        await self.pool.blpop([WAKE_KEY], timeout=IDLE_POLL_S)  # type: ignore[misc, arg-type]
 
 
 def _startup(settings: Settings, clickhouse_url: str, redis_url: str) -> Any:
@@ -48,16 +79,13 @@ def build_worker(settings: Settings, clickhouse_url: str, redis_url: str, **over
         on_startup=_startup(settings, clickhouse_url, redis_url),
         on_shutdown=_shutdown,
         max_jobs=256,
-        # The API awaits job results, so queue pick-up latency is append latency; but
-        # every poll is a Redis round trip: at 2 ms an idle worker took ~9% of a core
-        # (and Redis some more), CPU the model then lacks. 5 ms: ~6%, +1.5 ms pick-up.
-        poll_delay=0.005,
+        poll_delay=0,   # the wait between polls is WakeableWorker's (woken per job)
         job_timeout=300,
         keep_result=60,
         handle_signals=True,
     )
     options.update(overrides)
-    return Worker(**options)
+    return WakeableWorker(**options)
 
 
 def run_worker(settings: Settings, clickhouse_url: str, redis_url: str) -> None:

@@ -12,7 +12,7 @@ from loom.auth.principal import Principal, Role
 from loom.errors import Forbidden, Unauthorized
 from loom.services import Services
 
-_bearer = HTTPBearer(auto_error=False, description="A token from `loom token mint`.")
+bearer = HTTPBearer(auto_error=False, description="A token from `loom token mint`.")
 
 
 async def services(request: Request) -> Services:
@@ -20,7 +20,7 @@ async def services(request: Request) -> Services:
     return request.app.state.services  # type: ignore[no-any-return]
 
 
-async def principal(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Principal:
+async def principal(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
     if creds is None or creds.scheme.lower() != "bearer":
         raise Unauthorized("missing bearer token (Authorization: Bearer loom_...)")
     # A token verified within the cache TTL needs no I/O: no thread hop on the hot path.
@@ -47,7 +47,7 @@ def require(role: Role, *, bounded: str = "refuse") -> Callable[..., Awaitable[P
     microseconds per request, on the API's one event loop.
     """
 
-    async def dep(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Principal:
+    async def dep(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
         who = await principal(request, creds)
         who.require_role(role)
         if who.bounded:

@@ -94,7 +94,9 @@ def flush_state(ch: Client, keys: Iterable[TurnKey]) -> FlushState:
            "toUInt8(conversation_logging_enabled) AS flag FROM namespaces FINAL WHERE namespace IN {ns:Array(String)} "
            "UNION ALL "
            "SELECT 'c', toString(namespace), toString(agent), thread_id, msg_id, 0 FROM conversations "
-           "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}")
+           "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
+           # A few rows: one thread is enough, and spares the engine ~0.5 ms of CPU.
+           "SETTINGS max_threads = 1")
     wanted = set(keys)
     state = FlushState(set(), set(), set())
     for kind, ns, agent, thread_id, msg_id, flag in ch.query(sql, parameters=params).result_rows:

@@ -5,8 +5,10 @@ outcome. To afford that at thousands of turns a second, turns from concurrent re
 share their ClickHouse round trips (a one-row insert costs the engine 7-10 ms):
 
 1. The op derives what needs no I/O (msg_id, ts) and queues the turns on the
-   process's append buffer (:class:`loom.store.write_buffer.Batcher`, flushed by size,
-   LOOM_WRITE_BATCH_MAX_ROWS, and age, LOOM_WRITE_BATCH_MAX_WAIT_MS).
+   process's append buffers (:class:`loom.store.write_buffer.Batcher`, flushed by size,
+   LOOM_WRITE_BATCH_MAX_ROWS, and age: LOOM_WRITE_BATCH_MAX_WAIT_MS for system and tool
+   turns, LOOM_WRITE_BATCH_EMBED_WAIT_MS for user and assistant turns, which wait for
+   their embedding anyway).
 2. A flush reads, in ONE query, the recording switch of every namespace in the batch
    and which of its (agent, thread_id, msg_id) already landed, for any agent: a turn
    that another agent's copy landed for may have a vector to reuse, and only for such
@@ -130,15 +132,38 @@ class AppendPipeline:
         self.buffer: Batcher[conv_store.Turn, _Flushed] = Batcher(
             self._flush, max_items=cfg.write_batch_max_rows, max_wait_s=cfg.write_batch_max_wait_ms / 1000.0,
             max_inflight=4, name="conversation-append")
+        # User and assistant turns have a buffer of their own with a longer window
+        # (LOOM_WRITE_BATCH_EMBED_WAIT_MS): they wait for their embedding anyway, and a
+        # flush that gathers all of a round's concurrent appends costs one insert and
+        # one embedding job (each ~10-50 ms of the engine's CPU, which the model lacks)
+        # instead of several. System and tool turns keep the short window.
+        self.embed_buffer: Batcher[conv_store.Turn, _Flushed] = Batcher(
+            self._flush, max_items=cfg.write_batch_max_rows, max_wait_s=cfg.write_batch_embed_wait_ms / 1000.0,
+            max_inflight=4, name="conversation-append-embedded")
         self.embedder = EmbedClient(svc)
         self._known_threads: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
     async def close(self) -> None:
         await self.buffer.close()
+        await self.embed_buffer.close()
         await self.embedder.close()
 
+    async def _submit(self, turns: Sequence[conv_store.Turn]) -> list[_Flushed]:
+        """Each turn through its role's buffer; the results in the order of `turns`."""
+        embedded = [i for i, t in enumerate(turns) if t.role in EMBEDDED_ROLES]
+        if not embedded:
+            return await self.buffer.submit_many(turns)
+        if len(embedded) == len(turns):
+            return await self.embed_buffer.submit_many(turns)
+        others = [i for i, t in enumerate(turns) if t.role not in EMBEDDED_ROLES]
+        got_embedded, got_others = await asyncio.gather(
+            self.embed_buffer.submit_many([turns[i] for i in embedded]),
+            self.buffer.submit_many([turns[i] for i in others]))
+        by_index = dict(zip(embedded + others, got_embedded + got_others, strict=True))
+        return [by_index[i] for i in range(len(turns))]
+
     async def append(self, turns: Sequence[conv_store.Turn]) -> list[AppendResult]:
-        flushed = await self.buffer.submit_many(turns)
+        flushed = await self._submit(turns)
         results = []
         for turn, f in zip(turns, flushed, strict=True):
             res = AppendResult(turn.thread_id, turn.msg_id, turn.role, f.stored, f.reason)

@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
+from redis.asyncio import Redis
 
 from loom import logging as loom_logging
 from loom.clock import next_version
@@ -327,6 +328,12 @@ def _queue_name() -> str:
     return QUEUE
 
 
+async def _wake_workers(redis: Redis) -> None:
+    from workers.main import wake_workers
+
+    await wake_workers(redis)
+
+
 class JobFailed(RuntimeError):
     pass
 
@@ -414,6 +421,7 @@ class EmbedClient:
             _queue_name=_queue_name(), _expires=timedelta(seconds=max(600.0, timeout * 4)))
         if job is None:
             raise JobFailed(f"job {job_id} was not enqueued")
+        await _wake_workers(self.svc.redis)   # the API awaits it: no poll interval in between
 
     async def call(self, function: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Enqueue `function(payload)` and await its one reply; TimeoutError after `timeout` s."""
