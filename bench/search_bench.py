@@ -264,6 +264,7 @@ def strategies(ch: Any, data: Data, scale: int, n: int = 30) -> list[dict[str, A
 
 def breakdown(ch: Any, data: Data, scale: int, n: int = 40) -> dict[str, Any]:
     """Where one search of bench-main spends its time, step by step, outside the API."""
+    from loom.settings import Settings
     from loom.store import search as store
 
     plan_rows = store.counts(ch, TABLE, [MAIN], store.Filters())[0].get(MAIN, 0)
@@ -272,7 +273,7 @@ def breakdown(ch: Any, data: Data, scale: int, n: int = 40) -> dict[str, Any]:
         t0 = time.perf_counter()
         per_ns, total = store.counts(ch, TABLE, [MAIN], store.Filters())
         t1 = time.perf_counter()
-        if plan_rows > 20_000:
+        if plan_rows > Settings().conversation_search_exact_max_rows:
             cands = store.nearest(ch, TABLE, [MAIN], q, store.Filters(), 30, 1.5 * total / max(1, per_ns[MAIN]))
         else:
             cands = store.exact(ch, TABLE, [MAIN], q, store.Filters(), 30)

@@ -50,3 +50,10 @@ def tombstone_turn(ch: Any, ns: str, agent: str, thread_id: str, msg_id: str, re
 
 def save_turn(ch: Any, ns: str, agent: str, thread_id: str, msg_id: str) -> None:
     revise_turn(ch, ns, agent, thread_id, msg_id, is_saved="true", saved_at="now64(3)")
+
+
+async def ok(call: Any, op: str, token: str, **body: Any) -> dict[str, Any]:
+    """Call an op through the API and return its JSON answer, asserting a 200."""
+    r = await call(op, token, **body)
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]

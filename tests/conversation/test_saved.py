@@ -15,17 +15,11 @@ from loom.ops.conversation import TurnInput, append, saving
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
 from loom.store import namespaces
 from tests.conversation.conftest import wait_for
-from tests.conversation.helpers import emb_row, emb_rows, revise_turn, tombstone_turn, turn_rows
+from tests.conversation.helpers import emb_row, emb_rows, ok, revise_turn, tombstone_turn, turn_rows
 
 SAVE = "conversation.save_message"
 UNSAVE = "conversation.unsave_message"
 HIGH = "sure, the prod login is password=Tr0ub4dor&3xq"
-
-
-async def ok(call: Any, op: str, token: str, **body: Any) -> dict[str, Any]:
-    r = await call(op, token, **body)
-    assert r.status_code == 200, r.text
-    return r.json()  # type: ignore[no-any-return]
 
 
 @pytest.fixture

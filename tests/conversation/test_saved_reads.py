@@ -17,7 +17,7 @@ from loom.ops.conversation.saved_reads import centred_excerpt
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
-from tests.conversation.helpers import revise_turn, tombstone_turn
+from tests.conversation.helpers import ok, revise_turn, tombstone_turn
 
 SAVE = "conversation.save_message"
 LIST = "conversation.list_saved_messages"
@@ -27,12 +27,6 @@ HIGH = "sure, the prod login is password=Tr0ub4dor&3xq"
 
 FILLER = ("We went through the deployment checklist, the helm chart values and the readiness probe timings. "
           "Nothing unusual showed up in the staging cluster logs, and the canary stayed green all afternoon. ")
-
-
-async def ok(call: Any, op: str, token: str, **body: Any) -> dict[str, Any]:
-    r = await call(op, token, **body)
-    assert r.status_code == 200, r.text
-    return r.json()  # type: ignore[no-any-return]
 
 
 @pytest.fixture
