@@ -17,9 +17,9 @@ Two ways to rank one namespace's vectors:
   index (post-filtering), which fetches ``vector_search_index_fetch_multiplier`` times
   more neighbours to make up for the rows the filter drops.
 
-Similarities are computed by ClickHouse from the stored Float32 vectors of the rows
-returned (the index itself ranks on bf16 copies), so both ways report the same numbers
-and no vector travels back (30 vectors cost more to send and parse than to rank).
+Similarities are computed by ClickHouse (the index answers from its graph): both ways
+rank the same BFloat16 vectors (migration 004), so they report the same numbers, and no
+vector travels back (30 vectors cost more to send and parse than to rank).
 """
 
 from __future__ import annotations
