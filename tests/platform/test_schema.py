@@ -91,3 +91,28 @@ def test_cluster_name_must_be_identifier():
 
     with pytest.raises(ValueError):
         runner.render("x {on_cluster}", "a; DROP TABLE t")
+
+
+def test_vector_tables_upgrade_to_bfloat16_keeping_their_rows(schema, monkeypatch):
+    """A store migrated before 004 holds Float32 vector rows; 004 converts them in place
+    and the view keeps feeding the table afterwards."""
+    s = _fresh(schema, "bf16")
+    everything = runner.discover()
+    monkeypatch.setattr(runner, "discover", lambda *a, **k: [m for m in everything if m.number < 4])
+    prepare(s, s.clickhouse_url)
+    ch = connect(s.clickhouse_url, database=s.clickhouse_database)
+
+    def embed_row(msg_id: str, vector: list[float]) -> None:
+        ch.insert("conversation_embeddings", [["ns", "t", msg_id, "a", "user", "", "", "hello", vector, "m", 1]],
+                  column_names=["namespace", "thread_id", "msg_id", "agent", "role", "run_id", "user_id", "text",
+                                "embedding", "model", "version"])
+
+    embed_row("old", [1.0] + [0.0] * 383)
+    assert "Array(Float32)" in _create_query(ch, "conversation_vectors_384")
+    monkeypatch.setattr(runner, "discover", lambda *a, **k: everything)
+    assert [m.split("_")[0] for m in prepare(s, s.clickhouse_url).applied] == ["004"]
+    assert "Array(BFloat16)" in _create_query(ch, "conversation_vectors_384")
+    embed_row("new", [0.0, 1.0] + [0.0] * 382)
+    rows = ch.query("SELECT msg_id, round(1 - cosineDistance(embedding, [1.0] || arrayWithConstant(383, 0.0)), 3) "
+                    "FROM conversation_vectors_384 ORDER BY msg_id").result_rows
+    assert rows == [("new", 0.0), ("old", 1.0)]
