@@ -389,6 +389,18 @@ async def test_dead_candidates_are_refetched(call, ns, writer, mint, services, o
     assert all(h.msg_id >= "m30" for h in result.hits)
 
 
+async def test_dead_best_candidates_are_replaced_by_the_next_ones_in_order(call, ns, writer, mint, services,
+                                                                        other_services):
+    """The best limit + VERIFY_SPARE candidates are verified first; when dead ones leave
+    too few hits, the rest of the fetch is verified and the order still holds."""
+    await _append(call, writer, ns, [_turn("t", f"m{i:02d}", "staging deploy report") for i in range(10)])
+    for i in range(5):
+        tombstone_turn(services.ch, ns, "default", "t", f"m{i:02d}")
+    result = await searching.search(other_services(conversation_search_exact_max_rows=10_000), _who(ns),
+                                    "staging deploy report", limit=3)
+    assert [h.msg_id for h in result.hits] == ["m05", "m06", "m07"]
+
+
 async def test_a_dimension_without_a_vector_table_is_scanned_exactly(call, ns, writer, mint, api_embedder,
                                                                      worker_embedder):
     api_embedder(FakeEmbedder(dim=64))

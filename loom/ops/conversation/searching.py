@@ -68,6 +68,7 @@ UNINDEXED = "exact_unindexed"
 
 _LAST_DIM = "conversation.search.last_dim"   # svc.extras: the dimension of the last query's vector
 
+VERIFY_SPARE = 3             # candidates verified beyond `limit` in the first lookup
 RETRIES = 3                  # re-fetches (4x more each time) before an index search is redone exactly
 GROWTH = 4
 
@@ -295,8 +296,18 @@ def _exhausted(candidates: list[Candidate], asked: int, floor: float, *, indexed
 
 async def _verified(svc: Services, ask: _Ask, candidates: list[Candidate]) -> list[Hit]:
     """The candidates that are still what they were indexed as, live and not high, as
-    hits, best first."""
+    hits, best first: the best `limit + VERIFY_SPARE` first, the rest only if those fall
+    short. A lookup costs ClickHouse per key (~0.25 ms each, whatever the granule size:
+    measured 2026-12-01), and the best few nearly always pass."""
     fresh = _dedupe(c for c in candidates if c.similarity >= ask.floor)
+    first = ask.limit + VERIFY_SPARE
+    hits = await _verified_slice(svc, ask, fresh[:first])
+    if len(hits) < ask.limit and len(fresh) > first:
+        hits += await _verified_slice(svc, ask, fresh[first:])
+    return hits
+
+
+async def _verified_slice(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[Hit]:
     if not fresh:
         return []
     emb, turns = await svc.run(store.verify, svc.ch, [c.key for c in fresh], {c.agent for c in fresh})
