@@ -45,11 +45,11 @@ import numpy as np
 from bench import datagen
 from bench.loom_stack import LoomStack
 from bench.targets import AppendResult, HttpTarget, RunContext, Turn
+from loom.queue import QUEUE  # the arq sorted set the workers poll
 
 SEARCH_PATH = "/v1/conversation.search"
 SAVED_PATH = "/v1/conversation.search_saved_messages"
 APPEND_PATH = "/v1/conversation.append"
-QUEUE = "loom:queue"                   # workers/main.py QUEUE (an arq sorted set)
 IN_PROGRESS = "arq:in-progress:*"      # arq's in_progress_key_prefix
 AGENT = "default"
 NAMESPACES = (datagen.MAIN_NS, *datagen.NOISE_NS, datagen.SAVED_NS)

@@ -268,12 +268,13 @@ def breakdown(ch: Any, data: Data, scale: int, n: int = 40) -> dict[str, Any]:
     from loom.store import search as store
 
     plan_rows = store.counts(ch, TABLE, [MAIN], store.Filters())[0].get(MAIN, 0)
+    by_index = plan_rows > Settings().conversation_search_exact_max_rows
     steps: dict[str, list[float]] = {"counts": [], "candidates": [], "verify": []}
     for q in data.query_vectors[:n]:
         t0 = time.perf_counter()
         per_ns, total = store.counts(ch, TABLE, [MAIN], store.Filters())
         t1 = time.perf_counter()
-        if plan_rows > Settings().conversation_search_exact_max_rows:
+        if by_index:
             cands = store.nearest(ch, TABLE, [MAIN], q, store.Filters(), 30, 1.5 * total / max(1, per_ns[MAIN]))
         else:
             cands = store.exact(ch, TABLE, [MAIN], q, store.Filters(), 30)

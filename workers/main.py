@@ -9,28 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from arq.worker import Worker
-from redis.asyncio import Redis
 
 from loom import logging as loom_logging
+from loom.queue import QUEUE, WAKE_KEY
 from loom.services import open_services, redis_settings
 from loom.settings import Settings
 from workers import embedding
 from workers.jobs import FUNCTIONS
 
-QUEUE = "loom:queue"
-# A job's enqueuer pushes a token here (see wake_workers); an idle worker blocks on it
-# instead of polling the queue every few milliseconds.
-WAKE_KEY = f"{QUEUE}:wake"
-WAKE_TTL_S = 60
 IDLE_POLL_S = 0.1   # a job enqueued without a wake-up waits at most this long
-
-
-async def wake_workers(redis: Redis) -> None:
-    """Tell an idle worker that a job was just enqueued (one round trip)."""
-    pipe = redis.pipeline(transaction=False)
-    pipe.rpush(WAKE_KEY, b"1")
-    pipe.expire(WAKE_KEY, WAKE_TTL_S)   # no worker running: the tokens do not pile up
-    await pipe.execute()
 
 
 class WakeableWorker(Worker):
@@ -40,7 +27,7 @@ class WakeableWorker(Worker):
     milliseconds the append path needs (the API awaits the job), an idle worker took
     ~6-9% of a core, and Redis some more: CPU the model then lacks. Here arq's own
     delay is 0 and each poll iteration ends by blocking on WAKE_KEY for up to
-    IDLE_POLL_S: a job enqueued with wake_workers() starts at once, any other within
+    IDLE_POLL_S: a job enqueued with loom.queue.wake_workers() starts at once, any other within
     IDLE_POLL_S (cron jobs and retries too: arq's poll iteration also runs those).
     """
 

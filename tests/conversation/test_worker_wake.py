@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from workers.main import QUEUE, WAKE_KEY, WakeableWorker, wake_workers
+from loom.queue import QUEUE, WAKE_KEY, wake_workers
+from workers.main import WakeableWorker
 
 
 async def _ping(services, wake: bool) -> str:

@@ -38,12 +38,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
-from redis.asyncio import Redis
 
 from loom import logging as loom_logging
 from loom.clock import next_version
 from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, skipped
 from loom.ops.conversation.leases import under_thread_leases
+from loom.queue import QUEUE, wake_workers
 from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
@@ -322,18 +322,6 @@ async def record_unanswered(svc: Services, turns: Sequence[EmbedTurn], version: 
     return [out[i] for i in range(len(turns))]
 
 
-def _queue_name() -> str:
-    from workers.main import QUEUE
-
-    return QUEUE
-
-
-async def _wake_workers(redis: Redis) -> None:
-    from workers.main import wake_workers
-
-    await wake_workers(redis)
-
-
 class JobFailed(RuntimeError):
     pass
 
@@ -418,10 +406,10 @@ class EmbedClient:
     async def _enqueue(self, function: str, payload: dict[str, Any], job_id: str, timeout: float) -> None:
         job = await self.svc.arq.enqueue_job(
             function, {**payload, "job": job_id, "reply": self.reply_key}, _job_id=job_id,
-            _queue_name=_queue_name(), _expires=timedelta(seconds=max(600.0, timeout * 4)))
+            _queue_name=QUEUE, _expires=timedelta(seconds=max(600.0, timeout * 4)))
         if job is None:
             raise JobFailed(f"job {job_id} was not enqueued")
-        await _wake_workers(self.svc.redis)   # the API awaits it: no poll interval in between
+        await wake_workers(self.svc.redis)   # the API awaits it: no poll interval in between
 
     async def call(self, function: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Enqueue `function(payload)` and await its one reply; TimeoutError after `timeout` s."""
