@@ -14,6 +14,11 @@ with N, df and avgdl computed per query over the corpus searched (the user's liv
 saved, not-high messages, or one conversation's). The text is the whole message, not
 the 2,048 characters the vector is built from.
 
+Hits are ranked by how many distinct query terms they hold, then by score
+(:func:`rank_key`): BM25's length normalisation alone lets a short message holding
+three common words of a phrase outrank the long answer that holds the whole phrase deep
+inside (the seed: "a phrase deep in a long saved answer still ranks").
+
 The index is a candidate generator, never the truth: callers re-check hits against
 loom.conversations (see loom.store.saved.verify).
 """
@@ -59,6 +64,11 @@ class LexicalHit:
     matched: tuple[str, ...]     # the query terms the message holds (for the excerpt)
 
 
+def rank_key(matched: Sequence[str], score: float) -> tuple[int, float]:
+    """Sort key of a lexical hit, best first: more query terms held, then BM25."""
+    return (-len(matched), -score)
+
+
 # Postings of the query's terms (narrow rows: term, doc id, tf), joined to the user's
 # live saved rows they belong to (a posting of an older text, or of a row no longer
 # saved, finds no partner). N and avgdl come from the same rows in the same pass
@@ -92,7 +102,7 @@ FROM (
     GROUP BY doc
 )
 GROUP BY thread_id, msg_id
-ORDER BY best DESC, thread_id, msg_id
+ORDER BY length(terms) DESC, best DESC, thread_id, msg_id
 LIMIT {{lim:UInt32}}
 """
 

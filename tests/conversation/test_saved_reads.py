@@ -201,6 +201,25 @@ async def test_an_exact_rare_term_deep_in_a_long_message_ranks(call, ns, token):
             assert not deep.startswith(top["excerpt"][:40])
 
 
+async def test_a_phrase_deep_in_a_long_message_outranks_short_partial_matches(call, ns, token):
+    """BM25's length normalisation alone ranks short messages holding three of the
+    phrase's four words above the long answer holding the whole phrase: hits holding
+    more of the query's terms come first."""
+    deep = FILLER * 14 + "In the end we had to rotate staging ledger keys by hand. " + FILLER
+    assert deep.index("rotate staging ledger keys") > 2048
+    await save(call, token, ns, "deep", deep)
+    for i, words in enumerate(("rotate staging keys", "staging ledger keys", "rotate ledger keys",
+                               "rotate staging ledger")):
+        await save(call, token, ns, f"short{i}", f"Reminder: {words}.")
+    body = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query="rotate staging ledger keys",
+                    search_mode="lexical")
+    assert ids(body["hits"])[0] == "deep", body["hits"][:3]
+    assert "rotate staging ledger keys" in body["hits"][0]["excerpt"]
+    # Hybrid fuses it with the vector leg (which never saw past 2,048 characters): it ranks.
+    body = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query="rotate staging ledger keys")
+    assert "deep" in ids(body["hits"])
+
+
 async def test_lexical_reads_the_whole_text_and_statistics_are_per_user(call, ns, token):
     await save(call, token, ns, "a", "zanzibar " + FILLER)
     await save(call, token, ns, "b", FILLER + " zanzibar zanzibar zanzibar")

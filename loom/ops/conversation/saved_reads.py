@@ -9,7 +9,8 @@ still this user's, saved and live.
 Search is hybrid. The vector leg ranks by cosine similarity of the query to each
 message's embedding (built from its first 2,048 characters), at or above
 LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY; the lexical leg ranks by BM25 over the whole
-text (loom.store.bm25), so an exact term deep in a long message still ranks. Hybrid
+text (loom.store.bm25; more query terms held first, then BM25), so an exact term or a
+phrase deep in a long message still ranks. Hybrid
 fuses the two by reciprocal rank (k = 60), the lexical leg's share scaled by
 `lexical_weight`; "semantic" and "lexical" run one leg. A query the embedder cannot
 serve (it failed, or the query reads as high and is never sent) is answered by the
@@ -238,7 +239,8 @@ def _fuse(kept: list[_Candidate], mode: str, lexical_weight: float) -> list[tupl
     """Rank each leg among `kept`, score (see _score) and order: best first; on a tie, a
     hit of both legs, then the better rank."""
     by_vector = sorted((c for c in kept if c.similarity is not None), key=lambda c: (-(c.similarity or 0.0), c.pair))
-    by_lexical = sorted((c for c in kept if c.bm25 is not None), key=lambda c: (-(c.bm25 or 0.0), c.pair))
+    by_lexical = sorted((c for c in kept if c.bm25 is not None),
+                        key=lambda c: (*bm25.rank_key(c.matched, c.bm25 or 0.0), c.pair))
     for c in kept:
         c.vector_rank = c.lexical_rank = None
     for i, c in enumerate(by_vector, 1):
@@ -247,7 +249,10 @@ def _fuse(kept: list[_Candidate], mode: str, lexical_weight: float) -> list[tupl
         c.lexical_rank = i
     scored = [(c, _score(c, mode, lexical_weight)) for c in kept]
     scored = [(c, s) for c, s in scored if s > 0]
-    scored.sort(key=lambda cs: (-cs[1], -_legs_count(cs[0]), _best_rank(cs[0]), cs[0].pair))
+    if mode == HYBRID:
+        scored.sort(key=lambda cs: (-cs[1], -_legs_count(cs[0]), _best_rank(cs[0]), cs[0].pair))
+    else:
+        scored.sort(key=lambda cs: (_best_rank(cs[0]), cs[0].pair))   # the one leg's own order
     return scored
 
 
