@@ -279,7 +279,9 @@ def breakdown(ch: Any, data: Data, scale: int, n: int = 40) -> dict[str, Any]:
         else:
             cands = store.exact(ch, TABLE, [MAIN], q, store.Filters(), 30)
         t2 = time.perf_counter()
-        store.verify(ch, [c.key for c in cands if c.similarity >= 0.3], {c.agent for c in cands})
+        keys = [c.key for c in cands if c.similarity >= 0.3][:13]     # the limit + VERIFY_SPARE first verified
+        store.verify_embeddings(ch, keys)
+        store.verify_turns(ch, keys, {c.agent for c in cands})
         t3 = time.perf_counter()
         steps["counts"].append(t1 - t0)
         steps["candidates"].append(t2 - t1)

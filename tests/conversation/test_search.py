@@ -376,6 +376,30 @@ async def test_both_strategies_in_one_fan_out(call, ns, writer, mint, recording,
     assert len(result.hits) == 3
 
 
+async def test_planner_counts_are_reused_but_an_empty_namespace_is_counted_again(call, ns, writer, services,
+                                                                               monkeypatch):
+    """The planner's counts are cached for a few seconds (a stale count only changes the
+    strategy); a namespace counted empty is skipped, so that count is never reused."""
+    from loom.store import search as search_store
+
+    calls = []
+    real = search_store.counts
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(search_store, "counts", counting)
+    who = _who(ns)
+    assert (await searching.search(services, who, "staging deploy rolled back")).hits == []
+    await _append(call, writer, ns, [_turn("t", "m", DEPLOY)])
+    first = await searching.search(services, who, "staging deploy rolled back")
+    assert [h.msg_id for h in first.hits] == ["m"]          # found at once: the empty count was not reused
+    n = len(calls)
+    again = await searching.search(services, who, "why was the staging deploy rolled back")
+    assert [h.msg_id for h in again.hits] == ["m"] and len(calls) == n   # a non-empty count is reused
+
+
 @pytest.mark.parametrize("exact_max_rows", [1_000_000, 0])
 async def test_dead_candidates_are_refetched(call, ns, writer, mint, services, other_services, exact_max_rows):
     """The first fetch (limit * 2 + 10) is all tombstoned: the search fetches again."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -67,6 +68,9 @@ INDEX = "index"
 UNINDEXED = "exact_unindexed"
 
 _LAST_DIM = "conversation.search.last_dim"   # svc.extras: the dimension of the last query's vector
+_PLAN_COUNTS = "conversation.search.plan_counts"   # svc.extras: recent planner counts (see _count)
+_PLAN_COUNTS_MAX = 10_000
+PLAN_TTL_S = 10.0
 
 VERIFY_SPARE = 3             # candidates verified beyond `limit` in the first lookup
 RETRIES = 3                  # re-fetches (4x more each time) before an index search is redone exactly
@@ -179,7 +183,26 @@ def _count_ahead(svc: Services, ask: _Ask) -> _Counting | None:
     table = store.VECTOR_TABLES.get(svc.extras.get(_LAST_DIM, 0))
     if table is None:
         return None
-    return _Counting(table, asyncio.ensure_future(svc.run(store.counts, svc.ch, table, ask.namespaces, ask.filters)))
+    return _Counting(table, asyncio.ensure_future(_count(svc, table, ask)))
+
+
+async def _count(svc: Services, table: str, ask: _Ask) -> Counted:
+    """The planner's counts, reused for PLAN_TTL_S. They only choose a strategy and its
+    fetch size, and both strategies return the same hits (an index search short of hits
+    fetches again, then scans), so a stale count costs speed, never a hit. A namespace
+    counted empty is not searched at all, so that count is never reused: its first
+    turns must be found at once."""
+    cache: dict[tuple[str, tuple[str, ...], Filters], tuple[float, Counted]] = svc.extras.setdefault(_PLAN_COUNTS, {})
+    key = (table, ask.namespaces, ask.filters)
+    now = time.monotonic()
+    got = cache.get(key)
+    if got is not None and now - got[0] < PLAN_TTL_S and all(got[1][0].get(ns, 0) > 0 for ns in ask.namespaces):
+        return got[1]
+    counted = await svc.run(store.counts, svc.ch, table, ask.namespaces, ask.filters)
+    if len(cache) >= _PLAN_COUNTS_MAX:
+        cache.clear()
+    cache[key] = (now, counted)
+    return counted
 
 
 async def _discard(counting: _Counting | None) -> None:
@@ -192,7 +215,7 @@ async def _counts(svc: Services, ask: _Ask, table: str, counting: _Counting | No
     if counting is not None and counting.table == table:
         return await counting.task
     await _discard(counting)
-    return await svc.run(store.counts, svc.ch, table, ask.namespaces, ask.filters)
+    return await _count(svc, table, ask)
 
 
 # -- vector mode --------------------------------------------------------------------
@@ -310,7 +333,9 @@ async def _verified(svc: Services, ask: _Ask, candidates: list[Candidate]) -> li
 async def _verified_slice(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[Hit]:
     if not fresh:
         return []
-    emb, turns = await svc.run(store.verify, svc.ch, [c.key for c in fresh], {c.agent for c in fresh})
+    keys = [c.key for c in fresh]
+    emb, turns = await asyncio.gather(svc.run(store.verify_embeddings, svc.ch, keys),
+                                      svc.run(store.verify_turns, svc.ch, keys, {c.agent for c in fresh}))
     kept: list[tuple[Candidate, store.TurnNow]] = []
     for c in fresh:
         now = emb.get(c.key)
