@@ -105,6 +105,9 @@ def start_redis(redis_dir: Path, *, timeout: float = 15.0) -> RedisProcess:
         "--appendonly", "yes",
         "--appendfsync", "everysec",
         "--save", "300 1",
+        # loom.store.landed keeps up to ~500 fields per hash at 1M turns a namespace:
+        # compact (ziplist) hashes hold them in ~10 bytes each.
+        "--hash-max-ziplist-entries", "1024",
         "--daemonize", "no",
         "--loglevel", "warning",
         "--logfile", str(redis_dir / "redis.log"),

@@ -70,46 +70,41 @@ def insert(ch: Client, turns: Sequence[Turn], *, dedup_token: str = "") -> None:
 
 
 @dataclass
-class FlushState:
-    """What the write path needs to know before it inserts a batch, read in one query."""
+class Landed:
+    """Which of some turns already landed, read before a flush inserts them."""
 
-    logging_enabled: set[str]                          # namespaces that record
-    existing: set[TurnKey]                             # turns already landed (any version)
-    # (ns, thread, msg) of the batch's turns that another agent's copy already landed
-    # for: only such a turn can have an embedding row to reuse (the embedding row is
-    # written after, and for, a transcript row).
+    existing: set[TurnKey]                             # landed for this agent (any version)
+    # (ns, thread, msg) that another agent's copy landed for: only such a turn can have
+    # an embedding row to reuse (the embedding row is written after, and for, a
+    # transcript row).
     elsewhere: set[tuple[str, str, str]]
 
 
-def flush_state(ch: Client, keys: Iterable[TurnKey]) -> FlushState:
-    """In one round trip: the namespaces' recording switches and which copies of the
-    turns already landed, this agent's or another's. No FINAL: any version counts (a
-    tombstoned turn has still landed)."""
+def landed(ch: Client, keys: Iterable[TurnKey]) -> Landed:
+    """Which copies of the turns already landed, this agent's or another's. No FINAL:
+    any version counts (a tombstoned turn has still landed)."""
     keys = list(keys)
-    params: dict[str, Any] = {"ns": sorted({k[0] for k in keys}), "th": sorted({k[2] for k in keys}),
-                              "ids": sorted({k[3] for k in keys})}
+    if not keys:
+        return Landed(set(), set())
     # Every agent's copy is read (no agent filter): the agents of a namespace are few,
     # and the other agents' copies tell which turns may have a vector to reuse.
-    sql = ("SELECT 'n' AS kind, toString(namespace) AS ns, '' AS agent, '' AS thread, '' AS msg, "
-           "toUInt8(conversation_logging_enabled) AS flag FROM namespaces FINAL WHERE namespace IN {ns:Array(String)} "
-           "UNION ALL "
-           "SELECT 'c', toString(namespace), toString(agent), thread_id, msg_id, 0 FROM conversations "
-           "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
-           # A few rows: one thread is enough, and spares the engine ~0.5 ms of CPU.
-           "SETTINGS max_threads = 1")
+    rows = ch.query(
+        "SELECT toString(namespace), toString(agent), thread_id, msg_id FROM conversations "
+        "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
+        # A few rows: one thread is enough, and spares the engine ~0.5 ms of CPU.
+        "SETTINGS max_threads = 1",
+        parameters={"ns": sorted({k[0] for k in keys}), "th": sorted({k[2] for k in keys}),
+                    "ids": sorted({k[3] for k in keys})},
+    ).result_rows
     wanted = set(keys)
-    state = FlushState(set(), set(), set())
-    for kind, ns, agent, thread_id, msg_id, flag in ch.query(sql, parameters=params).result_rows:
-        if kind == "n":
-            if flag:
-                state.logging_enabled.add(ns)
-            continue
+    out = Landed(set(), set())
+    for ns, agent, thread_id, msg_id in rows:
         key = (ns, agent, thread_id, msg_id)
         if key in wanted:
-            state.existing.add(key)
+            out.existing.add(key)
         else:
-            state.elsewhere.add((ns, thread_id, msg_id))
-    return state
+            out.elsewhere.add((ns, thread_id, msg_id))
+    return out
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,11 @@ def get_many(ch: Client, namespaces: list[str]) -> dict[str, NamespaceConfig]:
     return {ns: found.get(ns, NamespaceConfig(ns)) for ns in namespaces}
 
 
+def recording(ch: Client, namespaces: list[str]) -> set[str]:
+    """The named namespaces whose owner records their transcripts."""
+    return {ns for ns, c in get_many(ch, namespaces).items() if c.conversation_logging_enabled}
+
+
 def get(ch: Client, namespace: str) -> NamespaceConfig:
     return get_many(ch, [namespace])[namespace]
 

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import numpy as np
+import pytest
 
 from loom.auth.principal import Principal, Role
 from loom.ops.conversation import TurnInput, append
@@ -228,13 +229,23 @@ async def test_a_retried_insert_cannot_double_rows(call, ns, writer, services, m
     assert len(turn_rows(services.ch, ns, final=False)) == 3      # no unmerged second copy either
 
 
-async def test_failed_read_releases_claims(call, ns, writer, services, monkeypatch):
+@pytest.mark.parametrize("read", ["recording", "landed"])
+async def test_failed_read_releases_claims(call, ns, writer, services, monkeypatch, read):
+    """The switch read fails, or (a re-log: the notes cannot rule it out) the ClickHouse
+    existence read: nothing is kept and the retry stores the turn."""
     from loom.store import conversations as conv_store
+    from loom.store import namespaces as ns_store
 
-    real = conv_store.flush_state
-    monkeypatch.setattr(conv_store, "flush_state", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("timeout")))
-    r = await call("conversation.append", writer, namespace=ns, thread_id="t", role="tool", content="again")
+    turn = {"thread_id": "t", "role": "tool", "content": "again"}
+    module = ns_store if read == "recording" else conv_store
+    real = getattr(module, read)
+    if read == "landed":   # noted by a first attempt that failed at its insert
+        from loom.store import landed
+
+        await landed.note(services.redis, [(ns, "default", "t", derive_msg_id("t", "tool", "again"))])
+    monkeypatch.setattr(module, read, lambda *a, **k: (_ for _ in ()).throw(RuntimeError("timeout")))
+    r = await call("conversation.append", writer, namespace=ns, **turn)
     assert r.status_code == 503
-    monkeypatch.setattr(conv_store, "flush_state", real)
-    r = await call("conversation.append", writer, namespace=ns, thread_id="t", role="tool", content="again")
+    monkeypatch.setattr(module, read, real)
+    r = await call("conversation.append", writer, namespace=ns, **turn)
     assert r.json()["stored"] is True

@@ -9,15 +9,17 @@ share their ClickHouse round trips (a one-row insert costs the engine 7-10 ms):
    LOOM_WRITE_BATCH_MAX_ROWS, and age: LOOM_WRITE_BATCH_MAX_WAIT_MS for system and tool
    turns, LOOM_WRITE_BATCH_EMBED_WAIT_MS for user and assistant turns, which wait for
    their embedding anyway).
-2. A flush reads, in ONE query, the recording switch of every namespace in the batch
-   and which of its (agent, thread_id, msg_id) already landed, for any agent: a turn
-   that another agent's copy landed for may have a vector to reuse, and only for such
-   turns (rare) are the embedding rows read, beside the insert.
-3. It claims each remaining turn in Redis (SET NX with a TTL, one pipelined round trip
-   for the batch, key per (namespace, agent, thread_id, msg_id)): of two concurrent
-   flushes carrying the same turn, in this process or another, exactly one wins. The
-   claim covers the window until the row is readable; the ClickHouse check covers
-   everything older (claims expire).
+2. A flush reads the recording switch of every namespace in the batch (one query) and,
+   at the same time, in one atomic Redis script (loom.store.landed), claims each turn
+   (SET NX with a TTL, key per (namespace, agent, thread_id, msg_id): of two concurrent
+   flushes carrying the same turn, in this process or another, exactly one wins) and
+   notes it among the turns that may have landed.
+3. The notes answer "certainly new" for most turns; only the others (noted before: a
+   re-log; or a namespace whose notes are still being rebuilt) are looked up in
+   ClickHouse, for any agent: a turn that another agent's copy landed for may have a
+   vector to reuse, and only for such turns (rare) are the embedding rows read, beside
+   the insert. The claim covers the window until the row is readable; the notes and
+   ClickHouse cover everything older (claims expire).
 4. It inserts the batch's rows with ONE INSERT carrying an insert_deduplication_token
    (a retried insert cannot double them) and, at the same time, one for the threads
    this process has not written a row for yet (an append's thread row needs no read:
@@ -31,6 +33,7 @@ share their ClickHouse round trips (a one-row insert costs the engine 7-10 ms):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
 import uuid
@@ -64,6 +67,8 @@ from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
+from loom.store import landed
+from loom.store import namespaces as ns_store
 from loom.store import threads as thread_store
 from loom.store.write_buffer import Batcher
 
@@ -76,6 +81,7 @@ FLUSH_SECONDS = Histogram("loom_append_flush_seconds", "Append flush stages", ["
 APPENDED = Counter("loom_append_turns_total", "Appended turns by outcome", ["outcome"])
 
 CLAIM_TTL_S = 3_600
+REBUILD_LOCK_S = 600
 KNOWN_THREADS = 100_000   # threads this process remembers having written a row for
 _RELEASE_CLAIM = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
@@ -142,6 +148,7 @@ class AppendPipeline:
             max_inflight=4, name="conversation-append-embedded")
         self.embedder = EmbedClient(svc)
         self._known_threads: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self._rebuilding: set[str] = set()
 
     async def close(self) -> None:
         await self.buffer.close()
@@ -207,23 +214,30 @@ class AppendPipeline:
         for i, t in enumerate(turns):
             first.setdefault(t.key, i)
         unique = list(first)
-        # The read and the claims are independent: one round trip each, at once.
-        state_or_error, won_or_error = await asyncio.gather(
-            svc.run(conv_store.flush_state, svc.ch, unique),
-            self._claim(unique, flush_id), return_exceptions=True)
-        if isinstance(won_or_error, BaseException):
-            raise won_or_error
-        claimed = {k for k, ok in zip(unique, won_or_error, strict=True) if ok}
-        if isinstance(state_or_error, BaseException):
+        namespaces = list(dict.fromkeys(k[0] for k in unique))
+        # The switches and the claims are independent: one round trip each, at once.
+        recording_or_error, noted_or_error = await asyncio.gather(
+            svc.run(ns_store.recording, svc.ch, namespaces),
+            landed.claim_and_note(svc.redis, unique, [claim_key(k) for k in unique], flush_id, CLAIM_TTL_S),
+            return_exceptions=True)
+        if isinstance(noted_or_error, BaseException):
+            raise noted_or_error
+        noted = dict(zip(unique, noted_or_error, strict=True))
+        claimed = {k for k, n in noted.items() if n.claimed}
+        try:
+            if isinstance(recording_or_error, BaseException):
+                raise recording_or_error
+            recording = recording_or_error
+            state = await self._landed(noted, recording)
+        except BaseException:
             await self._release(list(claimed), flush_id)   # else a retry would read as a duplicate
-            raise state_or_error
-        state = state_or_error
+            raise
         FLUSH_SECONDS.labels("state").observe(time.perf_counter() - started)
         out: list[_Flushed] = []
         stored: list[int] = []
         release: list[conv_store.TurnKey] = []
         for i, t in enumerate(turns):
-            if t.namespace not in state.logging_enabled:
+            if t.namespace not in recording:
                 out.append(_Flushed(False, LOGGING_DISABLED))
                 if first[t.key] == i and t.key in claimed:
                     release.append(t.key)
@@ -272,11 +286,48 @@ class AppendPipeline:
             APPENDED.labels("stored" if f.stored else str(f.reason)).inc()
         return out
 
-    async def _claim(self, keys: list[conv_store.TurnKey], flush_id: str) -> list[bool]:
-        pipe = self.svc.redis.pipeline(transaction=False)
-        for key in keys:
-            pipe.set(claim_key(key), flush_id, nx=True, ex=CLAIM_TTL_S)
-        return [bool(r) for r in await pipe.execute()]
+    async def _landed(self, noted: dict[conv_store.TurnKey, landed.Noted], recording: set[str]) -> conv_store.Landed:
+        """Which of the claimed turns of recording namespaces already landed: from
+        ClickHouse for the turns the notes cannot rule out (see loom.store.landed), none
+        at all for the rest. A namespace whose notes are not complete gets them rebuilt."""
+        maybe = [k for k, n in noted.items() if n.claimed and k[0] in recording and not n.certainly_new]
+        state = await self.svc.run(conv_store.landed, self.svc.ch, maybe) if maybe else conv_store.Landed(set(), set())
+        # A turn noted before for another agent only: its copy may have a vector to reuse.
+        state.elsewhere |= {(k[0], k[2], k[3]) for k, n in noted.items() if n.certainly_new and not n.first_any}
+        for ns in {k[0] for k, n in noted.items() if not n.ready and k[0] in recording}:
+            self._rebuild_notes(ns)
+        return state
+
+    def _rebuild_notes(self, namespace: str) -> None:
+        if namespace in self._rebuilding:
+            return
+        self._rebuilding.add(namespace)
+        task = asyncio.get_running_loop().create_task(self._rebuild(namespace), name=f"landed-notes-{namespace}")
+        task.add_done_callback(lambda _: self._rebuilding.discard(namespace))
+
+    async def _rebuild(self, namespace: str) -> None:
+        """Note every turn the namespace holds, then mark its notes complete. One process
+        at a time per namespace (a Redis lock); the others keep reading ClickHouse."""
+        svc = self.svc
+        lock = f"{landed.ready_key(namespace)}:rebuilding"
+        token = uuid.uuid4().hex
+        try:
+            if not await svc.redis.set(lock, token, nx=True, ex=REBUILD_LOCK_S):
+                return
+            since = await landed.run_id(svc.redis)
+            after: conv_store.TurnKey | None = None
+            while True:
+                page = await svc.run(landed.key_page, svc.ch, namespace, after)
+                if not page:
+                    break
+                await landed.note(svc.redis, page)
+                after = page[-1]
+            await landed.mark_ready(svc.redis, namespace, since)
+        except Exception as exc:   # the namespace keeps reading ClickHouse; the next flush retries
+            log.warning("could not rebuild the landed-turn notes", namespace=namespace, error=str(exc))
+        finally:
+            with contextlib.suppress(Exception):
+                await svc.redis.eval(_RELEASE_CLAIM, 1, lock, token)  # type: ignore[misc]
 
     async def _release(self, keys: list[conv_store.TurnKey], flush_id: str) -> None:
         try:

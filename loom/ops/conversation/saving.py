@@ -46,6 +46,7 @@ from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
+from loom.store import landed
 from loom.store import namespaces as ns_store
 from loom.store import saved as saved_store
 
@@ -258,6 +259,7 @@ async def _store_new(svc: Services, key: conv_store.TurnKey, user: str, new: New
     token = _dedup_token(key, generation)
     if not await _claim_turn(svc, key, token):
         return None
+    await landed.note(svc.redis, [key])     # before the insert: append's flush must not take it for new
     now = _now_ms()
     ts = as_utc(new.ts) if new.ts is not None else utcnow()
     assert new.role is not None and new.content is not None   # _refusal checked
