@@ -11,6 +11,7 @@ from typing import Any
 from arq.worker import Worker
 
 from loom import logging as loom_logging
+from loom.gc_tuning import calm_the_garbage_collector
 from loom.queue import QUEUE, WAKE_KEY
 from loom.services import open_services, redis_settings
 from loom.settings import Settings
@@ -42,6 +43,7 @@ def _startup(settings: Settings, clickhouse_url: str, redis_url: str) -> Any:
         ctx["loom"] = await open_services(settings, clickhouse_url, redis_url)
         for hook in STARTUP_HOOKS:
             await hook(ctx)
+        calm_the_garbage_collector()
 
     return on_startup
 

@@ -18,6 +18,7 @@ from loom.api import errors
 from loom.api.observe import ObserveMiddleware
 from loom.api.routes import briefs, conversation, namespaces, saved, search
 from loom.embedded.backends import start_backends
+from loom.gc_tuning import calm_the_garbage_collector
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
 
@@ -41,6 +42,7 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         backends = start_backends(cfg)
         svc = await open_services(cfg, backends.clickhouse_url, backends.redis_url)
         app.state.services = svc
+        calm_the_garbage_collector()
         try:
             yield
         finally:

@@ -22,10 +22,16 @@ async def _conversation_runtime(services: Any, arq_worker: Any) -> AsyncIterator
 
 @pytest.fixture
 def recording(services: Any) -> Callable[[str, bool], None]:
-    """recording(ns, on=True): the owner's switch, set directly in the store."""
-    from loom.store import namespaces
+    """recording(ns, on=True): the owner's switch, set directly in the store (and its
+    cached copy dropped, as the op does: loom.store.recording_cache)."""
+    import redis
+
+    from loom.store import namespaces, recording_cache
+
+    client = redis.Redis.from_url(services.settings.redis_url)
 
     def _set(ns: str, on: bool = True) -> None:
+        client.delete(recording_cache.key(ns))
         namespaces.update(services.ch, ns, conversation_logging_enabled=on)
 
     return _set

@@ -15,7 +15,7 @@ from loom.clock import next_version
 from loom.ops.conversation.appending import claim_key
 from loom.ops.conversation.common import derive_msg_id
 from loom.store import conversations as conv_store
-from loom.store import landed
+from loom.store import landed, recording_cache
 from tests.conversation.conftest import wait_for
 from tests.conversation.helpers import turn_rows
 
@@ -123,3 +123,44 @@ async def test_a_recording_namespace_and_one_that_does_not_in_one_flush(call, ns
     kept = await call("conversation.append", mint(quiet, "writer"), namespace=quiet, thread_id="t", role="tool",
                       content="not kept")
     assert kept.json()["stored"] is True                    # noted while off, read from ClickHouse: not there
+
+
+# -- the recording switch's cache (loom.store.recording_cache) ---------------------------
+
+
+async def test_the_switch_is_read_once_then_served_from_redis_and_set_logging_takes_effect_at_once(
+        call, ns, mint, services, monkeypatch):
+    from loom.store import namespaces as ns_store
+
+    admin, token = mint(ns, "admin"), mint(ns, "writer")
+    r = await call("conversation.set_logging", admin, namespace=ns, enabled=True)
+    assert r.status_code == 200, r.text
+    read: list[list[str]] = []
+    real = ns_store.recording
+    def spy(ch: Any, nss: list[str]) -> set[str]:
+        read.append(list(nss))
+        return real(ch, nss)
+
+    monkeypatch.setattr(ns_store, "recording", spy)
+    assert (await _append(call, token, ns, "one"))["stored"] is True
+    assert (await _append(call, token, ns, "two"))["stored"] is True
+    assert read == []                                       # set_logging cached the new switch
+    r = await call("conversation.set_logging", admin, namespace=ns, enabled=False)
+    assert r.status_code == 200
+    off = await _append(call, token, ns, "three")
+    assert off["stored"] is False and off["reason"] == "logging_disabled"
+    await services.redis.delete(recording_cache.key(ns))   # expired
+    assert (await _append(call, token, ns, "four"))["reason"] == "logging_disabled"
+    assert read == [[ns]]                                   # a miss reads ClickHouse, then caches
+    assert await services.redis.get(recording_cache.key(ns)) == b"0"
+
+
+async def test_a_readers_stale_switch_never_overwrites_a_writers(ns, services):
+    """A reader missed, read ClickHouse ("on"), and caches it only after a writer switched
+    recording off: the writer's value stands."""
+    await recording_cache.forget(services.redis, ns)
+    stale = {ns: True}                                      # read from ClickHouse before the write
+    await recording_cache.forget(services.redis, ns)        # the writer: forget, write, publish
+    await recording_cache.publish(services.redis, ns, False)
+    await recording_cache.remember(services.redis, stale)
+    assert (await recording_cache.cached(services.redis, [ns])) == {ns: False}

@@ -9,7 +9,8 @@ share their ClickHouse round trips (a one-row insert costs the engine 7-10 ms):
    LOOM_WRITE_BATCH_MAX_ROWS, and age: LOOM_WRITE_BATCH_MAX_WAIT_MS for system and tool
    turns, LOOM_WRITE_BATCH_EMBED_WAIT_MS for user and assistant turns, which wait for
    their embedding anyway).
-2. A flush reads the recording switch of every namespace in the batch (one query) and,
+2. A flush reads the recording switch of every namespace in the batch (cached in Redis:
+   loom.store.recording_cache) and,
    at the same time, in one atomic Redis script (loom.store.landed), claims each turn
    (SET NX with a TTL, key per (namespace, agent, thread_id, msg_id): of two concurrent
    flushes carrying the same turn, in this process or another, exactly one wins) and
@@ -67,7 +68,7 @@ from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
-from loom.store import landed
+from loom.store import landed, recording_cache
 from loom.store import namespaces as ns_store
 from loom.store import threads as thread_store
 from loom.store.write_buffer import Batcher
@@ -217,7 +218,7 @@ class AppendPipeline:
         namespaces = list(dict.fromkeys(k[0] for k in unique))
         # The switches and the claims are independent: one round trip each, at once.
         recording_or_error, noted_or_error = await asyncio.gather(
-            svc.run(ns_store.recording, svc.ch, namespaces),
+            self._recording(namespaces),
             landed.claim_and_note(svc.redis, unique, [claim_key(k) for k in unique], flush_id, CLAIM_TTL_S),
             return_exceptions=True)
         if isinstance(noted_or_error, BaseException):
@@ -285,6 +286,18 @@ class AppendPipeline:
         for f in out:
             APPENDED.labels("stored" if f.stored else str(f.reason)).inc()
         return out
+
+    async def _recording(self, namespaces: list[str]) -> set[str]:
+        """The namespaces that record: from the Redis cache, from ClickHouse on a miss."""
+        svc = self.svc
+        switches = await recording_cache.cached(svc.redis, namespaces)
+        missed = [ns for ns, on in switches.items() if on is None]
+        if missed:
+            read = await svc.run(ns_store.recording, svc.ch, missed)
+            fresh = {ns: ns in read for ns in missed}
+            await recording_cache.remember(svc.redis, fresh)
+            switches.update(fresh)
+        return {ns for ns, on in switches.items() if on}
 
     async def _landed(self, noted: dict[conv_store.TurnKey, landed.Noted], recording: set[str]) -> conv_store.Landed:
         """Which of the claimed turns of recording namespaces already landed: from
