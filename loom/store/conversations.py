@@ -16,6 +16,8 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
+from loom.store.clickhouse import key_sets
+
 COLUMNS = ["namespace", "agent", "thread_id", "msg_id", "ts", "role", "content", "reasoning", "user_id",
            "run_id", "metadata", "tokens", "high_sensitivity", "is_summary", "is_saved", "saved_at",
            "tombstoned", "tombstoned_at", "tombstone_reason", "version"]
@@ -93,8 +95,7 @@ def landed(ch: Client, keys: Iterable[TurnKey]) -> Landed:
         "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
         # A few rows: one thread is enough, and spares the engine ~0.5 ms of CPU.
         "SETTINGS max_threads = 1",
-        parameters={"ns": sorted({k[0] for k in keys}), "th": sorted({k[2] for k in keys}),
-                    "ids": sorted({k[3] for k in keys})},
+        parameters=key_sets(keys, ns=0, th=2, ids=3),
     ).result_rows
     wanted = set(keys)
     out = Landed(set(), set())
@@ -130,8 +131,7 @@ def states(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnState]:
         "SELECT toString(namespace), toString(agent), thread_id, msg_id, tombstoned, is_saved, saved_at, version, "
         "user_id FROM conversations WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
-        parameters={"ns": sorted({k[0] for k in keys}), "ag": sorted({k[1] for k in keys}),
-                    "th": sorted({k[2] for k in keys}), "ids": sorted({k[3] for k in keys})},
+        parameters=key_sets(keys, ns=0, ag=1, th=2, ids=3),
     ).result_rows
     wanted = set(keys)
     newest: dict[TurnKey, tuple[int, TurnState]] = {}
@@ -231,8 +231,7 @@ def last_turns(ch: Client, namespace: str, pairs: Sequence[tuple[str, str]], cha
         "max(ts), argMax(leftUTF8(content, {n:UInt32}), (ts, msg_id)) "
         "FROM conversations FINAL WHERE namespace = {ns:String} AND agent IN {ag:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND NOT tombstoned GROUP BY agent, thread_id",
-        parameters={"ns": namespace, "n": chars, "ag": sorted({p[0] for p in pairs}),
-                    "th": sorted({p[1] for p in pairs})},
+        parameters={"ns": namespace, "n": chars, **key_sets(pairs, ag=0, th=1)},
     ).result_rows
     wanted = set(pairs)
     return {(r[0], r[1]): LastTurn(r[2], r[3], r[4], r[5]) for r in rows if (r[0], r[1]) in wanted}

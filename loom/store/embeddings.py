@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from clickhouse_connect.driver.client import Client
 
+from loom.store.clickhouse import key_sets
+
 COLUMNS = ["namespace", "thread_id", "msg_id", "agent", "role", "run_id", "user_id", "ts", "text", "embedding",
            "model", "error", "is_summary", "is_saved", "saved_at", "tombstoned", "version"]
 COLUMN_TYPES = ["LowCardinality(String)", "String", "String", "LowCardinality(String)", "LowCardinality(String)",
@@ -86,8 +88,7 @@ def states(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingState]:
         "SELECT toString(namespace), thread_id, msg_id, toString(agent), text, length(embedding) > 0, "
         "toString(model), error, tombstoned, version FROM conversation_embeddings FINAL "
         "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
-        parameters={"ns": sorted({k[0] for k in keys}), "th": sorted({k[1] for k in keys}),
-                    "ids": sorted({k[2] for k in keys})},
+        parameters=key_sets(keys, ns=0, th=1, ids=2),
     ).result_rows
     wanted = set(keys)
     out: dict[EmbKey, EmbeddingState] = {}
@@ -108,8 +109,7 @@ def live_texts(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, str]:
         "SELECT toString(namespace), thread_id, msg_id, text FROM conversation_embeddings FINAL "
         "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
         "AND length(embedding) > 0 AND error = '' AND NOT tombstoned",
-        parameters={"ns": sorted({k[0] for k in keys}), "th": sorted({k[1] for k in keys}),
-                    "ids": sorted({k[2] for k in keys})},
+        parameters=key_sets(keys, ns=0, th=1, ids=2),
     ).result_rows
     wanted = set(keys)
     return {(r[0], r[1], r[2]): r[3] for r in found if (r[0], r[1], r[2]) in wanted}
@@ -133,8 +133,7 @@ def rows(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingRow]:
     found = ch.query(
         _FULL + "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} "
         "AND msg_id IN {ids:Array(String)}",
-        parameters={"ns": sorted({k[0] for k in keys}), "th": sorted({k[1] for k in keys}),
-                    "ids": sorted({k[2] for k in keys})},
+        parameters=key_sets(keys, ns=0, th=1, ids=2),
     ).result_rows
     wanted = set(keys)
     out = {}

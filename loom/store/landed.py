@@ -5,7 +5,7 @@ Every writer of transcript rows notes a turn here *before* it inserts the row (a
 flush in :func:`claim_and_note`, a save's new row in :func:`note`). A note is a field
 in a small Redis hash (``HSETNX``), and ``HSETNX`` answers 1 only for a turn never
 noted. In a namespace whose notes are complete ("ready": every turn that landed before
-the notes began was noted by :func:`rebuild`), such a turn has certainly not landed, and
+the notes began was noted from :func:`key_page`, then :func:`mark_ready`), such a turn has certainly not landed, and
 the flush skips ClickHouse's existence read for it; measured, that read was half of a
 tool-append flush's engine time (11 of 23 ms, bench/results/2026-12-01-append.txt).
 
@@ -17,7 +17,8 @@ never removed.
 Redis may lose the last second of writes when it crashes (AOF, everysec). The ready
 mark holds the ``run_id`` of the Redis process that completed the notes, and a restart
 changes it, so after a restart every namespace is read from ClickHouse again until
-:func:`rebuild` has noted it anew (the first flush in the namespace starts that).
+its notes are rebuilt (the first flush in the namespace starts that:
+loom.ops.conversation.appending).
 
 Layout: 4,096 hashes per namespace (``loom:landed:{ns}:{bucket}``), 6-byte fields from a
 BLAKE2b digest of the key, two per turn (this agent's copy, and any agent's: the latter

@@ -19,6 +19,7 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 
 from loom.store import conversations as conv_store
+from loom.store.clickhouse import key_sets
 
 TurnKey = conv_store.TurnKey
 Pair = tuple[str, str]   # (thread_id, msg_id)
@@ -205,8 +206,7 @@ def _confirmed(ch: Client, namespace: str, user_id: str, pairs: Sequence[Pair], 
         "  AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
         "  AND user_id = {u:String} AND is_saved AND NOT tombstoned) "
         "ORDER BY d.saved_at DESC",
-        parameters={"ns": namespace, "u": user_id, "th": sorted({p[0] for p in pairs}),
-                    "ids": sorted({p[1] for p in pairs}), **params}).result_rows
+        parameters={"ns": namespace, "u": user_id, **key_sets(pairs, th=0, ids=1), **params}).result_rows
 
 
 def saved_ids(ch: Client, namespace: str, user_id: str, thread_id: str, msg_ids: Sequence[str]) -> set[str]:

@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 from clickhouse_connect.driver.client import Client
 
+from loom.store.clickhouse import key_sets
+
 # The dimensions migration 002 gave a vector table; other lengths are scanned exactly
 # over conversation_embeddings (:func:`exact_unindexed`).
 VECTOR_TABLES: dict[int, str] = {384: "conversation_vectors_384", 1536: "conversation_vectors_1536"}
@@ -213,11 +215,6 @@ class TurnNow:
 TurnKey = tuple[str, str, str, str]   # (namespace, agent, thread_id, msg_id)
 
 
-def _key_params(keys: Sequence[tuple[str, str, str]]) -> dict[str, Any]:
-    return {"ns": sorted({k[0] for k in keys}), "th": sorted({k[1] for k in keys}),
-            "ids": sorted({k[2] for k in keys})}
-
-
 # verify_embeddings() and verify_turns() are two statements, not one UNION ALL: run at
 # once from two threads they answer in the time of the slower one (10.7 ms for 13 keys
 # at 100k turns), while the UNION ALL took 15.9 (measured 2026-12-01). A third one for
@@ -234,7 +231,7 @@ def verify_embeddings(ch: Client, keys: Sequence[tuple[str, str, str]]) -> dict[
         "toUInt8(NOT tombstoned AND error = '' AND embedding.size0 > 0) "
         "FROM conversation_embeddings FINAL WHERE namespace IN {ns:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
-        parameters=_key_params(keys),
+        parameters=key_sets(keys, ns=0, th=1, ids=2),
     ).result_rows
     wanted = set(keys)
     return {(ns, th, msg): EmbeddingNow(int(version), bool(live))
@@ -250,7 +247,7 @@ def verify_turns(ch: Client, keys: Sequence[tuple[str, str, str]], agents: Itera
         "toUInt8(high_sensitivity), toString(role), run_id, user_id, ts "
         "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
-        parameters={**_key_params(keys), "ag": sorted(set(agents))},
+        parameters={**key_sets(keys, ns=0, th=1, ids=2), "ag": sorted(set(agents))},
     ).result_rows
     wanted = set(keys)
     return {(ns, agent, th, msg): TurnNow(role, run_id, user_id, ts, bool(live), bool(high))
@@ -266,8 +263,7 @@ def heads(ch: Client, keys: Sequence[TurnKey], chars: int) -> dict[TurnKey, str]
         "SELECT toString(namespace), toString(agent), thread_id, msg_id, leftUTF8(content, {n:UInt32}) "
         "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
-        parameters={"n": chars, "ns": sorted({k[0] for k in keys}), "ag": sorted({k[1] for k in keys}),
-                    "th": sorted({k[2] for k in keys}), "ids": sorted({k[3] for k in keys})},
+        parameters={"n": chars, **key_sets(keys, ns=0, ag=1, th=2, ids=3)},
     ).result_rows
     wanted = set(keys)
     return {(r[0], r[1], r[2], r[3]): r[4] for r in rows if (r[0], r[1], r[2], r[3]) in wanted}

@@ -19,6 +19,8 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
+from loom.store.clickhouse import key_sets
+
 _APPEND_BASE = 2**53   # > any time in microseconds before year 2255, < any clock version in ns
 
 
@@ -86,8 +88,7 @@ def get_many(ch: Client, namespace: str, pairs: Sequence[tuple[str, str]]) -> di
         return {}
     rows = ch.query(_SELECT + "WHERE namespace = {ns:String} AND agent IN {ag:Array(String)} "
                     "AND thread_id IN {th:Array(String)}",
-                    parameters={"ns": namespace, "ag": sorted({p[0] for p in pairs}),
-                                "th": sorted({p[1] for p in pairs})}).result_rows
+                    parameters={"ns": namespace, **key_sets(pairs, ag=0, th=1)}).result_rows
     wanted = set(pairs)
     return {(r[1], r[2]): _row(r) for r in rows if (r[1], r[2]) in wanted}
 

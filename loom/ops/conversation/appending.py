@@ -51,6 +51,7 @@ from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest, LoomError, Unavailable
+from loom.leases import Lease
 from loom.ops.conversation.common import (
     DELETED,
     DUPLICATE,
@@ -82,7 +83,7 @@ FLUSH_SECONDS = Histogram("loom_append_flush_seconds", "Append flush stages", ["
 APPENDED = Counter("loom_append_turns_total", "Appended turns by outcome", ["outcome"])
 
 CLAIM_TTL_S = 3_600
-REBUILD_LOCK_S = 600
+REBUILD_LEASE_S = 600
 KNOWN_THREADS = 100_000   # threads this process remembers having written a row for
 _RELEASE_CLAIM = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
@@ -320,12 +321,11 @@ class AppendPipeline:
 
     async def _rebuild(self, namespace: str) -> None:
         """Note every turn the namespace holds, then mark its notes complete. One process
-        at a time per namespace (a Redis lock); the others keep reading ClickHouse."""
+        at a time per namespace (a lease); the others keep reading ClickHouse."""
         svc = self.svc
-        lock = f"{landed.ready_key(namespace)}:rebuilding"
-        token = uuid.uuid4().hex
+        lease = Lease(svc.redis, f"{landed.ready_key(namespace)}:rebuilding", ttl_ms=REBUILD_LEASE_S * 1000)
         try:
-            if not await svc.redis.set(lock, token, nx=True, ex=REBUILD_LOCK_S):
+            if not await lease.try_acquire():
                 return
             since = await landed.run_id(svc.redis)
             after: conv_store.TurnKey | None = None
@@ -340,7 +340,7 @@ class AppendPipeline:
             log.warning("could not rebuild the landed-turn notes", namespace=namespace, error=str(exc))
         finally:
             with contextlib.suppress(Exception):
-                await svc.redis.eval(_RELEASE_CLAIM, 1, lock, token)  # type: ignore[misc]
+                await lease.release()
 
     async def _release(self, keys: list[conv_store.TurnKey], flush_id: str) -> None:
         try:
