@@ -69,6 +69,8 @@ class Candidate:
     agent: str
     role: str
     run_id: str
+    user_id: str         # the turn's owner and time as the row was written (migration 006;
+    ts: datetime         # '' and 1970 in rows written before it)
     text: str
     similarity: float
 
@@ -134,11 +136,11 @@ def counts(ch: Client, table: str, namespaces: Sequence[str], filters: Filters) 
 # cosineDistance expression: that is what ClickHouse matches against the HNSW index.
 _SIMILARITY = f"ifNotFinite(1 - cosineDistance(embedding, {QUERY_VECTOR}), 0)"
 _CANDIDATE_COLUMNS = ("toString(namespace), thread_id, msg_id, version, toString(agent), toString(role), run_id, "
-                      f"text, {_SIMILARITY}")
+                      f"user_id, ts, text, {_SIMILARITY}")
 
 
 def _candidates(rows: Iterable[Sequence[Any]]) -> list[Candidate]:
-    out = [Candidate(r[0], r[1], r[2], int(r[3]), r[4], r[5], r[6], r[7], float(r[8])) for r in rows]
+    out = [Candidate(r[0], r[1], r[2], int(r[3]), r[4], r[5], r[6], r[7], r[8], r[9], float(r[10])) for r in rows]
     out.sort(key=lambda c: (-c.similarity, c.key))
     return out
 

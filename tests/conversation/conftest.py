@@ -14,6 +14,11 @@ import pytest
 @pytest.fixture(scope="session", autouse=True)
 async def _conversation_runtime(services: Any, arq_worker: Any) -> AsyncIterator[None]:
     """Every test here needs the worker; the API's append pipeline closes before it."""
+    import redis
+
+    from tests.conversation import helpers
+
+    helpers.marks_redis = redis.Redis.from_url(services.settings.redis_url)
     yield
     from loom.ops.conversation import close_pipeline
 

@@ -3,9 +3,25 @@ the parts of ops that come later (a tombstone from delete/compaction, a save).""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from loom.clock import next_version
+from loom.store import search_marks
+
+# Set by the conversation tests' session fixture: a sync Redis client, so the helpers
+# below that play later ops' writes also do what those ops must (raise search's marks).
+marks_redis: Any = None
+
+
+def raise_marks(ch: Any, ns: str, thread_id: str = search_marks.WHOLE) -> None:
+    """What every writer that rewrites or removes existing rows does first and last
+    (and migration 006 did for the rows of earlier builds): loom.store.search_marks."""
+    mark = time.time_ns() + search_marks.CLOCK_MARGIN_NS
+    search_marks.record(ch, [(ns, thread_id)], mark)
+    if marks_redis is not None:
+        marks_redis.eval(search_marks._SCRIPT, 1, search_marks.key(ns), "raise", "1", thread_id,
+                         str(-(-mark // 1000)))
 
 
 def turn_rows(ch: Any, ns: str, *, final: bool = True) -> list[dict[str, Any]]:
@@ -34,6 +50,7 @@ _TURN_COLS = ("namespace, agent, thread_id, msg_id, ts, role, content, reasoning
 
 def revise_turn(ch: Any, ns: str, agent: str, thread_id: str, msg_id: str, **changes: str) -> None:
     """Insert a newer version of a turn with some columns replaced by SQL expressions."""
+    raise_marks(ch, ns, thread_id)
     exprs = {c.strip(): c.strip() for c in _TURN_COLS.split(",")}
     exprs.update(changes)
     exprs["version"] = str(next_version())

@@ -13,7 +13,7 @@ import numpy as np
 from loom.clock import next_version
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
 from loom.store import embeddings as emb_store
-from tests.conversation.helpers import emb_row
+from tests.conversation.helpers import emb_row, raise_marks
 
 LEGACY_MODEL = "legacy-model-v0"
 
@@ -34,6 +34,7 @@ def _seed_legacy(services, ns: str) -> dict[str, str]:
     }
     rows = [_legacy(ns, "legacy", m, t, tombstoned=(m == "dead")) for m, t in texts.items()]
     emb_store.insert(services.ch, rows)
+    raise_marks(services.ch, ns)                       # as migration 006 did for rows of earlier builds
     return texts
 
 

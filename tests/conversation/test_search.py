@@ -22,7 +22,7 @@ from loom.providers.embedders import FakeEmbedder, SpyEmbedder
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store.search import Filters
-from tests.conversation.helpers import emb_row, tombstone_turn
+from tests.conversation.helpers import emb_row, raise_marks, tombstone_turn
 
 DEPLOY = "we rolled back the staging cluster deploy after the canary failed"
 BILLING = "the invoice export job now writes to the new ledger every night"
@@ -209,6 +209,7 @@ async def test_a_legacy_240_character_row_shows_the_turn(call, ns, writer, servi
     assert row is not None
     row.text, row.version = content[:240], next_version()
     emb_store.insert(services.ch, [row])
+    raise_marks(services.ch, ns)                       # as migration 006 did for rows of earlier builds
     result = await searching.search(services, _who(ns), "staging deploy")
     assert [h.excerpt for h in result.hits] == [content[:240]]
     wide = await searching.search(other_services(conversation_search_excerpt_chars=400), _who(ns), "staging deploy")
@@ -245,6 +246,7 @@ def _unmarked_embedded(services: Any, ns: str, thread_id: str, msg_id: str, text
     emb_store.insert(services.ch, [emb_store.EmbeddingRow(ns, thread_id, msg_id, "default", "user", "", "", now,
                                                           text[:2048], FakeEmbedder().vector(text[:2048]),
                                                           "fake-hash-384", version=version)])
+    raise_marks(services.ch, ns)                       # as migration 006 did for rows of earlier builds
 
 
 @pytest.mark.parametrize("query", [PIN, "staging deploy, sk-proj-4fJ9kQ2mZx8LwP1vN7bR3tY6uH0eD5sA"])
@@ -265,6 +267,7 @@ async def test_tombstoned_turns_and_embeddings_never_appear(call, ns, writer, mi
     await _append(call, writer, ns, [_turn("t", f"m{i}", f"staging deploy report {i}") for i in range(4)])
     viewer = mint(ns, "viewer")
     tombstone_turn(services.ch, ns, "default", "t", "m0")                       # the transcript row
+    raise_marks(services.ch, ns)                                                # as deletion does
     row = emb_store.get(services.ch, ns, "t", "m1")                             # the embedding row, vector kept
     assert row is not None
     row.tombstoned, row.version = True, next_version()
@@ -285,6 +288,7 @@ async def test_a_re_embedded_row_is_found_by_its_new_vector_only(call, ns, write
     await _append(call, writer, ns, [_turn("t", "m", "staging deploy report")])
     row = emb_store.get(services.ch, ns, "t", "m")
     assert row is not None
+    raise_marks(services.ch, ns)
     row.embedding, row.version = FakeEmbedder().vector("lasagna basil oven"), next_version()
     emb_store.insert(services.ch, [row])                 # the old vector stays in the index until a merge
     viewer = mint(ns, "viewer")
@@ -292,6 +296,7 @@ async def test_a_re_embedded_row_is_found_by_its_new_vector_only(call, ns, write
     body = await _search(call, viewer, query="lasagna basil oven")
     assert _ids(body) == ["m"] and body["hits"][0]["similarity"] == pytest.approx(1.0, abs=1e-5)
     # Re-embedded again, close to the first text: the stale vector ranks first, the live one still counts.
+    raise_marks(services.ch, ns)                                      # as every re-embed does (loom.store.search_marks)
     row.embedding, row.version = FakeEmbedder().vector("staging deploy report again"), next_version()
     emb_store.insert(services.ch, [row])
     body = await _search(call, viewer, query="staging deploy report")

@@ -47,6 +47,7 @@ from loom.queue import QUEUE, wake_workers
 from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
+from loom.store import search_marks
 from loom.store.write_buffer import Batcher
 
 log = loom_logging.get("loom.conversation.embedding")
@@ -274,7 +275,9 @@ async def write_reembedded(svc: Services, done: Sequence[_Reembed]) -> dict[str,
         for k, v in local.items():
             counts[k] += v
 
-    await under_thread_leases(svc.redis, by_pair, work)
+    # New versions of existing rows: search must verify the old vectors it still holds.
+    async with search_marks.changing(svc.redis, svc.ch, svc.run, sorted(by_pair)):
+        await under_thread_leases(svc.redis, by_pair, work)
     return counts
 
 

@@ -46,7 +46,7 @@ from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
-from loom.store import landed
+from loom.store import landed, search_marks
 from loom.store import namespaces as ns_store
 from loom.store import saved as saved_store
 
@@ -224,13 +224,15 @@ async def _save_under_lease(svc: Services, key: conv_store.TurnKey, user: str, n
 @contextlib.asynccontextmanager
 async def _lease(svc: Services, namespace: str, thread_id: str) -> AsyncIterator[None]:
     """The thread lease shared with append's embedding write, compaction and deletion
-    (renewed while held). A thread busy for too long is a 503 the client retries."""
+    (renewed while held). A thread busy for too long is a 503 the client retries. What
+    is written under it rewrites existing rows, so search's marks are raised around it."""
     async with contextlib.AsyncExitStack() as stack:
         try:
             await stack.enter_async_context(thread_lease(svc.redis, namespace, thread_id))
         except LeaseTimeout:
             raise Unavailable("the conversation is busy with another write; retry", field="conversation_id",
                               rule="retry") from None
+        await stack.enter_async_context(search_marks.changing(svc.redis, svc.ch, svc.run, [(namespace, thread_id)]))
         yield
 
 

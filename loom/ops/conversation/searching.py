@@ -15,8 +15,11 @@ Rules (the seed's "Reading and searching" and its sensitivity rules):
   and its text is never logged.
 * A turn that reads as high (marked ``high_sensitivity``, or whose shown characters and
   1,024 past them read as high) is never returned. Tombstoned turns and embedding rows,
-  failed embeds, and superseded vectors never are either: every candidate is checked
-  against the newest versions of its embedding row and transcript row.
+  failed embeds, and superseded vectors never are either: a candidate is checked
+  against the newest versions of its embedding row and transcript row unless nothing
+  can have changed it since its vector row was written (loom.store.search_marks: no
+  save, unsave, re-embed, deletion or compaction in its namespace since, no retention
+  TTL due); such a row holds everything a hit shows.
 
 How the vectors are ranked (measured in bench/search_bench.py; see loom/store/search.py):
 a namespace whose filtered rows number at most LOOM_CONVERSATION_SEARCH_EXACT_MAX_ROWS
@@ -31,21 +34,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Final, Literal
 
 import numpy as np
 
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
+from loom.clock import utcnow
 from loom.errors import InvalidRequest
 from loom.ops.conversation import inline_embedding
 from loom.ops.conversation.common import EMBED_CHARS, LEGACY_EMBED_CHARS, as_utc
 from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
 from loom.store import search as store
+from loom.store import search_marks
 from loom.store.search import Candidate, Filters
 
 log = loom_logging.get("loom.conversation.search")
@@ -123,6 +129,39 @@ class _Ask:
         return min(store.MAX_FETCH, self.limit * 2 + 10)
 
 
+# A retention TTL may remove a turn this long before its due time by our clock (skew).
+TTL_MARGIN = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class _Trust:
+    """Which candidates may be answered from their vector row alone: written after the
+    last change to their thread (the marks of loom.store.search_marks, read after the
+    candidates), not due to the retention TTL, and the only version of their turn
+    among the candidates."""
+
+    expires_before: datetime | None = None     # turns older than this may be gone (TTL)
+
+    def covers(self, c: Candidate, marks: dict[search_marks.Pair, int], repeated: set[tuple[str, str, str]]) -> bool:
+        mark = marks.get((c.namespace, c.thread_id))
+        return (mark is not None and 0 <= mark < c.version and c.key not in repeated
+                and (self.expires_before is None or as_utc(c.ts) > self.expires_before))
+
+
+def _trust(svc: Services) -> _Trust:
+    days = svc.settings.retention_conversations_days
+    return _Trust(utcnow() - timedelta(days=days) + TTL_MARGIN if days > 0 else None)
+
+
+async def _read_marks(svc: Services, pairs: set[search_marks.Pair]) -> dict[search_marks.Pair, int]:
+    """The threads' marks; none (verify everything) when Redis does not answer."""
+    try:
+        return await search_marks.read(svc.redis, svc.ch, svc.run, sorted(pairs))
+    except Exception as exc:  # noqa: BLE001 - search still answers, only slower
+        log.warning("conversation.search: search marks unreadable, verifying every candidate", error=str(exc)[:300])
+        return {}
+
+
 def resolve_namespaces(who: Principal, scope: str, namespace: str | None) -> tuple[str, ...]:
     if scope not in SCOPES:
         raise InvalidRequest(f"namespace_scope must be one of {', '.join(SCOPES)}", field="namespace_scope",
@@ -166,7 +205,7 @@ async def search(svc: Services, who: Principal, query: str, *, namespace_scope: 
         reason = EMBEDDER_TIMEOUT if embedded.error.startswith("timeout") else EMBEDDER_ERROR
         log.warning("conversation.search fell back to substring", reason=reason, error=embedded.error[:300])
         return await _by_substring(svc, ask, query, reason)
-    return await _by_vector(svc, ask, embedded.vectors[0], counting)
+    return await _by_vector(svc, ask, embedded.vectors[0], counting, _trust(svc))
 
 
 Counted = tuple[dict[str, int], int]
@@ -223,24 +262,25 @@ async def _counts(svc: Services, ask: _Ask, table: str, counting: _Counting | No
 Fetch = Callable[[int, int], Awaitable[list[Candidate]]]   # (fetch, attempt) -> candidates, best first
 
 
-async def _by_vector(svc: Services, ask: _Ask, raw: np.ndarray, counting: _Counting | None) -> SearchResult:
+async def _by_vector(svc: Services, ask: _Ask, raw: np.ndarray, counting: _Counting | None,
+                     trust: _Trust) -> SearchResult:
     vector = np.asarray(raw, dtype=np.float32)
     svc.extras[_LAST_DIM] = int(vector.shape[0])
     table = store.VECTOR_TABLES.get(int(vector.shape[0]))
     if table is None:
         await _discard(counting)
-        hits = await _unindexed(svc, ask, vector)
+        hits = await _unindexed(svc, ask, vector, trust)
         return SearchResult(VECTOR, None, list(ask.namespaces), hits, [UNINDEXED])
     per_ns, total = await _counts(svc, ask, table, counting)
     small, large = _split(ask.namespaces, per_ns, svc.settings.conversation_search_exact_max_rows)
     jobs: list[Awaitable[list[Hit]]] = []
     plan: list[str] = []
     if small:
-        jobs.append(_exact(svc, ask, table, small, vector))
+        jobs.append(_exact(svc, ask, table, small, vector, trust))
         plan.append(EXACT)
     if large:
         matched = sum(per_ns[ns] for ns in large)
-        jobs.append(_indexed(svc, ask, table, large, vector, share=matched / max(1, total)))
+        jobs.append(_indexed(svc, ask, table, large, vector, trust, share=matched / max(1, total)))
         plan.append(INDEX)
     found = [h for group in await asyncio.gather(*jobs) for h in group]
     return SearchResult(VECTOR, None, list(ask.namespaces), _best(found, ask.limit), plan)
@@ -260,24 +300,25 @@ def _best(hits: list[Hit], limit: int) -> list[Hit]:
     return hits[:limit]
 
 
-async def _exact(svc: Services, ask: _Ask, table: str, namespaces: tuple[str, ...], vector: np.ndarray) -> list[Hit]:
+async def _exact(svc: Services, ask: _Ask, table: str, namespaces: tuple[str, ...], vector: np.ndarray,
+                 trust: _Trust) -> list[Hit]:
     async def fetch(n: int, attempt: int) -> list[Candidate]:
         return await svc.run(store.exact, svc.ch, table, namespaces, vector, ask.filters, n)
 
-    hits, _ = await _collect(svc, ask, fetch, cap=None)
+    hits, _ = await _collect(svc, ask, fetch, trust, cap=None)
     return hits
 
 
-async def _unindexed(svc: Services, ask: _Ask, vector: np.ndarray) -> list[Hit]:
+async def _unindexed(svc: Services, ask: _Ask, vector: np.ndarray, trust: _Trust) -> list[Hit]:
     async def fetch(n: int, attempt: int) -> list[Candidate]:
         return await svc.run(store.exact_unindexed, svc.ch, ask.namespaces, vector, ask.filters, n)
 
-    hits, _ = await _collect(svc, ask, fetch, cap=None)
+    hits, _ = await _collect(svc, ask, fetch, trust, cap=None)
     return hits
 
 
 async def _indexed(svc: Services, ask: _Ask, table: str, namespaces: tuple[str, ...], vector: np.ndarray,
-                   share: float) -> list[Hit]:
+                   trust: _Trust, share: float) -> list[Hit]:
     """By the HNSW index; the index fetches 1.5 / share times more than asked from each
     part, since only `share` of the table's rows pass the namespace and filters. Each
     retry asks 4x more; if that never suffices, the namespaces are scanned exactly."""
@@ -287,21 +328,22 @@ async def _indexed(svc: Services, ask: _Ask, table: str, namespaces: tuple[str, 
         return await svc.run(store.nearest, svc.ch, table, namespaces, vector, ask.filters, n,
                              base * GROWTH ** attempt)
 
-    hits, complete = await _collect(svc, ask, fetch, cap=store.MAX_FETCH)
+    hits, complete = await _collect(svc, ask, fetch, trust, cap=store.MAX_FETCH)
     if complete:
         return hits
     log.info("conversation.search: index came up short, scanning exactly", namespaces=len(namespaces))
-    return await _exact(svc, ask, table, namespaces, vector)
+    return await _exact(svc, ask, table, namespaces, vector, trust)
 
 
-async def _collect(svc: Services, ask: _Ask, fetch: Fetch, *, cap: int | None) -> tuple[list[Hit], bool]:
+async def _collect(svc: Services, ask: _Ask, fetch: Fetch, trust: _Trust, *, cap: int | None
+                   ) -> tuple[list[Hit], bool]:
     """Fetch candidates, verify them, and fetch again (GROWTH times more) while
     verification left fewer than `limit` hits and more could exist. Returns the hits and
     whether they are complete (False: an index search ran out of retries)."""
     n = ask.first_fetch
     for attempt in range(RETRIES + 1):
         candidates = await fetch(n, attempt)
-        hits = await _verified(svc, ask, candidates)
+        hits = await _verified(svc, ask, candidates, trust)
         if len(hits) >= ask.limit or _exhausted(candidates, n, ask.floor, indexed=cap is not None):
             return hits[: ask.limit], True
         n = n * GROWTH if cap is None else min(cap, n * GROWTH)
@@ -317,26 +359,45 @@ def _exhausted(candidates: list[Candidate], asked: int, floor: float, *, indexed
     return not indexed and len(candidates) < asked
 
 
-async def _verified(svc: Services, ask: _Ask, candidates: list[Candidate]) -> list[Hit]:
+async def _verified(svc: Services, ask: _Ask, candidates: list[Candidate], trust: _Trust) -> list[Hit]:
     """The candidates that are still what they were indexed as, live and not high, as
     hits, best first: the best `limit + VERIFY_SPARE` first, the rest only if those fall
     short. A lookup costs ClickHouse per key (~0.25 ms each, whatever the granule size:
     measured 2026-12-01), and the best few nearly always pass."""
     fresh = _dedupe(c for c in candidates if c.similarity >= ask.floor)
+    repeated = {k for k, n in Counter(c.key for c in candidates).items() if n > 1}
     first = ask.limit + VERIFY_SPARE
-    hits = await _verified_slice(svc, ask, fresh[:first])
+    hits = await _verified_slice(svc, ask, fresh[:first], trust, repeated)
     if len(hits) < ask.limit and len(fresh) > first:
-        hits += await _verified_slice(svc, ask, fresh[first:])
+        hits += await _verified_slice(svc, ask, fresh[first:], trust, repeated)
+    hits.sort(key=lambda h: (-(h.similarity or 0.0), h.namespace, h.thread_id, h.msg_id))
     return hits
 
 
-async def _verified_slice(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[Hit]:
+async def _verified_slice(svc: Services, ask: _Ask, fresh: list[Candidate], trust: _Trust,
+                          repeated: set[tuple[str, str, str]]) -> list[Hit]:
+    """The slice's hits: trusted candidates as their rows say, the others verified."""
+    if not fresh:
+        return []
+    marks = await _read_marks(svc, {(c.namespace, c.thread_id) for c in fresh})
+    trusted = [c for c in fresh if trust.covers(c, marks, repeated)]
+    doubted = [c for c in fresh if not trust.covers(c, marks, repeated)]
+    kept = [(c, c.role, c.run_id, c.user_id, c.ts) for c in trusted] + await _checked(svc, ask, doubted)
+    return await _hits(svc, ask, kept)
+
+
+_Kept = tuple[Candidate, str, str, str, datetime]     # a candidate and its turn's role, run, owner, time
+
+
+async def _checked(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[_Kept]:
+    """The candidates whose newest embedding row is their version and live, and whose
+    transcript row is live and not high, with what that row says."""
     if not fresh:
         return []
     keys = [c.key for c in fresh]
     emb, turns = await asyncio.gather(svc.run(store.verify_embeddings, svc.ch, keys),
                                       svc.run(store.verify_turns, svc.ch, keys, {c.agent for c in fresh}))
-    kept: list[tuple[Candidate, store.TurnNow]] = []
+    kept: list[_Kept] = []
     for c in fresh:
         now = emb.get(c.key)
         if now is None or not now.live or now.version != c.version:
@@ -344,15 +405,21 @@ async def _verified_slice(svc: Services, ask: _Ask, fresh: list[Candidate]) -> l
         turn = turns.get((c.namespace, c.agent, c.thread_id, c.msg_id))
         if turn is None or not turn.live or turn.high:
             continue
-        kept.append((c, turn))
-    heads = await _heads(svc, ask, [c for c, _ in kept])
+        kept.append((c, turn.role, turn.run_id, turn.user_id, turn.ts))
+    return kept
+
+
+async def _hits(svc: Services, ask: _Ask, kept: list[_Kept]) -> list[Hit]:
+    """Hits of the kept candidates whose shown text (and 1,024 characters past it) does
+    not read as high."""
+    heads = await _heads(svc, ask, [k[0] for k in kept])
     hits = []
-    for c, turn in kept:
+    for c, role, run_id, user_id, ts in kept:
         head = heads.get(c.key, c.text)
         if window_reads_as_high(head, ask.shown, SCREEN_PAST):
             continue
-        hits.append(Hit(c.namespace, c.agent, c.thread_id, c.msg_id, turn.role, turn.run_id, turn.user_id,
-                        as_utc(turn.ts), round(c.similarity, 6), head[: ask.shown]))
+        hits.append(Hit(c.namespace, c.agent, c.thread_id, c.msg_id, role, run_id, user_id, as_utc(ts),
+                        round(c.similarity, 6), head[: ask.shown]))
     return hits
 
 
