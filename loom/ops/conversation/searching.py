@@ -18,8 +18,8 @@ Rules (the seed's "Reading and searching" and its sensitivity rules):
   failed embeds, and superseded vectors never are either: a candidate is checked
   against the newest versions of its embedding row and transcript row unless nothing
   can have changed it since its vector row was written (loom.store.search_marks: no
-  save, unsave, re-embed, deletion or compaction in its namespace since, no retention
-  TTL due); such a row holds everything a hit shows.
+  save, unsave, re-embed, deletion or compaction in its thread or namespace since, no
+  retention TTL due); such a row holds everything a hit shows.
 
 How the vectors are ranked (measured in bench/search_bench.py; see loom/store/search.py):
 a namespace whose filtered rows number at most LOOM_CONVERSATION_SEARCH_EXACT_MAX_ROWS
