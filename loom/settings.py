@@ -85,6 +85,9 @@ class Settings(BaseSettings):
     # anyway: a longer window gathers a whole round of concurrent appends into one
     # flush, so one insert and one embedding job instead of several.
     write_batch_embed_wait_ms: float = Field(20.0, ge=0)
+    # ... but once arrivals pause this long, the round is in: flush without waiting out
+    # the rest of the window (0 turns the pause rule off).
+    write_batch_embed_quiet_ms: float = Field(3.0, ge=0)
 
     log_level: str = "INFO"
 

@@ -3,7 +3,9 @@
 A one-row ClickHouse insert costs the engine 7-10 ms (a new part per insert), so every
 hot write path goes through one of these: items from concurrent requests are collected
 and handed to a flush function as one list, by size (``max_items``) or age
-(``max_wait_s`` after the first item arrived), whichever comes first. Each caller is
+(``max_wait_s`` after the first item arrived), whichever comes first; with ``quiet_s``,
+also as soon as no item arrived for that long (the burst of concurrent callers is over:
+waiting out the rest of ``max_wait_s`` would only add latency). Each caller is
 answered with its own item's result only when the flush of its batch returned, so "the
 append answered" means "its row is durable".
 
@@ -43,7 +45,7 @@ class Batcher(Generic[T, R]):
     """Collects items and flushes them in batches; see the module docstring."""
 
     def __init__(self, flush: FlushFn[T, R], *, max_items: int, max_wait_s: float, max_inflight: int = 4,
-                 name: str = "batcher") -> None:
+                 quiet_s: float | None = None, name: str = "batcher") -> None:
         if max_items < 1:
             raise ValueError("max_items must be >= 1")
         if max_inflight < 1:
@@ -51,11 +53,13 @@ class Batcher(Generic[T, R]):
         self._flush = flush
         self.max_items = max_items
         self.max_wait_s = max(0.0, max_wait_s)
+        self.quiet_s = None if quiet_s is None else max(0.0, quiet_s)
         self.name = name
         self._pending: list[_Pending[T, R]] = []
         self._first_at = 0.0
+        self._last_at = 0.0
         self._arrived = asyncio.Event()
-        self._full = asyncio.Event()
+        self._wake = asyncio.Event()     # full, closed, or (with quiet_s) any arrival
         self._slots = asyncio.Semaphore(max_inflight)
         self._inflight: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -86,13 +90,14 @@ class Batcher(Generic[T, R]):
         futures: list[asyncio.Future[R]] = []
         if not self._pending:
             self._first_at = loop.time()
+        self._last_at = loop.time()
         for item in items:
             fut: asyncio.Future[R] = loop.create_future()
             self._pending.append(_Pending(item, fut))
             futures.append(fut)
         self._arrived.set()
-        if len(self._pending) >= self.max_items:
-            self._full.set()
+        if self.quiet_s is not None or len(self._pending) >= self.max_items:
+            self._wake.set()
         return futures
 
     # -- the flushing loop -----------------------------------------------------
@@ -110,11 +115,13 @@ class Batcher(Generic[T, R]):
                 self._arrived.clear()
                 await self._arrived.wait()
                 continue
-            wait = self._first_at + self.max_wait_s - loop.time()
+            wait = self._flush_at() - loop.time()
             if wait > 0 and len(self._pending) < self.max_items and not self._closed:
-                self._full.clear()
+                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._full.wait(), wait)
+                    await asyncio.wait_for(self._wake.wait(), wait)
+                if self.quiet_s is not None:
+                    continue      # an arrival moved the quiet deadline: look again
             await self._slots.acquire()
             batch = self._pending[: self.max_items]
             self._pending = self._pending[self.max_items:]
@@ -123,6 +130,10 @@ class Batcher(Generic[T, R]):
             task = loop.create_task(self._flush_batch(batch), name=f"{self.name}-flush")
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+
+    def _flush_at(self) -> float:
+        at = self._first_at + self.max_wait_s
+        return at if self.quiet_s is None else min(at, self._last_at + self.quiet_s)
 
     async def _flush_batch(self, batch: list[_Pending[T, R]]) -> None:
         try:
@@ -152,7 +163,7 @@ class Batcher(Generic[T, R]):
         """Flush what is queued, wait for the flushes in flight, then stop."""
         self._closed = True
         self._arrived.set()
-        self._full.set()
+        self._wake.set()
         if self._loop_task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task

@@ -147,7 +147,8 @@ class AppendPipeline:
         # instead of several. System and tool turns keep the short window.
         self.embed_buffer: Batcher[conv_store.Turn, _Flushed] = Batcher(
             self._flush, max_items=cfg.write_batch_max_rows, max_wait_s=cfg.write_batch_embed_wait_ms / 1000.0,
-            max_inflight=4, name="conversation-append-embedded")
+            quiet_s=cfg.write_batch_embed_quiet_ms / 1000.0 or None, max_inflight=4,
+            name="conversation-append-embedded")
         self.embedder = EmbedClient(svc)
         self._known_threads: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._rebuilding: set[str] = set()
