@@ -39,6 +39,7 @@ from loom.ops.conversation.embedding import (
     Outcome,
     ReembedItem,
     push_reply,
+    wait_gate,
 )
 from loom.providers.embedders import Embedder, build_embedder
 from loom.settings import Settings
@@ -243,8 +244,13 @@ async def embed_turns(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str,
     async def on_part(lo: int, outcomes: list[Outcome]) -> None:
         await _reply(ctx, payload, {"part": lo, "outcomes": [[o.status, o.error] for o in outcomes]})
 
+    gate = None
+    if payload.get("gate"):
+        svc = services(ctx)
+        # Longer than the API waits: past that, the API has recorded the error anyway.
+        gate = wait_gate(svc.redis, str(payload["gate"]), max(30.0, 2 * svc.settings.embed_wait_seconds))
     try:
-        outcomes = await pipeline.embed_turns(turns, chunk=REPLY_PART, on_part=on_part)
+        outcomes = await pipeline.embed_turns(turns, chunk=REPLY_PART, on_part=on_part, gate=gate)
         return {"outcomes": [[o.status, o.error] for o in outcomes]}
     except Exception as exc:
         log.exception("embed_turns failed")

@@ -152,3 +152,64 @@ async def test_a_long_batch_is_embedded_in_parts(call, ns, writer, services, wor
     assert len(emb_rows(services.ch, ns)) == 300
     assert sorted(spy.texts) == sorted(t["content"] for t in turns)
     assert max(len(c) for c in spy.calls) <= 8          # the worker's model calls stay small
+
+
+# -- the insert gate: the model works while the rows are inserted ----------------------
+
+
+async def test_the_model_starts_before_the_insert_but_no_vector_lands_before_the_row(
+        ns, writer, services, worker_embedder, monkeypatch):
+    """The job is enqueued while the flush's insert runs; the worker writes the vector
+    only after the flush opened the gate, so the embedding row never precedes its turn."""
+    from loom.store import conversations as conv_store
+
+    spy = worker_embedder(SpyEmbedder(FakeEmbedder()))
+    real = conv_store.insert
+    seen_by_model_before_insert: list[bool] = []
+
+    def slow_insert(*args, **kwargs):
+        time.sleep(0.5)                          # the model call finishes meanwhile
+        seen_by_model_before_insert.append("gated turn" in spy.texts)
+        assert emb_rows(services.ch, ns) == []   # the vector waits for the gate
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(conv_store, "insert", slow_insert)
+    who = Principal("t", (ns,), Role.writer)
+    [res] = await append(services, who, ns, "default", [TurnInput("t", "user", "gated turn", msg_id="m")])
+    assert res.stored and res.embedding == "embedded"
+    assert seen_by_model_before_insert == [True]
+    assert [e["msg_id"] for e in emb_rows(services.ch, ns)] == ["m"]
+
+
+async def test_a_failed_insert_shuts_the_gate_and_no_vector_is_written(
+        call, ns, writer, services, worker_embedder, monkeypatch):
+    from loom.store import conversations as conv_store
+
+    worker_embedder(FakeEmbedder(delay_seconds=0.2))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(conv_store, "insert", broken)
+    r = await call("conversation.append", writer, namespace=ns, thread_id="t", role="user", content="never kept")
+    assert r.status_code == 503
+    await asyncio.sleep(0.6)                     # the worker's model call is over by now
+    assert emb_rows(services.ch, ns) == [] and turn_rows(services.ch, ns) == []
+
+
+async def test_the_gate_answers_late_readers_and_gives_up_alone(services):
+    from loom.ops.conversation.embedding import open_gate, wait_gate
+
+    gate = f"g-{time.time_ns()}"
+    waiting = asyncio.ensure_future(wait_gate(services.redis, gate, 5))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    await open_gate(services.redis, gate, durable=True)
+    assert await asyncio.wait_for(waiting, 2) is True
+    assert await wait_gate(services.redis, gate, 0.1) is True          # a retried job reads it too
+    shut = f"s-{time.time_ns()}"
+    await open_gate(services.redis, shut, durable=False)
+    assert await wait_gate(services.redis, shut, 0.1) is False
+    t0 = time.monotonic()
+    assert await wait_gate(services.redis, f"never-{time.time_ns()}", 0.3) is False   # the API went away
+    assert time.monotonic() - t0 < 2

@@ -21,14 +21,18 @@ share their ClickHouse round trips (a one-row insert costs the engine 7-10 ms):
    vector to reuse, and only for such turns (rare) are the embedding rows read, beside
    the insert. The claim covers the window until the row is readable; the notes and
    ClickHouse cover everything older (claims expire).
-4. It inserts the batch's rows with ONE INSERT carrying an insert_deduplication_token
+4. The turns to embed (user and assistant turns, stored, not reading as high) leave as
+   one arq job for the whole flush *before* the insert, behind an insert gate: the
+   model works while the rows are inserted, and the worker writes the vectors only
+   once the flush opened the gate (the rows are durable; none if the insert failed).
+   Each append then awaits its own turns' outcomes (see
+   :mod:`loom.ops.conversation.embedding`). Turns another agent logged too wait for
+   the insert and its read of their embedding rows (their vector may be reused).
+5. It inserts the batch's rows with ONE INSERT carrying an insert_deduplication_token
    (a retried insert cannot double them) and, at the same time, one for the threads
    this process has not written a row for yet (an append's thread row needs no read:
    see loom.store.threads.append_version). If the insert fails, the claims are
-   released and the callers get the error.
-5. The turns to embed (user and assistant turns, stored, not reading as high) leave as
-   one arq job for the whole flush; each append then awaits its own turns' outcomes
-   (see :mod:`loom.ops.conversation.embedding`).
+   released, the gate is shut and the callers get the error.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ from loom.ops.conversation.common import (
     embed_text,
     skipped,
 )
-from loom.ops.conversation.embedding import EmbedClient, EmbedTurn, Outcome
+from loom.ops.conversation.embedding import EmbedClient, EmbedTurn, Outcome, open_gate
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
@@ -254,40 +258,64 @@ class AppendPipeline:
         if release:
             await self._release(release, flush_id)
         vectors: dict[emb_store.EmbKey, str] = {}
+        shared: set[emb_store.EmbKey] = set()
         if stored:
+            await svc.run(_screen, [turns[i] for i in stored])
+            shared = set(_shared_keys([turns[i] for i in stored], state.elsewhere))
+            # Turns no other agent logged (nearly all) are sent to the model now, while
+            # their rows are inserted: the worker writes their vectors once the gate says
+            # the rows are durable (loom.ops.conversation.embedding.open_gate).
+            self._embed(out, turns, [i for i in stored if _embeddable(turns[i]) and _emb_key(turns[i]) not in shared],
+                        gate=flush_id)
             t0 = time.perf_counter()
-            shared = _shared_keys([turns[i] for i in stored], state.elsewhere)
             try:
                 # The vectors to reuse are read beside the insert, and only for the turns
                 # another agent logged too (rare): no read of embedding rows otherwise.
                 if shared:
-                    vectors, _ = await asyncio.gather(svc.run(emb_store.live_texts, svc.ch, shared),
+                    vectors, _ = await asyncio.gather(svc.run(emb_store.live_texts, svc.ch, sorted(shared)),
                                                       self._insert([turns[i] for i in stored], flush_id))
                 else:
                     await self._insert([turns[i] for i in stored], flush_id)
             except BaseException:
                 await self._release([turns[i].key for i in stored], flush_id)
+                await self._open_gate(out, flush_id, durable=False)
                 raise
             FLUSH_SECONDS.labels("insert").observe(time.perf_counter() - t0)
+            await self._open_gate(out, flush_id, durable=True)
 
-        to_embed: list[int] = []
+        later: list[int] = []
         for i in stored:
             t = turns[i]
             out[i].high = t.high_sensitivity
-            if not _embeddable(t):
+            if not _embeddable(t) or _emb_key(t) not in shared:
                 continue
-            if vectors.get((t.namespace, t.thread_id, t.msg_id)) == embed_text(t.content):
+            if vectors.get(_emb_key(t)) == embed_text(t.content):
                 out[i].reused = True       # another agent's copy already has this vector
             else:
-                to_embed.append(i)
-        if to_embed:   # one job for the flush; each turn answered as its part is written
-            futures = self.embedder.embed([_embed_turn(turns[i]) for i in to_embed])
-            for i, fut in zip(to_embed, futures, strict=True):
-                out[i].embed = fut
+                later.append(i)
+        self._embed(out, turns, later, gate=None)
         FLUSH_SECONDS.labels("total").observe(time.perf_counter() - started)
         for f in out:
             APPENDED.labels("stored" if f.stored else str(f.reason)).inc()
         return out
+
+    def _embed(self, out: list[_Flushed], turns: list[conv_store.Turn], idxs: list[int], *, gate: str | None) -> None:
+        """One job for the turns at `idxs`; each turn answered as its part is written."""
+        if not idxs:
+            return
+        futures = self.embedder.embed([_embed_turn(turns[i]) for i in idxs], gate=gate)
+        for i, fut in zip(idxs, futures, strict=True):
+            out[i].embed = fut
+
+    async def _open_gate(self, out: list[_Flushed], gate: str, *, durable: bool) -> None:
+        if not any(f.embed is not None for f in out):
+            return
+        try:
+            await open_gate(self.svc.redis, gate, durable=durable)
+        except Exception as exc:
+            # The rows are as the insert left them; the worker gives up on its own, and
+            # the API records the embedding error when its wait runs out (fail-open).
+            log.warning("could not open the embedding gate", error=f"{type(exc).__name__}: {exc}")
 
     async def _recording(self, namespaces: list[str]) -> set[str]:
         """The namespaces that record: from the Redis cache, from ClickHouse on a miss."""
@@ -378,8 +406,6 @@ class AppendPipeline:
         svc = self.svc
 
         def insert_turns() -> None:
-            for t in turns:
-                t.high_sensitivity = reads_as_high(t.content)
             _with_retry(lambda: conv_store.insert(svc.ch, turns, dedup_token=f"conv-{flush_id}"))
 
         threads = self._new_threads(turns)
@@ -409,6 +435,16 @@ def _shared_keys(turns: list[conv_store.Turn], elsewhere: set[emb_store.EmbKey])
     copy already landed for: the only ones whose embedding row can hold a vector."""
     keys = {(t.namespace, t.thread_id, t.msg_id) for t in turns if t.role in EMBEDDED_ROLES}
     return sorted(keys & elsewhere)
+
+
+def _screen(turns: list[conv_store.Turn]) -> None:
+    """Mark the turns whose text reads as high (they are never sent to the model)."""
+    for t in turns:
+        t.high_sensitivity = reads_as_high(t.content)
+
+
+def _emb_key(t: conv_store.Turn) -> emb_store.EmbKey:
+    return (t.namespace, t.thread_id, t.msg_id)
 
 
 def _embeddable(t: conv_store.Turn) -> bool:
