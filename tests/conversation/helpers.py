@@ -17,11 +17,9 @@ marks_redis: Any = None
 def raise_marks(ch: Any, ns: str, thread_id: str = search_marks.WHOLE) -> None:
     """What every writer that rewrites or removes existing rows does first and last
     (and migration 006 did for the rows of earlier builds): loom.store.search_marks."""
-    mark = time.time_ns() + search_marks.CLOCK_MARGIN_NS
-    search_marks.record(ch, [(ns, thread_id)], mark)
+    search_marks.record(ch, [(ns, thread_id)], time.time_ns() + search_marks.CLOCK_MARGIN_NS)
     if marks_redis is not None:
-        marks_redis.eval(search_marks._SCRIPT, 1, search_marks.key(ns), "raise", "1", thread_id,
-                         str(-(-mark // 1000)))
+        marks_redis.delete(search_marks.key(ns))    # the cache reloads from ClickHouse, the truth
 
 
 def turn_rows(ch: Any, ns: str, *, final: bool = True) -> list[dict[str, Any]]:

@@ -265,8 +265,9 @@ class AppendPipeline:
             # Turns no other agent logged (nearly all) are sent to the model now, while
             # their rows are inserted: the worker writes their vectors once the gate says
             # the rows are durable (loom.ops.conversation.embedding.open_gate).
-            self._embed(out, turns, [i for i in stored if _embeddable(turns[i]) and _emb_key(turns[i]) not in shared],
-                        gate=flush_id)
+            early = [i for i in stored if _embeddable(turns[i]) and _emb_key(turns[i]) not in shared]
+            gate = flush_id if early else None
+            self._embed(out, turns, early, gate=gate)
             t0 = time.perf_counter()
             try:
                 # The vectors to reuse are read beside the insert, and only for the turns
@@ -278,10 +279,10 @@ class AppendPipeline:
                     await self._insert([turns[i] for i in stored], flush_id)
             except BaseException:
                 await self._release([turns[i].key for i in stored], flush_id)
-                await self._open_gate(out, flush_id, durable=False)
+                await self._open_gate(gate, durable=False)
                 raise
             FLUSH_SECONDS.labels("insert").observe(time.perf_counter() - t0)
-            await self._open_gate(out, flush_id, durable=True)
+            await self._open_gate(gate, durable=True)
 
         later: list[int] = []
         for i in stored:
@@ -307,8 +308,8 @@ class AppendPipeline:
         for i, fut in zip(idxs, futures, strict=True):
             out[i].embed = fut
 
-    async def _open_gate(self, out: list[_Flushed], gate: str, *, durable: bool) -> None:
-        if not any(f.embed is not None for f in out):
+    async def _open_gate(self, gate: str | None, *, durable: bool) -> None:
+        if gate is None:             # no job waits on this flush's insert
             return
         try:
             await open_gate(self.svc.redis, gate, durable=durable)

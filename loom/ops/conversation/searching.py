@@ -374,19 +374,24 @@ async def _verified(svc: Services, ask: _Ask, candidates: list[Candidate], trust
     return hits
 
 
+_Kept = tuple[Candidate, str, str, str, datetime]     # a candidate and its turn's role, run, owner, time
+
+
 async def _verified_slice(svc: Services, ask: _Ask, fresh: list[Candidate], trust: _Trust,
                           repeated: set[tuple[str, str, str]]) -> list[Hit]:
     """The slice's hits: trusted candidates as their rows say, the others verified."""
     if not fresh:
         return []
     marks = await _read_marks(svc, {(c.namespace, c.thread_id) for c in fresh})
-    trusted = [c for c in fresh if trust.covers(c, marks, repeated)]
-    doubted = [c for c in fresh if not trust.covers(c, marks, repeated)]
-    kept = [(c, c.role, c.run_id, c.user_id, c.ts) for c in trusted] + await _checked(svc, ask, doubted)
+    kept: list[_Kept] = []
+    doubted: list[Candidate] = []
+    for c in fresh:
+        if trust.covers(c, marks, repeated):
+            kept.append((c, c.role, c.run_id, c.user_id, c.ts))
+        else:
+            doubted.append(c)
+    kept += await _checked(svc, ask, doubted)
     return await _hits(svc, ask, kept)
-
-
-_Kept = tuple[Candidate, str, str, str, datetime]     # a candidate and its turn's role, run, owner, time
 
 
 async def _checked(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[_Kept]:
