@@ -11,8 +11,13 @@ MiniLM embedder unless ``--embedder fake``) and the API under uvicorn. Then, fro
 2. single-turn user/assistant appends (~200-character texts): turns/s, median and p99;
 3. batch ingest (`turns: [...]`) of `--ingest-turns` user/assistant turns: turns/s;
 
-and the raw model's rate on the same texts, measured in this run with the stack down
-(what bench/model_rate.py measures), so phases 2 and 3 are shown as a share of it.
+and the raw model's rate on the same texts as each of phases 2 and 3 (a sample of the
+very texts the phase sends), measured in this run before and after, with the stack
+down: MiniLM alone, as bench/model_rate.py runs it (2 threads, batches of 32). Phases
+2 and 3 are shown as a share of it. The texts carry a unique number prefix (so no two
+are the same turn); it adds ~10 tokens to ~36, which is why the raw model is never
+measured on other texts. For reference it also prints the rate of the worker's own
+model configuration (two single-threaded calls of 8 at a time) on the same texts.
 Targets: (1) >= 1,500 turns/s with p99 <= 50 ms; (2) >= 85 % of the raw model with
 p99 <= 300 ms; (3) >= 90 % of the raw model.
 
@@ -46,6 +51,22 @@ sys.path.insert(0, str(ROOT))
 from bench.model_rate import make_text  # noqa: E402
 
 NAMESPACE = "bench"
+INGEST_BASE = 10**8   # ingest turn numbers start here (single-turn ones at 0)
+
+
+class Texts:
+    """The turns' texts: ~200 characters, unique per number and per run."""
+
+    def __init__(self, seed: int = 7) -> None:
+        rng = random.Random(seed)
+        self.pool = [make_text(rng, rng.randint(180, 220)) for _ in range(4096)]
+        self.run_id = f"{time.time_ns()}"
+
+    def __call__(self, k: int) -> str:
+        return f"{k} {self.run_id} " + self.pool[k % len(self.pool)][: 200 - 20]
+
+    def sample(self, base: int, n: int = 512) -> list[str]:
+        return [self(base + k) for k in range(n)]
 
 
 # -- a lean HTTP/1.1 client ------------------------------------------------------------
@@ -275,6 +296,61 @@ def raw_model_rate(texts: list[str], seconds: float, batch: int = 32) -> float:
     return throughput(emb, texts, batch, seconds)
 
 
+def worker_config_rate(texts: list[str], seconds: float, batch: int = 8, parallel: int = 2) -> float:
+    """The model as the worker runs it: `parallel` single-threaded calls of `batch` at a time."""
+    import threading
+
+    from loom.providers.embedders.minilm import MiniLMEmbedder
+
+    emb = MiniLMEmbedder(intra_op_num_threads=1, batch_size=batch)
+    emb.embed(texts[:batch])
+    done = [0] * parallel
+    stop = time.perf_counter() + seconds
+
+    def call(k: int) -> None:
+        i = k * batch
+        while time.perf_counter() < stop:
+            lo = i % (len(texts) - batch)
+            emb.embed(texts[lo:lo + batch])
+            done[k] += batch
+            i += batch * parallel
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(parallel)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(done) / (time.perf_counter() - t0)
+
+
+@dataclass
+class RawRates:
+    """The raw model on each embedded phase's own texts, measured before and after the stack."""
+
+    samples: dict[str, list[str]]
+    seconds: float
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    worker: dict[str, float] = field(default_factory=dict)
+
+    def measure(self, when: str, log: Callable[[str], None]) -> None:
+        for phase, texts in self.samples.items():
+            rate = raw_model_rate(texts, self.seconds)
+            self.rates.setdefault(phase, []).append(rate)
+            log(f"raw model on the {phase} texts ({when}; MiniLM int8, 2 threads, batch 32, stack down): "
+                f"{rate:.1f} texts/s")
+
+    def measure_worker(self, log: Callable[[str], None]) -> None:
+        for phase, texts in self.samples.items():
+            self.worker[phase] = worker_config_rate(texts, self.seconds)
+            log(f"  for reference, the worker's model configuration (2 single-threaded calls of 8) on the {phase} "
+                f"texts: {self.worker[phase]:.1f} texts/s")
+
+    def mean(self, phase: str) -> float | None:
+        rates = self.rates.get(phase)
+        return statistics.mean(rates) if rates else None
+
+
 # -- main -------------------------------------------------------------------------------
 
 
@@ -284,21 +360,16 @@ def show(p: Phase, raw: float | None, target: str) -> str:
             f"   [{target}]   errors {p.errors}   {dict(sorted(p.outcomes.items()))}")
 
 
-Row = tuple[Phase, bool, str, str]  # phase, compare with the raw model, target, flush summary
+Row = tuple[Phase, str, str, str]  # phase, the raw-model texts it compares with ("" none), target, flushes
 
 
-async def run(args: argparse.Namespace, stack: Stack, raw: float | None, log: Callable[[str], None]) -> list[Row]:
+async def run(args: argparse.Namespace, stack: Stack, texts: Texts, raws: RawRates,
+              log: Callable[[str], None]) -> list[Row]:
     token = stack.mint()
     admin = Conn("127.0.0.1", stack.port, token)
     status, body = await admin.post("/v1/conversation.set_logging", {"namespace": NAMESPACE, "enabled": True})
     assert status == 200, body
-    rng = random.Random(7)
-    pool = [make_text(rng, rng.randint(180, 220)) for _ in range(4096)]
-    run_id = f"{time.time_ns()}"
-
-    def text(k: int) -> str:   # unique per call, ~200 characters, like the raw-model texts
-        return f"{k} {run_id} " + pool[k % len(pool)][: 200 - 20]
-
+    pool, run_id = texts.pool, texts.run_id
     conns = [Conn("127.0.0.1", stack.port, token) for _ in range(args.clients)]
     # Warm every path (model load, first parts, connections).
     status, body = await conns[0].post("/v1/conversation.append", {
@@ -313,7 +384,7 @@ async def run(args: argparse.Namespace, stack: Stack, raw: float | None, log: Ca
             lambda c, i: {"namespace": NAMESPACE, "thread_id": f"tool-{c}", "role": "tool" if i % 2 else "system",
                           "content": f"{c}-{i}-{run_id} tool output " + pool[i % len(pool)][:120]},
             args.seconds, args.warmup)
-        rows.append((phase, False, "target >= 1,500/s, p99 <= 50 ms",
+        rows.append((phase, "", "target >= 1,500/s, p99 <= 50 ms",
                      flush_summary(before, before := scrape(stack.port))))
         log(show(phase, None, rows[-1][2]) + "\n    " + rows[-1][3])
 
@@ -322,18 +393,17 @@ async def run(args: argparse.Namespace, stack: Stack, raw: float | None, log: Ca
         phase = await closed_loop(
             "single-turn user/assistant appends", conns,
             lambda c, i: {"namespace": NAMESPACE, "thread_id": f"chat-{c}", "role": "user" if i % 2 else "assistant",
-                          "content": text(next(counter))},
+                          "content": texts(next(counter))},
             args.seconds, args.warmup)
-        rows.append((phase, True, "target >= 85% of raw, p99 <= 300 ms",
+        rows.append((phase, "single", "target >= 85% of raw, p99 <= 300 ms",
                      flush_summary(before, before := scrape(stack.port))))
-        log(show(phase, raw, rows[-1][2]) + "\n    " + rows[-1][3])
+        log(show(phase, raws.mean("single"), rows[-1][2]) + "\n    " + rows[-1][3])
 
     if "ingest" in args.phases and args.ingest_turns:
-        base = 10**8
         phase = await ingest(conns[: args.ingest_clients], args.ingest_turns, args.ingest_batch,
-                             lambda k: text(base + k))
-        rows.append((phase, True, "target >= 90% of raw", flush_summary(before, scrape(stack.port))))
-        log(show(phase, raw, rows[-1][2]) + "\n    " + rows[-1][3])
+                             lambda k: texts(INGEST_BASE + k))
+        rows.append((phase, "ingest", "target >= 90% of raw", flush_summary(before, scrape(stack.port))))
+        log(show(phase, raws.mean("ingest"), rows[-1][2]) + "\n    " + rows[-1][3])
     for c in conns + [admin]:
         await c.close()
     return rows
@@ -361,37 +431,38 @@ def main() -> None:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
-    rng = random.Random(7)
-    raw_texts = [make_text(rng, rng.randint(180, 220)) for _ in range(256)]
-    raws: list[float] = []
-    if args.embedder == "minilm":
-        raws.append(raw_model_rate(raw_texts, args.raw_seconds))
-        log(f"raw model (MiniLM int8, 2 threads, batch 32, ~200-char texts, stack down): {raws[0]:.1f} texts/s")
+    texts = Texts()
+    samples = {"single": texts.sample(0), "ingest": texts.sample(INGEST_BASE)}
+    raws = RawRates({k: v for k, v in samples.items() if k in args.phases}, args.raw_seconds)
+    minilm = args.embedder == "minilm"
+    if minilm:
+        raws.measure("before", log)
     load_before = os.getloadavg()
 
     home = Path(tempfile.mkdtemp(prefix="loomb-", dir="/tmp"))
     stack = Stack(home, free_port(), args.embedder)
     try:
         stack.start(log)
-        rows = asyncio.run(run(args, stack, statistics.mean(raws) if raws else None, log))
+        rows = asyncio.run(run(args, stack, texts, raws, log))
     finally:
         stack.stop()
         if not args.keep:
             shutil.rmtree(home, ignore_errors=True)
     load_after = os.getloadavg()
-    if args.embedder == "minilm":
-        raws.append(raw_model_rate(raw_texts, args.raw_seconds))
-        log(f"raw model again, stack down: {raws[1]:.1f} texts/s")
+    if minilm:
+        raws.measure("after", log)
+        raws.measure_worker(log)
     print("\n== conversation.append, embedded stack, "
           f"{args.clients} clients, {os.cpu_count()} CPUs ==")
     print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}: other work on the machine "
-          "skews every figure; the shares below use the mean raw rate of this run")
-    if raws:
-        print(f"raw model: {' / '.join(f'{r:.1f}' for r in raws)} texts/s (before / after), "
-              f"mean {statistics.mean(raws):.1f}")
-    raw = statistics.mean(raws) if raws else None
-    for phase, vs_raw, target, flushes in rows:
-        print(show(phase, raw if vs_raw else None, target))
+          "skews every figure; the shares below use the mean raw rate of this run on the phase's own texts")
+    for key, rates in raws.rates.items():
+        worker = raws.worker.get(key)
+        print(f"raw model on the {key} texts: {' / '.join(f'{r:.1f}' for r in rates)} texts/s (before / after), "
+              f"mean {statistics.mean(rates):.1f}"
+              + (f"; worker's configuration {worker:.1f}" if worker else ""))
+    for phase, key, target, flushes in rows:
+        print(show(phase, raws.mean(key) if key else None, target))
         print("    " + flushes)
 
 

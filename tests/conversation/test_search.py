@@ -369,6 +369,41 @@ async def test_exact_and_index_strategies_agree(call, ns, writer, mint, other_se
     assert all(h.thread_id == "t1" for h in a.hits)
 
 
+def _vector_parts_indexed(ch: Any, ns: str) -> list[bool]:
+    """Whether each part holding the namespace's vectors carries the HNSW index."""
+    parts = [r[0] for r in ch.query("SELECT DISTINCT _part FROM conversation_vectors_384 WHERE namespace = {ns:String}",
+                                    parameters={"ns": ns}).result_rows]
+    rows = ch.query("SELECT secondary_indices_uncompressed_bytes FROM system.parts WHERE database = currentDatabase() "
+                    "AND table = 'conversation_vectors_384' AND active AND name IN {parts:Array(String)}",
+                    parameters={"parts": parts}).result_rows
+    assert len(rows) == len(parts)
+    return [r[0] > 0 for r in rows]
+
+
+async def test_fresh_vectors_wait_for_a_merge_to_be_indexed_and_are_found_before_and_after(
+        call, ns, writer, services, other_services):
+    """Appends leave the HNSW index to merges (building it per insert cost more than the
+    rest of the insert): a fresh part is scanned exactly, a merged one through the index."""
+    texts = [f"staging cluster deploy {w} {i}" for i, w in enumerate(["alpha", "beta", "gamma", "delta"] * 10)]
+    await _append(call, writer, ns, [_turn(f"t{i % 3}", f"m{i}", t) for i, t in enumerate(texts)])
+    who = _who(ns)
+
+    async def both() -> tuple[list[Any], list[Any]]:
+        exact = await searching.search(other_services(conversation_search_exact_max_rows=1_000_000), who,
+                                       "staging deploy gamma", limit=8)
+        index = await searching.search(other_services(conversation_search_exact_max_rows=0), who,
+                                       "staging deploy gamma", limit=8)
+        assert exact.plan == ["exact"] and index.plan == ["index"]
+        return ([(h.msg_id, h.similarity) for h in exact.hits], [(h.msg_id, h.similarity) for h in index.hits])
+
+    assert not any(_vector_parts_indexed(services.ch, ns))
+    exact, index = await both()
+    assert len(exact) == 8 and index == exact
+    services.ch.command("OPTIMIZE TABLE conversation_vectors_384 FINAL")
+    assert all(_vector_parts_indexed(services.ch, ns))
+    assert await both() == (exact, exact)
+
+
 async def test_both_strategies_in_one_fan_out(call, ns, writer, mint, recording, other_services):
     big, small = ns, ns + "s"
     recording(small, True)
