@@ -60,17 +60,22 @@ class EmbeddingRow:
                 self.is_saved, self.saved_at, self.tombstoned, self.version]
 
 
-# The vector tables' HNSW index (`ann`, fed by views on this table) is left to merges:
-# built at insert, it costs the engine ~0.25 ms of CPU per row on top of ~0.07 for the
-# rest, on the path the appending client waits on, only for the next merge to build it
-# again. A part without it is scanned exactly by search, and fresh parts are small.
+# The vector tables' HNSW index (`ann`, fed by views on this table) is left to merges by
+# small inserts (the append path): built at insert, it costs the engine ~0.25 ms of CPU
+# per row on top of ~0.07 for the rest, on the path the appending client waits on, and
+# the next merge builds it again anyway. A part without it is scanned exactly, cheap
+# below this size; a larger insert (bulk load, re-embed) builds its own, since merge
+# selection may leave a few large parts unmerged for a long time.
+INDEX_ON_INSERT_MIN_ROWS = 2_048
 INSERT_SETTINGS = {"exclude_materialize_skip_indexes_on_insert": "ann"}
 
 
 def insert(ch: Client, rows: Sequence[EmbeddingRow], *, dedup_token: str = "") -> None:
-    settings = {**INSERT_SETTINGS, "insert_deduplication_token": dedup_token} if dedup_token else INSERT_SETTINGS
+    settings = dict(INSERT_SETTINGS) if len(rows) < INDEX_ON_INSERT_MIN_ROWS else {}
+    if dedup_token:
+        settings["insert_deduplication_token"] = dedup_token
     ch.insert("conversation_embeddings", [r.row() for r in rows], column_names=COLUMNS,
-              column_type_names=COLUMN_TYPES, settings=settings)
+              column_type_names=COLUMN_TYPES, settings=settings or None)
 
 
 @dataclass(frozen=True)

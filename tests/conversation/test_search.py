@@ -380,10 +380,13 @@ def _vector_parts_indexed(ch: Any, ns: str) -> list[bool]:
     return [r[0] > 0 for r in rows]
 
 
-async def test_fresh_vectors_wait_for_a_merge_to_be_indexed_and_are_found_before_and_after(
-        call, ns, writer, services, other_services):
+@pytest.mark.parametrize("index_on_insert_min_rows", [emb_store.INDEX_ON_INSERT_MIN_ROWS, 2])
+async def test_small_inserts_leave_the_index_to_merges_and_are_found_before_and_after(
+        call, ns, writer, services, other_services, monkeypatch, index_on_insert_min_rows):
     """Appends leave the HNSW index to merges (building it per insert cost more than the
-    rest of the insert): a fresh part is scanned exactly, a merged one through the index."""
+    rest of the insert): a fresh part is scanned exactly, a merged one through the index.
+    An insert of INDEX_ON_INSERT_MIN_ROWS rows or more builds its own."""
+    monkeypatch.setattr(emb_store, "INDEX_ON_INSERT_MIN_ROWS", index_on_insert_min_rows)
     texts = [f"staging cluster deploy {w} {i}" for i, w in enumerate(["alpha", "beta", "gamma", "delta"] * 10)]
     await _append(call, writer, ns, [_turn(f"t{i % 3}", f"m{i}", t) for i, t in enumerate(texts)])
     who = _who(ns)
@@ -396,7 +399,8 @@ async def test_fresh_vectors_wait_for_a_merge_to_be_indexed_and_are_found_before
         assert exact.plan == ["exact"] and index.plan == ["index"]
         return ([(h.msg_id, h.similarity) for h in exact.hits], [(h.msg_id, h.similarity) for h in index.hits])
 
-    assert not any(_vector_parts_indexed(services.ch, ns))
+    indexed = _vector_parts_indexed(services.ch, ns)
+    assert indexed and all(indexed) == (index_on_insert_min_rows <= len(texts)) and len(set(indexed)) == 1
     exact, index = await both()
     assert len(exact) == 8 and index == exact
     services.ch.command("OPTIMIZE TABLE conversation_vectors_384 FINAL")
