@@ -324,6 +324,29 @@ def worker_config_rate(texts: list[str], seconds: float, batch: int = 8, paralle
     return sum(done) / (time.perf_counter() - t0)
 
 
+def wait_idle(log: Callable[[str], None], busy_below: float = 0.15, timeout: float = 60.0) -> None:
+    """Wait until the machine's CPUs are idle (busy share over one second below
+    `busy_below`): a raw rate measured while the stopped stack's processes still wind
+    down would read low and flatter the shares."""
+    def times() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]   # all, idle + iowait
+
+    if not os.path.exists("/proc/stat"):
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        t0, i0 = times()
+        time.sleep(1.0)
+        t1, i1 = times()
+        busy = 1 - (i1 - i0) / max(1, t1 - t0)
+        if busy < busy_below or time.monotonic() > deadline:
+            if busy >= busy_below:
+                log(f"(the machine stayed {busy:.0%} busy; measuring anyway)")
+            return
+
+
 @dataclass
 class RawRates:
     """The raw model on each embedded phase's own texts, measured before and after the stack."""
@@ -335,6 +358,7 @@ class RawRates:
 
     def measure(self, when: str, log: Callable[[str], None]) -> None:
         for phase, texts in self.samples.items():
+            wait_idle(log)
             rate = raw_model_rate(texts, self.seconds)
             self.rates.setdefault(phase, []).append(rate)
             log(f"raw model on the {phase} texts ({when}; MiniLM int8, 2 threads, batch 32, stack down): "
