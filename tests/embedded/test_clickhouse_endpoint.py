@@ -37,6 +37,7 @@ from loom.embedded.clickhouse_endpoint import (
     PORT_FILE,
     EndpointAlreadyRunning,
     EndpointProcess,
+    engine_server_settings,
     find_running_endpoint,
     read_port_file,
     start_endpoint,
@@ -117,6 +118,16 @@ def test_handshake_and_command(endpoint: EndpointProcess, client: Client, data_d
     inserted = client.command(f"INSERT INTO {table} SELECT number FROM numbers(3)")
     assert isinstance(inserted, QuerySummary) and inserted.written_rows == 3
     assert client.query(f"SELECT a FROM {table} ORDER BY a").result_rows == [(0,), (1,), (2,)]
+
+
+def test_the_engine_starts_with_its_server_settings(client: Client) -> None:
+    """A vector index build takes at most half of the cores (one on two)."""
+    assert engine_server_settings(2) == {"max_build_vector_similarity_index_thread_pool_size": 1}
+    assert engine_server_settings(1) == {"max_build_vector_similarity_index_thread_pool_size": 1}
+    assert engine_server_settings(16) == {"max_build_vector_similarity_index_thread_pool_size": 8}
+    rows = client.query("SELECT name, value FROM system.server_settings WHERE name IN {names:Array(String)}",
+                        parameters={"names": list(engine_server_settings())}).result_rows
+    assert {name: int(value) for name, value in rows} == engine_server_settings()
 
 
 # 2. Native insert with insert_deduplication_token ---------------------------------------
