@@ -16,7 +16,7 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from loom.store.clickhouse import key_sets
+from loom.store.clickhouse import insert_settings, key_sets
 
 COLUMNS = ["namespace", "agent", "thread_id", "msg_id", "ts", "role", "content", "reasoning", "user_id",
            "run_id", "metadata", "tokens", "high_sensitivity", "is_summary", "is_saved", "saved_at",
@@ -64,9 +64,13 @@ class Turn:
                 self.tombstoned, self.tombstoned_at, self.tombstone_reason, self.version]
 
 
+# Left to the merges by small inserts (loom.store.clickhouse.insert_settings).
+DEFERRED_INDEXES = ("idx_user", "idx_run")
+
+
 def insert(ch: Client, turns: Sequence[Turn], *, dedup_token: str = "") -> None:
     """One INSERT for the batch. A retry with the same token cannot double its rows."""
-    settings = {"insert_deduplication_token": dedup_token} if dedup_token else None
+    settings = insert_settings(len(turns), DEFERRED_INDEXES, dedup_token)
     ch.insert("conversations", [t.row() for t in turns], column_names=COLUMNS, column_type_names=COLUMN_TYPES,
               settings=settings)
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from clickhouse_connect.driver.client import Client
 
-from loom.store.clickhouse import key_sets
+from loom.store.clickhouse import insert_settings, key_sets
 
 COLUMNS = ["namespace", "thread_id", "msg_id", "agent", "role", "run_id", "user_id", "ts", "text", "embedding",
            "model", "error", "is_summary", "is_saved", "saved_at", "tombstoned", "version"]
@@ -60,22 +60,15 @@ class EmbeddingRow:
                 self.is_saved, self.saved_at, self.tombstoned, self.version]
 
 
-# The vector tables' HNSW index (`ann`, fed by views on this table) is left to merges by
-# small inserts (the append path): built at insert, it costs the engine ~0.25 ms of CPU
-# per row on top of ~0.07 for the rest, on the path the appending client waits on, and
-# the next merge builds it again anyway. A part without it is scanned exactly, cheap
-# below this size; a larger insert (bulk load, re-embed) builds its own, since merge
-# selection may leave a few large parts unmerged for a long time.
-INDEX_ON_INSERT_MIN_ROWS = 2_048
-INSERT_SETTINGS = {"exclude_materialize_skip_indexes_on_insert": "ann"}
+# Left to the merges by small inserts (loom.store.clickhouse.insert_settings): the
+# vector tables' HNSW graphs (`ann`, fed by views on this table) and the owner filter.
+DEFERRED_INDEXES = ("ann", "idx_user")
 
 
 def insert(ch: Client, rows: Sequence[EmbeddingRow], *, dedup_token: str = "") -> None:
-    settings = dict(INSERT_SETTINGS) if len(rows) < INDEX_ON_INSERT_MIN_ROWS else {}
-    if dedup_token:
-        settings["insert_deduplication_token"] = dedup_token
+    settings = insert_settings(len(rows), DEFERRED_INDEXES, dedup_token)
     ch.insert("conversation_embeddings", [r.row() for r in rows], column_names=COLUMNS,
-              column_type_names=COLUMN_TYPES, settings=settings or None)
+              column_type_names=COLUMN_TYPES, settings=settings)
 
 
 @dataclass(frozen=True)

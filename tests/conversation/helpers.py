@@ -72,3 +72,14 @@ async def ok(call: Any, op: str, token: str, **body: Any) -> dict[str, Any]:
     r = await call(op, token, **body)
     assert r.status_code == 200, r.text
     return r.json()  # type: ignore[no-any-return]
+
+
+def parts_indexed(ch: Any, table: str, ns: str) -> list[bool]:
+    """Whether each part holding the namespace's rows of `table` carries its skip indexes."""
+    parts = [r[0] for r in ch.query(f"SELECT DISTINCT _part FROM {table} WHERE namespace = {{ns:String}}",
+                                    parameters={"ns": ns}).result_rows]
+    rows = ch.query("SELECT secondary_indices_uncompressed_bytes FROM system.parts WHERE database = currentDatabase() "
+                    "AND table = {table:String} AND active AND name IN {parts:Array(String)}",
+                    parameters={"table": table, "parts": parts}).result_rows
+    assert len(rows) == len(parts)
+    return [r[0] > 0 for r in rows]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
+from loom.store import clickhouse
+from tests.conversation.helpers import parts_indexed
+
 
 async def _thread(call, token, ns, n=7):
     turns = [{"thread_id": "t", "role": "tool" if i % 2 else "system", "content": f"turn {i}", "msg_id": f"m{i}",
@@ -67,3 +72,21 @@ async def test_cursors_are_opaque_and_bound_to_their_listing(call, ns, writer):
     assert r.status_code == 400 and r.json()["field"] == "cursor"
     r = await call("conversation.get", writer, namespace=ns, thread_id="t", include_messages=True, cursor=cursor)
     assert r.status_code == 400
+
+
+@pytest.mark.parametrize("index_on_insert_min_rows", [clickhouse.INDEX_ON_INSERT_MIN_ROWS, 2])
+async def test_the_run_filter_reads_fresh_and_merged_parts_alike(call, ns, writer, mint, services, monkeypatch,
+                                                                  index_on_insert_min_rows):
+    """An append flush leaves the turns' owner and run bloom filters to the merges (built
+    at insert they cost more than the rest of it); a larger insert builds its own."""
+    monkeypatch.setattr(clickhouse, "INDEX_ON_INSERT_MIN_ROWS", index_on_insert_min_rows)
+    viewer = mint(ns, "viewer")
+    await _thread(call, writer, ns)
+    indexed = parts_indexed(services.ch, "conversations", ns)
+    assert indexed and set(indexed) == {index_on_insert_min_rows <= 7}
+    seen, _ = await _all_pages(call, viewer, "conversation.list", namespace=ns, thread_id="t", run_id="odd")
+    assert seen == ["turn 1", "turn 3", "turn 5"]
+    services.ch.command("OPTIMIZE TABLE conversations FINAL")
+    assert all(parts_indexed(services.ch, "conversations", ns))
+    again, _ = await _all_pages(call, viewer, "conversation.list", namespace=ns, thread_id="t", run_id="odd")
+    assert again == seen

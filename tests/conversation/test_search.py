@@ -19,10 +19,12 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version
 from loom.ops.conversation import inline_embedding, searching
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
+from loom.store import clickhouse
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
+from loom.store.clickhouse import INDEX_ON_INSERT_MIN_ROWS
 from loom.store.search import Filters
-from tests.conversation.helpers import emb_row, raise_marks, tombstone_turn
+from tests.conversation.helpers import emb_row, parts_indexed, raise_marks, tombstone_turn
 
 DEPLOY = "we rolled back the staging cluster deploy after the canary failed"
 BILLING = "the invoice export job now writes to the new ledger every night"
@@ -369,24 +371,13 @@ async def test_exact_and_index_strategies_agree(call, ns, writer, mint, other_se
     assert all(h.thread_id == "t1" for h in a.hits)
 
 
-def _vector_parts_indexed(ch: Any, ns: str) -> list[bool]:
-    """Whether each part holding the namespace's vectors carries the HNSW index."""
-    parts = [r[0] for r in ch.query("SELECT DISTINCT _part FROM conversation_vectors_384 WHERE namespace = {ns:String}",
-                                    parameters={"ns": ns}).result_rows]
-    rows = ch.query("SELECT secondary_indices_uncompressed_bytes FROM system.parts WHERE database = currentDatabase() "
-                    "AND table = 'conversation_vectors_384' AND active AND name IN {parts:Array(String)}",
-                    parameters={"parts": parts}).result_rows
-    assert len(rows) == len(parts)
-    return [r[0] > 0 for r in rows]
-
-
-@pytest.mark.parametrize("index_on_insert_min_rows", [emb_store.INDEX_ON_INSERT_MIN_ROWS, 2])
+@pytest.mark.parametrize("index_on_insert_min_rows", [INDEX_ON_INSERT_MIN_ROWS, 2])
 async def test_small_inserts_leave_the_index_to_merges_and_are_found_before_and_after(
         call, ns, writer, services, other_services, monkeypatch, index_on_insert_min_rows):
     """Appends leave the HNSW index to merges (building it per insert cost more than the
     rest of the insert): a fresh part is scanned exactly, a merged one through the index.
     An insert of INDEX_ON_INSERT_MIN_ROWS rows or more builds its own."""
-    monkeypatch.setattr(emb_store, "INDEX_ON_INSERT_MIN_ROWS", index_on_insert_min_rows)
+    monkeypatch.setattr(clickhouse, "INDEX_ON_INSERT_MIN_ROWS", index_on_insert_min_rows)
     texts = [f"staging cluster deploy {w} {i}" for i, w in enumerate(["alpha", "beta", "gamma", "delta"] * 10)]
     await _append(call, writer, ns, [_turn(f"t{i % 3}", f"m{i}", t) for i, t in enumerate(texts)])
     who = _who(ns)
@@ -399,12 +390,12 @@ async def test_small_inserts_leave_the_index_to_merges_and_are_found_before_and_
         assert exact.plan == ["exact"] and index.plan == ["index"]
         return ([(h.msg_id, h.similarity) for h in exact.hits], [(h.msg_id, h.similarity) for h in index.hits])
 
-    indexed = _vector_parts_indexed(services.ch, ns)
+    indexed = parts_indexed(services.ch, "conversation_vectors_384", ns)
     assert indexed and all(indexed) == (index_on_insert_min_rows <= len(texts)) and len(set(indexed)) == 1
     exact, index = await both()
     assert len(exact) == 8 and index == exact
     services.ch.command("OPTIMIZE TABLE conversation_vectors_384 FINAL")
-    assert all(_vector_parts_indexed(services.ch, ns))
+    assert all(parts_indexed(services.ch, "conversation_vectors_384", ns))
     assert await both() == (exact, exact)
 
 
