@@ -33,22 +33,19 @@ def backend_urls(tmp_home: Path) -> Iterator[tuple[str, str]]:
     from loom.embedded.clickhouse_endpoint import start_endpoint
     from loom.embedded.redis_server import start_redis
 
-    started: list[Any] = []
     ch_url = os.environ.get("LOOM_TEST_CLICKHOUSE_URL", "")
     redis_url = os.environ.get("LOOM_TEST_REDIS_URL", "")
-    try:
+    # An ExitStack stops every server started even if stopping one of them fails.
+    with contextlib.ExitStack() as started:
         if not ch_url:
             endpoint = start_endpoint(tmp_home / "clickhouse")
-            started.append(endpoint)
+            started.callback(endpoint.stop)
             ch_url = endpoint.url
         if not redis_url:
             server = start_redis(tmp_home / "redis")
-            started.append(server)
+            started.callback(server.stop)
             redis_url = server.url
         yield ch_url, redis_url
-    finally:
-        for proc in reversed(started):
-            proc.stop()
 
 
 @pytest.fixture(scope="session")
