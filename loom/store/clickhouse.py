@@ -63,12 +63,18 @@ def key_sets(keys: Sequence[Sequence[str]], **columns: int) -> dict[str, list[st
 INDEX_ON_INSERT_MIN_ROWS = 2_048
 
 
-def insert_settings(rows: int, deferred_indexes: Sequence[str], dedup_token: str = "") -> dict[str, str] | None:
+DEFER_SETTING = "exclude_materialize_skip_indexes_on_insert"   # ClickHouse 25.10 and later
+
+
+def insert_settings(ch: Client, rows: int, deferred_indexes: Sequence[str],
+                    dedup_token: str = "") -> dict[str, str] | None:
     """Settings for an INSERT of `rows` rows: `deferred_indexes` left to the merges if
-    the insert is small, and its deduplication token (a retry cannot double its rows)."""
+    the insert is small and the server knows how (an older one would refuse the
+    setting: it then builds them at insert, as it always did), and the deduplication
+    token (a retry cannot double its rows)."""
     settings: dict[str, str] = {}
-    if rows < INDEX_ON_INSERT_MIN_ROWS and deferred_indexes:
-        settings["exclude_materialize_skip_indexes_on_insert"] = ",".join(deferred_indexes)
+    if rows < INDEX_ON_INSERT_MIN_ROWS and deferred_indexes and DEFER_SETTING in ch.server_settings:
+        settings[DEFER_SETTING] = ",".join(deferred_indexes)
     if dedup_token:
         settings["insert_deduplication_token"] = dedup_token
     return settings or None

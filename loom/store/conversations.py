@@ -70,7 +70,7 @@ DEFERRED_INDEXES = ("idx_user", "idx_run")
 
 def insert(ch: Client, turns: Sequence[Turn], *, dedup_token: str = "") -> None:
     """One INSERT for the batch. A retry with the same token cannot double its rows."""
-    settings = insert_settings(len(turns), DEFERRED_INDEXES, dedup_token)
+    settings = insert_settings(ch, len(turns), DEFERRED_INDEXES, dedup_token)
     ch.insert("conversations", [t.row() for t in turns], column_names=COLUMNS, column_type_names=COLUMN_TYPES,
               settings=settings)
 

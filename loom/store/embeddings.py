@@ -66,7 +66,7 @@ DEFERRED_INDEXES = ("ann", "idx_user")
 
 
 def insert(ch: Client, rows: Sequence[EmbeddingRow], *, dedup_token: str = "") -> None:
-    settings = insert_settings(len(rows), DEFERRED_INDEXES, dedup_token)
+    settings = insert_settings(ch, len(rows), DEFERRED_INDEXES, dedup_token)
     ch.insert("conversation_embeddings", [r.row() for r in rows], column_names=COLUMNS,
               column_type_names=COLUMN_TYPES, settings=settings)
 

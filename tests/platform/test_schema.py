@@ -7,7 +7,7 @@ import threading
 
 from clickhouse_schema import runner
 from loom.settings import Settings
-from loom.store.clickhouse import connect
+from loom.store.clickhouse import DEFER_SETTING, INDEX_ON_INSERT_MIN_ROWS, connect, insert_settings
 from loom.store.schema import prepare
 
 
@@ -124,3 +124,16 @@ def test_vector_tables_upgrade_to_bfloat16_keeping_their_rows(schema, monkeypatc
     rows = ch.query("SELECT msg_id, round(1 - cosineDistance(embedding, [1.0] || arrayWithConstant(383, 0.0)), 3) "
                     "FROM conversation_vectors_384 ORDER BY msg_id").result_rows
     assert rows == [("new", 0.0), ("old", 1.0)]
+
+
+def test_small_inserts_defer_their_skip_indexes_where_the_server_can(schema):
+    ch = connect(schema.clickhouse_url, database=schema.clickhouse_database)
+    assert DEFER_SETTING in ch.server_settings            # the embedded engine (26.x) has it
+    assert insert_settings(ch, 32, ("idx_user", "idx_run"), "tok") == {
+        DEFER_SETTING: "idx_user,idx_run", "insert_deduplication_token": "tok"}
+    assert insert_settings(ch, INDEX_ON_INSERT_MIN_ROWS, ("idx_user",)) is None
+    assert insert_settings(ch, 32, ()) is None
+    # A server before 25.10 does not know the setting and would refuse the insert.
+    older = connect(schema.clickhouse_url, database=schema.clickhouse_database)
+    older.server_settings = {k: v for k, v in ch.server_settings.items() if k != DEFER_SETTING}
+    assert insert_settings(older, 32, ("idx_user",), "tok") == {"insert_deduplication_token": "tok"}
