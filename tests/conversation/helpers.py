@@ -3,7 +3,9 @@ the parts of ops that come later (a tombstone from delete/compaction, a save).""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from loom.clock import next_version
@@ -75,11 +77,22 @@ async def ok(call: Any, op: str, token: str, **body: Any) -> dict[str, Any]:
 
 
 def parts_indexed(ch: Any, table: str, ns: str) -> list[bool]:
-    """Whether each part holding the namespace's rows of `table` carries its skip indexes."""
+    """Whether each part holding the namespace's rows of `table` carries its skip indexes
+    (a part merged away meanwhile still reads as it was: outdated parts are listed too)."""
     parts = [r[0] for r in ch.query(f"SELECT DISTINCT _part FROM {table} WHERE namespace = {{ns:String}}",
                                     parameters={"ns": ns}).result_rows]
     rows = ch.query("SELECT secondary_indices_uncompressed_bytes FROM system.parts WHERE database = currentDatabase() "
-                    "AND table = {table:String} AND active AND name IN {parts:Array(String)}",
+                    "AND table = {table:String} AND name IN {parts:Array(String)}",
                     parameters={"table": table, "parts": parts}).result_rows
     assert len(rows) == len(parts)
     return [r[0] > 0 for r in rows]
+
+
+@contextlib.contextmanager
+def merges_stopped(ch: Any, table: str) -> Iterator[None]:
+    """No background merge of `table` (which would build the skip indexes) meanwhile."""
+    ch.command(f"SYSTEM STOP MERGES {table}")
+    try:
+        yield
+    finally:
+        ch.command(f"SYSTEM START MERGES {table}")

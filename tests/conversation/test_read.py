@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loom.store import clickhouse
-from tests.conversation.helpers import parts_indexed
+from tests.conversation.helpers import merges_stopped, parts_indexed
 
 
 async def _thread(call, token, ns, n=7):
@@ -81,8 +81,9 @@ async def test_the_run_filter_reads_fresh_and_merged_parts_alike(call, ns, write
     at insert they cost more than the rest of it); a larger insert builds its own."""
     monkeypatch.setattr(clickhouse, "INDEX_ON_INSERT_MIN_ROWS", index_on_insert_min_rows)
     viewer = mint(ns, "viewer")
-    await _thread(call, writer, ns)
-    indexed = parts_indexed(services.ch, "conversations", ns)
+    with merges_stopped(services.ch, "conversations"):
+        await _thread(call, writer, ns)
+        indexed = parts_indexed(services.ch, "conversations", ns)
     assert indexed and set(indexed) == {index_on_insert_min_rows <= 7}
     seen, _ = await _all_pages(call, viewer, "conversation.list", namespace=ns, thread_id="t", run_id="odd")
     assert seen == ["turn 1", "turn 3", "turn 5"]
