@@ -17,7 +17,8 @@ down: MiniLM alone, as bench/model_rate.py runs it (2 threads, batches of 32). P
 2 and 3 are shown as a share of it. The texts carry a unique number prefix (so no two
 are the same turn); it adds ~10 tokens to ~36, which is why the raw model is never
 measured on other texts. For reference it also prints the rate of the worker's own
-model configuration (two single-threaded calls of 8 at a time) on the same texts.
+model configuration (its ModelBatcher: single-threaded calls of up to 8 texts, one per
+core) on the same texts.
 Targets: (1) >= 1,500 turns/s with p99 <= 50 ms; (2) >= 85 % of the raw model with
 p99 <= 300 ms; (3) >= 90 % of the raw model.
 
@@ -296,54 +297,53 @@ def raw_model_rate(texts: list[str], seconds: float, batch: int = 32) -> float:
     return throughput(emb, texts, batch, seconds)
 
 
-def worker_config_rate(texts: list[str], seconds: float, batch: int = 8, parallel: int = 2) -> float:
-    """The model as the worker runs it: `parallel` single-threaded calls of `batch` at a time."""
-    import threading
+def worker_config_rate(texts: list[str], seconds: float) -> float:
+    """The model as a worker runs it: the worker's own ModelBatcher and embedder (built
+    from settings), kept busy by two concurrent 32-text callers."""
+    from loom.settings import Settings
+    from workers.embedding import ModelBatcher, embedder_from_settings, model_parallelism, set_embedder
 
-    from loom.providers.embedders.minilm import MiniLMEmbedder
+    async def measure() -> float:
+        batcher = ModelBatcher(parallel=model_parallelism())
+        loop = asyncio.get_running_loop()
+        done = 0
 
-    emb = MiniLMEmbedder(intra_op_num_threads=1, batch_size=batch)
-    emb.embed(texts[:batch])
-    done = [0] * parallel
-    stop = time.perf_counter() + seconds
+        async def caller(k: int) -> None:
+            nonlocal done
+            i = k * 32
+            while loop.time() < stop:
+                await batcher([texts[(i + j) % len(texts)] for j in range(32)])
+                done += 32
+                i += 64
 
-    def call(k: int) -> None:
-        i = k * batch
-        while time.perf_counter() < stop:
-            lo = i % (len(texts) - batch)
-            emb.embed(texts[lo:lo + batch])
-            done[k] += batch
-            i += batch * parallel
+        await batcher(texts[:32])                     # warm
+        t0 = loop.time()
+        stop = t0 + seconds
+        await asyncio.gather(caller(0), caller(1))
+        elapsed = loop.time() - t0
+        await batcher.close()
+        return done / elapsed
 
-    threads = [threading.Thread(target=call, args=(k,)) for k in range(parallel)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sum(done) / (time.perf_counter() - t0)
+    previous = set_embedder(embedder_from_settings(Settings(embedder="minilm")))
+    try:
+        return asyncio.run(measure())
+    finally:
+        set_embedder(previous)
 
 
 def wait_idle(log: Callable[[str], None], busy_below: float = 0.15, timeout: float = 60.0) -> None:
     """Wait until the machine's CPUs are idle (busy share over one second below
     `busy_below`): a raw rate measured while the stopped stack's processes still wind
     down would read low and flatter the shares."""
-    def times() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return sum(v), v[3] + v[4]   # all, idle + iowait
+    from bench.harness import cpu_idle
 
-    if not os.path.exists("/proc/stat"):
-        return
     deadline = time.monotonic() + timeout
     while True:
-        t0, i0 = times()
-        time.sleep(1.0)
-        t1, i1 = times()
-        busy = 1 - (i1 - i0) / max(1, t1 - t0)
-        if busy < busy_below or time.monotonic() > deadline:
-            if busy >= busy_below:
-                log(f"(the machine stayed {busy:.0%} busy; measuring anyway)")
+        idle = cpu_idle()
+        if idle is None or 1 - idle < busy_below:
+            return
+        if time.monotonic() > deadline:
+            log(f"(the machine stayed {1 - idle:.0%} busy; measuring anyway)")
             return
 
 
@@ -367,7 +367,7 @@ class RawRates:
     def measure_worker(self, log: Callable[[str], None]) -> None:
         for phase, texts in self.samples.items():
             self.worker[phase] = worker_config_rate(texts, self.seconds)
-            log(f"  for reference, the worker's model configuration (2 single-threaded calls of 8) on the {phase} "
+            log(f"  for reference, the worker's own model configuration (its ModelBatcher) on the {phase} "
                 f"texts: {self.worker[phase]:.1f} texts/s")
 
     def mean(self, phase: str) -> float | None:
