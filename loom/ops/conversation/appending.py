@@ -261,7 +261,7 @@ class AppendPipeline:
         shared: set[emb_store.EmbKey] = set()
         if stored:
             await svc.run(_screen, [turns[i] for i in stored])
-            shared = set(_shared_keys([turns[i] for i in stored], state.elsewhere))
+            shared = _shared_keys([turns[i] for i in stored], state.elsewhere)
             # Turns no other agent logged (nearly all) are sent to the model now, while
             # their rows are inserted: the worker writes their vectors once the gate says
             # the rows are durable (loom.ops.conversation.embedding.open_gate).
@@ -431,11 +431,10 @@ def _with_retry(fn: Callable[[], None], attempts: int = 3) -> None:
             time.sleep(0.05 * 4 ** attempt)
 
 
-def _shared_keys(turns: list[conv_store.Turn], elsewhere: set[emb_store.EmbKey]) -> list[emb_store.EmbKey]:
+def _shared_keys(turns: list[conv_store.Turn], elsewhere: set[emb_store.EmbKey]) -> set[emb_store.EmbKey]:
     """The embedding keys of the user/assistant turns among `turns` that another agent's
     copy already landed for: the only ones whose embedding row can hold a vector."""
-    keys = {(t.namespace, t.thread_id, t.msg_id) for t in turns if t.role in EMBEDDED_ROLES}
-    return sorted(keys & elsewhere)
+    return {_emb_key(t) for t in turns if t.role in EMBEDDED_ROLES} & elsewhere
 
 
 def _screen(turns: list[conv_store.Turn]) -> None:

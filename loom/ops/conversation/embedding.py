@@ -86,9 +86,9 @@ async def wait_gate(redis: Redis, gate: str, timeout: float) -> bool:
     False if the insert failed or no answer came within `timeout` (the API is gone)."""
     key, wake = _gate_keys(gate)
     value = await redis.get(key)
-    if value is None:
-        await redis.blpop([wake], timeout=timeout)  # type: ignore[misc, arg-type]
-        value = await redis.get(key)
+    if value is None:   # not open yet: the wake-up carries the same value as the key
+        popped = await redis.blpop([wake], timeout=timeout)  # type: ignore[misc, arg-type]
+        value = popped[1] if popped is not None else None
     return bool(value == _OPEN)
 
 
