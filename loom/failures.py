@@ -16,6 +16,7 @@ that no turn's content reaches a log line either.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Final
 
 # The codes (stable: clients may match on them).
@@ -38,6 +39,8 @@ _PARAMS = re.compile(r"\b(param_\w+|query)=[^\s&'\"()<>]*", re.IGNORECASE)
 # A provider's answer (loom.providers._http): "HTTP 400 Bad Request: <its body>" and
 # "response is not valid JSON (...): '<its body>'" may echo the text that was sent.
 _PROVIDER_BODY = re.compile(r"(HTTP \d{3}[^:]*|response is not valid JSON)\b.*", re.DOTALL)
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_ECHO = 12      # a run of this many characters of a text sent, found in a message: it quotes the text
 
 
 def text(code: str) -> str:
@@ -97,13 +100,24 @@ def failure(exc: BaseException) -> str:
     return text(INTERNAL_ERROR)
 
 
-def detail(exc: BaseException) -> str:
+def _quotes(message: str, texts: Sequence[str]) -> bool:
+    runs = {message[i:i + _ECHO] for i in range(max(0, len(message) - _ECHO + 1))}
+    return any(t[i:i + _ECHO] in runs for t in texts for i in range(max(0, len(t) - _ECHO + 1)))
+
+
+def detail(exc: BaseException, *, sent: Sequence[str] = ()) -> str:
     """For the server's log only: the exception's type and message, without URL query
-    strings, query parameters or a provider's response body, and truncated."""
+    strings, query parameters or a provider's response body, and truncated. For a
+    provider's failure, `sent` names the texts it was sent: quoted parts of its message
+    are withheld, and the whole message if it still holds a run of any of them."""
     message = str(exc)
     message = _QUERY_STRING.sub(r"\1?…", message)
     message = _PARAMS.sub(r"\1=…", message)
     message = _PROVIDER_BODY.sub(r"\1 (body withheld)", message)
+    if sent:
+        message = _QUOTED.sub("'…'", message)
+        if _quotes(message, sent):
+            message = "(message withheld: it quotes the text sent)"
     out = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
     return out if len(out) <= _DETAIL_CHARS else out[:_DETAIL_CHARS] + "…"
 

@@ -183,7 +183,7 @@ class ModelBatcher:
                     raise RuntimeError(f"embedder returned {len(vectors)} vectors for {len(texts)} texts")
             except Exception as exc:   # fail-open: every text of the call records the error
                 error = failures.embed_failure(exc)   # a code: the provider's own text stays in the log
-                log.warning("embedding call failed", error=failures.detail(exc), texts=len(texts))
+                log.warning("embedding call failed", error=failures.detail(exc, sent=texts), texts=len(texts))
             self.calls += 1
             self.texts += len(texts)
             for req, start, end in parts:

@@ -216,7 +216,7 @@ async def _from_events(svc: Services, settings: Settings, namespace: str, base: 
         except Exception as exc:  # the model call failed: skip the window, revise the rest
             out.failed += 1
             log.warning("brief: window model call failed", namespace=namespace, window=i + 1,
-                        error=failures.detail(exc))
+                        error=failures.detail(exc, sent=[m.content for m in msgs]))
             continue
         combined = combined.then(patch)
         working = apply(working, patch)

@@ -163,7 +163,7 @@ def model_from_embedder(get_embedder: Callable[[], Any], executor: Executor | No
         try:
             vectors = await asyncio.get_running_loop().run_in_executor(executor, embedder.embed, texts)
         except Exception as exc:
-            log.warning("embedding call failed", error=failures.detail(exc), texts=len(texts))
+            log.warning("embedding call failed", error=failures.detail(exc, sent=texts), texts=len(texts))
             msg = failures.embed_failure(exc)
             return ModelResult([None] * len(texts), [msg] * len(texts), embedder.model_id)
         return ModelResult(list(vectors), [""] * len(texts), embedder.model_id)

@@ -102,7 +102,7 @@ async def embed(svc: Services, texts: list[str], *, timeout: float | None = None
     except TimeoutError:
         return InlineResult(None, "", failures.text(failures.EMBEDDER_TIMEOUT))
     except Exception as exc:  # fail-open: the caller decides what an unavailable embedder means
-        log.warning("inline embedding failed", error=failures.detail(exc), texts=len(texts))
+        log.warning("inline embedding failed", error=failures.detail(exc, sent=texts), texts=len(texts))
         return InlineResult(None, "", failures.embed_failure(exc))
     return InlineResult(vectors, model_id)
 
