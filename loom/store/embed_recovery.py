@@ -15,7 +15,8 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-NAME = "turns"
+NAME = "turns"        # the position in insert-time order
+SWEEP = "sweep"        # the first pass's position in key order (see landed_in_key_order)
 
 
 @dataclass(frozen=True, order=True)
@@ -61,21 +62,48 @@ def horizon(ch: Client, grace_s: float) -> datetime:
     return row[0]  # type: ignore[no-any-return]
 
 
-def position(ch: Client) -> Position | None:
+def position(ch: Client, name: str = NAME) -> Position | None:
     rows = ch.query("SELECT created_at, namespace, agent, thread_id, msg_id FROM embed_recovery FINAL "
-                    "WHERE name = {n:String}", parameters={"n": NAME}).result_rows
-    return Position(*rows[0]) if rows else None
+                    "WHERE name = {n:String}", parameters={"n": name}).named_results()
+    return next((Position(**r) for r in rows), None)
 
 
-def save_position(ch: Client, pos: Position, version: int) -> None:
-    ch.insert("embed_recovery", [[NAME, pos.created_at, pos.namespace, pos.agent, pos.thread_id, pos.msg_id, version]],
+def save_position(ch: Client, pos: Position, version: int, name: str = NAME) -> None:
+    ch.insert("embed_recovery", [[name, pos.created_at, pos.namespace, pos.agent, pos.thread_id, pos.msg_id, version]],
               column_names=["name", "created_at", "namespace", "agent", "thread_id", "msg_id", "version"])
+
+
+_SELECT = ("SELECT created_at, toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, "
+           "toString(role) AS role_name, run_id, user_id, ts, leftUTF8(content, {chars:UInt32}) AS text, "
+           "high_sensitivity, is_summary, tombstoned FROM conversations ")
+_EMBEDDED_ROLES = "(role IN ('user', 'assistant') OR is_summary)"
+
+
+def _landed(rows: Any) -> list[Landed]:
+    return [Landed(Position(r["created_at"], r["ns"], r["ag"], r["thread_id"], r["msg_id"]), r["role_name"],
+                   r["run_id"], r["user_id"], r["ts"], r["text"], bool(r["high_sensitivity"]), bool(r["is_summary"]),
+                   bool(r["tombstoned"])) for r in rows]
+
+
+def landed_in_key_order(ch: Client, after: Position, *, limit: int, chars: int) -> list[Landed]:
+    """The first pass's page: rows of embedded roles inserted up to `after.created_at`
+    (the horizon when the first pass began), after `after`'s key, in key order. With no
+    position yet, reading in insert-time order would sort what remains of the whole
+    table for every page; in key order each page is a range read that stops at `limit`."""
+    rows = ch.query(
+        _SELECT + f"WHERE created_at <= {{upto:DateTime64(3, 'UTC')}} AND {_EMBEDDED_ROLES} "
+        "AND (namespace, agent, thread_id, msg_id) > ({ns:String}, {ag:String}, {th:String}, {m:String}) "
+        "ORDER BY namespace, agent, thread_id, msg_id LIMIT {lim:UInt32}",
+        parameters={"upto": after.created_at, "ns": after.namespace, "ag": after.agent, "th": after.thread_id,
+                    "m": after.msg_id, "lim": limit, "chars": chars},
+    ).named_results()
+    return _landed(rows)
 
 
 def landed_after(ch: Client, after: Position | None, upto: datetime, *, limit: int, chars: int) -> list[Landed]:
     """Up to `limit` rows of embedded roles (user, assistant, a compaction's summary)
     inserted after `after` and at or before `upto`, in the pass's order."""
-    where = ["created_at <= {upto:DateTime64(3, 'UTC')}", "(role IN ('user', 'assistant') OR is_summary)"]
+    where = ["created_at <= {upto:DateTime64(3, 'UTC')}", _EMBEDDED_ROLES]
     params: dict[str, Any] = {"upto": upto, "lim": limit, "chars": chars}
     if after is not None:
         # The plain bound is what the minmax index prunes by; the tuple orders the ties.
@@ -84,13 +112,8 @@ def landed_after(ch: Client, after: Position | None, upto: datetime, *, limit: i
                      "({at:DateTime64(3, 'UTC')}, {ns:String}, {ag:String}, {th:String}, {m:String})")
         params.update(at=after.created_at, ns=after.namespace, ag=after.agent, th=after.thread_id, m=after.msg_id)
     rows = ch.query(
-        "SELECT created_at, toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, "
-        "toString(role) AS role_name, run_id, user_id, ts, leftUTF8(content, {chars:UInt32}) AS text, "
-        "high_sensitivity, is_summary, tombstoned "
-        f"FROM conversations WHERE {' AND '.join(where)} "
-        "ORDER BY created_at, namespace, agent, thread_id, msg_id LIMIT {lim:UInt32}",
+        _SELECT + f"WHERE {' AND '.join(where)} ORDER BY created_at, namespace, agent, thread_id, msg_id "
+        "LIMIT {lim:UInt32}",
         parameters=params,
     ).named_results()
-    return [Landed(Position(r["created_at"], r["ns"], r["ag"], r["thread_id"], r["msg_id"]), r["role_name"],
-                   r["run_id"], r["user_id"], r["ts"], r["text"], bool(r["high_sensitivity"]), bool(r["is_summary"]),
-                   bool(r["tombstoned"])) for r in rows]
+    return _landed(rows)

@@ -257,3 +257,34 @@ async def test_the_worker_runs_a_pass_at_start_up(ns, services):
         await asyncio.gather(task, return_exceptions=True)
     assert emb_row(ch, ns, "t", "m")["error"] == ""
 
+
+
+async def test_the_first_pass_sweeps_what_the_table_held_then_goes_on_by_insert_time(services):
+    """No position yet (a deployment whose turns predate the pass): the first pass
+    sweeps the table in key order, over several passes if need be, then goes on in
+    insert-time order from the horizon it started at. A database of its own."""
+    import dataclasses
+
+    from loom.store.clickhouse import connect
+    from loom.store.schema import prepare
+
+    settings = services.settings.model_copy(
+        update={"clickhouse_database": f"{services.settings.clickhouse_database}_sweep"})
+    prepare(settings, settings.clickhouse_url)
+    ch = connect(settings.clickhouse_url, database=settings.clickhouse_database)
+    svc = dataclasses.replace(services, settings=settings, ch=ch, extras={})
+    for i in range(5):
+        orphan(ch, f"ns{i % 2}", f"m{i}", f"an old turn {i}", thread_id=f"t{i}")
+    first = await run_pass(svc, FakeEmbedder(), page=2, max_pages=2)
+    assert first.scanned == 4 and first.embedded == 4 and not first.caught_up
+    assert embed_recovery.position(ch) is None and embed_recovery.position(ch, embed_recovery.SWEEP) is not None
+    orphan(ch, "ns0", "late", "inserted during the sweep")
+    second = await run_pass(svc, FakeEmbedder(), page=2, max_pages=2)
+    # The sweep's last page (one turn, the late one is past its horizon), then insert-time order.
+    assert second.caught_up and second.embedded == 2
+    assert embed_recovery.position(ch) is not None
+    embedded = ch.query("SELECT count() FROM conversation_embeddings FINAL WHERE error = ''").result_rows[0][0]
+    assert embedded == 6
+    third = await run_pass(svc, FakeEmbedder(), page=2, max_pages=2)
+    assert third.embedded == 0 and third.caught_up
+    ch.command(f"DROP DATABASE IF EXISTS {settings.clickhouse_database}")

@@ -14,7 +14,9 @@ cron job; one runner at a time across the pool, by a Redis lease):
 1. reads, page by page, the transcript rows of embedded roles that were inserted after
    the position it reached last time (table embed_recovery) and at least the grace
    (``Settings.recovery_grace_seconds``) ago, by server insert time (created_at, pruned by
-   a minmax index: a pass reads what landed since the last one, not the table);
+   a minmax index: a pass reads what landed since the last one, not the table). The
+   very first pass (no position yet) sweeps what the table held then in key order
+   instead, over as many passes as it takes;
 2. leaves out tombstoned turns, turns that read as high (they never get an embedding
    row, and their text never reaches the model) and empty ones, then looks up the
    embedding rows of the rest by key: only turns with none at all are embedded;
@@ -37,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from loom import logging as loom_logging
 from loom.clock import next_version
@@ -53,8 +55,8 @@ log = loom_logging.get("loom.conversation.recovery")
 
 LEASE_KEY = "loom:lease:embed-recovery"
 LEASE_TTL_MS = 30_000
-PAGE = 256            # transcript rows read per page
-MAX_PAGES = 40        # per pass; the next pass goes on from the saved position
+PAGE = 1_000          # transcript rows read per page
+MAX_PAGES = 20        # per pass (~20k rows); the next pass goes on from the saved position
 MODEL_TEXTS = 32      # texts per model request
 
 
@@ -103,8 +105,12 @@ async def _keep(lease: Lease) -> None:
 
 async def _pass(svc: Services, model: ModelFn, grace: float, page: int, max_pages: int,
                 keeper: asyncio.Task[None], report: RecoveryReport) -> None:
-    upto = await svc.run(store.horizon, svc.ch, grace)
     pos = await svc.run(store.position, svc.ch)
+    if pos is None:
+        pos, max_pages = await _first_pass(svc, model, grace, page, max_pages, keeper, report)
+        if pos is None:
+            return
+    upto = await svc.run(store.horizon, svc.ch, grace)
     for _ in range(max_pages):
         if keeper.done():       # the lease was lost: another runner may be going on
             return
@@ -117,6 +123,32 @@ async def _pass(svc: Services, model: ModelFn, grace: float, page: int, max_page
         if len(rows) < page:
             report.caught_up = True
             return
+
+
+async def _first_pass(svc: Services, model: ModelFn, grace: float, page: int, max_pages: int,
+                      keeper: asyncio.Task[None], report: RecoveryReport) -> tuple[store.Position | None, int]:
+    """With no position yet (a new deployment, or one whose turns predate the pass):
+    every turn inserted up to the horizon of the first pass, in key order, over as many
+    passes as it takes. Then the position in insert-time order starts at that horizon.
+    Returns it and the pages left for this pass (None: not done yet)."""
+    sweep = await svc.run(store.position, svc.ch, store.SWEEP)
+    if sweep is None:       # fixed for the whole sweep, whichever passes carry it out
+        sweep = store.Position(await svc.run(store.horizon, svc.ch, grace))
+        await svc.run(store.save_position, svc.ch, sweep, next_version(), store.SWEEP)
+    for used in range(max_pages):
+        if keeper.done():
+            break
+        rows = await svc.run(store.landed_in_key_order, svc.ch, sweep, limit=page, chars=EMBED_CHARS)
+        report.scanned += len(rows)
+        if rows:
+            await _recover(svc, model, rows, report)
+            sweep = replace(rows[-1].position, created_at=sweep.created_at)
+            await svc.run(store.save_position, svc.ch, sweep, next_version(), store.SWEEP)
+        if len(rows) < page:
+            start = store.Position(sweep.created_at)
+            await svc.run(store.save_position, svc.ch, start, next_version())
+            return start, max_pages - used - 1
+    return None, 0
 
 
 async def _recover(svc: Services, model: ModelFn, rows: Sequence[store.Landed], report: RecoveryReport) -> None:
