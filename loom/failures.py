@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from typing import Final
 
 # The codes (stable: clients may match on them).
-EMBEDDER_UNAVAILABLE: Final = "embedder_unavailable"   # the embedding provider failed or was unreachable
-EMBEDDER_TIMEOUT: Final = "embedder_timeout"           # no embedding came back within the wait
-BACKEND_UNAVAILABLE: Final = "backend_unavailable"     # the store or the queue failed
-INTERNAL_ERROR: Final = "internal_error"               # anything else
+EMBEDDER_UNAVAILABLE: Final = "embedder_unavailable"  # the embedding provider failed or was unreachable
+EMBEDDER_TIMEOUT: Final = "embedder_timeout"  # no embedding came back within the wait
+BACKEND_UNAVAILABLE: Final = "backend_unavailable"  # the store or the queue failed
+INTERNAL_ERROR: Final = "internal_error"  # anything else
 
 _MESSAGES: Final = {
     EMBEDDER_UNAVAILABLE: "the embedding provider could not embed the text",
@@ -34,13 +34,15 @@ _MESSAGES: Final = {
 CODES: Final = frozenset(_MESSAGES)
 
 _DETAIL_CHARS = 300
-_QUERY_STRING = re.compile(r"((?:\b[a-z][a-z0-9+.-]*://|(?<![\w/.])/)[^\s?'\"()<>]*)\?[^\s'\"()<>]*", re.IGNORECASE)
+_QUERY_STRING = re.compile(
+    r"((?:\b[a-z][a-z0-9+.-]*://|(?<![\w/.])/)[^\s?'\"()<>]*)\?[^\s'\"()<>]*", re.IGNORECASE
+)
 _PARAMS = re.compile(r"\b(param_\w+|query)=[^\s&'\"()<>]*", re.IGNORECASE)
 # A provider's answer (loom.providers._http): "HTTP 400 Bad Request: <its body>" and
 # "response is not valid JSON (...): '<its body>'" may echo the text that was sent.
 _PROVIDER_BODY = re.compile(r"(HTTP \d{3}[^:]*|response is not valid JSON)\b.*", re.DOTALL)
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
-_ECHO = 12      # a run of this many characters of a text sent, found in a message: it quotes the text
+_ECHO = 12  # a run of this many characters of a text sent, found in a message: it quotes the text
 
 
 def text(code: str) -> str:
@@ -95,14 +97,14 @@ def failure(exc: BaseException) -> str:
         return text(BACKEND_UNAVAILABLE)
     if _is_timeout(exc):
         return text(EMBEDDER_TIMEOUT)
-    if any(isinstance(e, OSError) for e in chain):     # a connection refused or reset
+    if any(isinstance(e, OSError) for e in chain):  # a connection refused or reset
         return text(BACKEND_UNAVAILABLE)
     return text(INTERNAL_ERROR)
 
 
 def _quotes(message: str, texts: Sequence[str]) -> bool:
-    runs = {message[i:i + _ECHO] for i in range(max(0, len(message) - _ECHO + 1))}
-    return any(t[i:i + _ECHO] in runs for t in texts for i in range(max(0, len(t) - _ECHO + 1)))
+    runs = {message[i : i + _ECHO] for i in range(max(0, len(message) - _ECHO + 1))}
+    return any(t[i : i + _ECHO] in runs for t in texts for i in range(max(0, len(t) - _ECHO + 1)))
 
 
 def detail(exc: BaseException, *, sent: Sequence[str] = ()) -> str:
@@ -122,5 +124,16 @@ def detail(exc: BaseException, *, sent: Sequence[str] = ()) -> str:
     return out if len(out) <= _DETAIL_CHARS else out[:_DETAIL_CHARS] + "…"
 
 
-__all__ = ["BACKEND_UNAVAILABLE", "CODES", "EMBEDDER_TIMEOUT", "EMBEDDER_UNAVAILABLE", "INTERNAL_ERROR", "code_of",
-           "detail", "embed_failure", "failure", "safe", "text"]
+__all__ = [
+    "BACKEND_UNAVAILABLE",
+    "CODES",
+    "EMBEDDER_TIMEOUT",
+    "EMBEDDER_UNAVAILABLE",
+    "INTERNAL_ERROR",
+    "code_of",
+    "detail",
+    "embed_failure",
+    "failure",
+    "safe",
+    "text",
+]

@@ -15,8 +15,8 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-NAME = "turns"        # the position in insert-time order
-SWEEP = "sweep"        # the first pass's position in key order (see landed_in_key_order)
+NAME = "turns"  # the position in insert-time order
+SWEEP = "sweep"  # the first pass's position in key order (see landed_in_key_order)
 
 
 @dataclass(frozen=True, order=True)
@@ -39,7 +39,7 @@ class Landed:
     run_id: str
     user_id: str
     ts: datetime
-    text: str                # the first `chars` characters: what an embedding is built from
+    text: str  # the first `chars` characters: what an embedding is built from
     high_sensitivity: bool
     is_summary: bool
     tombstoned: bool
@@ -57,32 +57,52 @@ class Landed:
 
 def horizon(ch: Client, grace_s: float) -> datetime:
     """The server's clock less the grace: the pass looks at rows inserted up to then."""
-    row = ch.query("SELECT now64(3, 'UTC') - toIntervalMillisecond({g:UInt64})",
-                   parameters={"g": int(grace_s * 1000)}).result_rows[0]
+    row = ch.query(
+        "SELECT now64(3, 'UTC') - toIntervalMillisecond({g:UInt64})", parameters={"g": int(grace_s * 1000)}
+    ).result_rows[0]
     return row[0]  # type: ignore[no-any-return]
 
 
 def position(ch: Client, name: str = NAME) -> Position | None:
-    rows = ch.query("SELECT created_at, namespace, agent, thread_id, msg_id FROM embed_recovery FINAL "
-                    "WHERE name = {n:String}", parameters={"n": name}).named_results()
+    rows = ch.query(
+        "SELECT created_at, namespace, agent, thread_id, msg_id FROM embed_recovery FINAL "
+        "WHERE name = {n:String}",
+        parameters={"n": name},
+    ).named_results()
     return next((Position(**r) for r in rows), None)
 
 
 def save_position(ch: Client, pos: Position, version: int, name: str = NAME) -> None:
-    ch.insert("embed_recovery", [[name, pos.created_at, pos.namespace, pos.agent, pos.thread_id, pos.msg_id, version]],
-              column_names=["name", "created_at", "namespace", "agent", "thread_id", "msg_id", "version"])
+    ch.insert(
+        "embed_recovery",
+        [[name, pos.created_at, pos.namespace, pos.agent, pos.thread_id, pos.msg_id, version]],
+        column_names=["name", "created_at", "namespace", "agent", "thread_id", "msg_id", "version"],
+    )
 
 
-_SELECT = ("SELECT created_at, toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, "
-           "toString(role) AS role_name, run_id, user_id, ts, leftUTF8(content, {chars:UInt32}) AS text, "
-           "high_sensitivity, is_summary, tombstoned FROM conversations ")
+_SELECT = (
+    "SELECT created_at, toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, "
+    "toString(role) AS role_name, run_id, user_id, ts, leftUTF8(content, {chars:UInt32}) AS text, "
+    "high_sensitivity, is_summary, tombstoned FROM conversations "
+)
 _EMBEDDED_ROLES = "(role IN ('user', 'assistant') OR is_summary)"
 
 
 def _landed(rows: Any) -> list[Landed]:
-    return [Landed(Position(r["created_at"], r["ns"], r["ag"], r["thread_id"], r["msg_id"]), r["role_name"],
-                   r["run_id"], r["user_id"], r["ts"], r["text"], bool(r["high_sensitivity"]), bool(r["is_summary"]),
-                   bool(r["tombstoned"])) for r in rows]
+    return [
+        Landed(
+            Position(r["created_at"], r["ns"], r["ag"], r["thread_id"], r["msg_id"]),
+            r["role_name"],
+            r["run_id"],
+            r["user_id"],
+            r["ts"],
+            r["text"],
+            bool(r["high_sensitivity"]),
+            bool(r["is_summary"]),
+            bool(r["tombstoned"]),
+        )
+        for r in rows
+    ]
 
 
 def landed_in_key_order(ch: Client, after: Position, *, limit: int, chars: int) -> list[Landed]:
@@ -94,13 +114,22 @@ def landed_in_key_order(ch: Client, after: Position, *, limit: int, chars: int) 
         _SELECT + f"WHERE created_at <= {{upto:DateTime64(3, 'UTC')}} AND {_EMBEDDED_ROLES} "
         "AND (namespace, agent, thread_id, msg_id) > ({ns:String}, {ag:String}, {th:String}, {m:String}) "
         "ORDER BY namespace, agent, thread_id, msg_id LIMIT {lim:UInt32}",
-        parameters={"upto": after.created_at, "ns": after.namespace, "ag": after.agent, "th": after.thread_id,
-                    "m": after.msg_id, "lim": limit, "chars": chars},
+        parameters={
+            "upto": after.created_at,
+            "ns": after.namespace,
+            "ag": after.agent,
+            "th": after.thread_id,
+            "m": after.msg_id,
+            "lim": limit,
+            "chars": chars,
+        },
     ).named_results()
     return _landed(rows)
 
 
-def landed_after(ch: Client, after: Position | None, upto: datetime, *, limit: int, chars: int) -> list[Landed]:
+def landed_after(
+    ch: Client, after: Position | None, upto: datetime, *, limit: int, chars: int
+) -> list[Landed]:
     """Up to `limit` rows of embedded roles (user, assistant, a compaction's summary)
     inserted after `after` and at or before `upto`, in the pass's order."""
     where = ["created_at <= {upto:DateTime64(3, 'UTC')}", _EMBEDDED_ROLES]
@@ -108,9 +137,13 @@ def landed_after(ch: Client, after: Position | None, upto: datetime, *, limit: i
     if after is not None:
         # The plain bound is what the minmax index prunes by; the tuple orders the ties.
         where.append("created_at >= {at:DateTime64(3, 'UTC')}")
-        where.append("(created_at, toString(namespace), toString(agent), thread_id, msg_id) > "
-                     "({at:DateTime64(3, 'UTC')}, {ns:String}, {ag:String}, {th:String}, {m:String})")
-        params.update(at=after.created_at, ns=after.namespace, ag=after.agent, th=after.thread_id, m=after.msg_id)
+        where.append(
+            "(created_at, toString(namespace), toString(agent), thread_id, msg_id) > "
+            "({at:DateTime64(3, 'UTC')}, {ns:String}, {ag:String}, {th:String}, {m:String})"
+        )
+        params.update(
+            at=after.created_at, ns=after.namespace, ag=after.agent, th=after.thread_id, m=after.msg_id
+        )
     rows = ch.query(
         _SELECT + f"WHERE {' AND '.join(where)} ORDER BY created_at, namespace, agent, thread_id, msg_id "
         "LIMIT {lim:UInt32}",

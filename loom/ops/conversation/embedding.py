@@ -361,9 +361,10 @@ async def write_reembedded(svc: Services, done: Sequence[_Reembed]) -> dict[str,
 
 async def record_unanswered(svc: Services, turns: Sequence[EmbedTurn], version: int, error: str) -> list[Outcome]:
     """Fail-open for turns whose embedding did not come back in time: under the thread
-    leases, write an error row (empty vector, `error` made safe: a code and its fixed
-    message) for each turn that is still live and has no vector yet, at `version` (the job's enqueue stamp, older than any row the worker
-    writes for the job, so a vector that lands later still wins)."""
+    leases, write an error row (empty vector; `error` made safe, a code and its fixed
+    message) for each turn that is still live and has no vector yet, at `version` (the
+    job's enqueue stamp, older than any row the worker writes for the job, so a vector
+    that lands later still wins)."""
     error = failures.safe(error)
     out: dict[int, Outcome] = {}
     by_pair: dict[tuple[str, str], list[int]] = {}

@@ -55,29 +55,35 @@ log = loom_logging.get("loom.conversation.recovery")
 
 LEASE_KEY = "loom:lease:embed-recovery"
 LEASE_TTL_MS = 30_000
-PAGE = 1_000          # transcript rows read per page
-MAX_PAGES = 20        # per pass (~20k rows); the next pass goes on from the saved position
-MODEL_TEXTS = 32      # texts per model request
+PAGE = 1_000  # transcript rows read per page
+MAX_PAGES = 20  # per pass (~20k rows); the next pass goes on from the saved position
+MODEL_TEXTS = 32  # texts per model request
 
 
 @dataclass
 class RecoveryReport:
-    ran: bool = False          # False: another runner held the lease
-    scanned: int = 0           # transcript rows looked at
+    ran: bool = False  # False: another runner held the lease
+    scanned: int = 0  # transcript rows looked at
     embedded: int = 0
-    failed: int = 0            # the model failed: an error row records it
-    skipped_present: int = 0   # an embedding row was there (or landed meanwhile)
+    failed: int = 0  # the model failed: an error row records it
+    skipped_present: int = 0  # an embedding row was there (or landed meanwhile)
     skipped_high: int = 0
     skipped_deleted: int = 0
     skipped_empty: int = 0
-    caught_up: bool = False    # reached the grace horizon (else the next pass goes on)
+    caught_up: bool = False  # reached the grace horizon (else the next pass goes on)
 
     def counts(self) -> dict[str, int | bool]:
         return asdict(self)
 
 
-async def recover(svc: Services, model: ModelFn, *, grace_s: float | None = None, page: int = PAGE,
-                  max_pages: int = MAX_PAGES) -> RecoveryReport:
+async def recover(
+    svc: Services,
+    model: ModelFn,
+    *,
+    grace_s: float | None = None,
+    page: int = PAGE,
+    max_pages: int = MAX_PAGES,
+) -> RecoveryReport:
     """One pass, if no other runner holds the lease (else a report with ran=False)."""
     report = RecoveryReport()
     lease = Lease(svc.redis, LEASE_KEY, LEASE_TTL_MS)
@@ -100,11 +106,18 @@ async def recover(svc: Services, model: ModelFn, *, grace_s: float | None = None
 async def _keep(lease: Lease) -> None:
     while True:
         await asyncio.sleep(lease.ttl_ms / 3000)
-        await lease.renew()     # LeaseLost ends the task: the pass stops at its next page
+        await lease.renew()  # LeaseLost ends the task: the pass stops at its next page
 
 
-async def _pass(svc: Services, model: ModelFn, grace: float, page: int, max_pages: int,
-                keeper: asyncio.Task[None], report: RecoveryReport) -> None:
+async def _pass(
+    svc: Services,
+    model: ModelFn,
+    grace: float,
+    page: int,
+    max_pages: int,
+    keeper: asyncio.Task[None],
+    report: RecoveryReport,
+) -> None:
     pos = await svc.run(store.position, svc.ch)
     if pos is None:
         pos, max_pages = await _first_pass(svc, model, grace, page, max_pages, keeper, report)
@@ -112,7 +125,7 @@ async def _pass(svc: Services, model: ModelFn, grace: float, page: int, max_page
             return
     upto = await svc.run(store.horizon, svc.ch, grace)
     for _ in range(max_pages):
-        if keeper.done():       # the lease was lost: another runner may be going on
+        if keeper.done():  # the lease was lost: another runner may be going on
             return
         rows = await svc.run(store.landed_after, svc.ch, pos, upto, limit=page, chars=EMBED_CHARS)
         report.scanned += len(rows)
@@ -125,14 +138,21 @@ async def _pass(svc: Services, model: ModelFn, grace: float, page: int, max_page
             return
 
 
-async def _first_pass(svc: Services, model: ModelFn, grace: float, page: int, max_pages: int,
-                      keeper: asyncio.Task[None], report: RecoveryReport) -> tuple[store.Position | None, int]:
+async def _first_pass(
+    svc: Services,
+    model: ModelFn,
+    grace: float,
+    page: int,
+    max_pages: int,
+    keeper: asyncio.Task[None],
+    report: RecoveryReport,
+) -> tuple[store.Position | None, int]:
     """With no position yet (a new deployment, or one whose turns predate the pass):
     every turn inserted up to the horizon of the first pass, in key order, over as many
     passes as it takes. Then the position in insert-time order starts at that horizon.
     Returns it and the pages left for this pass (None: not done yet)."""
     sweep = await svc.run(store.position, svc.ch, store.SWEEP)
-    if sweep is None:       # fixed for the whole sweep, whichever passes carry it out
+    if sweep is None:  # fixed for the whole sweep, whichever passes carry it out
         sweep = store.Position(await svc.run(store.horizon, svc.ch, grace))
         await svc.run(store.save_position, svc.ch, sweep, next_version(), store.SWEEP)
     for used in range(max_pages):
@@ -151,32 +171,35 @@ async def _first_pass(svc: Services, model: ModelFn, grace: float, page: int, ma
     return None, 0
 
 
-async def _recover(svc: Services, model: ModelFn, rows: Sequence[store.Landed], report: RecoveryReport) -> None:
+async def _recover(
+    svc: Services, model: ModelFn, rows: Sequence[store.Landed], report: RecoveryReport
+) -> None:
     todo: dict[emb_store.EmbKey, store.Landed] = {}
     for r in rows:
         if r.tombstoned:
             report.skipped_deleted += 1
         elif r.high_sensitivity or reads_as_high(r.text):
-            report.skipped_high += 1          # never an embedding row, never sent to the model
+            report.skipped_high += 1  # never an embedding row, never sent to the model
         elif not r.text.strip():
             report.skipped_empty += 1
         else:
-            todo.setdefault(r.emb_key, r)     # a turn's copies (agents) share one embedding row
+            todo.setdefault(r.emb_key, r)  # a turn's copies (agents) share one embedding row
     if not todo:
         return
     present = await svc.run(emb_store.states, svc.ch, list(todo))
     missing = [r for key, r in todo.items() if key not in present]
     report.skipped_present += len(todo) - len(missing)
     for lo in range(0, len(missing), MODEL_TEXTS):
-        turns = [_turn(r) for r in missing[lo:lo + MODEL_TEXTS]]
-        result = await model([t.text for t in turns])         # provider work before any lease
+        turns = [_turn(r) for r in missing[lo : lo + MODEL_TEXTS]]
+        result = await model([t.text for t in turns])  # provider work before any lease
         _tally(await write_recovered(svc, turns, result), report)
 
 
 def _turn(r: store.Landed) -> EmbedTurn:
     p = r.position
-    return EmbedTurn(p.namespace, p.agent, p.thread_id, p.msg_id, r.role, r.run_id, r.user_id, r.ts, r.text,
-                     r.is_summary)
+    return EmbedTurn(
+        p.namespace, p.agent, p.thread_id, p.msg_id, r.role, r.run_id, r.user_id, r.ts, r.text, r.is_summary
+    )
 
 
 def _tally(outcomes: Sequence[Outcome], report: RecoveryReport) -> None:
