@@ -72,6 +72,12 @@ class Settings(BaseSettings):
     embedder_api_key: str = ""
     embedder_timeout_seconds: float = Field(10.0, gt=0)
     embed_wait_seconds: float = Field(15.0, gt=0)  # append's bounded wait for its embedding
+    # The embedding recovery pass (loom.ops.conversation.recovery): a user or assistant
+    # turn inserted this long ago with no embedding row at all is embedded by it (never
+    # less than LOOM_EMBED_WAIT_SECONDS + 5 s: see recovery_grace_seconds); it runs at
+    # worker start-up and every interval.
+    embed_recovery_grace_seconds: float = Field(60.0, gt=0)
+    embed_recovery_interval_seconds: int = Field(60, ge=1, le=3600)
     llm: Literal["fake", "openai"] = "fake"
     llm_url: str = ""
     llm_model: str = ""
@@ -90,6 +96,14 @@ class Settings(BaseSettings):
     write_batch_embed_quiet_ms: float = Field(3.0, ge=0)
 
     log_level: str = "INFO"
+
+    @property
+    def recovery_grace_seconds(self) -> float:
+        """The recovery pass's grace as applied. An append's job writes its vectors up to
+        this less 5 s of clock skew (RECOVERY_CLOCK_MARGIN_S in
+        loom.ops.conversation.embedding), which must not cut short the append's own
+        wait for them."""
+        return max(self.embed_recovery_grace_seconds, self.embed_wait_seconds + 5.0)
 
     @property
     def clickhouse_embedded(self) -> bool:

@@ -145,7 +145,10 @@ async def arq_worker(services: Any) -> AsyncIterator[Any]:
 
     settings: Settings = services.settings
     embedding.set_embedder(None)  # built from settings (the fake) at start-up
-    worker = build_worker(settings, settings.clickhouse_url, settings.redis_url, handle_signals=False, burst=False)
+    # No cron jobs: the embedding recovery pass would call whatever embedder a test has
+    # swapped in at that moment; its tests run it themselves (tests/conversation/test_recovery.py).
+    worker = build_worker(settings, settings.clickhouse_url, settings.redis_url, handle_signals=False, burst=False,
+                          cron_jobs=[])
     task = asyncio.create_task(worker.async_run())
     for _ in range(1000):  # until its start-up hooks ran (the embedder is in place)
         if embedding.PIPELINE in worker.ctx or task.done():

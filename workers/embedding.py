@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from loom import failures
 from loom import logging as loom_logging
 from loom.ops.conversation.embedding import (
     EmbedPipeline,
@@ -40,7 +41,9 @@ from loom.ops.conversation.embedding import (
     ReembedItem,
     push_reply,
     wait_gate,
+    write_deadline_ns,
 )
+from loom.ops.conversation.recovery import recover
 from loom.providers.embedders import Embedder, build_embedder
 from loom.settings import Settings
 from workers.context import services
@@ -179,8 +182,8 @@ class ModelBatcher:
                 if len(vectors) != len(texts):
                     raise RuntimeError(f"embedder returned {len(vectors)} vectors for {len(texts)} texts")
             except Exception as exc:   # fail-open: every text of the call records the error
-                error = f"{type(exc).__name__}: {exc}"[:1000]
-                log.warning("embedding call failed", error=error, texts=len(texts))
+                error = failures.embed_failure(exc)   # a code: the provider's own text stays in the log
+                log.warning("embedding call failed", error=failures.detail(exc, sent=texts), texts=len(texts))
             self.calls += 1
             self.texts += len(texts)
             for req, start, end in parts:
@@ -244,19 +247,37 @@ async def embed_turns(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str,
     async def on_part(lo: int, outcomes: list[Outcome]) -> None:
         await _reply(ctx, payload, {"part": lo, "outcomes": [[o.status, o.error] for o in outcomes]})
 
+    svc = services(ctx)
     gate = None
     if payload.get("gate"):
-        svc = services(ctx)
         # Longer than the API waits: past that, the API has recorded the error anyway.
         gate = wait_gate(svc.redis, str(payload["gate"]), max(30.0, 2 * svc.settings.embed_wait_seconds))
+    # A job from an API of an earlier build carries no enqueue stamp: no deadline then.
+    not_after = write_deadline_ns(svc.settings, int(payload["at"])) if payload.get("at") else 0
     try:
-        outcomes = await pipeline.embed_turns(turns, chunk=REPLY_PART, on_part=on_part, gate=gate)
+        outcomes = await pipeline.embed_turns(turns, chunk=REPLY_PART, on_part=on_part, gate=gate,
+                                              not_after_ns=not_after)
         return {"outcomes": [[o.status, o.error] for o in outcomes]}
     except Exception as exc:
-        log.exception("embed_turns failed")
-        msg: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
+        log.error("embed_turns failed", error=failures.detail(exc), turns=len(turns))
+        msg: dict[str, Any] = {"error": failures.failure(exc)}
         await _reply(ctx, payload, msg)
         return msg
+
+
+async def recover_embeddings(ctx: dict[str, Any]) -> dict[str, Any]:
+    """One embedding recovery pass (loom.ops.conversation.recovery) through this
+    worker's model batcher. A failure (a backend down) is logged; the next pass goes on
+    from the position the last finished page saved."""
+    pipeline: EmbedPipeline = ctx[PIPELINE]
+    try:
+        report = await recover(services(ctx), pipeline.model)
+    except Exception as exc:
+        log.warning("embedding recovery pass failed", error=failures.detail(exc))
+        return {"error": failures.failure(exc)}
+    if report.embedded or report.failed:
+        log.info("embedding recovery pass", **report.counts())
+    return report.counts()
 
 
 async def reembed_rows(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
@@ -264,7 +285,7 @@ async def reembed_rows(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str
     try:
         msg: dict[str, Any] = {"counts": await ctx[PIPELINE].reembed(items)}
     except Exception as exc:
-        log.exception("reembed_rows failed")
-        msg = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
+        log.error("reembed_rows failed", error=failures.detail(exc), rows=len(items))
+        msg = {"error": failures.failure(exc)}
     await _reply(ctx, payload, msg)
     return msg

@@ -22,4 +22,9 @@ async def reembed_rows(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str
     return await embedding.reembed_rows(ctx, payload)
 
 
+async def recover_embeddings(ctx: dict[str, Any]) -> dict[str, Any]:
+    """Embed the user and assistant turns a crash left with no embedding row (cron)."""
+    return await embedding.recover_embeddings(ctx)
+
+
 FUNCTIONS: list[Any] = [ping, embed_turns, reembed_rows]

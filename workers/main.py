@@ -6,8 +6,10 @@ texts of many concurrent jobs into one model call.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from arq.cron import CronJob, cron
 from arq.worker import Worker
 
 from loom import logging as loom_logging
@@ -16,7 +18,7 @@ from loom.queue import QUEUE, WAKE_KEY
 from loom.services import open_services, redis_settings
 from loom.settings import Settings
 from workers import embedding
-from workers.jobs import FUNCTIONS
+from workers.jobs import FUNCTIONS, recover_embeddings
 
 IDLE_POLL_S = 0.1   # a job enqueued without a wake-up waits at most this long
 
@@ -36,6 +38,34 @@ class WakeableWorker(Worker):
         await super()._poll_iteration()
         # Redis >= 6 takes the timeout in (fractional) seconds; None back on a timeout.
         await self.pool.blpop([WAKE_KEY], timeout=IDLE_POLL_S)  # type: ignore[misc, arg-type]
+
+
+class _NoJobData(logging.Filter):
+    """arq logs every job's arguments and result as their repr (cut at 80 characters):
+    for an embedding job, the start of the turns' text. Only the job's name, id and
+    timings are kept: no turn's content may reach a log line."""
+
+    START = "%6.2fs → %s(%s)%s"
+    RESULT = "%6.2fs ← %s ● %s"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple):
+            if record.msg == self.START and len(args) == 4:
+                record.args = (args[0], args[1], "…", args[3])
+            elif record.msg == self.RESULT and len(args) == 3:
+                record.args = (args[0], args[1], "…")
+        return True
+
+
+_ARQ_FILTER = _NoJobData()
+
+
+def quiet_job_logs() -> None:
+    """Keep job arguments and results out of arq's log (idempotent)."""
+    logger = logging.getLogger("arq.worker")
+    if _ARQ_FILTER not in logger.filters:
+        logger.addFilter(_ARQ_FILTER)
 
 
 def _startup(settings: Settings, clickhouse_url: str, redis_url: str) -> Any:
@@ -60,9 +90,29 @@ STARTUP_HOOKS: list[Any] = [embedding.startup]
 SHUTDOWN_HOOKS: list[Any] = [embedding.shutdown]
 
 
+def every(interval_s: int) -> tuple[set[int], set[int] | None]:
+    """arq cron (second, minute) fields for "every `interval_s` seconds", rounded down
+    to a divisor of a minute (up to 60 s) or of an hour (above)."""
+    if interval_s < 60:
+        step = max(d for d in range(1, 61) if 60 % d == 0 and d <= interval_s)
+        return set(range(0, 60, step)), None
+    minutes = min(60, interval_s // 60)
+    step = max(d for d in range(1, 61) if 60 % d == 0 and d <= minutes)
+    return {0}, set(range(0, 60, step))
+
+
+def cron_jobs(settings: Settings) -> list[CronJob]:
+    """The pool's periodic jobs: the embedding recovery pass, also once at start-up
+    (each worker enqueues it; its lease lets one run at a time)."""
+    second, minute = every(settings.embed_recovery_interval_seconds)
+    return [cron(recover_embeddings, name="recover_embeddings", second=second, minute=minute, run_at_startup=True,
+                 max_tries=1)]
+
+
 def build_worker(settings: Settings, clickhouse_url: str, redis_url: str, **overrides: Any) -> Worker:
     options: dict[str, Any] = dict(
         functions=FUNCTIONS,
+        cron_jobs=cron_jobs(settings),
         queue_name=QUEUE,
         redis_settings=redis_settings(redis_url),
         on_startup=_startup(settings, clickhouse_url, redis_url),
@@ -74,6 +124,7 @@ def build_worker(settings: Settings, clickhouse_url: str, redis_url: str, **over
         handle_signals=True,
     )
     options.update(overrides)
+    quiet_job_logs()
     return WakeableWorker(**options)
 
 

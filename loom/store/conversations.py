@@ -64,8 +64,9 @@ class Turn:
                 self.tombstoned, self.tombstoned_at, self.tombstone_reason, self.version]
 
 
-# Left to the merges by small inserts (loom.store.clickhouse.insert_settings).
-DEFERRED_INDEXES = ("idx_user", "idx_run")
+# Left to the merges by small inserts (loom.store.clickhouse.insert_settings). idx_created
+# (the recovery pass's, migration 008) too: a fresh part is one the pass reads anyway.
+DEFERRED_INDEXES = ("idx_user", "idx_run", "idx_created")
 
 
 def insert(ch: Client, turns: Sequence[Turn], *, dedup_token: str = "") -> None:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from loom import failures, sensitivity
 from loom import logging as loom_logging
-from loom import sensitivity
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
 from loom.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
@@ -158,7 +158,7 @@ async def _switches(svc: Services, namespace: str) -> ns_store.NamespaceConfig |
     try:
         return await svc.run(ns_store.get, svc.ch, namespace)
     except Exception as exc:  # an unread switch holds the save; it never fails it with a 500
-        log.warning("brief: namespace switches unreadable", namespace=namespace, error=str(exc)[:200])
+        log.warning("brief: namespace switches unreadable", namespace=namespace, error=failures.detail(exc))
         return None
 
 
@@ -216,7 +216,7 @@ async def _from_events(svc: Services, settings: Settings, namespace: str, base: 
         except Exception as exc:  # the model call failed: skip the window, revise the rest
             out.failed += 1
             log.warning("brief: window model call failed", namespace=namespace, window=i + 1,
-                        error=f"{type(exc).__name__}: {exc}"[:300])
+                        error=failures.detail(exc, sent=[m.content for m in msgs]))
             continue
         combined = combined.then(patch)
         working = apply(working, patch)

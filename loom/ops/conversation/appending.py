@@ -51,6 +51,7 @@ from typing import Any
 from clickhouse_connect.driver.exceptions import OperationalError
 from prometheus_client import Counter, Histogram
 
+from loom import failures
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
@@ -193,7 +194,7 @@ class AppendPipeline:
                 if outcome.status == skipped(DELETED):
                     res.stored, res.reason = False, DELETED
                 elif outcome.status == FAILED:
-                    res.embedding_error = outcome.error or "embedding failed"
+                    res.embedding_error = failures.safe(outcome.error)   # a code, never a driver's text
             results.append(res)
         return results
 
@@ -207,7 +208,7 @@ class AppendPipeline:
         except Exception as exc:
             # The store or Redis failed: nothing of the batch was kept (claims released);
             # a retry is safe (same msg_ids: nothing can land twice).
-            log.warning("append flush failed", error=f"{type(exc).__name__}: {exc}", turns=len(turns))
+            log.warning("append flush failed", error=failures.detail(exc), turns=len(turns))
             raise Unavailable(f"the conversation store did not take the turns ({type(exc).__name__}); "
                               "retry the append") from exc
 
@@ -316,7 +317,7 @@ class AppendPipeline:
         except Exception as exc:
             # The rows are as the insert left them; the worker gives up on its own, and
             # the API records the embedding error when its wait runs out (fail-open).
-            log.warning("could not open the embedding gate", error=f"{type(exc).__name__}: {exc}")
+            log.warning("could not open the embedding gate", error=failures.detail(exc))
 
     async def _recording(self, namespaces: list[str]) -> set[str]:
         """The namespaces that record: from the Redis cache, from ClickHouse on a miss."""
@@ -367,7 +368,7 @@ class AppendPipeline:
                 after = page[-1]
             await landed.mark_ready(svc.redis, namespace, since)
         except Exception as exc:   # the namespace keeps reading ClickHouse; the next flush retries
-            log.warning("could not rebuild the landed-turn notes", namespace=namespace, error=str(exc))
+            log.warning("could not rebuild the landed-turn notes", namespace=namespace, error=failures.detail(exc))
         finally:
             with contextlib.suppress(Exception):
                 await lease.release()
@@ -379,7 +380,7 @@ class AppendPipeline:
                 pipe.eval(_RELEASE_CLAIM, 1, claim_key(key), flush_id)
             await pipe.execute()
         except Exception as exc:  # the claims then expire on their own
-            log.warning("could not release append claims", error=str(exc))
+            log.warning("could not release append claims", error=failures.detail(exc))
 
     def _new_threads(self, turns: list[conv_store.Turn]) -> list[thread_store.ThreadRow]:
         """Rows for the threads of `turns` this process has not written one for yet.

@@ -22,6 +22,13 @@ Who does what:
   and owner (a save claims an unowned row) to its embedding row; a live vector another
   agent's copy wrote meanwhile is never overwritten by an error.
 
+The recovery pass (:mod:`loom.ops.conversation.recovery`) embeds turns that landed with
+no embedding row at all once they are older than its grace. So that it and a late job
+never both write one turn, a job's vectors are written only while the job is younger
+than that grace less RECOVERY_CLOCK_MARGIN_S (checked under the thread lease, which
+the pass holds too); past it, the job's turns are left to the pass (or to the error
+row the API wrote when its own wait ran out).
+
 Version ordering: the worker stamps its rows with the clock when it writes. The API's
 timeout row carries the version stamped when the job was enqueued, which is older than
 anything the worker can write for that job, so a vector that lands after the API gave
@@ -33,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Executor
@@ -43,12 +51,14 @@ from typing import Any
 import numpy as np
 from redis.asyncio import Redis
 
+from loom import failures
 from loom import logging as loom_logging
 from loom.clock import next_version
 from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, skipped
 from loom.ops.conversation.leases import under_thread_leases
 from loom.queue import QUEUE, wake_workers
 from loom.services import Services
+from loom.settings import Settings
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import search_marks
@@ -60,6 +70,7 @@ EMBED_JOB = "embed_turns"
 REEMBED_JOB = "reembed_rows"
 REPLY_TTL_S = 300
 GATE_TTL_S = 600
+RECOVERY_CLOCK_MARGIN_S = 5.0   # clock skew between API, worker and store hosts, with room to spare
 _OPEN, _SHUT = b"ok", b"fail"
 
 
@@ -152,7 +163,8 @@ def model_from_embedder(get_embedder: Callable[[], Any], executor: Executor | No
         try:
             vectors = await asyncio.get_running_loop().run_in_executor(executor, embedder.embed, texts)
         except Exception as exc:
-            msg = f"{type(exc).__name__}: {exc}"[:1000]
+            log.warning("embedding call failed", error=failures.detail(exc, sent=texts), texts=len(texts))
+            msg = failures.embed_failure(exc)
             return ModelResult([None] * len(texts), [msg] * len(texts), embedder.model_id)
         return ModelResult(list(vectors), [""] * len(texts), embedder.model_id)
 
@@ -168,6 +180,13 @@ class _Write:
     vector: np.ndarray | None = None
     model: str = ""
     error: str = ""
+    not_after_ns: int = 0      # written only up to this wall-clock time (0: no limit)
+
+
+def write_deadline_ns(settings: Settings, enqueued_ns: int) -> int:
+    """Until when the vectors of a job enqueued at `enqueued_ns` may be written: past
+    it, the recovery pass may have embedded its turns."""
+    return enqueued_ns + int((settings.recovery_grace_seconds - RECOVERY_CLOCK_MARGIN_S) * 1e9)
 
 
 @dataclass(frozen=True)
@@ -204,12 +223,14 @@ class EmbedPipeline:
         await self._writes.close()
 
     async def embed_turns(self, turns: Sequence[EmbedTurn], *, chunk: int = 256,
-                          on_part: PartFn | None = None, gate: Awaitable[bool] | None = None) -> list[Outcome]:
+                          on_part: PartFn | None = None, gate: Awaitable[bool] | None = None,
+                          not_after_ns: int = 0) -> list[Outcome]:
         """Embed and write `turns` in chunks of `chunk`, all queued at once: each chunk
         is written (and reported through `on_part`) as soon as its own model call is
         done, so the first turns of a job are answered while the rest still compute.
         With a `gate`, nothing is written before it says the turns' rows are durable,
-        and nothing at all if it says they are not (their outcome: deleted)."""
+        and nothing at all if it says they are not (their outcome: deleted). Nothing is
+        written past `not_after_ns` (:func:`write_deadline_ns`; 0: no limit)."""
         gated = asyncio.ensure_future(gate) if gate is not None else None
 
         async def one(lo: int) -> list[Outcome]:
@@ -221,7 +242,8 @@ class EmbedPipeline:
                     await on_part(lo, outcomes)
                 return outcomes
             outcomes = await self._writes.submit_many(
-                [_Write(t, result.vectors[j], result.model_id, result.errors[j]) for j, t in enumerate(part)])
+                [_Write(t, result.vectors[j], result.model_id, result.errors[j], not_after_ns)
+                 for j, t in enumerate(part)])
             if on_part is not None:
                 await on_part(lo, outcomes)
             return outcomes
@@ -254,24 +276,30 @@ class EmbedPipeline:
         current = emb_store.states(ch, failing) if failing else {}
         rows: dict[emb_store.EmbKey, emb_store.EmbeddingRow] = {}
         out: dict[int, Outcome] = {}
+        now = time.time_ns()
         for i, w in batch:
             t = w.turn
             st = turns.get(t.turn_key)
             if st is None or st.tombstoned:
                 out[i] = Outcome(skipped(DELETED))      # removed while its embedding ran: no late vector
                 continue
+            if w.not_after_ns and now > w.not_after_ns:
+                # Too late: the recovery pass may have embedded the turn (under this lease).
+                out[i] = Outcome(FAILED, failures.text(failures.EMBEDDER_TIMEOUT))
+                continue
             if w.error:
                 cur = current.get(t.emb_key)
                 if cur is not None and cur.has_vector and not cur.tombstoned:
                     # A live vector is already there (another agent's copy): never clobber it.
-                    out[i] = Outcome(EMBEDDED) if cur.text == t.text else Outcome(FAILED, w.error)
+                    out[i] = Outcome(EMBEDDED) if cur.text == t.text else Outcome(FAILED, failures.safe(w.error))
                     continue
-                out[i] = Outcome(FAILED, w.error)
+                out[i] = Outcome(FAILED, failures.safe(w.error))
             else:
                 out[i] = Outcome(EMBEDDED)
             rows[t.emb_key] = emb_store.EmbeddingRow(
                 t.namespace, t.thread_id, t.msg_id, t.agent, t.role, t.run_id, st.user_id, t.ts, t.text,
-                w.vector if w.vector is not None and not w.error else [], w.model, w.error[:2000], t.is_summary,
+                w.vector if w.vector is not None and not w.error else [], w.model,
+                failures.safe(w.error) if w.error else "", t.is_summary,
                 st.is_saved, st.saved_at, False, next_version())
         if rows:
             emb_store.insert(ch, list(rows.values()), dedup_token=uuid.uuid4().hex)
@@ -333,9 +361,11 @@ async def write_reembedded(svc: Services, done: Sequence[_Reembed]) -> dict[str,
 
 async def record_unanswered(svc: Services, turns: Sequence[EmbedTurn], version: int, error: str) -> list[Outcome]:
     """Fail-open for turns whose embedding did not come back in time: under the thread
-    leases, write an error row (empty vector) for each turn that is still live and has
-    no vector yet, at `version` (the job's enqueue stamp, older than any row the worker
-    writes for the job, so a vector that lands later still wins)."""
+    leases, write an error row (empty vector; `error` made safe, a code and its fixed
+    message) for each turn that is still live and has no vector yet, at `version` (the
+    job's enqueue stamp, older than any row the worker writes for the job, so a vector
+    that lands later still wins)."""
+    error = failures.safe(error)
     out: dict[int, Outcome] = {}
     by_pair: dict[tuple[str, str], list[int]] = {}
     for i, t in enumerate(turns):
@@ -363,6 +393,55 @@ async def record_unanswered(svc: Services, turns: Sequence[EmbedTurn], version: 
                     error, t.is_summary, st.is_saved, st.saved_at, False, version)
         if rows:
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"unanswered-{version}-{idxs[0]}")
+        return local
+
+    async def work(held: set[tuple[str, str]]) -> None:
+        out.update(await svc.run(write, [i for p in held for i in by_pair[p]]))
+
+    await under_thread_leases(svc.redis, by_pair, work)
+    return [out[i] for i in range(len(turns))]
+
+
+PRESENT = "present"   # the recovery pass found an embedding row in place: nothing written
+
+
+async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: ModelResult) -> list[Outcome]:
+    """The recovery pass's write (loom.ops.conversation.recovery), after its model call:
+    under the thread leases, for each turn still live that has no embedding row at all,
+    a row with its vector, or with its error (fail-open, as an append's embed). A row
+    that landed meanwhile (a late append job, a save, another pass) is kept as it is:
+    the pass never writes over an embedding row, so it needs no search marks."""
+    out: dict[int, Outcome] = {}
+    by_pair: dict[tuple[str, str], list[int]] = {}
+    for i, t in enumerate(turns):
+        by_pair.setdefault((t.namespace, t.thread_id), []).append(i)
+
+    def write(idxs: list[int]) -> dict[int, Outcome]:
+        batch = [turns[i] for i in idxs]
+        live = conv_store.states(svc.ch, [t.turn_key for t in batch])
+        current = emb_store.states(svc.ch, [t.emb_key for t in batch])
+        rows: dict[emb_store.EmbKey, emb_store.EmbeddingRow] = {}
+        local: dict[int, Outcome] = {}
+        for i, t in zip(idxs, batch, strict=True):
+            st = live.get(t.turn_key)
+            if st is None or st.tombstoned:
+                local[i] = Outcome(skipped(DELETED))
+                continue
+            if t.emb_key in current or t.emb_key in rows:
+                local[i] = Outcome(skipped(PRESENT))
+                continue
+            vector, error = result.vectors[i], result.errors[i]
+            if error or vector is None:
+                local[i] = Outcome(FAILED, failures.safe(error))
+                vector = None
+            else:
+                local[i] = Outcome(EMBEDDED)
+            rows[t.emb_key] = emb_store.EmbeddingRow(
+                t.namespace, t.thread_id, t.msg_id, t.agent, t.role, t.run_id, st.user_id, t.ts, t.text,
+                vector if vector is not None else [], result.model_id if vector is not None else "",
+                local[i].error, t.is_summary, st.is_saved, st.saved_at, False, next_version())
+        if rows:
+            emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"recovered-{uuid.uuid4().hex}")
         return local
 
     async def work(held: set[tuple[str, str]]) -> None:
@@ -424,7 +503,7 @@ class EmbedClient:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:   # Redis went away for a moment: keep listening
-                log.warning("embed reply listener error", error=str(exc))
+                log.warning("embed reply listener error", error=failures.detail(exc))
                 await asyncio.sleep(0.2)
                 continue
             if item is None:
@@ -441,9 +520,9 @@ class EmbedClient:
                     for j, (status, error) in enumerate(msg["outcomes"]):
                         turn_future = job.futures[lo + j]
                         if not turn_future.done():
-                            turn_future.set_result(Outcome(str(status), str(error)))
+                            turn_future.set_result(Outcome(str(status), failures.safe(str(error)) if error else ""))
                 elif "error" in msg:       # the job failed as a whole: fail open for what is left
-                    self._spawn(self._fail_open(job_id, str(msg["error"])))
+                    self._spawn(self._fail_open(job_id, failures.safe(str(msg["error"]))))
                 continue
             fut = self._calls.pop(job_id, None)
             if fut is not None and not fut.done():
@@ -474,7 +553,7 @@ class EmbedClient:
         finally:
             self._calls.pop(job_id, None)
         if "error" in msg:
-            raise JobFailed(str(msg["error"]))
+            raise JobFailed(failures.safe(str(msg["error"])))
         return msg
 
     def embed(self, turns: Sequence[EmbedTurn], *, gate: str | None = None) -> list[asyncio.Future[Outcome]]:
@@ -493,17 +572,18 @@ class EmbedClient:
     async def _run_job(self, job_id: str, job: _Job) -> None:
         wait = self.svc.settings.embed_wait_seconds
         try:
-            payload: dict[str, Any] = {"turns": [t.pack() for t in job.turns]}
+            # "at": the enqueue stamp, from which the worker's write deadline runs.
+            payload: dict[str, Any] = {"turns": [t.pack() for t in job.turns], "at": job.version}
             if job.gate is not None:
                 payload["gate"] = job.gate
             await self._enqueue(EMBED_JOB, payload, job_id, wait)
         except Exception as exc:
-            log.warning("could not enqueue an embedding job", error=str(exc))
-            await self._fail_open(job_id, f"{type(exc).__name__}: {exc}"[:1000])
+            log.warning("could not enqueue an embedding job", error=failures.detail(exc))
+            await self._fail_open(job_id, failures.failure(exc))
             return
         _, pending = await asyncio.wait(job.futures, timeout=wait)
         if pending:
-            await self._fail_open(job_id, f"timeout: no embedding within {wait:g}s")
+            await self._fail_open(job_id, failures.text(failures.EMBEDDER_TIMEOUT))
         self._jobs.pop(job_id, None)
 
     async def _fail_open(self, job_id: str, error: str) -> None:
@@ -516,8 +596,8 @@ class EmbedClient:
         try:
             outcomes = await record_unanswered(self.svc, [job.turns[i] for i in idxs], job.version, error)
         except Exception as exc:
-            log.error("could not record the embedding error", error=str(exc))
-            outcomes = [Outcome(FAILED, error)] * len(idxs)
+            log.error("could not record the embedding error", error=failures.detail(exc))
+            outcomes = [Outcome(FAILED, failures.safe(error))] * len(idxs)
         for i, outcome in zip(idxs, outcomes, strict=True):
             if not job.futures[i].done():
                 job.futures[i].set_result(outcome)

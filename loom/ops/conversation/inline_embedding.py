@@ -21,10 +21,14 @@ from typing import Any
 
 import numpy as np
 
+from loom import failures
+from loom import logging as loom_logging
 from loom.providers.embedders import Embedder, build_embedder
 from loom.services import Services
 
 _KEY = "conversation.inline_embedder"
+
+log = loom_logging.get("loom.conversation.inline_embedding")
 
 
 @dataclass
@@ -88,16 +92,18 @@ def current(svc: Services) -> Embedder:
 async def embed(svc: Services, texts: list[str], *, timeout: float | None = None) -> InlineResult:
     """Embed `texts` (already screened for sensitivity). Never raises for a provider
     failure or a timeout (LOOM_EMBEDDER_TIMEOUT_SECONDS by default): the result carries
-    the error so the caller can fall back (search) or fail open (save)."""
+    the error (a code, loom.failures) so the caller can fall back (search) or fail open
+    (save)."""
     holder = _holder(svc)
     wait = timeout if timeout is not None else svc.settings.embedder_timeout_seconds
     loop = asyncio.get_running_loop()
     try:
         vectors, model_id = await asyncio.wait_for(loop.run_in_executor(holder.executor, holder.embed, texts), wait)
     except TimeoutError:
-        return InlineResult(None, "", f"timeout: no embedding within {wait:g}s")
+        return InlineResult(None, "", failures.text(failures.EMBEDDER_TIMEOUT))
     except Exception as exc:  # fail-open: the caller decides what an unavailable embedder means
-        return InlineResult(None, "", f"{type(exc).__name__}: {exc}"[:1000])
+        log.warning("inline embedding failed", error=failures.detail(exc, sent=texts), texts=len(texts))
+        return InlineResult(None, "", failures.embed_failure(exc))
     return InlineResult(vectors, model_id)
 
 

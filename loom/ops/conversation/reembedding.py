@@ -14,11 +14,15 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from loom import failures
+from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
-from loom.ops.conversation.embedding import ModelFn, ReembedItem, reembed_items
+from loom.ops.conversation.embedding import JobFailed, ModelFn, ReembedItem, reembed_items
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import embeddings as emb_store
+
+log = loom_logging.get("loom.conversation.reembed")
 
 PAGE = 256
 IN_FLIGHT = 4
@@ -55,9 +59,10 @@ async def reembed_namespace(svc: Services, namespace: str, run_page: RunPage, *,
             if items:
                 try:
                     report.add(await run_page(items))
-                except Exception as exc:
+                except Exception as exc:   # the report carries a code; the detail goes to the log
                     report.failed += len(items)
-                    report.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+                    report.errors.append(str(exc) if isinstance(exc, JobFailed) else failures.failure(exc))
+                    log.warning("re-embed page failed", namespace=namespace, error=failures.detail(exc))
             if progress is not None:
                 progress(scanned)
         finally:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from loom import failures
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import Forbidden, InvalidRequest, Unavailable
@@ -329,7 +330,7 @@ def _write_embedding(svc: Services, row: saved_store.TranscriptRow, emb: emb_sto
         return result
     # Fail-open: stored and saved; the error is recorded and a later save retries it.
     failed = emb_store.EmbeddingRow(row.namespace, row.thread_id, row.msg_id, text=text, embedding=[], model="",
-                                    error=(vector.result.error or "embedding failed")[:2000],
+                                    error=failures.safe(vector.result.error),
                                     version=next_version(), **flags)
     emb_store.insert(svc.ch, [failed])
     result.indexed, result.reason = False, EMBED_FAILED

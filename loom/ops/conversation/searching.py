@@ -42,6 +42,7 @@ from typing import Final, Literal
 
 import numpy as np
 
+from loom import failures
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
@@ -158,7 +159,8 @@ async def _read_marks(svc: Services, pairs: set[search_marks.Pair]) -> dict[sear
     try:
         return await search_marks.read(svc.redis, svc.ch, svc.run, sorted(pairs))
     except Exception as exc:  # noqa: BLE001 - search still answers, only slower
-        log.warning("conversation.search: search marks unreadable, verifying every candidate", error=str(exc)[:300])
+        log.warning("conversation.search: search marks unreadable, verifying every candidate",
+                    error=failures.detail(exc))
         return {}
 
 
@@ -202,8 +204,8 @@ async def search(svc: Services, who: Principal, query: str, *, namespace_scope: 
     embedded = await inline_embedding.embed(svc, [query])
     if not embedded.ok or not embedded.vectors:
         await _discard(counting)
-        reason = EMBEDDER_TIMEOUT if embedded.error.startswith("timeout") else EMBEDDER_ERROR
-        log.warning("conversation.search fell back to substring", reason=reason, error=embedded.error[:300])
+        reason = EMBEDDER_TIMEOUT if failures.code_of(embedded.error) == failures.EMBEDDER_TIMEOUT else EMBEDDER_ERROR
+        log.warning("conversation.search fell back to substring", reason=reason)
         return await _by_substring(svc, ask, query, reason)
     return await _by_vector(svc, ask, embedded.vectors[0], counting, _trust(svc))
 

@@ -1,0 +1,189 @@
+"""What the embedding recovery pass costs at scale (loom.ops.conversation.recovery).
+
+    .venv/bin/python -m bench.recovery_bench [--turns 200000] [--namespaces 50] [--repeat 5]
+
+On a private embedded endpoint and Redis: a history of `--turns` user/assistant turns
+(inserted over the past day, merged into large parts, each with an embedding row), then
+a minute's worth of new appends (1,000 turns, 1% of them left without an embedding row,
+as a crash leaves them). Measured, medians of `--repeat`:
+
+* steady state: one pass over the new minute (position at the end of the history), the
+  way the cron job runs every minute: time, rows read by its page query;
+* for comparison, what a pass without a position reads: every embedded-role turn of
+  the table (a scan per pass);
+* the first pass ever (no position: the whole history once), for reference.
+
+The machine is shared (2 cores): figures are noisy; compare ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from loom.clock import next_version
+from loom.embedded.clickhouse_endpoint import start_endpoint
+from loom.embedded.redis_server import start_redis
+from loom.ops.conversation.embedding import model_from_embedder
+from loom.ops.conversation.recovery import recover
+from loom.providers.embedders import FakeEmbedder
+from loom.services import open_services
+from loom.settings import Settings
+from loom.store import conversations as conv_store
+from loom.store import embed_recovery
+from loom.store import embeddings as emb_store
+from loom.store.schema import prepare
+
+BATCH = 20_000
+
+
+def _turn(ns: str, thread: str, msg: str, text: str) -> conv_store.Turn:
+    return conv_store.Turn(
+        namespace=ns,
+        agent="default",
+        thread_id=thread,
+        msg_id=msg,
+        ts=datetime.now(UTC),
+        role="user",
+        content=text,
+        version=next_version(),
+    )
+
+
+def _emb(t: conv_store.Turn) -> emb_store.EmbeddingRow:
+    # An error row (no vector): the pass only asks whether a row exists.
+    return emb_store.EmbeddingRow(
+        t.namespace,
+        t.thread_id,
+        t.msg_id,
+        t.agent,
+        t.role,
+        "",
+        "",
+        t.ts,
+        t.content,
+        [],
+        "",
+        "embedder_unavailable: x",
+        version=next_version(),
+    )
+
+
+def load_history(ch: Any, turns: int, namespaces: int) -> None:
+    start = datetime.now(UTC) - timedelta(days=1)
+    for lo in range(0, turns, BATCH):
+        rows, embs = [], []
+        for i in range(lo, min(turns, lo + BATCH)):
+            t = _turn(
+                f"ns{i % namespaces}", f"th{(i // namespaces) % 500}", f"m{i}", f"history turn {i} " * 4
+            )
+            rows.append([*t.row(), start + timedelta(seconds=i * 80_000 / turns)])  # spread over the day
+            embs.append(_emb(t))
+        ch.insert(
+            "conversations",
+            rows,
+            column_names=[*conv_store.COLUMNS, "created_at"],
+            column_type_names=[*conv_store.COLUMN_TYPES, "DateTime64(3, 'UTC')"],
+        )
+        emb_store.insert(ch, embs)
+    ch.command("OPTIMIZE TABLE conversations FINAL")
+    ch.command("OPTIMIZE TABLE conversation_embeddings FINAL")
+
+
+def new_minute(ch: Any, namespaces: int, n: int, round_: int) -> None:
+    """`n` appends in flushes of 32, 1% of them without an embedding row."""
+    for lo in range(0, n, 32):
+        turns = [
+            _turn(f"ns{i % namespaces}", f"live{round_}-{i % 40}", f"r{round_}-{i}", f"new turn {i}")
+            for i in range(lo, min(n, lo + 32))
+        ]
+        conv_store.insert(ch, turns)
+        emb_store.insert(ch, [_emb(t) for t in turns if int(t.msg_id.rsplit("-", 1)[1]) % 100 != 7])
+
+
+def page_read_rows(ch: Any, after: embed_recovery.Position | None, upto: datetime) -> int:
+    """Rows the pass's page query reads from `after` (None: every turn, a scan)."""
+    where = "created_at <= {upto:DateTime64(3, 'UTC')} AND (role IN ('user', 'assistant') OR is_summary)"
+    params: dict[str, Any] = {"upto": upto}
+    if after is not None:
+        where += " AND created_at >= {at:DateTime64(3, 'UTC')}"
+        params["at"] = after.created_at
+    sql = f"SELECT namespace, thread_id, msg_id FROM conversations WHERE {where}"
+    if after is not None:
+        sql += " ORDER BY created_at LIMIT 1000"
+    result = ch.query(sql, parameters=params)
+    return int(result.summary.get("read_rows", -1))
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--turns", type=int, default=200_000)
+    ap.add_argument("--namespaces", type=int, default=50)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="loomrb-", dir="/tmp"))
+    endpoint = start_endpoint(home / "clickhouse")
+    redis = start_redis(home / "redis")
+    try:
+        settings = Settings(
+            home=home,
+            clickhouse_url=endpoint.url,
+            redis_url=redis.url,
+            embedder="fake",
+            clickhouse_database="loom_recovery_bench",
+        )
+        prepare(settings, settings.clickhouse_url)
+        svc = await open_services(settings, settings.clickhouse_url, settings.redis_url)
+        ch = svc.ch
+        model = model_from_embedder(FakeEmbedder)
+        t0 = time.perf_counter()
+        load_history(ch, args.turns, args.namespaces)
+        print(
+            f"history: {args.turns:,} turns in {args.namespaces} namespaces, loaded and merged in "
+            f"{time.perf_counter() - t0:.1f} s"
+        )
+        t0 = time.perf_counter()
+        first = await recover(svc, model, grace_s=0, max_pages=10**6)
+        print(
+            f"first pass ever (whole history): {time.perf_counter() - t0:.2f} s, scanned {first.scanned:,}, "
+            f"embedded {first.embedded}"
+        )
+        steady, reads, scans, scan_s, found = [], [], [], [], []
+        for r in range(args.repeat):
+            pos = await svc.run(embed_recovery.position, ch)
+            new_minute(ch, args.namespaces, 1_000, r)
+            upto = await svc.run(embed_recovery.horizon, ch, 0.0)
+            reads.append(page_read_rows(ch, pos, upto))
+            t0 = time.perf_counter()
+            scans.append(page_read_rows(ch, None, upto))
+            scan_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            report = await recover(svc, model, grace_s=0, max_pages=10**6)
+            steady.append(time.perf_counter() - t0)
+            found.append(report.embedded)
+        print(
+            f"steady pass over a new minute (1,000 turns, 10 orphans): median {statistics.median(steady) * 1000:.0f} ms"
+            f" (runs: {', '.join(f'{s * 1000:.0f}' for s in steady)}), embedded {found}"
+        )
+        print(f"  its page query read: median {statistics.median(reads):,.0f} rows")
+        print(
+            f"  a scan of every turn instead: median {statistics.median(scans):,.0f} rows, "
+            f"{statistics.median(scan_s) * 1000:.0f} ms"
+        )
+        print(
+            f"  rows read ratio (pass / scan): {statistics.median(reads) / max(1, statistics.median(scans)):.3f}"
+        )
+        await svc.close()
+    finally:
+        redis.stop()
+        endpoint.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

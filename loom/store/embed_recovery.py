@@ -1,0 +1,152 @@
+"""SQL of the embedding recovery pass (loom.ops.conversation.recovery): the transcript
+rows that landed in a window of insert times, in a stable order, and the position the
+pass reached (table embed_recovery, migration 008).
+
+The window is on ``created_at``, the server's insert time (the client's ``ts`` may be
+anything), which a minmax index (idx_created) lets ClickHouse prune by: a page reads
+the parts and granules that hold rows inserted since the position, not the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+NAME = "turns"  # the position in insert-time order
+SWEEP = "sweep"  # the first pass's position in key order (see landed_in_key_order)
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """A point in the pass's order: (created_at, namespace, agent, thread_id, msg_id)."""
+
+    created_at: datetime
+    namespace: str = ""
+    agent: str = ""
+    thread_id: str = ""
+    msg_id: str = ""
+
+
+@dataclass(frozen=True)
+class Landed:
+    """A transcript row as the pass reads it (any version: the write re-checks)."""
+
+    position: Position
+    role: str
+    run_id: str
+    user_id: str
+    ts: datetime
+    text: str  # the first `chars` characters: what an embedding is built from
+    high_sensitivity: bool
+    is_summary: bool
+    tombstoned: bool
+
+    @property
+    def turn_key(self) -> tuple[str, str, str, str]:
+        p = self.position
+        return (p.namespace, p.agent, p.thread_id, p.msg_id)
+
+    @property
+    def emb_key(self) -> tuple[str, str, str]:
+        p = self.position
+        return (p.namespace, p.thread_id, p.msg_id)
+
+
+def horizon(ch: Client, grace_s: float) -> datetime:
+    """The server's clock less the grace: the pass looks at rows inserted up to then."""
+    row = ch.query(
+        "SELECT now64(3, 'UTC') - toIntervalMillisecond({g:UInt64})", parameters={"g": int(grace_s * 1000)}
+    ).result_rows[0]
+    return row[0]  # type: ignore[no-any-return]
+
+
+def position(ch: Client, name: str = NAME) -> Position | None:
+    rows = ch.query(
+        "SELECT created_at, namespace, agent, thread_id, msg_id FROM embed_recovery FINAL "
+        "WHERE name = {n:String}",
+        parameters={"n": name},
+    ).named_results()
+    return next((Position(**r) for r in rows), None)
+
+
+def save_position(ch: Client, pos: Position, version: int, name: str = NAME) -> None:
+    ch.insert(
+        "embed_recovery",
+        [[name, pos.created_at, pos.namespace, pos.agent, pos.thread_id, pos.msg_id, version]],
+        column_names=["name", "created_at", "namespace", "agent", "thread_id", "msg_id", "version"],
+    )
+
+
+_SELECT = (
+    "SELECT created_at, toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, "
+    "toString(role) AS role_name, run_id, user_id, ts, leftUTF8(content, {chars:UInt32}) AS text, "
+    "high_sensitivity, is_summary, tombstoned FROM conversations "
+)
+_EMBEDDED_ROLES = "(role IN ('user', 'assistant') OR is_summary)"
+
+
+def _landed(rows: Any) -> list[Landed]:
+    return [
+        Landed(
+            Position(r["created_at"], r["ns"], r["ag"], r["thread_id"], r["msg_id"]),
+            r["role_name"],
+            r["run_id"],
+            r["user_id"],
+            r["ts"],
+            r["text"],
+            bool(r["high_sensitivity"]),
+            bool(r["is_summary"]),
+            bool(r["tombstoned"]),
+        )
+        for r in rows
+    ]
+
+
+def landed_in_key_order(ch: Client, after: Position, *, limit: int, chars: int) -> list[Landed]:
+    """The first pass's page: rows of embedded roles inserted up to `after.created_at`
+    (the horizon when the first pass began), after `after`'s key, in key order. With no
+    position yet, reading in insert-time order would sort what remains of the whole
+    table for every page; in key order each page is a range read that stops at `limit`."""
+    rows = ch.query(
+        _SELECT + f"WHERE created_at <= {{upto:DateTime64(3, 'UTC')}} AND {_EMBEDDED_ROLES} "
+        "AND (namespace, agent, thread_id, msg_id) > ({ns:String}, {ag:String}, {th:String}, {m:String}) "
+        "ORDER BY namespace, agent, thread_id, msg_id LIMIT {lim:UInt32}",
+        parameters={
+            "upto": after.created_at,
+            "ns": after.namespace,
+            "ag": after.agent,
+            "th": after.thread_id,
+            "m": after.msg_id,
+            "lim": limit,
+            "chars": chars,
+        },
+    ).named_results()
+    return _landed(rows)
+
+
+def landed_after(
+    ch: Client, after: Position | None, upto: datetime, *, limit: int, chars: int
+) -> list[Landed]:
+    """Up to `limit` rows of embedded roles (user, assistant, a compaction's summary)
+    inserted after `after` and at or before `upto`, in the pass's order."""
+    where = ["created_at <= {upto:DateTime64(3, 'UTC')}", _EMBEDDED_ROLES]
+    params: dict[str, Any] = {"upto": upto, "lim": limit, "chars": chars}
+    if after is not None:
+        # The plain bound is what the minmax index prunes by; the tuple orders the ties.
+        where.append("created_at >= {at:DateTime64(3, 'UTC')}")
+        where.append(
+            "(created_at, toString(namespace), toString(agent), thread_id, msg_id) > "
+            "({at:DateTime64(3, 'UTC')}, {ns:String}, {ag:String}, {th:String}, {m:String})"
+        )
+        params.update(
+            at=after.created_at, ns=after.namespace, ag=after.agent, th=after.thread_id, m=after.msg_id
+        )
+    rows = ch.query(
+        _SELECT + f"WHERE {' AND '.join(where)} ORDER BY created_at, namespace, agent, thread_id, msg_id "
+        "LIMIT {lim:UInt32}",
+        parameters=params,
+    ).named_results()
+    return _landed(rows)
