@@ -6,6 +6,7 @@ hold the SQL.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable
 
@@ -15,6 +16,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from loom import logging as loom_logging
 from loom.api import errors
+from loom.api.deps import authenticate
+from loom.api.gate import Gate
 from loom.api.observe import ObserveMiddleware
 from loom.api.routes import briefs, conversation, namespaces, saved, search
 from loom.embedded.backends import start_backends
@@ -55,15 +58,22 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
     for router in ROUTERS:
         app.include_router(router)
 
+    # The last added runs first: observe (request id, metrics) wraps the gate.
+    app.add_middleware(Gate)
     app.add_middleware(ObserveMiddleware)
 
-    @app.get("/healthz", tags=["ops"])
+    @app.get("/healthz", tags=["ops"], responses={503: {"description": "A backend is down (`status: degraded`)."}})
     async def healthz(request: Request) -> JSONResponse:
+        """`status` for anyone; each backend's state too for a caller with a valid token."""
         svc: Services = request.app.state.services
         checks = {"clickhouse": await _check(svc.run(svc.ch.command, "SELECT 1")),
                   "redis": await _check(svc.redis.ping())}
         ok = all(v == "ok" for v in checks.values())
-        return JSONResponse({"status": "ok" if ok else "degraded", **checks}, status_code=200 if ok else 503)
+        body: dict[str, str] = {"status": "ok" if ok else "degraded"}
+        if await _authenticated(svc, request.headers.get("authorization", "")):
+            body.update(checks)
+        headers = None if ok else {"Retry-After": "5"}
+        return JSONResponse(body, status_code=200 if ok else 503, headers=headers)
 
     @app.get("/metrics", tags=["ops"])
     async def metrics() -> PlainTextResponse:
@@ -73,10 +83,20 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
 
 
 async def _check(probe: Awaitable[object]) -> str:
-    import asyncio
-
     try:
         await asyncio.wait_for(probe, timeout=2.0)
         return "ok"
     except Exception as exc:  # a health probe reports, it never raises
-        return f"down: {type(exc).__name__}: {exc}"[:200]
+        # The kind of failure only: the driver's text names internal addresses.
+        log.warning("health check failed", error=type(exc).__name__, detail=str(exc)[:300])
+        return f"down: {type(exc).__name__}"
+
+
+async def _authenticated(svc: Services, authorization: str) -> bool:
+    if not authorization:
+        return False
+    try:
+        await asyncio.wait_for(authenticate(svc, authorization), timeout=2.0)
+        return True
+    except Exception:   # no valid token, or no store to check it in: the short answer
+        return False

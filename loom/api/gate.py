@@ -1,0 +1,99 @@
+"""The gate every request passes before any route reads its body (a pure ASGI middleware).
+
+1. A body larger than LOOM_MAX_BODY_BYTES is refused with 413 before a byte of it is
+   read: by its Content-Length when it declares one, else (a chunked body) by counting
+   what the route reads, which stops at the limit.
+2. On a ``/v1`` route the bearer token is checked before the body is read or parsed:
+   a request without a valid token costs the server its headers only, whatever it
+   sends. The verified caller is left in the scope for the route's own role and scope
+   check (``loom.api.deps``), so the token is looked up once.
+3. The token lookup's backend failure is a 503 like any other (``loom.api.errors``).
+
+Why not FastAPI's dependencies: FastAPI reads and parses a route's body before it runs
+the route's dependencies, so the token check there comes after the body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from loom.api import errors
+from loom.api.deps import authenticate
+from loom.api.observe import route_template
+from loom.errors import BodyTooLarge, LoomError
+
+PRINCIPAL = "loom.principal"  # the scope key of the caller the gate verified
+
+
+def too_large(limit: int) -> BodyTooLarge:
+    return BodyTooLarge(
+        f"the request body is larger than {limit:,} bytes (LOOM_MAX_BODY_BYTES)",
+        field="body",
+        rule="max_body_bytes",
+    )
+
+
+class Gate:
+    """See the module docstring. HTTP only; lifespan and websockets pass through."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        svc = scope["app"].state.services
+        limit: int = svc.settings.max_body_bytes
+        refusal = _declared_too_large(scope, limit)
+        if refusal is None and (route_template(scope) or "").startswith("/v1/"):
+            refusal = await _authenticate(scope, svc)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, _counting(receive, limit), send)
+
+
+def _declared_too_large(scope: Scope, limit: int) -> Any:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                declared = int(value)
+            except ValueError:
+                return None  # the server refuses a malformed length itself
+            return errors.loom_response(too_large(limit)) if declared > limit else None
+    return None
+
+
+async def _authenticate(scope: Scope, svc: Any) -> Any:
+    header = ""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            header = value.decode("latin-1")
+            break
+    try:
+        scope[PRINCIPAL] = await authenticate(svc, header)
+    except LoomError as exc:
+        return errors.loom_response(exc)
+    except errors.BACKEND_ERRORS as exc:
+        return errors.backend_failure(exc, scope["path"])
+    return None
+
+
+def _counting(receive: Receive, limit: int) -> Receive:
+    seen = 0
+
+    async def counted() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                # Raised inside the route's read: the route answers it (413) and
+                # nothing beyond the limit is buffered.
+                raise too_large(limit)
+        return message
+
+    return counted

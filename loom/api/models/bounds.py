@@ -1,0 +1,72 @@
+"""The one rule that bounds what a request may carry beyond its declared fields.
+
+A free JSON value (a turn's or a thread's ``metadata``) nests at most
+:data:`MAX_JSON_DEPTH` levels, holds at most :data:`MAX_JSON_ITEMS` keys and items in
+all, and serialises to at most :data:`MAX_JSON_BYTES` bytes. Every string of a request
+(values and keys, at any depth) is valid Unicode: a lone surrogate such as
+``"\\ud800"`` (legal in JSON's ``\\u`` escapes, not encodable as UTF-8) is refused, since
+nothing downstream could store it.
+
+Both checks walk iteratively (no recursion, whatever the depth) and name the field
+and the rule in the 422.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
+
+MAX_JSON_DEPTH = 16
+MAX_JSON_ITEMS = 1_000
+MAX_JSON_BYTES = 65_536
+
+DEPTH_RULE = f"JSON values nest at most {MAX_JSON_DEPTH} levels"
+ITEMS_RULE = f"a JSON value holds at most {MAX_JSON_ITEMS:,} keys and items"
+BYTES_RULE = f"a JSON value is at most {MAX_JSON_BYTES:,} bytes as JSON"
+SURROGATE_RULE = "strings must be valid Unicode (no lone surrogate such as \\ud800)"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def bounded_json(value: dict[str, Any]) -> dict[str, Any]:
+    """Depth, item count and size of a free JSON value; raises ValueError naming the rule."""
+    items = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise ValueError(DEPTH_RULE)
+            items += len(node)
+            if items > MAX_JSON_ITEMS:
+                raise ValueError(ITEMS_RULE)
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    if len(json.dumps(value, separators=(",", ":"))) > MAX_JSON_BYTES:  # ASCII: characters are bytes
+        raise ValueError(BYTES_RULE)
+    return value
+
+
+JsonObject = Annotated[dict[str, Any], AfterValidator(bounded_json)]
+
+
+def lone_surrogate_at(data: Any) -> str | None:
+    """The dotted path of the first string (value or key) holding a lone surrogate, or None."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if _SURROGATE.search(node):
+                return path or "body"
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                where = f"{path}.{key}" if path else str(key)
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    return where
+                stack.append((child, where))
+        elif isinstance(node, list):
+            stack.extend((child, f"{path}.{i}" if path else str(i)) for i, child in enumerate(node))
+    return None
