@@ -88,7 +88,7 @@ async def _check(probe: Awaitable[object]) -> str:
         return "ok"
     except Exception as exc:  # a health probe reports, it never raises
         # The kind of failure only: the driver's text names internal addresses.
-        log.warning("health check failed", error=type(exc).__name__, detail=str(exc)[:300])
+        log.warning("health check failed", error=type(exc).__name__, detail=errors.safe_detail(exc))
         return f"down: {type(exc).__name__}"
 
 

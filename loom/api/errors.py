@@ -10,6 +10,7 @@ namespace. The server log keeps the detail.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from clickhouse_connect.driver.exceptions import Error as ClickHouseError
@@ -30,6 +31,8 @@ BACKEND_ERRORS: tuple[type[BaseException], ...] = (ClickHouseError, RedisError, 
 
 BACKEND_MESSAGE = "a backend of the service (store or queue) is unavailable; retry after Retry-After seconds"
 
+_QUERY_STRING = re.compile(r"\?[^\s'\"()]*")
+
 # FastAPI answers these statuses itself; a stable code for each.
 _HTTP_CODES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
                413: "body_too_large"}
@@ -43,6 +46,12 @@ def _field(loc: tuple[object, ...]) -> str:
     return ".".join(str(p) for p in loc) or "body"
 
 
+def safe_detail(exc: BaseException) -> str:
+    """The driver's text for the log, without URL query strings: the ClickHouse client
+    puts a query's parameters (a search's words, ids) in its URL."""
+    return _QUERY_STRING.sub("?...", str(exc))[:500]
+
+
 def loom_response(exc: LoomError) -> JSONResponse:
     headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
@@ -54,7 +63,7 @@ def is_backend_failure(exc: BaseException) -> bool:
 
 def backend_failure(exc: BaseException, path: str) -> JSONResponse:
     """The 503 for a failed backend; the detail is logged, never sent."""
-    log.warning("backend failure", path=path, error=type(exc).__name__, detail=str(exc)[:500])
+    log.warning("backend failure", path=path, error=type(exc).__name__, detail=safe_detail(exc))
     return loom_response(BackendUnavailable(BACKEND_MESSAGE))
 
 
