@@ -21,13 +21,14 @@ from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException
 
 from loom import logging as loom_logging
+from loom.api.models.bounds import DEPTH_RULE
 from loom.errors import BackendUnavailable, LoomError
 
 log = loom_logging.get("loom.api")
 
 # What a failing store or queue raises. OSError covers refused and reset connections
 # and timeouts (asyncio.TimeoutError is TimeoutError, an OSError, since Python 3.11).
-BACKEND_ERRORS: tuple[type[BaseException], ...] = (ClickHouseError, RedisError, OSError)
+BACKEND_ERRORS: tuple[type[Exception], ...] = (ClickHouseError, RedisError, OSError)
 
 BACKEND_MESSAGE = "a backend of the service (store or queue) is unavailable; retry after Retry-After seconds"
 
@@ -85,11 +86,14 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, LoomError):
+            # Raised while FastAPI read the body (e.g. the gate's 413 on a chunked body).
+            return loom_response(exc.__cause__)
         if exc.status_code == 400:
             # FastAPI's "error parsing the body" (e.g. JSON nested past the parser's
             # depth): a body that breaks a rule is a 422 everywhere.
-            return invalid_body([{"field": "body", "rule": "the body is not JSON this API can parse "
-                                  "(free JSON values nest at most a few levels)", "type": "json_invalid"}])
+            return invalid_body([{"field": "body", "rule": f"the body is not UTF-8 JSON within the parser's depth "
+                                  f"({DEPTH_RULE})", "type": "json_invalid"}])
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         return JSONResponse({"error": code, "message": str(exc.detail)}, status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))

@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from urllib.parse import urlparse
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlparse
 
 import httpx
 import pytest
@@ -38,8 +38,13 @@ BODIES: dict[str, dict[str, Any]] = {
     "conversation.list": {"thread_id": "t"},
     "conversation.reembed": {},
     "conversation.search": {"query": "hello", "namespace_scope": "one"},
-    "conversation.save_message": {"user_id": "u", "conversation_id": "t", "message_id": "m",
-                                  "role": "user", "content": "keep this"},
+    "conversation.save_message": {
+        "user_id": "u",
+        "conversation_id": "t",
+        "message_id": "m",
+        "role": "user",
+        "content": "keep this",
+    },
     "conversation.unsave_message": {"user_id": "u", "conversation_id": "t", "message_id": "m"},
     "conversation.list_saved_messages": {"user_id": "u"},
     "conversation.saved_status": {"user_id": "u", "conversation_id": "t", "message_ids": ["m"]},
@@ -54,7 +59,7 @@ BODIES: dict[str, dict[str, Any]] = {
 def _dead_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])     # closed on exit: nothing listens there
+        return int(s.getsockname()[1])  # closed on exit: nothing listens there
 
 
 class Relay:
@@ -88,7 +93,7 @@ class Relay:
 
     def kill(self) -> None:
         with contextlib.suppress(OSError):
-            self.server.shutdown(socket.SHUT_RDWR)   # wakes the blocked accept(): the port closes
+            self.server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(): the port closes
         self.server.close()
         for s in self.open:
             with contextlib.suppress(OSError):
@@ -97,13 +102,15 @@ class Relay:
 
 
 @contextlib.asynccontextmanager
-async def _app(services: Any, *, dead_clickhouse: bool, dead_redis: bool) -> AsyncIterator[tuple[httpx.AsyncClient, int]]:
+async def _app(
+    services: Any, *, dead_clickhouse: bool, dead_redis: bool
+) -> AsyncIterator[tuple[httpx.AsyncClient, int]]:
     settings = services.settings
     port = _dead_port()
     relay = Relay(settings.clickhouse_url)
     ch = connect(f"http://127.0.0.1:{relay.port}", database=settings.clickhouse_database)
     if dead_clickhouse:
-        relay.kill()          # every query now meets a refused connection
+        relay.kill()  # every query now meets a refused connection
         port = relay.port
     redis_url = f"redis://127.0.0.1:{port}/0" if dead_redis else settings.redis_url
     redis = Redis.from_url(redis_url, socket_connect_timeout=1)
@@ -111,8 +118,12 @@ async def _app(services: Any, *, dead_clickhouse: bool, dead_redis: bool) -> Asy
     svc = Services(settings, ch, redis, arq, build_llm("fake"))
     app = create_app(svc)
     try:
-        async with app.router.lifespan_context(app), httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://dead.test", timeout=60) as client:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://dead.test", timeout=60
+            ) as client,
+        ):
             yield client, port
     finally:
         await svc.close()
@@ -129,10 +140,11 @@ def _assert_clean_503(r: httpx.Response, port: int, what: str) -> None:
 
 
 async def test_the_token_lookup_with_clickhouse_down_answers_503(services, mint, ns):
-    token = mint(ns, "admin")          # never verified yet: not in the token cache
+    token = mint(ns, "admin")  # never verified yet: not in the token cache
     async with _app(services, dead_clickhouse=True, dead_redis=False) as (client, port):
-        r = await client.post("/v1/conversation.threads", json={"namespace": ns},
-                              headers={"Authorization": f"Bearer {token}"})
+        r = await client.post(
+            "/v1/conversation.threads", json={"namespace": ns}, headers={"Authorization": f"Bearer {token}"}
+        )
     _assert_clean_503(r, port, "token lookup")
     assert r.json()["error"] == "backend_unavailable"
 
@@ -142,21 +154,31 @@ async def test_every_op_answers_503_when_a_backend_is_down(services, api, mint, 
     token = mint(ns, "admin")
     headers = {"Authorization": f"Bearer {token}"}
     # Verified once on the live API: cached, so the ops themselves meet the dead backend.
-    assert (await api.post("/v1/namespace.get_config", json={"namespace": ns}, headers=headers)).status_code == 200
-    assert (await api.post("/v1/conversation.set_logging", json={"namespace": ns, "enabled": True},
-                           headers=headers)).status_code == 200
+    assert (
+        await api.post("/v1/namespace.get_config", json={"namespace": ns}, headers=headers)
+    ).status_code == 200
+    assert (
+        await api.post(
+            "/v1/conversation.set_logging", json={"namespace": ns, "enabled": True}, headers=headers
+        )
+    ).status_code == 200
     answered: dict[str, int] = {}
-    async with _app(services, dead_clickhouse=dead == "clickhouse", dead_redis=dead == "redis") as (client, port):
+    async with _app(services, dead_clickhouse=dead == "clickhouse", dead_redis=dead == "redis") as (
+        client,
+        port,
+    ):
         for op, body in BODIES.items():
             r = await client.post(f"/v1/{op}", json={"namespace": ns, **body}, headers=headers)
             answered[op] = r.status_code
             assert r.status_code < 500 or r.status_code == 503, (op, r.status_code, r.text)
             if r.status_code == 503:
                 _assert_clean_503(r, port, op)
-    if dead == "clickhouse":   # every op reads or writes the store
+    if dead == "clickhouse":  # every op reads or writes the store
         assert {op: s for op, s in answered.items() if s != 503} == {}
-    else:                      # ops that need Redis (leases, the write path's queue) fail cleanly
-        assert answered["conversation.append"] == 503 and answered["conversation.save_message"] == 503, answered
+    else:  # ops that need Redis (leases, the write path's queue) fail cleanly
+        assert answered["conversation.append"] == 503 and answered["conversation.save_message"] == 503, (
+            answered
+        )
 
 
 async def test_healthz_without_a_token_shows_status_only(services, mint, ns):

@@ -60,13 +60,19 @@ def lone_surrogate_at(data: Any) -> str | None:
         node, path = stack.pop()
         if isinstance(node, str):
             if _SURROGATE.search(node):
-                return path or "body"
+                return _printable(path) or "body"
         elif isinstance(node, dict):
             for key, child in node.items():
                 where = f"{path}.{key}" if path else str(key)
                 if isinstance(key, str) and _SURROGATE.search(key):
-                    return where
+                    return _printable(where)
                 stack.append((child, where))
         elif isinstance(node, list):
             stack.extend((child, f"{path}.{i}" if path else str(i)) for i, child in enumerate(node))
     return None
+
+
+def _printable(path: str) -> str:
+    # A key on the path may hold the surrogate itself: shown escaped (\\ud800), so
+    # the error can be sent as UTF-8.
+    return path.encode("utf-8", "backslashreplace").decode("utf-8")
