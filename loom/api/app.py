@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable
+from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field
 
 from loom import logging as loom_logging
 from loom.api import errors
@@ -28,6 +30,12 @@ from loom.settings import Settings, get_settings
 log = loom_logging.get("loom.api")
 
 ROUTERS = [namespaces.router, conversation.router, search.router, saved.router, briefs.router]
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    clickhouse: str | None = Field(None, description='"ok" or "down: <kind>"; only for a caller with a valid token.')
+    redis: str | None = Field(None, description='"ok" or "down: <kind>"; only for a caller with a valid token.')
 
 
 def create_app(services: Services | None = None, settings: Settings | None = None) -> FastAPI:
@@ -62,7 +70,8 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
     app.add_middleware(Gate)
     app.add_middleware(ObserveMiddleware)
 
-    @app.get("/healthz", tags=["ops"], responses={503: {"description": "A backend is down (`status: degraded`)."}})
+    @app.get("/healthz", tags=["ops"], response_model=Health,
+             responses={503: {"model": Health, "description": "A backend is down (`status: degraded`)."}})
     async def healthz(request: Request) -> JSONResponse:
         """`status` for anyone; each backend's state too for a caller with a valid token."""
         svc: Services = request.app.state.services
@@ -75,7 +84,9 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         headers = None if ok else {"Retry-After": "5"}
         return JSONResponse(body, status_code=200 if ok else 503, headers=headers)
 
-    @app.get("/metrics", tags=["ops"])
+    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,
+             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+                              "description": "Prometheus text format."}})
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
 

@@ -1,0 +1,135 @@
+"""The OpenAPI contract, fuzzed: schemathesis generates valid and invalid bodies for
+every operation the API documents and sends them to a real API (uvicorn, on the suite's
+ClickHouse endpoint and Redis, the session's arq worker embedding) with an admin token.
+
+Zero server errors (any 5xx except the ops' own `unavailable` 503, which says "retry"),
+and every answer conforms to the document: a documented status, its content type, its
+body schema and its headers. The number of examples per operation is bounded so the
+run stays well under two minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import schemathesis
+import uvicorn
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.core.failures import FailureGroup
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from loom.api.app import create_app
+from loom.services import open_services
+from loom.settings import Settings
+
+EXAMPLES = {GenerationMode.POSITIVE: 10, GenerationMode.NEGATIVE: 5}
+TIMES: list[tuple[float, str, int]] = []
+CHECKS = [
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
+
+
+@contextlib.contextmanager
+def _serve(settings: Settings) -> Iterator[str]:
+    """The API under uvicorn on a free port, in a thread with its own event loop and its
+    own services (as `loom serve` runs it, less the supervisor)."""
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def main() -> None:
+        svc = await open_services(settings, settings.clickhouse_url, settings.redis_url)
+        config = uvicorn.Config(create_app(svc), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        server = uvicorn.Server(config)
+        box["server"] = server
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.02)
+        box["port"] = server.servers[0].sockets[0].getsockname()[1] if server.started else None
+        ready.set()
+        try:
+            await task
+        finally:
+            await svc.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    assert ready.wait(60) and box.get("port"), "the API did not start"
+    try:
+        yield f"http://127.0.0.1:{box['port']}"
+    finally:
+        box["server"].should_exit = True
+        thread.join(30)
+
+
+def _fuzz(base_url: str, token: str, ns: str) -> tuple[int, list[str]]:
+    schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json")
+    headers = {"Authorization": f"Bearer {token}"}
+    failures: list[str] = []
+    sent = 0
+    started = time.monotonic()
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        for mode, examples in EXAMPLES.items():
+
+            @settings(
+                max_examples=examples,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                phases=[Phase.explicit, Phase.generate],
+                suppress_health_check=list(HealthCheck),
+            )
+            @given(case=operation.as_strategy(generation_mode=mode))
+            def run(case: Any) -> None:
+                nonlocal sent
+                if isinstance(case.body, dict) and "namespace" in case.body:
+                    case.body["namespace"] = ns  # the token's namespace: reach the ops, not only the 403
+                began = time.monotonic()
+                response = case.call(base_url=base_url, headers=headers, timeout=60)
+                sent += 1
+                TIMES.append((time.monotonic() - began, case.path, response.status_code))
+                where = f"{case.method} {case.path} [{mode.value}] {str(case.body)[:200]!r}"
+                if response.status_code >= 500 and not (
+                    response.status_code == 503 and response.json().get("error") == "unavailable"
+                ):
+                    failures.append(f"{where}: {response.status_code} {response.text[:300]}")
+                    return
+                try:
+                    case.validate_response(response, checks=CHECKS, headers=headers)
+                except (Exception, FailureGroup) as exc:  # schema violations: collected, reported together
+                    failures.append(f"{where}: {type(exc).__name__}: {str(exc)[:500]}")
+
+            try:
+                run()
+            except Unsatisfiable:  # nothing to negate (an operation without a body)
+                continue
+    return sent, failures
+
+
+@pytest.mark.timeout(240)
+async def test_the_openapi_contract_holds_under_fuzzing(
+    schema: Settings, arq_worker: Any, mint: Any, ns: str
+):
+    token = mint(ns, "admin")
+    with _serve(schema) as base_url:
+        # In a thread: the session loop keeps running the arq worker that embeds appends.
+        sent, failures = await asyncio.to_thread(_fuzz, base_url, token, ns)
+    print(f"{sent} cases; slowest:", sorted(TIMES, reverse=True)[:3])
+    assert sent >= 200, sent
+    assert failures == [], "\n".join(failures[:20])
