@@ -40,41 +40,37 @@ class Gate:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        self.limit: int | None = None  # LOOM_MAX_BODY_BYTES, read from the app's services once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         svc = scope["app"].state.services
-        limit: int = svc.settings.max_body_bytes
-        refusal = _declared_too_large(scope, limit)
-        if refusal is None and (route_template(scope) or "").startswith("/v1/"):
-            refusal = await _authenticate(scope, svc)
+        if self.limit is None:
+            self.limit = int(svc.settings.max_body_bytes)
+        limit = self.limit
+        # One pass over the headers (this runs on every request of the hot path).
+        length = authorization = b""
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                length = value
+            elif name == b"authorization":
+                authorization = value
+        refusal = None
+        if length.isdigit() and int(length) > limit:
+            refusal = errors.loom_response(too_large(limit))
+        elif scope["path"].startswith("/v1/") and route_template(scope) is not None:
+            refusal = await _authenticate(scope, svc, authorization.decode("latin-1"))
         if refusal is not None:
             await refusal(scope, receive, send)
             return
         await self.app(scope, _counting(receive, limit), send)
 
 
-def _declared_too_large(scope: Scope, limit: int) -> Any:
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            try:
-                declared = int(value)
-            except ValueError:
-                return None  # the server refuses a malformed length itself
-            return errors.loom_response(too_large(limit)) if declared > limit else None
-    return None
-
-
-async def _authenticate(scope: Scope, svc: Any) -> Any:
-    header = ""
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            header = value.decode("latin-1")
-            break
+async def _authenticate(scope: Scope, svc: Any, authorization: str) -> Any:
     try:
-        scope[PRINCIPAL] = await authenticate(svc, header)
+        scope[PRINCIPAL] = await authenticate(svc, authorization)
     except LoomError as exc:
         return errors.loom_response(exc)
     except errors.BACKEND_ERRORS as exc:

@@ -35,6 +35,7 @@ _PREFIX = os.urandom(4).hex()
 _COUNTER = itertools.count(1)
 
 UNMATCHED = "unmatched"
+_TEMPLATE = "loom.route_template"
 
 
 class _RouteIndex:
@@ -72,13 +73,17 @@ def _flat(routes: list[BaseRoute]) -> list[Any]:
 
 
 def route_template(scope: Scope) -> str | None:
-    """The template of the app's route serving this request's path, or None."""
+    """The template of the app's route serving this request's path, or None (kept in
+    the scope: the gate and the metrics both ask)."""
+    if _TEMPLATE in scope:
+        return scope[_TEMPLATE]  # type: ignore[no-any-return]
     router = scope["app"].router
     index: _RouteIndex | None = getattr(router, "_loom_route_index", None)
     if index is None:
         index = _RouteIndex(_flat(list(router.routes)))
         router._loom_route_index = index
-    return index.template(scope)
+    found = scope[_TEMPLATE] = index.template(scope)
+    return found
 
 
 def _request_id(scope: Scope) -> str:
