@@ -33,6 +33,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def bounded_json(value: dict[str, Any]) -> dict[str, Any]:
     """Depth, item count and size of a free JSON value; raises ValueError naming the rule."""
+    if not value:
+        return value
     items = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -53,18 +55,41 @@ def bounded_json(value: dict[str, Any]) -> dict[str, Any]:
 JsonObject = Annotated[dict[str, Any], AfterValidator(bounded_json)]
 
 
+def _has_lone_surrogate(data: Any) -> bool:
+    # The fast pass every request body takes (no paths built); isascii() is O(1) in
+    # CPython, so most strings skip the scan.
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is str:
+            if not node.isascii() and _SURROGATE.search(node):
+                return True
+        elif kind is dict:
+            for key in node:
+                if isinstance(key, str) and not key.isascii() and _SURROGATE.search(key):
+                    return True
+            stack.extend(node.values())
+        elif kind is list:
+            stack.extend(node)
+    return False
+
+
 def lone_surrogate_at(data: Any) -> str | None:
     """The dotted path of the first string (value or key) holding a lone surrogate, or None."""
+    if not _has_lone_surrogate(data):
+        return None
     stack: list[tuple[Any, str]] = [(data, "")]
     while stack:
         node, path = stack.pop()
         if isinstance(node, str):
-            if _SURROGATE.search(node):
+            # isascii() is O(1) in CPython: most strings skip the scan.
+            if not node.isascii() and _SURROGATE.search(node):
                 return _printable(path) or "body"
         elif isinstance(node, dict):
             for key, child in node.items():
                 where = f"{path}.{key}" if path else str(key)
-                if isinstance(key, str) and _SURROGATE.search(key):
+                if isinstance(key, str) and not key.isascii() and _SURROGATE.search(key):
                     return _printable(where)
                 stack.append((child, where))
         elif isinstance(node, list):
