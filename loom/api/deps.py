@@ -13,6 +13,8 @@ from loom.auth.principal import Principal, Role
 from loom.errors import Forbidden, Unauthorized
 from loom.services import Services
 
+PRINCIPAL = "loom.principal"   # the scope key of the caller the gate (loom.api.gate) verified
+
 bearer = HTTPBearer(auto_error=False, description="A token from `loom token mint`.")
 
 
@@ -43,7 +45,7 @@ async def authenticate(svc: Services, authorization: str) -> Principal:
 
 async def principal(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
     # The gate (loom.api.gate) verified the token before the body was read.
-    who: Principal | None = request.scope.get("loom.principal")
+    who: Principal | None = request.scope.get(PRINCIPAL)
     if who is None:
         svc: Services = request.app.state.services
         who = await verified(svc, creds.credentials if creds is not None and creds.scheme.lower() == "bearer"

@@ -20,11 +20,9 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from loom.api import errors
-from loom.api.deps import authenticate
+from loom.api.deps import PRINCIPAL, authenticate
 from loom.api.observe import route_template
 from loom.errors import BodyTooLarge, LoomError
-
-PRINCIPAL = "loom.principal"  # the scope key of the caller the gate verified
 
 
 def too_large(limit: int) -> BodyTooLarge:

@@ -47,7 +47,8 @@ class _RouteIndex:
         self.dynamic: list[tuple[Any, str]] = []
         for route in routes:
             template = str(getattr(route, "path", None) or "")
-            if template and "{" not in template and not isinstance(route, Mount):
+            mounted = isinstance(getattr(route, "original_route", route), Mount)   # serves a whole subtree
+            if template and "{" not in template and not mounted:
                 self.static[template] = template
             elif template:
                 self.dynamic.append((route, template))

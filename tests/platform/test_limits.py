@@ -304,3 +304,24 @@ async def test_every_timestamp_in_answers_carries_its_zone(call, mint, ns):
         seen += _timestamps(r.json())
     assert len(seen) >= 10
     assert [t for t in seen if not _ZONE.search(t)] == []
+
+
+# -- the document ---------------------------------------------------------------------------
+
+
+async def test_openapi_documents_every_error_status_with_its_body(api):
+    spec = (await api.get("/openapi.json")).json()
+    ops = {path: item["post"] for path, item in spec["paths"].items() if path.startswith("/v1/")}
+    assert len(ops) >= 20
+    for path, op in ops.items():
+        responses = op["responses"]
+        assert {"401", "403", "413", "422", "503"} <= set(responses), path
+        for status in ("401", "403", "413", "422", "503"):
+            schema = responses[status]["content"]["application/json"]["schema"]
+            assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (path, status)
+        assert "Retry-After" in responses["503"]["headers"], path
+        assert "400" not in responses, path
+    assert (
+        "404" in ops["/v1/conversation.get"]["responses"]
+        and "409" in ops["/v1/session.brief_save"]["responses"]
+    )

@@ -42,4 +42,14 @@ COMMON = (401, 403, 413, 422, 503)
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` for these statuses, each with the error body."""
-    return {status: {"model": ErrorBody, "description": _WHY[status]} for status in statuses}
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        out[status] = {"model": ErrorBody, "description": _WHY[status]}
+        if status == 503:
+            out[status]["headers"] = {
+                "Retry-After": {
+                    "description": "Seconds to wait before retrying.",
+                    "schema": {"type": "integer", "minimum": 1},
+                }
+            }
+    return out
