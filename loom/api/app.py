@@ -23,6 +23,7 @@ from loom.api.gate import Gate
 from loom.api.observe import ObserveMiddleware
 from loom.api.routes import briefs, conversation, namespaces, saved, search
 from loom.embedded.backends import start_backends
+from loom.errors import BackendUnavailable
 from loom.gc_tuning import calm_the_garbage_collector
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
@@ -81,7 +82,7 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         body: dict[str, str] = {"status": "ok" if ok else "degraded"}
         if await _authenticated(svc, request.headers.get("authorization", "")):
             body.update(checks)
-        headers = None if ok else {"Retry-After": "5"}
+        headers = None if ok else {"Retry-After": str(BackendUnavailable.retry_after)}
         return JSONResponse(body, status_code=200 if ok else 503, headers=headers)
 
     @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,

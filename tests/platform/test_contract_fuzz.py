@@ -11,14 +11,10 @@ run stays well under two minutes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -30,9 +26,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from loom.api.app import create_app
-from loom.services import open_services
 from loom.settings import Settings
+from tests.platform.served import serve
 
 EXAMPLES = {GenerationMode.POSITIVE: 10, GenerationMode.NEGATIVE: 5}
 CHECKS = [
@@ -41,38 +36,6 @@ CHECKS = [
     response_schema_conformance,
     response_headers_conformance,
 ]
-
-
-@contextlib.contextmanager
-def _serve(settings: Settings) -> Iterator[str]:
-    """The API under uvicorn on a free port, in a thread with its own event loop and its
-    own services (as `loom serve` runs it, less the supervisor)."""
-    ready = threading.Event()
-    box: dict[str, Any] = {}
-
-    async def main() -> None:
-        svc = await open_services(settings, settings.clickhouse_url, settings.redis_url)
-        config = uvicorn.Config(create_app(svc), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-        server = uvicorn.Server(config)
-        box["server"] = server
-        task = asyncio.create_task(server.serve())
-        while not server.started and not task.done():
-            await asyncio.sleep(0.02)
-        box["port"] = server.servers[0].sockets[0].getsockname()[1] if server.started else None
-        ready.set()
-        try:
-            await task
-        finally:
-            await svc.close()
-
-    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
-    thread.start()
-    assert ready.wait(60) and box.get("port"), "the API did not start"
-    try:
-        yield f"http://127.0.0.1:{box['port']}"
-    finally:
-        box["server"].should_exit = True
-        thread.join(30)
 
 
 def _fuzz(base_url: str, token: str, ns: str) -> tuple[int, list[str]]:
@@ -136,7 +99,7 @@ async def test_the_openapi_contract_holds_under_fuzzing(
     schema: Settings, arq_worker: Any, mint: Any, ns: str
 ):
     token = mint(ns, "admin")
-    with _serve(schema) as base_url:
+    with serve(schema) as base_url:
         # In a thread: the session loop keeps running the arq worker that embeds appends.
         sent, failures = await asyncio.to_thread(_fuzz, base_url, token, ns)
     assert sent >= 200, sent

@@ -5,14 +5,18 @@ time zones on every timestamp."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import socket
+import time
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from loom.api.models.bounds import MAX_JSON_DEPTH
+from tests.platform.served import serve
 
 APPEND = "/v1/conversation.append"
 CREATE = "/v1/conversation.create"
@@ -325,3 +329,38 @@ async def test_openapi_documents_every_error_status_with_its_body(api):
         "404" in ops["/v1/conversation.get"]["responses"]
         and "409" in ops["/v1/session.brief_save"]["responses"]
     )
+
+
+# -- over a real socket ------------------------------------------------------------------
+
+
+def _answer_without_sending_the_body(port: int, headers: str) -> tuple[int, float]:
+    """Send only the request head; (status, seconds) of the answer that comes back."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(headers.encode("latin-1"))
+        head = s.recv(4096).decode("latin-1")
+    return int(head.split(" ", 2)[1]), time.monotonic() - started
+
+
+async def test_a_real_server_refuses_before_the_body_arrives(schema, mint, ns):
+    token = mint(ns, "writer")
+    with serve(schema) as base_url:
+        port = int(base_url.rsplit(":", 1)[1])
+        cases = {
+            "200 MB, no token": ("", 200_000_000, 413),
+            "200 MB, a token": (f"Authorization: Bearer {token}\r\n", 200_000_000, 413),
+            "1 MB, no token": ("", 1_000_000, 401),
+            "1 MB, a bad token": (
+                "Authorization: Bearer loom_0000000000000000_nope-nope-nope-nope\r\n",
+                1_000_000,
+                401,
+            ),
+        }
+        for name, (auth, length, want) in cases.items():
+            head = (
+                f"POST /v1/conversation.append HTTP/1.1\r\nHost: loom\r\nContent-Type: application/json\r\n"
+                f"{auth}Content-Length: {length}\r\n\r\n"
+            )
+            status, seconds = await asyncio.to_thread(_answer_without_sending_the_body, port, head)
+            assert status == want and seconds < 5, (name, status, seconds)
