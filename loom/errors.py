@@ -6,8 +6,9 @@ from typing import Any
 
 
 class LoomError(Exception):
-    status = 400
+    status = 422
     code = "invalid_request"
+    retry_after: int | None = None   # seconds, sent as Retry-After (the 503s)
 
     def __init__(self, message: str, *, field: str | None = None, rule: str | None = None, **extra: Any):
         super().__init__(message)
@@ -27,7 +28,9 @@ class LoomError(Exception):
 
 
 class InvalidRequest(LoomError):
-    status, code = 400, "invalid_request"
+    """A body that breaks a rule: 422, like a body that fails its model's validation."""
+
+    status, code = 422, "invalid_request"
 
 
 class Unauthorized(LoomError):
@@ -50,3 +53,17 @@ class Unavailable(LoomError):
     """Retry later: a dependency (model, store) could not do the work this time."""
 
     status, code = 503, "unavailable"
+    retry_after = 1
+
+
+class BackendUnavailable(Unavailable):
+    """ClickHouse or Redis failed (down, unreachable, timed out, or erred): the client
+    sees this stable code and a safe message; the driver's text (which can carry the
+    internal URL and another namespace's query parameters) goes to the server log only."""
+
+    code = "backend_unavailable"
+    retry_after = 5
+
+
+class BodyTooLarge(LoomError):
+    status, code = 413, "body_too_large"

@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     # The API.
     host: str = "127.0.0.1"
     port: int = Field(7777, ge=1, le=65535)
+    # The largest request body the API reads (413 beyond it, before reading). A batch
+    # of 500 turns of a few kilobytes each fits with room to spare.
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 
     # Conversation plane (seed: "Settings").
     conversation_search_min_similarity: float = Field(0.30, ge=-1.0, le=1.0)

@@ -6,18 +6,24 @@ hold the SQL.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable
+from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field
 
 from loom import logging as loom_logging
 from loom.api import errors
+from loom.api.deps import authenticate
+from loom.api.gate import Gate
 from loom.api.observe import ObserveMiddleware
 from loom.api.routes import briefs, conversation, namespaces, saved, search
 from loom.embedded.backends import start_backends
+from loom.errors import BackendUnavailable
 from loom.gc_tuning import calm_the_garbage_collector
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
@@ -25,6 +31,12 @@ from loom.settings import Settings, get_settings
 log = loom_logging.get("loom.api")
 
 ROUTERS = [namespaces.router, conversation.router, search.router, saved.router, briefs.router]
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    clickhouse: str | None = Field(None, description='"ok" or "down: <kind>"; only for a caller with a valid token.')
+    redis: str | None = Field(None, description='"ok" or "down: <kind>"; only for a caller with a valid token.')
 
 
 def create_app(services: Services | None = None, settings: Settings | None = None) -> FastAPI:
@@ -55,17 +67,27 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
     for router in ROUTERS:
         app.include_router(router)
 
+    # The last added runs first: observe (request id, metrics) wraps the gate.
+    app.add_middleware(Gate)
     app.add_middleware(ObserveMiddleware)
 
-    @app.get("/healthz", tags=["ops"])
+    @app.get("/healthz", tags=["ops"], response_model=Health,
+             responses={503: {"model": Health, "description": "A backend is down (`status: degraded`)."}})
     async def healthz(request: Request) -> JSONResponse:
+        """`status` for anyone; each backend's state too for a caller with a valid token."""
         svc: Services = request.app.state.services
         checks = {"clickhouse": await _check(svc.run(svc.ch.command, "SELECT 1")),
                   "redis": await _check(svc.redis.ping())}
         ok = all(v == "ok" for v in checks.values())
-        return JSONResponse({"status": "ok" if ok else "degraded", **checks}, status_code=200 if ok else 503)
+        body: dict[str, str] = {"status": "ok" if ok else "degraded"}
+        if await _authenticated(svc, request.headers.get("authorization", "")):
+            body.update(checks)
+        headers = None if ok else {"Retry-After": str(BackendUnavailable.retry_after)}
+        return JSONResponse(body, status_code=200 if ok else 503, headers=headers)
 
-    @app.get("/metrics", tags=["ops"])
+    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,
+             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+                              "description": "Prometheus text format."}})
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
 
@@ -73,10 +95,20 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
 
 
 async def _check(probe: Awaitable[object]) -> str:
-    import asyncio
-
     try:
         await asyncio.wait_for(probe, timeout=2.0)
         return "ok"
     except Exception as exc:  # a health probe reports, it never raises
-        return f"down: {type(exc).__name__}: {exc}"[:200]
+        # The kind of failure only: the driver's text names internal addresses.
+        log.warning("health check failed", error=type(exc).__name__, detail=errors.safe_detail(exc))
+        return f"down: {type(exc).__name__}"
+
+
+async def _authenticated(svc: Services, authorization: str) -> bool:
+    if not authorization:
+        return False
+    try:
+        await asyncio.wait_for(authenticate(svc, authorization), timeout=2.0)
+        return True
+    except Exception:   # no valid token, or no store to check it in: the short answer
+        return False

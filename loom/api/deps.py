@@ -6,11 +6,14 @@ from collections.abc import Awaitable, Callable
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 
 from loom.auth import tokens
 from loom.auth.principal import Principal, Role
 from loom.errors import Forbidden, Unauthorized
 from loom.services import Services
+
+PRINCIPAL = "loom.principal"   # the scope key of the caller the gate (loom.api.gate) verified
 
 bearer = HTTPBearer(auto_error=False, description="A token from `loom token mint`.")
 
@@ -20,16 +23,33 @@ async def services(request: Request) -> Services:
     return request.app.state.services  # type: ignore[no-any-return]
 
 
-async def principal(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
-    if creds is None or creds.scheme.lower() != "bearer":
+async def verified(svc: Services, credentials: str | None) -> Principal:
+    """The caller a bearer credential names; Unauthorized when it names none. A failing
+    token store raises its own error, which the API answers as a 503."""
+    if not credentials:
         raise Unauthorized("missing bearer token (Authorization: Bearer loom_...)")
     # A token verified within the cache TTL needs no I/O: no thread hop on the hot path.
-    hit, who = tokens.cached(creds.credentials)
+    hit, who = tokens.cached(credentials)
     if not hit:
-        svc: Services = request.app.state.services
-        who = await svc.run(tokens.verify, svc.ch, creds.credentials)
+        who = await svc.run(tokens.verify, svc.ch, credentials)
     if who is None:
         raise Unauthorized("invalid or revoked token")
+    return who
+
+
+async def authenticate(svc: Services, authorization: str) -> Principal:
+    """The caller of an `Authorization` header's value (parsed as HTTPBearer does)."""
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    return await verified(svc, credentials if scheme.lower() == "bearer" else None)
+
+
+async def principal(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
+    # The gate (loom.api.gate) verified the token before the body was read.
+    who: Principal | None = request.scope.get(PRINCIPAL)
+    if who is None:
+        svc: Services = request.app.state.services
+        who = await verified(svc, creds.credentials if creds is not None and creds.scheme.lower() == "bearer"
+                             else None)
     request.state.token_id = who.token_id
     return who
 

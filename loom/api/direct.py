@@ -8,7 +8,8 @@ append, on a machine where the API and the ClickHouse engine share two cores.
 :class:`DirectRoute` keeps everything FastAPI builds from the declaration (OpenAPI,
 docs, response model) and serves the happy path directly: a JSON body, the caller's
 token resolved by the route's own ``require(...)`` dependency (same function, same
-errors, in FastAPI's order: malformed JSON, then auth, then the body), the body
+errors, in FastAPI's order: malformed JSON, then the role, then the body; the token
+itself was checked by the gate before the body was read, see loom/api/gate.py), the body
 validated by its pydantic model. Anything else (another content type, malformed
 JSON, a body that does not validate) is handed to FastAPI's own handler, which then
 answers exactly as it always does; the body is read once (Starlette caches it).
@@ -48,8 +49,8 @@ class DirectRoute(APIRoute):
                 return await standard(request)
             try:
                 data = json.loads(await request.body())
-            except ValueError:
-                return await standard(request)      # FastAPI's 422 (json_invalid)
+            except (ValueError, RecursionError):    # not JSON, or nested past the parser's depth
+                return await standard(request)      # FastAPI's answer, as on every route
             who = await authorize(request, await bearer(request))
             try:
                 body = model.model_validate(data)

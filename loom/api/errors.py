@@ -1,17 +1,42 @@
-"""Every error leaves the API as JSON with a stable `error` code; bad input is a 4xx."""
+"""Every error leaves the API as JSON with a stable `error` code; bad input is a 422.
+
+Backend failures are mapped here, in one place: any ClickHouse client error, Redis
+error or socket/timeout error (OSError, which TimeoutError is) that reaches the API,
+from any op or from the token lookup, answers 503 ``backend_unavailable`` with a
+``Retry-After`` header and a fixed message. The driver's own text never leaves the
+server: it can carry the internal URL and the parameters of a query made for another
+namespace. The server log keeps the detail.
+"""
 
 from __future__ import annotations
 
-import logging
+import re
+from typing import Any
 
+from clickhouse_connect.driver.exceptions import Error as ClickHouseError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException
 
-from loom.errors import LoomError
+from loom import logging as loom_logging
+from loom.api.models.bounds import DEPTH_RULE
+from loom.errors import BackendUnavailable, LoomError
 
-log = logging.getLogger("loom.api")
+log = loom_logging.get("loom.api")
+
+# What a failing store or queue raises. OSError covers refused and reset connections
+# and timeouts (asyncio.TimeoutError is TimeoutError, an OSError, since Python 3.11).
+BACKEND_ERRORS: tuple[type[Exception], ...] = (ClickHouseError, RedisError, OSError)
+
+BACKEND_MESSAGE = "a backend of the service (store or queue) is unavailable; retry after Retry-After seconds"
+
+_QUERY_STRING = re.compile(r"\?[^\s'\"()]*")
+
+# FastAPI answers these statuses itself; a stable code for each.
+_HTTP_CODES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+               413: "body_too_large"}
 
 
 def _field(loc: tuple[object, ...]) -> str:
@@ -22,27 +47,64 @@ def _field(loc: tuple[object, ...]) -> str:
     return ".".join(str(p) for p in loc) or "body"
 
 
+def safe_detail(exc: BaseException) -> str:
+    """The driver's text for the log, without URL query strings: the ClickHouse client
+    puts a query's parameters (a search's words, ids) in its URL."""
+    return _QUERY_STRING.sub("?...", str(exc))[:500]
+
+
+def loom_response(exc: LoomError) -> JSONResponse:
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+
+def is_backend_failure(exc: BaseException) -> bool:
+    return isinstance(exc, BACKEND_ERRORS)
+
+
+def backend_failure(exc: BaseException, path: str) -> JSONResponse:
+    """The 503 for a failed backend; the detail is logged, never sent."""
+    log.warning("backend failure", path=path, error=type(exc).__name__, detail=safe_detail(exc))
+    return loom_response(BackendUnavailable(BACKEND_MESSAGE))
+
+
+def invalid_body(errors: list[dict[str, Any]]) -> JSONResponse:
+    first = errors[0] if errors else {"field": "body", "rule": "invalid"}
+    return JSONResponse({"error": "invalid_request", "message": f"{first['field']}: {first['rule']}",
+                         "field": first["field"], "rule": first["rule"], "errors": errors}, status_code=422)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(LoomError)
     async def loom_error(_: Request, exc: LoomError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        return loom_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"field": _field(tuple(e["loc"])), "rule": e["msg"], "type": e["type"]} for e in exc.errors()]
-        first = errors[0] if errors else {"field": "body", "rule": "invalid"}
-        return JSONResponse({"error": "invalid_request", "message": f"{first['field']}: {first['rule']}",
-                             "field": first["field"], "rule": first["rule"], "errors": errors}, status_code=422)
+        return invalid_body([{"field": _field(tuple(e["loc"])), "rule": e["msg"], "type": e["type"]}
+                             for e in exc.errors()])
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        code = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}.get(
-            exc.status_code, "http_error")
+        if isinstance(exc.__cause__, LoomError):
+            # Raised while FastAPI read the body (e.g. the gate's 413 on a chunked body).
+            return loom_response(exc.__cause__)
+        if exc.status_code == 400:
+            # FastAPI's "error parsing the body" (e.g. JSON nested past the parser's
+            # depth): a body that breaks a rule is a 422 everywhere.
+            return invalid_body([{"field": "body", "rule": f"the body is not UTF-8 JSON within the parser's depth "
+                                  f"({DEPTH_RULE})", "type": "json_invalid"}])
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
         return JSONResponse({"error": code, "message": str(exc.detail)}, status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
+    for kind in BACKEND_ERRORS:
+        @app.exception_handler(kind)
+        async def backend_error(request: Request, exc: Exception) -> JSONResponse:
+            return backend_failure(exc, request.url.path)
+
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error", extra={"path": request.url.path})
+        log.error("unhandled error", path=request.url.path, error=type(exc).__name__, exc_info=exc)
         return JSONResponse({"error": "internal", "message": "internal error; see the server log"},
                             status_code=500)

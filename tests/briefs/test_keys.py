@@ -28,7 +28,7 @@ def test_derived_keys() -> None:
 def test_bad_keys_are_400(key: str) -> None:
     with pytest.raises(InvalidRequest) as exc:
         check_key(key)
-    assert exc.value.field == "brief_key" and exc.value.status == 400
+    assert exc.value.field == "brief_key" and exc.value.status == 422
 
 
 def test_namespace_wide_scope() -> None:

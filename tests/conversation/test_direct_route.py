@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from loom.api import errors
 from loom.api.direct import DirectRoute
+from loom.api.gate import Gate
 from loom.api.models.conversation import AppendBatchResponse, AppendResponse
 from loom.api.routes import conversation
 
@@ -21,9 +22,10 @@ PATH = "/v1/conversation.append"
 
 @pytest.fixture
 async def reference(services: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """The same endpoint on FastAPI's standard route class."""
+    """The same endpoint on FastAPI's standard route class (behind the same gate)."""
     app = FastAPI()
     errors.install(app)
+    app.add_middleware(Gate)
     app.add_api_route(PATH, conversation.append, methods=["POST"],
                       response_model=AppendResponse | AppendBatchResponse)
     app.state.services = services

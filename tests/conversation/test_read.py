@@ -67,11 +67,11 @@ async def test_cursors_are_opaque_and_bound_to_their_listing(call, ns, writer):
     cursor = r.json()["next_cursor"]
     for body in (dict(thread_id="t", order="desc"), dict(thread_id="other"), dict(thread_id="t", run_id="odd")):
         r = await call("conversation.list", writer, namespace=ns, limit=2, cursor=cursor, **body)
-        assert r.status_code == 400 and r.json()["field"] == "cursor"
+        assert r.status_code == 422 and r.json()["field"] == "cursor"
     r = await call("conversation.list", writer, namespace=ns, thread_id="t", cursor="not-a-cursor!")
-    assert r.status_code == 400 and r.json()["field"] == "cursor"
+    assert r.status_code == 422 and r.json()["field"] == "cursor"
     r = await call("conversation.get", writer, namespace=ns, thread_id="t", include_messages=True, cursor=cursor)
-    assert r.status_code == 400
+    assert r.status_code == 422
 
 
 @pytest.mark.parametrize("index_on_insert_min_rows", [clickhouse.INDEX_ON_INSERT_MIN_ROWS, 2])

@@ -108,11 +108,11 @@ async def test_list_cursor_is_opaque_and_bound_to_its_listing(call, ns, token):
     body = await ok(call, LIST, token, namespace=ns, user_id="alice", limit=1)
     r = await call(LIST, token, namespace=ns, user_id="alice", limit=1, cursor=body["next_cursor"],
                    conversation_id="other")
-    assert r.status_code == 400 and r.json()["field"] == "cursor" and r.json()["rule"] == "same_listing"
+    assert r.status_code == 422 and r.json()["field"] == "cursor" and r.json()["rule"] == "same_listing"
     r = await call(LIST, token, namespace=ns, user_id="bob", limit=1, cursor=body["next_cursor"])
-    assert r.status_code == 400 and r.json()["rule"] == "same_listing"
+    assert r.status_code == 422 and r.json()["rule"] == "same_listing"
     r = await call(LIST, token, namespace=ns, user_id="alice", cursor="not-a-cursor!")
-    assert r.status_code == 400 and r.json()["rule"] == "opaque"
+    assert r.status_code == 422 and r.json()["rule"] == "opaque"
     for limit in (0, 201):
         r = await call(LIST, token, namespace=ns, user_id="alice", limit=limit)
         assert r.status_code == 422 and r.json()["field"] == "limit"
@@ -380,7 +380,7 @@ async def test_search_bad_input(call, ns, token, body, field):
 
 async def test_search_without_user_id_needs_a_pinned_token(call, ns, token):
     r = await call(SEARCH, token, namespace=ns, query="x")
-    assert r.status_code == 400 and r.json()["field"] == "user_id" and r.json()["rule"] == "required"
+    assert r.status_code == 422 and r.json()["field"] == "user_id" and r.json()["rule"] == "required"
 
 
 # -- excerpts ----------------------------------------------------------------------------------

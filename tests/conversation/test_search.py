@@ -521,8 +521,8 @@ async def test_bad_input_is_a_4xx_naming_field_and_rule(call, ns, mint, body, fi
 async def test_scope_and_namespace_must_agree(call, ns, mint):
     viewer = mint(ns, "viewer")
     r = await call("conversation.search", viewer, query="q", namespace_scope="one")
-    assert r.status_code == 400 and r.json()["field"] == "namespace"
+    assert r.status_code == 422 and r.json()["field"] == "namespace"
     assert r.json()["rule"] == "required_with_scope_one"
     r = await call("conversation.search", viewer, query="q", namespace=ns)
-    assert r.status_code == 400 and r.json()["rule"] == "only_with_scope_one"
+    assert r.status_code == 422 and r.json()["rule"] == "only_with_scope_one"
     assert (await _search(call, viewer, query="q" * 4_000))["hits"] == []

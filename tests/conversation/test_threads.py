@@ -136,7 +136,7 @@ async def test_update_replaces_metadata_and_the_title_refused_mark(call, ns, wri
     r = await call("conversation.update", writer, namespace=ns, thread_id="nope", title="x")
     assert r.status_code == 404 and r.json()["error"] == "not_found"
     r = await call("conversation.update", writer, namespace=ns, thread_id="u")
-    assert r.status_code == 400
+    assert r.status_code == 422
 
 
 async def test_tombstoned_turns_are_filtered_from_every_read(call, ns, writer, services):

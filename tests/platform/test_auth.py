@@ -73,9 +73,11 @@ async def test_bounded_token_refused_on_admin_op(call, mint, ns):
     assert r.status_code == 403
 
 
-async def test_healthz_and_metrics(api):
+async def test_healthz_and_metrics(api, mint, ns):
     r = await api.get("/healthz")
-    assert r.status_code == 200 and r.json()["clickhouse"] == "ok" and r.json()["redis"] == "ok"
+    assert r.status_code == 200 and r.json() == {"status": "ok"}     # no details without a token
+    r = await api.get("/healthz", headers={"Authorization": f"Bearer {mint(ns, 'viewer')}"})
+    assert r.status_code == 200 and r.json() == {"status": "ok", "clickhouse": "ok", "redis": "ok"}
     r = await api.get("/metrics")
     assert r.status_code == 200 and "loom_requests_total" in r.text
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import Field
 
-from loom.api.models.common import AgentId, NamespacedRequest, StrictModel
+from loom.api.models.common import AgentId, NamespacedRequest, StrictModel, Timestamp
 from loom.ops.briefs.events import MAX_EVENT_CHARS, MAX_EVENTS, MAX_PATH_CHARS
 
 EventKind = Literal["user", "assistant", "edit", "command", "error", "read", "search", "tool", "note", "summary"]
@@ -109,8 +108,8 @@ class BriefGetResponse(StrictModel):
     session_id: str
     user_id: str
     agent: str
-    created_at: datetime
-    updated_at: datetime
+    created_at: Timestamp
+    updated_at: Timestamp
     sections: BriefSections
     text: str = Field(description="The brief rendered as Markdown (with the summary below it when full=true).")
     summary: str | None = None
@@ -130,7 +129,7 @@ class BriefListItem(StrictModel):
     branch: str
     revision: int
     author: Author
-    updated_at: datetime
+    updated_at: Timestamp
     line: str = Field(description="One line: key, revision, age and headline.")
 
 

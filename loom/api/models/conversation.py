@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from loom.api.models.common import AgentId, NamespacedRequest, StrictModel
+from loom.api.models.bounds import JsonObject
+from loom.api.models.common import AgentId, NamespacedRequest, StrictModel, Timestamp
 from loom.ops.conversation.appending import TurnInput
 from loom.ops.conversation.common import MAX_BATCH_TURNS
 
@@ -34,7 +34,7 @@ class TurnIn(StrictModel):
     reasoning: Content = ""
     user_id: ShortText = ""
     run_id: ShortText = ""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
     tokens: Tokens | None = None
 
     def to_input(self) -> TurnInput:
@@ -53,7 +53,7 @@ class AppendRequest(NamespacedRequest):
     reasoning: Content | None = None
     user_id: ShortText | None = None
     run_id: ShortText | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JsonObject | None = None
     tokens: Tokens | None = None
     turns: list[TurnIn] | None = Field(None, min_length=1, max_length=MAX_BATCH_TURNS,
                                        description="The batch form, for ingest: one result per turn, in order.")
@@ -113,7 +113,7 @@ class CreateRequest(NamespacedRequest):
     agent: AgentId = "default"
     thread_id: ThreadId | None = Field(None, description="Omit to have one generated.")
     title: Title | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JsonObject | None = None
     run_id: ShortText | None = None
 
 
@@ -121,7 +121,7 @@ class UpdateRequest(NamespacedRequest):
     agent: AgentId = "default"
     thread_id: ThreadId
     title: Title | None = None
-    metadata: dict[str, Any] | None = Field(None, description="Replaces the thread's metadata, and so a title_refused mark.")
+    metadata: JsonObject | None = Field(None, description="Replaces the thread's metadata, and so a title_refused mark.")
     run_id: ShortText | None = None
 
 
@@ -131,10 +131,10 @@ class ThreadOut(BaseModel):
     title: str
     metadata: dict[str, Any]
     run_id: str
-    created_at: datetime | None
-    updated_at: datetime | None
+    created_at: Timestamp | None
+    updated_at: Timestamp | None
     turns: int = Field(0, description="Live turns in the thread.")
-    last_ts: datetime | None = None
+    last_ts: Timestamp | None = None
 
 
 class CreateResponse(ThreadOut):
@@ -153,11 +153,11 @@ class ThreadSummaryOut(BaseModel):
     agent: str
     title: str = Field(description="Empty when untitled or when the title reads as high.")
     excerpt: str = Field(description="The start of the last turn; empty when it reads as high.")
-    last_ts: datetime
+    last_ts: Timestamp
     last_role: str
     last_msg_id: str
     run_id: str
-    created_at: datetime | None
+    created_at: Timestamp | None
 
 
 class ThreadsResponse(BaseModel):
@@ -169,7 +169,7 @@ class ThreadsResponse(BaseModel):
 
 class MessageOut(BaseModel):
     msg_id: str
-    ts: datetime
+    ts: Timestamp
     role: str
     content: str
     reasoning: str
@@ -180,7 +180,7 @@ class MessageOut(BaseModel):
     high_sensitivity: bool
     is_summary: bool
     is_saved: bool
-    saved_at: datetime | None
+    saved_at: Timestamp | None
 
 
 class GetRequest(NamespacedRequest):

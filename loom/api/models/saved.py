@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from loom.api.models.common import AgentId, NamespacedRequest
+from loom.api.models.bounds import JsonObject
+from loom.api.models.common import AgentId, NamespacedRequest, Timestamp
 from loom.api.models.conversation import Content, MsgId, RoleName, ShortText, ThreadId
 from loom.ops.conversation.saving import NewMessage
 
@@ -35,7 +36,7 @@ class SaveRequest(SavedRequest):
     role: RoleName | None = Field(None, description="For a message not in the transcript yet.")
     content: Content | None = Field(None, description="For a message not in the transcript yet.")
     run_id: ShortText = ""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
     ts: datetime | None = Field(None, description="The message time of a new message (default: now).")
 
     @field_validator("content")
@@ -64,7 +65,7 @@ class SaveResponse(BaseModel):
                           "unsupported_role: a system or tool turn (never embedded); high_sensitivity: it reads as "
                           "high (a new one is not stored, an existing one is not embedded); embed_failed: stored "
                           "and saved, but the embed failed (saving again retries it).")
-    saved_at: datetime | None = Field(None, description="When the user saved it.")
+    saved_at: Timestamp | None = Field(None, description="When the user saved it.")
 
 
 class UnsaveRequest(SavedRequest):
@@ -90,7 +91,7 @@ class SavedMessageOut(BaseModel):
     conversation_id: str
     message_id: str
     role: str
-    ts: datetime = Field(description="When the user saved it (the message time where no save time was recorded).")
+    ts: Timestamp = Field(description="When the user saved it (the message time where no save time was recorded).")
     excerpt: str = Field(description="The start of the message; empty when it reads as high.")
 
 
@@ -127,8 +128,8 @@ class SavedHitOut(BaseModel):
     conversation_id: str
     message_id: str
     role: str
-    ts: datetime = Field(description="The message time.")
-    saved_at: datetime | None
+    ts: Timestamp = Field(description="The message time.")
+    saved_at: Timestamp | None
     score: float = Field(description="hybrid: the fused reciprocal-rank score; semantic: cosine similarity; "
                                      "lexical: the BM25 score.")
     excerpt: str = Field(description="Centred on the matched terms for a lexical hit, else the start.")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from loom.api.models.common import Namespace, StrictModel
+from loom.api.models.common import Namespace, RequestBody, Timestamp
 from loom.api.models.conversation import AgentOrAll, ShortText, ThreadId
 from loom.ops.conversation.searching import MAX_LIMIT, MAX_QUERY_CHARS
 
@@ -15,7 +14,7 @@ Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS,
                              description="What to look for, in words (embedded unless it reads as high).")]
 
 
-class SearchRequest(StrictModel):
+class SearchRequest(RequestBody):
     namespace_scope: Literal["all_mine", "one"] = Field(
         "all_mine", description='"all_mine": every namespace the token grants; "one": only `namespace`.')
     namespace: Namespace | None = Field(None, description='Required with namespace_scope "one", refused otherwise.')
@@ -36,7 +35,7 @@ class SearchHit(BaseModel):
     role: str
     run_id: str
     user_id: str
-    ts: datetime
+    ts: Timestamp
     similarity: float | None = Field(description="Cosine similarity to the query; null for substring hits.")
     excerpt: str = Field(description="The turn's first LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS characters; read the "
                                      "whole turn with conversation.get or conversation.list.")

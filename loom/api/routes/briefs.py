@@ -19,15 +19,16 @@ from loom.api.models.briefs import (
     BriefSaveResponse,
     BriefSections,
 )
+from loom.api.models.errors import COMMON, error_responses
 from loom.auth.principal import Principal, Role
 from loom.ops import briefs as ops
 from loom.ops.briefs.events import Event
 from loom.services import Services
 
-router = APIRouter(prefix="/v1", tags=["session"])
+router = APIRouter(prefix="/v1", tags=["session"], responses=error_responses(*COMMON))
 
 
-@router.post("/session.brief_save", response_model=BriefSaveResponse)
+@router.post("/session.brief_save", response_model=BriefSaveResponse, responses=error_responses(409))
 async def brief_save(body: BriefSaveRequest, who: Principal = Depends(require(Role.writer, bounded="any")),
                      svc: Services = Depends(services)) -> BriefSaveResponse:
     """Revise (or start) a brief from events, from sections the agent wrote, or both."""
@@ -40,7 +41,7 @@ async def brief_save(body: BriefSaveRequest, who: Principal = Depends(require(Ro
     return BriefSaveResponse(**asdict(result))
 
 
-@router.post("/session.brief_get", response_model=BriefGetResponse)
+@router.post("/session.brief_get", response_model=BriefGetResponse, responses=error_responses(404))
 async def brief_get(body: BriefGetRequest, who: Principal = Depends(require(Role.viewer, bounded="any")),
                     svc: Services = Depends(services)) -> BriefGetResponse:
     """Load a brief by brief_key, else the newest one a session wrote, else the newest for a project."""

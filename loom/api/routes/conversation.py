@@ -29,6 +29,7 @@ from loom.api.models.conversation import (
     ThreadSummaryOut,
     UpdateRequest,
 )
+from loom.api.models.errors import COMMON, error_responses
 from loom.auth.principal import Principal, Role
 from loom.ops import conversation as ops
 from loom.ops.conversation.appending import AppendResult
@@ -36,7 +37,7 @@ from loom.ops.conversation.common import as_utc
 from loom.services import Services
 from loom.store.conversations import Message
 
-router = APIRouter(prefix="/v1", tags=["conversation"])
+router = APIRouter(prefix="/v1", tags=["conversation"], responses=error_responses(*COMMON))
 
 
 def _messages(messages: list[Message]) -> list[MessageOut]:
@@ -97,7 +98,7 @@ async def create(body: CreateRequest, who: Principal = Depends(require(Role.writ
     return CreateResponse(**asdict(view), created=created)
 
 
-@router.post("/conversation.update", response_model=ThreadOut)
+@router.post("/conversation.update", response_model=ThreadOut, responses=error_responses(404))
 async def update(body: UpdateRequest, who: Principal = Depends(require(Role.writer)),
                  svc: Services = Depends(services)) -> ThreadOut:
     """Change a thread's title, metadata or run_id. New metadata replaces the old one,
@@ -119,7 +120,7 @@ async def threads(body: ThreadsRequest, who: Principal = Depends(require(Role.vi
                            offset=body.offset, has_more=has_more)
 
 
-@router.post("/conversation.get", response_model=GetResponse)
+@router.post("/conversation.get", response_model=GetResponse, responses=error_responses(404))
 async def get(body: GetRequest, who: Principal = Depends(require(Role.viewer)),
               svc: Services = Depends(services)) -> GetResponse:
     """One thread's metadata; `include_messages: true` adds a page of its turns

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from fastapi import APIRouter, Depends
 
 from loom.api.deps import require, services
+from loom.api.models.errors import COMMON, error_responses
 from loom.api.models.namespaces import (
     GetConfigRequest,
     NamespaceConfigResponse,
@@ -17,7 +18,7 @@ from loom.auth.principal import Principal, Role
 from loom.ops import namespaces as ops
 from loom.services import Services
 
-router = APIRouter(prefix="/v1", tags=["namespaces"])
+router = APIRouter(prefix="/v1", tags=["namespaces"], responses=error_responses(*COMMON))
 
 
 @router.post("/conversation.set_logging", response_model=NamespaceConfigResponse)

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from fastapi import APIRouter, Depends
 
 from loom.api.deps import require, services
+from loom.api.models.errors import COMMON, error_responses
 from loom.api.models.saved import (
     ListSavedRequest,
     ListSavedResponse,
@@ -26,7 +27,7 @@ from loom.auth.principal import Principal, Role
 from loom.ops.conversation import saved_reads, saving
 from loom.services import Services
 
-router = APIRouter(prefix="/v1", tags=["saved messages"])
+router = APIRouter(prefix="/v1", tags=["saved messages"], responses=error_responses(*COMMON))
 
 
 @router.post("/conversation.save_message", response_model=SaveResponse)

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from fastapi import APIRouter, Depends, Response
 
 from loom.api.deps import require, services
+from loom.api.models.errors import COMMON, error_responses
 from loom.api.models.search import SearchHit, SearchRequest, SearchResponse
 from loom.auth.principal import Principal, Role
 from loom.ops.conversation import searching
@@ -15,7 +16,7 @@ from loom.ops.conversation.thread_ops import ALL_AGENTS
 from loom.services import Services
 from loom.store.search import Filters
 
-router = APIRouter(prefix="/v1", tags=["conversation"])
+router = APIRouter(prefix="/v1", tags=["conversation"], responses=error_responses(*COMMON))
 
 PLAN_HEADER = "x-loom-search-plan"
 

@@ -1,0 +1,47 @@
+"""The API under uvicorn on a free port, for tests that need a real HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from loom.api.app import create_app
+from loom.services import open_services
+from loom.settings import Settings
+
+
+@contextlib.contextmanager
+def serve(settings: Settings) -> Iterator[str]:
+    """The API under uvicorn on a free port, in a thread with its own event loop and its
+    own services (as `loom serve` runs it, less the supervisor)."""
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def main() -> None:
+        svc = await open_services(settings, settings.clickhouse_url, settings.redis_url)
+        config = uvicorn.Config(create_app(svc), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        server = uvicorn.Server(config)
+        box["server"] = server
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.02)
+        box["port"] = server.servers[0].sockets[0].getsockname()[1] if server.started else None
+        ready.set()
+        try:
+            await task
+        finally:
+            await svc.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    assert ready.wait(60) and box.get("port"), "the API did not start"
+    try:
+        yield f"http://127.0.0.1:{box['port']}"
+    finally:
+        box["server"].should_exit = True
+        thread.join(30)
