@@ -41,8 +41,8 @@ class Leak:
 @dataclass
 class LeakSpy:
     leaks: list[Leak] = field(default_factory=list)
-    seen: dict[str, int] = field(default_factory=dict)      # texts each provider received
-    llm: LeakSpyLLM | None = None                               # the spy around Services.llm (set by its slot)
+    seen: dict[str, int] = field(default_factory=dict)  # texts each provider received
+    llm: LeakSpyLLM | None = None  # the spy around Services.llm (set by its slot)
 
     def check(self, provider: str, texts: Iterable[str]) -> None:
         for text in texts:
@@ -60,7 +60,7 @@ class LeakSpyEmbedder:
     def __init__(self, inner: Any, spy: LeakSpy, provider: str) -> None:
         self.inner, self.spy, self.provider = inner, spy, provider
 
-    def __getattr__(self, name: str) -> Any:          # model_id, dim, vector, ...
+    def __getattr__(self, name: str) -> Any:  # model_id, dim, vector, ...
         return getattr(self.inner, name)
 
     def embed(self, texts: Sequence[str]) -> Any:

@@ -53,7 +53,7 @@ class Ctx:
 
     async def ok(self, op: str, token: str, **body: Any) -> dict[str, Any]:
         r = await self.call(op, token, **body)
-        assert r.status_code == 200, (op, r.status_code)     # never print a body that may hold high text
+        assert r.status_code == 200, (op, r.status_code)  # never print a body that may hold high text
         return r.json()  # type: ignore[no-any-return]
 
 
@@ -66,64 +66,164 @@ async def drive_append(ctx: Ctx) -> None:
         for role in ("user", "assistant"):
             turns += [
                 {"thread_id": "leak", "role": role, "msg_id": f"{kind}-{role}-content", "content": text},
-                {"thread_id": "leak", "role": role, "msg_id": f"{kind}-{role}-reasoning", "content": CLEAN,
-                 "reasoning": text},
-                {"thread_id": "leak", "role": role, "msg_id": f"{kind}-{role}-metadata", "content": CLEAN + " ",
-                 "metadata": {"note": text, "nested": {"deep": [text]}}},
+                {
+                    "thread_id": "leak",
+                    "role": role,
+                    "msg_id": f"{kind}-{role}-reasoning",
+                    "content": CLEAN,
+                    "reasoning": text,
+                },
+                {
+                    "thread_id": "leak",
+                    "role": role,
+                    "msg_id": f"{kind}-{role}-metadata",
+                    "content": CLEAN + " ",
+                    "metadata": {"note": text, "nested": {"deep": [text]}},
+                },
             ]
     turns.append({"thread_id": "leak", "role": "user", "msg_id": "tail", "content": LONG_TAIL})
     body = await ctx.ok("conversation.append", ctx.writer, namespace=ctx.ns, turns=turns)
     assert all(r["stored"] for r in body["results"])
     # One at a time as well (the single-turn path).
-    await ctx.ok("conversation.append", ctx.writer, namespace=ctx.ns, thread_id="leak", role="user",
-                 content=HIGH["card"], msg_id="single")
+    await ctx.ok(
+        "conversation.append",
+        ctx.writer,
+        namespace=ctx.ns,
+        thread_id="leak",
+        role="user",
+        content=HIGH["card"],
+        msg_id="single",
+    )
 
 
 async def drive_save(ctx: Ctx) -> None:
     for kind, text in HIGH.items():
-        body = await ctx.ok("conversation.save_message", ctx.writer, namespace=ctx.ns, user_id="alice",
-                            conversation_id="saved", message_id=f"new-{kind}", role="user", content=text)
+        body = await ctx.ok(
+            "conversation.save_message",
+            ctx.writer,
+            namespace=ctx.ns,
+            user_id="alice",
+            conversation_id="saved",
+            message_id=f"new-{kind}",
+            role="user",
+            content=text,
+        )
         assert body["reason"] == "high_sensitivity"
-        await ctx.ok("conversation.save_message", ctx.writer, namespace=ctx.ns, user_id="alice",
-                     conversation_id="saved", message_id=f"meta-{kind}", role="user", content=f"{CLEAN} {kind}",
-                     metadata={"note": text})
+        await ctx.ok(
+            "conversation.save_message",
+            ctx.writer,
+            namespace=ctx.ns,
+            user_id="alice",
+            conversation_id="saved",
+            message_id=f"meta-{kind}",
+            role="user",
+            content=f"{CLEAN} {kind}",
+            metadata={"note": text},
+        )
         # A high turn the transcript holds (appended above).
-        await ctx.ok("conversation.save_message", ctx.writer, namespace=ctx.ns, user_id="alice",
-                     conversation_id="leak", message_id=f"{kind}-user-content")
-    await ctx.ok("conversation.save_message", ctx.writer, namespace=ctx.ns, user_id="alice",
-                 conversation_id="saved", message_id="tail", role="user", content=LONG_TAIL)
+        await ctx.ok(
+            "conversation.save_message",
+            ctx.writer,
+            namespace=ctx.ns,
+            user_id="alice",
+            conversation_id="leak",
+            message_id=f"{kind}-user-content",
+        )
+    await ctx.ok(
+        "conversation.save_message",
+        ctx.writer,
+        namespace=ctx.ns,
+        user_id="alice",
+        conversation_id="saved",
+        message_id="tail",
+        role="user",
+        content=LONG_TAIL,
+    )
 
 
 async def drive_search(ctx: Ctx) -> None:
     for text in [*HIGH.values(), LONG_TAIL[-200:], CLEAN]:
         await ctx.ok("conversation.search", ctx.writer, query=text, namespace_scope="one", namespace=ctx.ns)
         for mode in ("hybrid", "semantic", "lexical"):
-            await ctx.ok("conversation.search_saved_messages", ctx.writer, namespace=ctx.ns, user_id="alice",
-                         query=text, search_mode=mode)
+            await ctx.ok(
+                "conversation.search_saved_messages",
+                ctx.writer,
+                namespace=ctx.ns,
+                user_id="alice",
+                query=text,
+                search_mode=mode,
+            )
 
 
 async def drive_threads(ctx: Ctx) -> None:
     for kind, text in HIGH.items():
-        await ctx.ok("conversation.create", ctx.writer, namespace=ctx.ns, thread_id=f"titled-{kind}", title=text,
-                     metadata={"note": text})
-        await ctx.ok("conversation.append", ctx.writer, namespace=ctx.ns, thread_id=f"titled-{kind}", role="user",
-                     content=CLEAN)
-        await ctx.ok("conversation.update", ctx.writer, namespace=ctx.ns, thread_id=f"titled-{kind}",
-                     title=f"{text} (2)", metadata={"note": [text]})
+        await ctx.ok(
+            "conversation.create",
+            ctx.writer,
+            namespace=ctx.ns,
+            thread_id=f"titled-{kind}",
+            title=text,
+            metadata={"note": text},
+        )
+        await ctx.ok(
+            "conversation.append",
+            ctx.writer,
+            namespace=ctx.ns,
+            thread_id=f"titled-{kind}",
+            role="user",
+            content=CLEAN,
+        )
+        await ctx.ok(
+            "conversation.update",
+            ctx.writer,
+            namespace=ctx.ns,
+            thread_id=f"titled-{kind}",
+            title=f"{text} (2)",
+            metadata={"note": [text]},
+        )
 
 
 def _legacy_rows(ctx: Ctx) -> None:
     """Rows an earlier build wrote: the kept text clean, the transcript high beyond it."""
     now = utcnow()
     content = LONG_TAIL
-    conv_store.insert(ctx.services.ch, [conv_store.Turn(namespace=ctx.ns, agent="default", thread_id="old",
-                                                        msg_id=m, ts=now, role="user", content=content,
-                                                        version=next_version()) for m in ("k2048", "k240")])
+    conv_store.insert(
+        ctx.services.ch,
+        [
+            conv_store.Turn(
+                namespace=ctx.ns,
+                agent="default",
+                thread_id="old",
+                msg_id=m,
+                ts=now,
+                role="user",
+                content=content,
+                version=next_version(),
+            )
+            for m in ("k2048", "k240")
+        ],
+    )
     fake = FakeEmbedder()
-    emb_store.insert(ctx.services.ch, [
-        emb_store.EmbeddingRow(ctx.ns, "old", m, "default", "user", "", "", now, content[:n], fake.embed([content[:n]])[0],
-                               "legacy", version=next_version())
-        for m, n in (("k2048", 2048), ("k240", 240))])
+    emb_store.insert(
+        ctx.services.ch,
+        [
+            emb_store.EmbeddingRow(
+                ctx.ns,
+                "old",
+                m,
+                "default",
+                "user",
+                "",
+                "",
+                now,
+                content[:n],
+                fake.embed([content[:n]])[0],
+                "legacy",
+                version=next_version(),
+            )
+            for m, n in (("k2048", 2048), ("k240", 240))
+        ],
+    )
     search_marks.record(ctx.services.ch, [(ctx.ns, "")], next_version() + search_marks.CLOCK_MARGIN_NS)
 
 
@@ -134,22 +234,42 @@ async def drive_reembed(ctx: Ctx) -> None:
 
 
 async def drive_briefs(ctx: Ctx) -> None:
-    sections = {"goal": HIGH["password"], "status": HIGH["api_key"], "decisions": list(HIGH.values()),
-                "dead_ends": [HIGH["card"]], "done": [HIGH["ssn"]], "open_questions": [HIGH["pin"]],
-                "next_steps": [HIGH["password"], CLEAN], "key_files": [HIGH["api_key"]],
-                "constraints": [HIGH["card"]], "pointers": [HIGH["ssn"]]}
+    sections = {
+        "goal": HIGH["password"],
+        "status": HIGH["api_key"],
+        "decisions": list(HIGH.values()),
+        "dead_ends": [HIGH["card"]],
+        "done": [HIGH["ssn"]],
+        "open_questions": [HIGH["pin"]],
+        "next_steps": [HIGH["password"], CLEAN],
+        "key_files": [HIGH["api_key"]],
+        "constraints": [HIGH["card"]],
+        "pointers": [HIGH["ssn"]],
+    }
     await ctx.ok("session.brief_save", ctx.writer, namespace=ctx.ns, brief_key="leaky", sections=sections)
-    events = [{"kind": kind, "text": text} for text in [*HIGH.values(), LONG_TAIL]
-              for kind in ("user", "assistant", "command", "error", "note", "tool", "summary")]
+    events = [
+        {"kind": kind, "text": text}
+        for text in [*HIGH.values(), LONG_TAIL]
+        for kind in ("user", "assistant", "command", "error", "note", "tool", "summary")
+    ]
     events += [{"kind": "edit", "text": CLEAN, "path": "src/app.py"}, {"kind": "user", "text": CLEAN}]
-    body = await ctx.ok("session.brief_save", ctx.writer, namespace=ctx.ns, brief_key="leaky", events=events,
-                        event_cursor="1")
+    body = await ctx.ok(
+        "session.brief_save", ctx.writer, namespace=ctx.ns, brief_key="leaky", events=events, event_cursor="1"
+    )
     assert body["author"] == "llm" and body["events_withheld"] > 0
     # Events and sections at once, and a brief started from events.
-    await ctx.ok("session.brief_save", ctx.writer, namespace=ctx.ns, brief_key="leaky", events=events,
-                 sections={"goal": HIGH["ssn"]}, event_cursor="2")
-    await ctx.ok("session.brief_save", ctx.writer, namespace=ctx.ns, brief_key="fresh", events=events,
-                 event_cursor="3")
+    await ctx.ok(
+        "session.brief_save",
+        ctx.writer,
+        namespace=ctx.ns,
+        brief_key="leaky",
+        events=events,
+        sections={"goal": HIGH["ssn"]},
+        event_cursor="2",
+    )
+    await ctx.ok(
+        "session.brief_save", ctx.writer, namespace=ctx.ns, brief_key="fresh", events=events, event_cursor="3"
+    )
 
 
 # The ops that can reach a provider. A later feature adds its own.
@@ -193,7 +313,7 @@ async def test_no_op_sends_a_provider_text_that_reads_as_high(call, ns, mint, se
     namespaces.update(services.ch, ns, conversation_logging_enabled=True)
     await services.redis.delete(recording_cache.key(ns))
     assert leak_spy.llm is not None
-    leak_spy.llm.inner = ScriptedLLM(_brief_model)             # a configured model for the briefs
+    leak_spy.llm.inner = ScriptedLLM(_brief_model)  # a configured model for the briefs
     ctx = Ctx(call, ns, mint(ns, "writer"), mint(ns, "admin"), services, leak_spy)
     for name, drive in DRIVERS:
         await drive(ctx)

@@ -42,7 +42,9 @@ async def record_saved(svc: Services, keys: Sequence[TurnKey]) -> set[TurnKey]:
     # Most such turns are recorded already (a save's claim outlives its row's upgrade):
     # a read without the lease settles them.
     now = await svc.run(conv_store.states, svc.ch, keys)
-    todo = [k for k in keys if k not in now or (now[k].origin == conv_store.SAVED_ONLY and not now[k].tombstoned)]
+    todo = [
+        k for k in keys if k not in now or (now[k].origin == conv_store.SAVED_ONLY and not now[k].tombstoned)
+    ]
     by_thread: dict[tuple[str, str], list[TurnKey]] = {}
     for k in todo:
         by_thread.setdefault((k[0], k[2]), []).append(k)
@@ -52,9 +54,14 @@ async def record_saved(svc: Services, keys: Sequence[TurnKey]) -> set[TurnKey]:
             try:
                 await stack.enter_async_context(thread_lease(svc.redis, ns, thread_id))
             except LeaseTimeout:
-                raise Unavailable("the conversation is busy with another write; retry the append",
-                                  field="thread_id", rule="retry") from None
-            await stack.enter_async_context(search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, thread_id)]))
+                raise Unavailable(
+                    "the conversation is busy with another write; retry the append",
+                    field="thread_id",
+                    rule="retry",
+                ) from None
+            await stack.enter_async_context(
+                search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, thread_id)])
+            )
             gone |= await svc.run(_record_sync, svc, group)
     return gone
 
