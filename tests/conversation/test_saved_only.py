@@ -227,6 +227,62 @@ async def test_an_append_after_the_save_claim_expired_still_makes_it_recorded(
     assert turn_rows(services.ch, ns)[0]["origin"] == "recorded"
 
 
+async def test_concurrent_appends_of_a_saved_only_turn_record_it_once(call, ns, mint, recording, services):
+    import asyncio
+
+    token = mint(ns, "writer")
+    await _save(call, token, ns)
+    recording(ns, True)
+    bodies = await asyncio.gather(*(_append(call, token, ns, "m1") for _ in range(4)))
+    assert {b["reason"] for b in bodies} == {"duplicate"}
+    [row] = turn_rows(services.ch, ns)
+    assert row["origin"] == "recorded" and row["is_saved"] is True
+    recorded = services.ch.query(
+        "SELECT count() FROM conversations WHERE namespace = {ns:String} AND origin = 'recorded'",
+        parameters={"ns": ns},
+    ).result_rows[0][0]
+    assert recorded == 1  # one new version, however many appends raced
+    assert (await _search_ids(call, token, ns))[1] == ["m1"]
+
+
+async def test_a_saved_only_copy_leaves_another_agents_recorded_copy_searchable(call, ns, writer, services):
+    """Agent "other" saves its own (new) copy of a turn agent "default" recorded: the
+    shared embedding row keeps serving the recorded copy to conversation.search."""
+    await _append(call, writer, ns, "m1")
+    body = await ok(
+        call,
+        SAVE,
+        writer,
+        namespace=ns,
+        user_id="alice",
+        conversation_id="c1",
+        message_id="m1",
+        agent="other",
+        role="user",
+        content=TEXT,
+    )
+    assert body["saved"] is True and body["indexed"] is True
+    origin = {r["agent"]: r["origin"] for r in turn_rows(services.ch, ns)}
+    assert origin == {"default": "recorded", "other": "saved"}
+    body = await ok(call, "conversation.search", writer, query=QUERY, namespace_scope="one", namespace=ns)
+    assert [(h["agent"], h["msg_id"]) for h in body["hits"]] == [("default", "m1")]
+    assert await _saved_ids(call, writer, ns) == ["m1"]
+    body = await ok(
+        call,
+        UNSAVE,
+        writer,
+        namespace=ns,
+        user_id="alice",
+        conversation_id="c1",
+        message_id="m1",
+        agent="other",
+    )
+    assert body == {"found": True, "removed": True}
+    assert [r["agent"] for r in turn_rows(services.ch, ns)] == ["default"]
+    body = await ok(call, "conversation.search", writer, query=QUERY, namespace_scope="one", namespace=ns)
+    assert [(h["agent"], h["msg_id"]) for h in body["hits"]] == [("default", "m1")]
+
+
 # -- the migration's rule for rows of earlier builds ------------------------------------
 
 

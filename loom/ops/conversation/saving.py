@@ -323,6 +323,11 @@ def _write_embedding(svc: Services, row: saved_store.TranscriptRow, emb: emb_sto
     flags: dict[str, Any] = dict(agent=row.agent, role=row.role, run_id=row.run_id, user_id=row.user_id,
                                  ts=row.ts, is_saved=True, saved_at=saved_at, tombstoned=False, origin=row.origin)
     if emb is not None and _has_live_vector(emb, text):
+        if row.saved_only and emb.origin == conv_store.RECORDED and emb.agent != row.agent:
+            # The vector serves another agent's recorded copy of the same text: it keeps
+            # serving that copy in conversation.search (a saved-only copy never would),
+            # and is flagged for the saver's own search as well.
+            flags.update(agent=emb.agent, role=emb.role, run_id=emb.run_id, ts=emb.ts, origin=conv_store.RECORDED)
         if any(getattr(emb, k) != v for k, v in flags.items()):
             emb_store.insert(svc.ch, [replace(emb, **flags, version=next_version())])
         return result
