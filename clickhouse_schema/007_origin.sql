@@ -51,8 +51,10 @@ SELECT namespace, agent, thread_id, msg_id, ts, role, content, reasoning, user_i
        version + 1
 FROM conversations FINAL
 WHERE is_saved AND origin = 'recorded'
-  AND (namespace, agent, thread_id) NOT IN (
-      SELECT namespace, agent, thread_id FROM conversations FINAL WHERE NOT is_saved);
+  AND (namespace, agent, thread_id) IN (
+      -- the threads whose every row is saved (a small set: not every thread of the table)
+      SELECT namespace, agent, thread_id FROM conversations FINAL
+      GROUP BY namespace, agent, thread_id HAVING countIf(NOT is_saved) = 0);
 
 INSERT INTO conversation_embeddings (namespace, thread_id, msg_id, agent, role, run_id, user_id, ts, text, embedding,
                                      model, error, is_summary, is_saved, saved_at, tombstoned, origin, version)

@@ -7,8 +7,8 @@ one whose transcript row does (marked high, or its whole content reads as high),
 where the kept characters look clean and the high part lies beyond them (an earlier
 build screened less and may have embedded such a turn). Such an embedding row is
 tombstoned (counted in skipped_high): its vector and kept text go, and a newer version
-keeps older ones from coming back. Each new vector is written under the thread lease after re-reading the
-row: a row tombstoned or rewritten meanwhile is left alone. Rows whose embed had
+keeps older ones from coming back. Each new vector is written under the thread lease
+after re-reading the row: a row tombstoned or rewritten meanwhile is left alone. Rows whose embed had
 failed are embedded again: an admin's re-embed is the one thing that retries them.
 """
 
