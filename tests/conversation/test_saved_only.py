@@ -142,6 +142,23 @@ async def test_threads_and_get_count_only_recorded_turns(call, ns, writer, servi
     assert "s1" not in hits
 
 
+async def test_verification_drops_a_saved_only_vector_an_earlier_build_indexed(call, ns, mint, services):
+    """Before migration 007 the vector tables took every vector: such a row is below the
+    marks the migration raised, and verification drops it (its transcript copy is not
+    recorded)."""
+    token = mint(ns, "writer")
+    await _save(call, token, ns)
+    services.ch.command(
+        "INSERT INTO conversation_vectors_384 (namespace, thread_id, msg_id, version, agent, role, run_id, user_id, "
+        "ts, text, embedding) SELECT namespace, thread_id, msg_id, version, agent, role, run_id, user_id, ts, text, "
+        "embedding FROM conversation_embeddings FINAL WHERE namespace = {ns:String}",
+        parameters={"ns": ns},
+    )
+    raise_marks(services.ch, ns)
+    mode, hits = await _search_ids(call, token, ns)
+    assert mode == "vector" and hits == []
+
+
 # -- unsave, both ways ---------------------------------------------------------------------
 
 
@@ -281,6 +298,19 @@ async def test_a_saved_only_copy_leaves_another_agents_recorded_copy_searchable(
     assert [r["agent"] for r in turn_rows(services.ch, ns)] == ["default"]
     body = await ok(call, "conversation.search", writer, query=QUERY, namespace_scope="one", namespace=ns)
     assert [(h["agent"], h["msg_id"]) for h in body["hits"]] == [("default", "m1")]
+
+
+async def test_an_append_that_loses_to_an_unsave_answers_deleted(call, ns, mint, recording, services):
+    """The unsave took the thread lease first and removed the row: nothing is left to
+    record, and the append says so."""
+    from loom.ops.conversation import origin
+
+    token = mint(ns, "writer")
+    await _save(call, token, ns)
+    key = (ns, "default", "c1", "m1")
+    await ok(call, UNSAVE, token, namespace=ns, user_id="alice", conversation_id="c1", message_id="m1")
+    assert await origin.record_saved(services, [key]) == {key}
+    assert turn_rows(services.ch, ns) == []
 
 
 # -- the migration's rule for rows of earlier builds ------------------------------------
