@@ -185,3 +185,19 @@ def fake_embedder() -> Any:
     from loom.providers.embedders import FakeEmbedder
 
     return FakeEmbedder()
+
+
+@pytest.fixture
+async def leak_spy(services: Any, arq_worker: Any) -> AsyncIterator[Any]:
+    """Every provider (tests/leaks.py PROVIDERS: the embedders, the LLMs) wrapped in a spy
+    for this test; the test fails if any was sent text that reads as high."""
+    from tests.leaks import Env, LeakSpy, install_all
+
+    spy = LeakSpy()
+    undo = install_all(Env(services, arq_worker.ctx.get("loom")), spy)
+    try:
+        yield spy
+    finally:
+        for step in reversed(undo):
+            step()
+    spy.assert_clean()

@@ -20,14 +20,24 @@ from loom.store.clickhouse import insert_settings, key_sets
 
 COLUMNS = ["namespace", "agent", "thread_id", "msg_id", "ts", "role", "content", "reasoning", "user_id",
            "run_id", "metadata", "tokens", "high_sensitivity", "is_summary", "is_saved", "saved_at",
-           "tombstoned", "tombstoned_at", "tombstone_reason", "version"]
+           "tombstoned", "tombstoned_at", "tombstone_reason", "origin", "version"]
 # Given to every insert, so the client does not ask the server to DESCRIBE the table first.
 COLUMN_TYPES = ["LowCardinality(String)", "LowCardinality(String)", "String", "String", "DateTime64(6, 'UTC')",
                 "LowCardinality(String)", "String", "String", "String", "String", "String", "Nullable(UInt32)",
                 "Bool", "Bool", "Bool", "Nullable(DateTime64(3, 'UTC'))", "Bool",
-                "Nullable(DateTime64(3, 'UTC'))", "LowCardinality(String)", "UInt64"]
+                "Nullable(DateTime64(3, 'UTC'))", "LowCardinality(String)", "LowCardinality(String)", "UInt64"]
 
 TurnKey = tuple[str, str, str, str]  # (namespace, agent, thread_id, msg_id)
+
+# How a row came to exist (column `origin`, migration 007). A recorded row is part of the
+# namespace's transcript; a saved-only row was stored by conversation.save_message alone
+# and belongs to the user who saved it: only the saved-message ops (and erasure's
+# export) read it. Every writer of a new version of a row carries its origin over.
+RECORDED = "recorded"
+SAVED_ONLY = "saved"
+# The condition every transcript read of the namespace's turns adds (search, threads,
+# get, list): saved-only rows are not part of the transcript.
+IS_RECORDED = "origin = 'recorded'"
 
 
 @dataclass
@@ -51,6 +61,7 @@ class Turn:
     tombstoned: bool = False
     tombstoned_at: datetime | None = None
     tombstone_reason: str = ""
+    origin: str = RECORDED
     version: int = 0
 
     @property
@@ -61,7 +72,7 @@ class Turn:
         return [self.namespace, self.agent, self.thread_id, self.msg_id, self.ts, self.role, self.content,
                 self.reasoning, self.user_id, self.run_id, json.dumps(self.metadata, separators=(",", ":")),
                 self.tokens, self.high_sensitivity, self.is_summary, self.is_saved, self.saved_at,
-                self.tombstoned, self.tombstoned_at, self.tombstone_reason, self.version]
+                self.tombstoned, self.tombstoned_at, self.tombstone_reason, self.origin, self.version]
 
 
 # Left to the merges by small inserts (loom.store.clickhouse.insert_settings). idx_created
@@ -85,6 +96,9 @@ class Landed:
     # an embedding row to reuse (the embedding row is written after, and for, a
     # transcript row).
     elsewhere: set[tuple[str, str, str]]
+    # Landed for this agent as a saved-only row (its newest version): an append of the
+    # turn while the namespace records makes it recorded (loom.ops.conversation.origin).
+    saved_only: set[TurnKey] = field(default_factory=set)
 
 
 def landed(ch: Client, keys: Iterable[TurnKey]) -> Landed:
@@ -96,7 +110,7 @@ def landed(ch: Client, keys: Iterable[TurnKey]) -> Landed:
     # Every agent's copy is read (no agent filter): the agents of a namespace are few,
     # and the other agents' copies tell which turns may have a vector to reuse.
     rows = ch.query(
-        "SELECT toString(namespace), toString(agent), thread_id, msg_id FROM conversations "
+        "SELECT toString(namespace), toString(agent), thread_id, msg_id, toString(origin), version FROM conversations "
         "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
         # A few rows: one thread is enough, and spares the engine ~0.5 ms of CPU.
         "SETTINGS max_threads = 1",
@@ -104,12 +118,16 @@ def landed(ch: Client, keys: Iterable[TurnKey]) -> Landed:
     ).result_rows
     wanted = set(keys)
     out = Landed(set(), set())
-    for ns, agent, thread_id, msg_id in rows:
+    newest: dict[TurnKey, tuple[int, str]] = {}
+    for ns, agent, thread_id, msg_id, origin, version in rows:
         key = (ns, agent, thread_id, msg_id)
         if key in wanted:
             out.existing.add(key)
+            if key not in newest or version >= newest[key][0]:
+                newest[key] = (version, origin)
         else:
             out.elsewhere.add((ns, thread_id, msg_id))
+    out.saved_only = {k for k, (_, origin) in newest.items() if origin == SAVED_ONLY}
     return out
 
 
@@ -121,6 +139,7 @@ class TurnState:
     is_saved: bool
     saved_at: datetime | None
     user_id: str = ""      # the owner: a save may have claimed the row since it was appended
+    origin: str = RECORDED
 
 
 def states(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnState]:
@@ -134,16 +153,16 @@ def states(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnState]:
         return {}
     rows = ch.query(
         "SELECT toString(namespace), toString(agent), thread_id, msg_id, tombstoned, is_saved, saved_at, version, "
-        "user_id FROM conversations WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
+        "user_id, toString(origin) FROM conversations WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
         parameters=key_sets(keys, ns=0, ag=1, th=2, ids=3),
     ).result_rows
     wanted = set(keys)
     newest: dict[TurnKey, tuple[int, TurnState]] = {}
-    for ns, agent, thread_id, msg_id, tombstoned, is_saved, saved_at, version, user_id in rows:
+    for ns, agent, thread_id, msg_id, tombstoned, is_saved, saved_at, version, user_id, origin in rows:
         key = (ns, agent, thread_id, msg_id)
         if key in wanted and (key not in newest or version >= newest[key][0]):
-            newest[key] = (version, TurnState(bool(tombstoned), bool(is_saved), saved_at, user_id))
+            newest[key] = (version, TurnState(bool(tombstoned), bool(is_saved), saved_at, user_id, origin))
     return {key: state for key, (_, state) in newest.items()}
 
 
@@ -183,8 +202,9 @@ def _message(r: Sequence[Any]) -> Message:
 
 def page(ch: Client, namespace: str, agent: str, thread_id: str, *, limit: int, descending: bool = False,
          after: tuple[int, str] | None = None, run_id: str | None = None) -> list[Message]:
-    """A thread's live turns in (ts, msg_id) order, after a keyset position (ts in µs, msg_id)."""
-    where = ["namespace = {ns:String}", "agent = {ag:String}", "thread_id = {th:String}", "NOT tombstoned"]
+    """A thread's live recorded turns in (ts, msg_id) order, after a keyset position (ts in µs, msg_id)."""
+    where = ["namespace = {ns:String}", "agent = {ag:String}", "thread_id = {th:String}", "NOT tombstoned",
+             IS_RECORDED]
     params: dict[str, Any] = {"ns": namespace, "ag": agent, "th": thread_id, "lim": limit}
     if run_id is not None:
         where.append("run_id = {run:String}")
@@ -212,7 +232,7 @@ class ThreadActivity:
 def activity(ch: Client, namespace: str, agent: str, thread_id: str) -> ThreadActivity:
     row = ch.query(
         "SELECT count(), min(ts), max(ts) FROM conversations FINAL WHERE namespace = {ns:String} "
-        "AND agent = {ag:String} AND thread_id = {th:String} AND NOT tombstoned",
+        f"AND agent = {{ag:String}} AND thread_id = {{th:String}} AND NOT tombstoned AND {IS_RECORDED}",
         parameters={"ns": namespace, "ag": agent, "th": thread_id},
     ).result_rows[0]
     count = int(row[0])
@@ -228,15 +248,34 @@ class LastTurn:
 
 
 def last_turns(ch: Client, namespace: str, pairs: Sequence[tuple[str, str]], chars: int) -> dict[tuple[str, str], LastTurn]:
-    """The newest live turn of each (agent, thread_id), with its content's first `chars` characters."""
+    """The newest live recorded turn of each (agent, thread_id), with its content's first `chars` characters."""
     if not pairs:
         return {}
     rows = ch.query(
         "SELECT toString(agent), thread_id, argMax(msg_id, (ts, msg_id)), toString(argMax(role, (ts, msg_id))), "
         "max(ts), argMax(leftUTF8(content, {n:UInt32}), (ts, msg_id)) "
         "FROM conversations FINAL WHERE namespace = {ns:String} AND agent IN {ag:Array(String)} "
-        "AND thread_id IN {th:Array(String)} AND NOT tombstoned GROUP BY agent, thread_id",
+        f"AND thread_id IN {{th:Array(String)}} AND NOT tombstoned AND {IS_RECORDED} GROUP BY agent, thread_id",
         parameters={"ns": namespace, "n": chars, **key_sets(pairs, ag=0, th=1)},
     ).result_rows
     wanted = set(pairs)
     return {(r[0], r[1]): LastTurn(r[2], r[3], r[4], r[5]) for r in rows if (r[0], r[1]) in wanted}
+
+
+def copy_texts(ch: Client, keys: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str], list[tuple[str, bool]]]:
+    """Every agent's copy of the named turns (newest versions, tombstoned included): the
+    whole content and its high mark, per (namespace, thread_id, msg_id)."""
+    keys = list(keys)
+    if not keys:
+        return {}
+    rows = ch.query(
+        "SELECT toString(namespace), thread_id, msg_id, content, high_sensitivity FROM conversations FINAL "
+        "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
+        parameters=key_sets(keys, ns=0, th=1, ids=2),
+    ).result_rows
+    wanted = set(keys)
+    out: dict[tuple[str, str, str], list[tuple[str, bool]]] = {}
+    for ns, thread_id, msg_id, content, high in rows:
+        if (ns, thread_id, msg_id) in wanted:
+            out.setdefault((ns, thread_id, msg_id), []).append((content, bool(high)))
+    return out

@@ -17,12 +17,13 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 
 from loom.store.clickhouse import insert_settings, key_sets
+from loom.store.conversations import RECORDED
 
 COLUMNS = ["namespace", "thread_id", "msg_id", "agent", "role", "run_id", "user_id", "ts", "text", "embedding",
-           "model", "error", "is_summary", "is_saved", "saved_at", "tombstoned", "version"]
+           "model", "error", "is_summary", "is_saved", "saved_at", "tombstoned", "version", "origin"]
 COLUMN_TYPES = ["LowCardinality(String)", "String", "String", "LowCardinality(String)", "LowCardinality(String)",
                 "String", "String", "DateTime64(6, 'UTC')", "String", "Array(Float32)", "LowCardinality(String)",
-                "String", "Bool", "Bool", "Nullable(DateTime64(3, 'UTC'))", "Bool", "UInt64"]
+                "String", "Bool", "Bool", "Nullable(DateTime64(3, 'UTC'))", "Bool", "UInt64", "LowCardinality(String)"]
 
 EmbKey = tuple[str, str, str]  # (namespace, thread_id, msg_id)
 
@@ -46,6 +47,9 @@ class EmbeddingRow:
     saved_at: datetime | None = None
     tombstoned: bool = False
     version: int = 0
+    # The origin of the transcript copy the row serves (loom.store.conversations.RECORDED
+    # or SAVED_ONLY): only recorded rows feed conversation.search's vector tables.
+    origin: str = RECORDED
 
     @property
     def key(self) -> EmbKey:
@@ -57,7 +61,7 @@ class EmbeddingRow:
             vec = vec.astype(np.float32, copy=False).tolist()
         return [self.namespace, self.thread_id, self.msg_id, self.agent, self.role, self.run_id, self.user_id,
                 self.ts, self.text, list(vec) if vec is not None else [], self.model, self.error, self.is_summary,
-                self.is_saved, self.saved_at, self.tombstoned, self.version]
+                self.is_saved, self.saved_at, self.tombstoned, self.version, self.origin]
 
 
 # Left to the merges by small inserts (loom.store.clickhouse.insert_settings): the
@@ -121,13 +125,13 @@ def live_texts(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, str]:
 
 
 _FULL = ("SELECT toString(namespace), thread_id, msg_id, toString(agent), toString(role), run_id, user_id, ts, text, "
-         "embedding, toString(model), error, is_summary, is_saved, saved_at, tombstoned, version "
+         "embedding, toString(model), error, is_summary, is_saved, saved_at, tombstoned, version, toString(origin) "
          "FROM conversation_embeddings FINAL ")
 
 
 def _row(r: Sequence[Any]) -> EmbeddingRow:
     return EmbeddingRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], bool(r[12]),
-                        bool(r[13]), r[14], bool(r[15]), int(r[16]))
+                        bool(r[13]), r[14], bool(r[15]), int(r[16]), r[17])
 
 
 def rows(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingRow]:

@@ -46,7 +46,7 @@ REBUILD_PAGE = 20_000
 # key and the buckets of its two notes. ARGV: n, the claim's value, its TTL, then per
 # turn the two note fields and the (1-based) index of its namespace's ready mark.
 # Returns per turn a bit set: 1 claimed, 2 never noted for this agent, 4 never noted for
-# any agent, 8 its namespace is ready.
+# any agent, 8 its namespace is ready, 16 not claimed because a save holds the claim.
 _CLAIM_AND_NOTE = """
 local n = tonumber(ARGV[1])
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
@@ -58,7 +58,8 @@ for k = n + 1, #KEYS, 3 do
   local a = 4 + t * 3
   t = t + 1
   local bits = 0
-  if redis.call('SET', KEYS[k], ARGV[2], 'NX', 'EX', ARGV[3]) then bits = bits + 1 end
+  if redis.call('SET', KEYS[k], ARGV[2], 'NX', 'EX', ARGV[3]) then bits = bits + 1
+  elseif string.sub(redis.call('GET', KEYS[k]) or '', 1, 5) == 'save:' then bits = bits + 16 end
   bits = bits + 2 * redis.call('HSETNX', KEYS[k + 1], ARGV[a], '')
   bits = bits + 4 * redis.call('HSETNX', KEYS[k + 2], ARGV[a + 1], '')
   if ready[tonumber(ARGV[a + 2])] then bits = bits + 8 end
@@ -66,6 +67,10 @@ for k = n + 1, #KEYS, 3 do
 end
 return out
 """
+
+# The value a save's claim on a turn starts with (loom.ops.conversation.saving): the
+# script above tells an append that a save, not another append, holds the turn.
+SAVE_CLAIM_PREFIX = "save:"
 
 _RUN_ID = "return string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')"
 
@@ -87,6 +92,7 @@ class Noted:
     first_note: bool       # never noted for this agent before
     first_any: bool        # never noted for any agent before
     ready: bool            # its namespace's notes are complete
+    held_by_save: bool = False   # not claimed: a save holds the claim (its row may be saved-only)
 
     @property
     def certainly_new(self) -> bool:
@@ -135,7 +141,7 @@ async def claim_and_note(redis: Redis, keys: Sequence[TurnKey], claim_keys: Sequ
         script_keys += [claim, a_bucket, x_bucket]
         args += [a_field, x_field, index[key[0]]]
     bits = await redis.eval(_CLAIM_AND_NOTE, len(script_keys), *script_keys, *args)  # type: ignore[misc,arg-type]
-    return [Noted(bool(b & 1), bool(b & 2), bool(b & 4), bool(b & 8)) for b in bits]
+    return [Noted(bool(b & 1), bool(b & 2), bool(b & 4), bool(b & 8), bool(b & 16)) for b in bits]
 
 
 async def note(redis: Redis, keys: Sequence[TurnKey]) -> None:

@@ -50,6 +50,12 @@ class TranscriptRow:
     is_saved: bool
     saved_at: datetime | None
     tombstoned: bool
+    origin: str = conv_store.RECORDED
+
+    @property
+    def saved_only(self) -> bool:
+        """Stored by a save alone: not part of the namespace's transcript."""
+        return self.origin == conv_store.SAVED_ONLY
 
     @property
     def key(self) -> TurnKey:
@@ -57,12 +63,12 @@ class TranscriptRow:
 
 
 _ROW_COLUMNS = ("toString(namespace), toString(agent), thread_id, msg_id, ts, toString(role), content, user_id, "
-                "run_id, is_summary, high_sensitivity, is_saved, saved_at, tombstoned")
+                "run_id, is_summary, high_sensitivity, is_saved, saved_at, tombstoned, toString(origin)")
 
 
 def _transcript_row(r: Sequence[Any]) -> TranscriptRow:
     return TranscriptRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], bool(r[9]), bool(r[10]),
-                         bool(r[11]), r[12], bool(r[13]))
+                         bool(r[11]), r[12], bool(r[13]), r[14])
 
 
 def transcript_row(ch: Client, key: TurnKey) -> TranscriptRow | None:
@@ -111,6 +117,13 @@ def unflag(ch: Client, key: TurnKey, user_id: str, version: int) -> None:
     still reaches the per-user indexes (their views take rows that are or were saved)
     and retires the saved version there."""
     _revise(ch, key, {"is_saved": "false"}, "user_id = {u:String} AND is_saved", {"u": user_id}, version)
+
+
+def record(ch: Client, key: TurnKey, version: int) -> None:
+    """Make a saved-only row recorded (an append of the turn while the namespace
+    records): only the origin changes, and only of a live saved-only row."""
+    _revise(ch, key, {"origin": f"'{conv_store.RECORDED}'"},
+            f"origin = '{conv_store.SAVED_ONLY}' AND NOT tombstoned", {}, version)
 
 
 def remove(ch: Client, key: TurnKey, user_id: str) -> None:

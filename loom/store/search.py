@@ -181,13 +181,14 @@ def nearest(ch: Client, table: str, namespaces: Sequence[str], vector: np.ndarra
 def exact_unindexed(ch: Client, namespaces: Sequence[str], vector: np.ndarray, filters: Filters,
                     fetch: int) -> list[Candidate]:
     """For a dimension with no vector table: an exact scan of conversation_embeddings
-    (newest versions, live vectors of the query's length)."""
+    (newest versions, live vectors of the query's length, of recorded turns only: the
+    vector tables' feeds take no other, migration 007)."""
     params: dict[str, Any] = {"ns": list(namespaces), "qv": _vector_param(vector), "n": fetch,
                               "dim": int(np.asarray(vector).shape[0])}
     where = " AND ".join(_where(filters, params, hide_key=False))
     rows = ch.query(
         f"SELECT {_CANDIDATE_COLUMNS} FROM conversation_embeddings FINAL WHERE {where} "
-        "AND length(embedding) = {dim:UInt32} AND error = '' AND NOT tombstoned "
+        "AND length(embedding) = {dim:UInt32} AND error = '' AND NOT tombstoned AND origin = 'recorded' "
         f"ORDER BY cosineDistance(embedding, {QUERY_VECTOR}) LIMIT {{n:UInt32}}",
         parameters=params,
     ).result_rows
@@ -212,6 +213,7 @@ class TurnNow:
     ts: datetime
     live: bool           # not tombstoned
     high: bool           # high_sensitivity
+    recorded: bool = True    # origin 'recorded': part of the transcript (a saved-only row never is)
 
 
 TurnKey = tuple[str, str, str, str]   # (namespace, agent, thread_id, msg_id)
@@ -246,14 +248,15 @@ def verify_turns(ch: Client, keys: Sequence[tuple[str, str, str]], agents: Itera
         return {}
     rows = ch.query(
         "SELECT toString(namespace), toString(agent), thread_id, msg_id, toUInt8(NOT tombstoned), "
-        "toUInt8(high_sensitivity), toString(role), run_id, user_id, ts "
+        "toUInt8(high_sensitivity), toString(role), run_id, user_id, ts, toUInt8(origin = 'recorded') "
         "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
         parameters={**key_sets(keys, ns=0, th=1, ids=2), "ag": sorted(set(agents))},
     ).result_rows
     wanted = set(keys)
-    return {(ns, agent, th, msg): TurnNow(role, run_id, user_id, ts, bool(live), bool(high))
-            for ns, agent, th, msg, live, high, role, run_id, user_id, ts in rows if (ns, th, msg) in wanted}
+    return {(ns, agent, th, msg): TurnNow(role, run_id, user_id, ts, bool(live), bool(high), bool(recorded))
+            for ns, agent, th, msg, live, high, role, run_id, user_id, ts, recorded in rows
+            if (ns, th, msg) in wanted}
 
 
 def heads(ch: Client, keys: Sequence[TurnKey], chars: int) -> dict[TurnKey, str]:
@@ -288,8 +291,9 @@ class TextMatch:
 
 def substring(ch: Client, namespaces: Sequence[str], needle: str, filters: Filters, *, fetch: int,
               chars: int) -> list[TextMatch]:
-    """Live turns of the kinds search covers (user and assistant turns, compaction
-    summaries) that hold `needle`, case-insensitively, newest first. Turns marked high
+    """Live recorded turns of the kinds search covers (user and assistant turns,
+    compaction summaries) that hold `needle`, case-insensitively, newest first (a
+    saved-only row is never part of the transcript). Turns marked high
     are left out here; the caller screens what it would show."""
     params: dict[str, Any] = {"ns": list(namespaces), "needle": needle, "n": fetch, "chars": chars,
                               "roles": list(SEARCHED_ROLES)}
@@ -297,7 +301,7 @@ def substring(ch: Client, namespaces: Sequence[str], needle: str, filters: Filte
     rows = ch.query(
         "SELECT toString(namespace), toString(agent), thread_id, msg_id, toString(role), run_id, user_id, ts, "
         "leftUTF8(content, {chars:UInt32}) FROM conversations FINAL "
-        f"WHERE {' AND '.join(where)} AND NOT tombstoned AND NOT high_sensitivity "
+        f"WHERE {' AND '.join(where)} AND NOT tombstoned AND NOT high_sensitivity AND origin = 'recorded' "
         "AND (role IN {roles:Array(String)} OR is_summary) "
         "AND positionCaseInsensitiveUTF8(content, {needle:String}) > 0 "
         "ORDER BY ts DESC, msg_id DESC LIMIT {n:UInt32}",

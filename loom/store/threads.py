@@ -103,7 +103,8 @@ class RecentThread:
 def recent(ch: Client, namespace: str, agent: str | None, since: datetime, *, limit: int,
            offset: int) -> list[RecentThread]:
     """Threads active since `since`, newest activity first: the time of their newest live
-    turn, or, for a thread created up front with no turn yet, its creation."""
+    recorded turn, or, for a thread created up front with no turn yet, its creation.
+    Saved-only rows (conversations.SAVED_ONLY) are no thread's activity."""
     agent_filter = "" if agent is None else " AND agent = {ag:String}"
     params: dict[str, Any] = {"ns": namespace, "since": since, "lim": limit, "off": offset}
     if agent is not None:
@@ -111,7 +112,8 @@ def recent(ch: Client, namespace: str, agent: str | None, since: datetime, *, li
     rows = ch.query(
         "SELECT agent, thread_id, max(last_ts) AS last FROM ("
         "  SELECT toString(agent) AS agent, thread_id, max(ts) AS last_ts FROM conversations FINAL"
-        "  WHERE namespace = {ns:String}" + agent_filter + " AND NOT tombstoned AND ts >= {since:DateTime64(6, 'UTC')}"
+        "  WHERE namespace = {ns:String}" + agent_filter + " AND NOT tombstoned AND origin = 'recorded'"
+        "  AND ts >= {since:DateTime64(6, 'UTC')}"
         "  GROUP BY agent, thread_id"
         "  UNION ALL"
         "  SELECT toString(agent) AS agent, thread_id, created_at AS last_ts FROM threads FINAL"

@@ -45,7 +45,7 @@ def emb_row(ch: Any, ns: str, thread_id: str, msg_id: str) -> Any:
 
 
 _TURN_COLS = ("namespace, agent, thread_id, msg_id, ts, role, content, reasoning, user_id, run_id, metadata, tokens, "
-              "high_sensitivity, is_summary, is_saved, saved_at, tombstoned, tombstoned_at, tombstone_reason, version")
+              "high_sensitivity, is_summary, is_saved, saved_at, tombstoned, tombstoned_at, tombstone_reason, origin, version")
 
 
 def revise_turn(ch: Any, ns: str, agent: str, thread_id: str, msg_id: str, **changes: str) -> None:

@@ -1,5 +1,6 @@
 """Re-embedding: from exactly the text each row keeps (2,048 or an earlier build's 240
-characters), skipping tombstoned rows and rows that read as high; op and CLI."""
+characters), skipping tombstoned rows and tombstoning the rows of turns that read as
+high (their kept text, or their transcript row beyond it); op and CLI."""
 
 from __future__ import annotations
 
@@ -67,8 +68,9 @@ async def test_reembed_rebuilds_from_the_kept_text(call, ns, writer, mint, servi
     assert row["model"] == "fake-v2" and np.allclose(row["embedding"], new_model.vector(long_turn[:2048]), atol=1e-6)
     row = emb_row(services.ch, ns, "now", "f")
     assert row["error"] == "" and len(row["embedding"]) == new_model.dim
-    for msg_id in ("dead", "high"):
-        assert emb_row(services.ch, ns, "legacy", msg_id)["model"] == LEGACY_MODEL   # untouched
+    assert emb_row(services.ch, ns, "legacy", "dead")["model"] == LEGACY_MODEL     # untouched
+    high = emb_row(services.ch, ns, "legacy", "high")                               # tombstoned
+    assert high["tombstoned"] is True and high["text"] == "" and len(high["embedding"]) == 0
     assert not any("Tr0ub4dor" in t for t in spy.texts)
 
 
@@ -89,5 +91,35 @@ async def test_loom_reembed_cli(ns, services):
         row = emb_row(services.ch, ns, "legacy", msg_id)
         assert row["model"] == fake.model_id
         assert np.allclose(row["embedding"], fake.vector(texts[msg_id]), atol=1e-6)
-    assert emb_row(services.ch, ns, "legacy", "high")["model"] == LEGACY_MODEL
+    assert emb_row(services.ch, ns, "legacy", "high")["tombstoned"] is True
     assert emb_row(services.ch, ns, "legacy", "dead")["model"] == LEGACY_MODEL
+
+
+async def test_reembed_never_sends_a_turn_whose_transcript_reads_as_high(call, ns, mint, services, worker_embedder):
+    """The kept 2,048 (or 240) characters look clean, the high part lies beyond them: an
+    earlier build screened less and embedded the turn. The re-embed sends neither to the
+    model and tombstones both embedding rows."""
+    from loom.clock import utcnow
+    from loom.store import conversations as conv_store
+
+    clean = "notes on the quarterly infrastructure review and the capacity plan " * 40     # > 2,048
+    turns = {"long": clean + " and the db password=Tr0ub4dor&3xq for prod",
+             "legacy": clean[:300] + " my card is 4111 1111 1111 1111",
+             "plain": "a plain turn about the capacity plan"}
+    now = utcnow()
+    conv_store.insert(services.ch, [conv_store.Turn(namespace=ns, agent="default", thread_id="t", msg_id=m, ts=now,
+                                                    role="user", content=c, version=next_version())
+                                    for m, c in turns.items()])
+    kept = {"long": turns["long"][:2048], "legacy": turns["legacy"][:240], "plain": turns["plain"]}
+    emb_store.insert(services.ch, [_legacy(ns, "t", m, text) for m, text in kept.items()])
+    raise_marks(services.ch, ns)
+    spy = worker_embedder(SpyEmbedder(FakeEmbedder(seed=7, model_id="fake-v2")))
+    r = await call("conversation.reembed", mint(ns, "admin"), namespace=ns)
+    assert r.status_code == 200, r.text
+    report = r.json()
+    assert report["reembedded"] == 1 and report["skipped_high"] == 2, report
+    assert spy.texts == [kept["plain"]]
+    for m in ("long", "legacy"):
+        row = emb_row(services.ch, ns, "t", m)
+        assert row["tombstoned"] is True and row["text"] == "" and len(row["embedding"]) == 0
+    assert emb_row(services.ch, ns, "t", "plain")["model"] == "fake-v2"

@@ -130,15 +130,21 @@ async def test_a_save_raises_the_mark_so_search_shows_the_new_owner(call, ns, wr
 
 
 async def test_a_removed_unsaved_turn_is_never_found(call, ns, mint, recording, services):
-    recording(ns, False)                       # not recording: unsave removes the turn
+    """A message stored only by a save is its user's: conversation.search never answers
+    it, not even as a fresh row it would answer unverified, and after the unsave
+    removed it neither."""
+    recording(ns, False)
     who = _who(ns, Role.writer)
     new = saving.NewMessage(role="user", content=TEXT)
     assert (await saving.save_message(services, who, ns, "alice", "c", "m", new=new)).indexed
     await _trust_all(services, ns)
-    assert [h.msg_id for h in (await searching.search(services, _who(ns), "staging deploy")).hits] == ["m"]
+    assert (await searching.search(services, _who(ns), "staging deploy")).hits == []
+    recording(ns, True)                        # the switch does not decide what unsave does
     removed = await saving.unsave_message(services, who, ns, "alice", "c", "m")
     assert removed.found and removed.removed
+    await _trust_all(services, ns)
     assert (await searching.search(services, _who(ns), "staging deploy")).hits == []
+    assert turn_rows(services.ch, ns) == []
 
 
 async def test_a_reembed_raises_the_mark(call, ns, writer, mint, services):

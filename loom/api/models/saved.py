@@ -77,8 +77,9 @@ class UnsaveRequest(SavedRequest):
 class UnsaveResponse(BaseModel):
     found: bool = Field(description="False when this user has no such saved message (never saved, or saved by "
                                     "another user: the answer does not say which).")
-    removed: bool = Field(description="True when the message left the transcript too (the namespace does not "
-                                      "record conversations, so it existed only because of the save).")
+    removed: bool = Field(description="True when the message was removed: a save alone had stored it (it was "
+                                      "never recorded), so it existed only because of the save. A recorded "
+                                      "message stays in the transcript with the flag cleared.")
 
 
 class ListSavedRequest(SavedRequest):

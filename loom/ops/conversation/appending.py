@@ -57,6 +57,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest, LoomError, Unavailable
 from loom.leases import Lease
+from loom.ops.conversation import origin
 from loom.ops.conversation.common import (
     DELETED,
     DUPLICATE,
@@ -129,6 +130,7 @@ class _Flushed:
     high: bool = False
     embed: asyncio.Future[Outcome] | None = None
     reused: bool = False
+    saved_only: bool = False     # a duplicate of a row that may be saved-only (see loom.ops.conversation.origin)
 
 
 def claim_key(key: conv_store.TurnKey) -> str:
@@ -179,11 +181,17 @@ class AppendPipeline:
 
     async def append(self, turns: Sequence[conv_store.Turn]) -> list[AppendResult]:
         flushed = await self._submit(turns)
+        # A duplicate of a saved-only row, in a namespace that records: the row becomes
+        # recorded (rare: only turns a save stored are looked at).
+        upgrade = [t.key for t, f in zip(turns, flushed, strict=True) if f.saved_only]
+        gone = await origin.record_saved(self.svc, upgrade) if upgrade else set()
         results = []
         for turn, f in zip(turns, flushed, strict=True):
             res = AppendResult(turn.thread_id, turn.msg_id, turn.role, f.stored, f.reason)
+            if turn.key in gone:
+                res.reason = DELETED       # an unsave removed the saved-only row first
             if not f.stored:
-                res.embedding = skipped(f.reason or "not_stored")
+                res.embedding = skipped(res.reason or "not_stored")
             elif f.reused:
                 res.embedding = EMBEDDED
             elif f.embed is None:
@@ -250,7 +258,10 @@ class AppendPipeline:
                 if first[t.key] == i and t.key in claimed:
                     release.append(t.key)
             elif first[t.key] != i or t.key in state.existing or t.key not in claimed:
-                out.append(_Flushed(False, DUPLICATE))
+                # The turn landed already; a saved-only row of it is made recorded by
+                # the append that carried it (after the flush, under the thread lease).
+                maybe_saved = first[t.key] == i and (t.key in state.saved_only or noted[t.key].held_by_save)
+                out.append(_Flushed(False, DUPLICATE, saved_only=maybe_saved))
                 if first[t.key] == i and t.key in claimed:
                     release.append(t.key)   # an older row: the claim was not needed
             else:

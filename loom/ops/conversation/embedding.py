@@ -300,7 +300,7 @@ class EmbedPipeline:
                 t.namespace, t.thread_id, t.msg_id, t.agent, t.role, t.run_id, st.user_id, t.ts, t.text,
                 w.vector if w.vector is not None and not w.error else [], w.model,
                 failures.safe(w.error) if w.error else "", t.is_summary,
-                st.is_saved, st.saved_at, False, next_version())
+                st.is_saved, st.saved_at, False, next_version(), origin=st.origin)
         if rows:
             emb_store.insert(ch, list(rows.values()), dedup_token=uuid.uuid4().hex)
         return out
@@ -390,7 +390,7 @@ async def record_unanswered(svc: Services, turns: Sequence[EmbedTurn], version: 
                 local[i] = Outcome(FAILED, error)
                 rows[t.emb_key] = emb_store.EmbeddingRow(
                     t.namespace, t.thread_id, t.msg_id, t.agent, t.role, t.run_id, st.user_id, t.ts, t.text, [], "",
-                    error, t.is_summary, st.is_saved, st.saved_at, False, version)
+                    error, t.is_summary, st.is_saved, st.saved_at, False, version, origin=st.origin)
         if rows:
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"unanswered-{version}-{idxs[0]}")
         return local

@@ -1,10 +1,14 @@
 """conversation.reembed (admin) and `loom reembed`: rebuild a namespace's vectors.
 
 A re-embed starts from exactly the text each embedding row keeps: a turn's first 2,048
-characters, or the 240 an earlier build kept. It skips tombstoned rows and rows whose
-text reads as high (an earlier build may have embedded one; its text never goes to the
-model again). Each new vector is written under the thread lease after re-reading the
-row: a row tombstoned or rewritten meanwhile is left alone. Rows whose embed had
+characters, or the 240 an earlier build kept. It skips tombstoned rows, and never sends
+the model a turn that reads as high: neither a row whose kept text reads as high nor
+one whose transcript row does (marked high, or its whole content reads as high), even
+where the kept characters look clean and the high part lies beyond them (an earlier
+build screened less and may have embedded such a turn). Such an embedding row is
+tombstoned (counted in skipped_high): its vector and kept text go, and a newer version
+keeps older ones from coming back. Each new vector is written under the thread lease
+after re-reading the row: a row tombstoned or rewritten meanwhile is left alone. Rows whose embed had
 failed are embedded again: an admin's re-embed is the one thing that retries them.
 """
 
@@ -12,15 +16,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from loom import failures
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
+from loom.clock import next_version
 from loom.ops.conversation.embedding import JobFailed, ModelFn, ReembedItem, reembed_items
+from loom.ops.conversation.leases import under_thread_leases
 from loom.sensitivity import reads_as_high
 from loom.services import Services
+from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
+from loom.store import search_marks
 
 log = loom_logging.get("loom.conversation.reembed")
 
@@ -75,14 +83,16 @@ async def reembed_namespace(svc: Services, namespace: str, run_page: RunPage, *,
             break
         after = (page[-1].thread_id, page[-1].msg_id)
         items: list[ReembedItem] = []
-        for row in page:
-            report.scanned += 1
-            if row.tombstoned:
-                report.skipped_tombstoned += 1
-            elif reads_as_high(row.text):
-                report.skipped_high += 1
-            else:
+        live = [row for row in page if not row.tombstoned]
+        report.scanned += len(page)
+        report.skipped_tombstoned += len(page) - len(live)
+        high = await svc.run(_reading_high, svc, live)
+        for row in live:
+            if row.key not in high:
                 items.append(ReembedItem(row.namespace, row.thread_id, row.msg_id, row.text))
+        if high:
+            report.skipped_high += len(high)
+            await tombstone_rows(svc, [row for row in live if row.key in high])
         await slots.acquire()
         tasks.append(asyncio.get_running_loop().create_task(run(items, len(page))))
         if len(page) < page_size:
@@ -90,6 +100,39 @@ async def reembed_namespace(svc: Services, namespace: str, run_page: RunPage, *,
     if tasks:
         await asyncio.gather(*tasks)
     return report
+
+
+def _reading_high(svc: Services, rows: Sequence[emb_store.ReembedCandidate]) -> set[emb_store.EmbKey]:
+    """The rows whose kept text, or any transcript copy of whose turn, reads as high."""
+    high = {row.key for row in rows if reads_as_high(row.text)}
+    copies = conv_store.copy_texts(svc.ch, [row.key for row in rows if row.key not in high])
+    for key, texts in copies.items():
+        if any(marked or reads_as_high(content) for content, marked in texts):
+            high.add(key)
+    return high
+
+
+async def tombstone_rows(svc: Services, rows: Sequence[emb_store.ReembedCandidate]) -> None:
+    """Tombstone the embedding rows of turns that read as high, under the thread leases;
+    a row rewritten since it was scanned (another version) is left to the next pass."""
+    by_pair: dict[tuple[str, str], list[emb_store.ReembedCandidate]] = {}
+    for row in rows:
+        by_pair.setdefault((row.namespace, row.thread_id), []).append(row)
+
+    def write(batch: list[emb_store.ReembedCandidate]) -> None:
+        current = emb_store.rows(svc.ch, [r.key for r in batch])
+        scanned = {r.key: r.version for r in batch}
+        dead = [replace(now, text="", embedding=[], model="", error="", tombstoned=True, version=next_version())
+                for key, now in current.items() if now.version == scanned[key] and not now.tombstoned]
+        if dead:
+            emb_store.insert(svc.ch, dead)
+
+    async def work(held: set[tuple[str, str]]) -> None:
+        await svc.run(write, [r for p in held for r in by_pair[p]])
+
+    # Rewrites existing rows: search must verify the vectors it still holds of them.
+    async with search_marks.changing(svc.redis, svc.ch, svc.run, sorted(by_pair)):
+        await under_thread_leases(svc.redis, by_pair, work)
 
 
 async def reembed(svc: Services, who: Principal, namespace: str, *, thread_id: str | None = None) -> ReembedReport:

@@ -20,6 +20,14 @@ an unsave's removal started), so two concurrent saves of it store one row; it al
 takes append's claim on the turn (loom.ops.conversation.appending), so an append of
 the same turn racing the save answers duplicate instead of writing over the flag.
 
+How a row came to exist decides what an unsave does (``origin``, migration 007). A
+message new to the transcript is stored saved-only: it belongs to the user who saved
+it, only the saved-message ops read it (never conversation.search, threads, get or
+list), and unsaving removes it (lightweight delete, ``removed: true``). A row the
+transcript recorded is flagged in place and stays recorded; unsaving clears its flag,
+whatever the recording switch says by then. An append of a saved-only turn while the
+namespace records makes it recorded (loom.ops.conversation.origin).
+
 Provider work first: the embedding is computed (inline, in this process) before the
 thread lease is taken; under the lease the state is re-read and, when it changed so
 that the computed vector no longer fits, the round starts again.
@@ -48,7 +56,6 @@ from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import landed, search_marks
-from loom.store import namespaces as ns_store
 from loom.store import saved as saved_store
 
 # Reasons of a save (the seed's strings, exactly).
@@ -268,7 +275,8 @@ async def _store_new(svc: Services, key: conv_store.TurnKey, user: str, new: New
     assert new.role is not None and new.content is not None   # _refusal checked
     turn = conv_store.Turn(namespace=key[0], agent=key[1], thread_id=key[2], msg_id=key[3], ts=ts, role=new.role,
                            content=new.content, user_id=user, run_id=new.run_id, metadata=dict(new.metadata),
-                           high_sensitivity=False, is_saved=True, saved_at=now, version=next_version())
+                           high_sensitivity=False, is_saved=True, saved_at=now, origin=conv_store.SAVED_ONLY,
+                           version=next_version())
     for attempt in range(2):
         # The first insert's token is the message's: a concurrent save of it inserts
         # nothing more. A row that does not read back (a delete that was not an unsave
@@ -287,7 +295,7 @@ async def _claim_turn(svc: Services, key: conv_store.TurnKey, token: str) -> boo
     so that an append of the same turn answers duplicate rather than writing a second,
     unsaved row over the saved one. False: an append holds it and its row landed."""
     ck = claim_key(key)
-    mine = f"save:{token}"
+    mine = f"{landed.SAVE_CLAIM_PREFIX}{token}"
     if await svc.redis.set(ck, mine, nx=True, ex=CLAIM_TTL_S):
         return True
     holder = await svc.redis.get(ck)
@@ -314,8 +322,13 @@ def _write_embedding(svc: Services, row: saved_store.TranscriptRow, emb: emb_sto
     saved_at = row.saved_at
     result = SaveResult(row.thread_id, row.msg_id, True, True, None, as_utc(saved_at) if saved_at else None)
     flags: dict[str, Any] = dict(agent=row.agent, role=row.role, run_id=row.run_id, user_id=row.user_id,
-                                 ts=row.ts, is_saved=True, saved_at=saved_at, tombstoned=False)
+                                 ts=row.ts, is_saved=True, saved_at=saved_at, tombstoned=False, origin=row.origin)
     if emb is not None and _has_live_vector(emb, text):
+        if row.saved_only and emb.origin == conv_store.RECORDED and emb.agent != row.agent:
+            # The vector serves another agent's recorded copy of the same text: it keeps
+            # serving that copy in conversation.search (a saved-only copy never would),
+            # and is flagged for the saver's own search as well.
+            flags.update(agent=emb.agent, role=emb.role, run_id=emb.run_id, ts=emb.ts, origin=conv_store.RECORDED)
         if any(getattr(emb, k) != v for k, v in flags.items()):
             emb_store.insert(svc.ch, [replace(emb, **flags, version=next_version())])
         return result
@@ -343,8 +356,9 @@ def _write_embedding(svc: Services, row: saved_store.TranscriptRow, emb: emb_sto
 async def unsave_message(svc: Services, who: Principal, namespace: str, user_id: str | None, conversation_id: str,
                          message_id: str, *, agent: str = "default") -> UnsaveResult:
     """conversation.unsave_message (writer): withdraw a saved message from its owner's
-    search. found: false for a message this user has not saved (never saved, or saved
-    by another user: the answer does not say which)."""
+    search: a saved-only row is removed (removed: true), a recorded one keeps its place
+    in the transcript with the flag cleared. found: false for a message this user has
+    not saved (never saved, or saved by another user: the answer does not say which)."""
     who.require_role(Role.writer)
     ns = who.namespace(namespace)
     user = acting_user(who, user_id)
@@ -362,14 +376,15 @@ def _unsave_sync(svc: Services, key: conv_store.TurnKey, user: str) -> UnsaveRes
     row = saved_store.transcript_row(ch, key)
     if row is None or row.tombstoned or row.user_id != user or not row.is_saved:
         return UnsaveResult(False, False)
-    # Where the namespace records, the owner chose to keep the turn: only the flag goes.
-    # Where it does not, the turn existed only because of the save: it goes too.
-    recording = ns_store.get(ch, key[0]).conversation_logging_enabled
+    # A recorded row is the namespace's transcript (recorded when the switch was on,
+    # whatever it says now): only the flag goes. A saved-only row existed only because
+    # of the save: it goes too.
+    removed = row.saved_only
     saved_store.unflag(ch, key, user, next_version())
-    if not recording:
+    if removed:
         saved_store.remove(ch, key, user)
-    _unsave_embedding(svc, row, removed=not recording)
-    return UnsaveResult(True, not recording)
+    _unsave_embedding(svc, row, removed=removed)
+    return UnsaveResult(True, removed)
 
 
 def _unsave_embedding(svc: Services, row: saved_store.TranscriptRow, *, removed: bool) -> None:
@@ -387,7 +402,7 @@ def _unsave_embedding(svc: Services, row: saved_store.TranscriptRow, *, removed:
         other = max(others, key=lambda c: (c.is_saved, c.saved_at or datetime.min))
         emb_store.insert(ch, [replace(emb, agent=other.agent, role=other.role, run_id=other.run_id,
                                       user_id=other.user_id, is_saved=other.is_saved, saved_at=other.saved_at,
-                                      version=version)])
+                                      origin=other.origin, version=version)])
     elif not removed:
         if emb is not None:
             emb_store.insert(ch, [replace(emb, is_saved=False, version=version)])

@@ -20,6 +20,11 @@ Rules (the seed's "Reading and searching" and its sensitivity rules):
   can have changed it since its vector row was written (loom.store.search_marks: no
   save, unsave, re-embed, deletion or compaction in its thread or namespace since, no
   retention TTL due); such a row holds everything a hit shows.
+* Only recorded turns are searched. A row stored by conversation.save_message alone
+  (origin "saved", migration 007) belongs to the user who saved it: its vector never
+  reaches the vector tables (their feeds take recorded rows only), verification drops
+  a candidate whose transcript copy is not recorded, and the substring fallback reads
+  recorded rows only.
 
 How the vectors are ranked (measured in bench/search_bench.py; see loom/store/search.py):
 a namespace whose filtered rows number at most LOOM_CONVERSATION_SEARCH_EXACT_MAX_ROWS
@@ -410,8 +415,8 @@ async def _checked(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[_Ke
         if now is None or not now.live or now.version != c.version:
             continue                       # tombstoned, failed, or re-embedded since this vector
         turn = turns.get((c.namespace, c.agent, c.thread_id, c.msg_id))
-        if turn is None or not turn.live or turn.high:
-            continue
+        if turn is None or not turn.live or turn.high or not turn.recorded:
+            continue                       # a saved-only row belongs to its user, not to search
         kept.append((c, turn.role, turn.run_id, turn.user_id, turn.ts))
     return kept
 

@@ -1,0 +1,324 @@
+"""No text that reads as high reaches a provider, whichever op a client calls and
+whichever field it fills.
+
+Every provider is a spy here (the ``leak_spy`` fixture, tests/leaks.py): the test fails
+when any of them receives text that reads as high. :data:`DRIVERS` lists the ops that
+can reach a provider, each driven with high text in every field a client can fill
+(content, reasoning, metadata values, titles, brief sections and events, queries),
+through the API. A later op that reaches a provider (the titler, compaction's
+summarizer, extraction) adds its driver to the list, and its provider to
+tests/leaks.py's PROVIDERS.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from loom.clock import next_version, utcnow
+from loom.providers.embedders import FakeEmbedder
+from loom.providers.llm import ChatMessage, ScriptedLLM
+from loom.sensitivity import reads_as_high
+from loom.store import conversations as conv_store
+from loom.store import embeddings as emb_store
+from loom.store import namespaces, recording_cache, search_marks
+from tests.leaks import LeakSpy, LeakSpyEmbedder, LeakSpyLLM
+
+# One text of each shape that reads as high.
+HIGH = {
+    "api_key": "here is the key: sk-proj-4fQ9xT2mZ8vK1pL7wR3nB6yH0cJ5dG",
+    "password": "the prod login is password=Tr0ub4dor&3xq",
+    "card": "charge my card 4111 1111 1111 1111 for the renewal",
+    "ssn": "my SSN is 123-45-6789",
+    "pin": "my PIN is 4821",
+}
+CLEAN = "the quarterly capacity plan for the storage cluster"
+# Clean for longer than anything is embedded or kept (2,048 characters), high after.
+LONG_TAIL = (CLEAN + ". ") * 60 + HIGH["password"]
+
+
+@dataclass
+class Ctx:
+    call: Callable[..., Awaitable[Any]]
+    ns: str
+    writer: str
+    admin: str
+    services: Any
+    spy: LeakSpy
+    answers: list[int] = field(default_factory=list)
+
+    async def ok(self, op: str, token: str, **body: Any) -> dict[str, Any]:
+        r = await self.call(op, token, **body)
+        assert r.status_code == 200, (op, r.status_code)  # never print a body that may hold high text
+        return r.json()  # type: ignore[no-any-return]
+
+
+Driver = Callable[[Ctx], Awaitable[None]]
+
+
+async def drive_append(ctx: Ctx) -> None:
+    turns = []
+    for kind, text in HIGH.items():
+        for role in ("user", "assistant"):
+            turns += [
+                {"thread_id": "leak", "role": role, "msg_id": f"{kind}-{role}-content", "content": text},
+                {
+                    "thread_id": "leak",
+                    "role": role,
+                    "msg_id": f"{kind}-{role}-reasoning",
+                    "content": CLEAN,
+                    "reasoning": text,
+                },
+                {
+                    "thread_id": "leak",
+                    "role": role,
+                    "msg_id": f"{kind}-{role}-metadata",
+                    "content": CLEAN + " ",
+                    "metadata": {"note": text, "nested": {"deep": [text]}},
+                },
+            ]
+    turns.append({"thread_id": "leak", "role": "user", "msg_id": "tail", "content": LONG_TAIL})
+    body = await ctx.ok("conversation.append", ctx.writer, namespace=ctx.ns, turns=turns)
+    assert all(r["stored"] for r in body["results"])
+    # One at a time as well (the single-turn path).
+    await ctx.ok(
+        "conversation.append",
+        ctx.writer,
+        namespace=ctx.ns,
+        thread_id="leak",
+        role="user",
+        content=HIGH["card"],
+        msg_id="single",
+    )
+
+
+async def drive_save(ctx: Ctx) -> None:
+    for kind, text in HIGH.items():
+        body = await ctx.ok(
+            "conversation.save_message",
+            ctx.writer,
+            namespace=ctx.ns,
+            user_id="alice",
+            conversation_id="saved",
+            message_id=f"new-{kind}",
+            role="user",
+            content=text,
+        )
+        assert body["reason"] == "high_sensitivity"
+        await ctx.ok(
+            "conversation.save_message",
+            ctx.writer,
+            namespace=ctx.ns,
+            user_id="alice",
+            conversation_id="saved",
+            message_id=f"meta-{kind}",
+            role="user",
+            content=f"{CLEAN} {kind}",
+            metadata={"note": text},
+        )
+        # A high turn the transcript holds (appended above).
+        await ctx.ok(
+            "conversation.save_message",
+            ctx.writer,
+            namespace=ctx.ns,
+            user_id="alice",
+            conversation_id="leak",
+            message_id=f"{kind}-user-content",
+        )
+    await ctx.ok(
+        "conversation.save_message",
+        ctx.writer,
+        namespace=ctx.ns,
+        user_id="alice",
+        conversation_id="saved",
+        message_id="tail",
+        role="user",
+        content=LONG_TAIL,
+    )
+
+
+async def drive_search(ctx: Ctx) -> None:
+    for text in [*HIGH.values(), LONG_TAIL[-200:], CLEAN]:
+        await ctx.ok("conversation.search", ctx.writer, query=text, namespace_scope="one", namespace=ctx.ns)
+        for mode in ("hybrid", "semantic", "lexical"):
+            await ctx.ok(
+                "conversation.search_saved_messages",
+                ctx.writer,
+                namespace=ctx.ns,
+                user_id="alice",
+                query=text,
+                search_mode=mode,
+            )
+
+
+async def drive_threads(ctx: Ctx) -> None:
+    for kind, text in HIGH.items():
+        await ctx.ok(
+            "conversation.create",
+            ctx.writer,
+            namespace=ctx.ns,
+            thread_id=f"titled-{kind}",
+            title=text,
+            metadata={"note": text},
+        )
+        await ctx.ok(
+            "conversation.append",
+            ctx.writer,
+            namespace=ctx.ns,
+            thread_id=f"titled-{kind}",
+            role="user",
+            content=CLEAN,
+        )
+        await ctx.ok(
+            "conversation.update",
+            ctx.writer,
+            namespace=ctx.ns,
+            thread_id=f"titled-{kind}",
+            title=f"{text} (2)",
+            metadata={"note": [text]},
+        )
+
+
+def _legacy_rows(ctx: Ctx) -> None:
+    """Rows an earlier build wrote: the kept text clean, the transcript high beyond it."""
+    now = utcnow()
+    content = LONG_TAIL
+    conv_store.insert(
+        ctx.services.ch,
+        [
+            conv_store.Turn(
+                namespace=ctx.ns,
+                agent="default",
+                thread_id="old",
+                msg_id=m,
+                ts=now,
+                role="user",
+                content=content,
+                version=next_version(),
+            )
+            for m in ("k2048", "k240")
+        ],
+    )
+    fake = FakeEmbedder()
+    emb_store.insert(
+        ctx.services.ch,
+        [
+            emb_store.EmbeddingRow(
+                ctx.ns,
+                "old",
+                m,
+                "default",
+                "user",
+                "",
+                "",
+                now,
+                content[:n],
+                fake.embed([content[:n]])[0],
+                "legacy",
+                version=next_version(),
+            )
+            for m, n in (("k2048", 2048), ("k240", 240))
+        ],
+    )
+    search_marks.record(ctx.services.ch, [(ctx.ns, "")], next_version() + search_marks.CLOCK_MARGIN_NS)
+
+
+async def drive_reembed(ctx: Ctx) -> None:
+    _legacy_rows(ctx)
+    report = await ctx.ok("conversation.reembed", ctx.admin, namespace=ctx.ns)
+    assert report["skipped_high"] >= 2 and report["reembedded"] > 0
+
+
+async def drive_briefs(ctx: Ctx) -> None:
+    sections = {
+        "goal": HIGH["password"],
+        "status": HIGH["api_key"],
+        "decisions": list(HIGH.values()),
+        "dead_ends": [HIGH["card"]],
+        "done": [HIGH["ssn"]],
+        "open_questions": [HIGH["pin"]],
+        "next_steps": [HIGH["password"], CLEAN],
+        "key_files": [HIGH["api_key"]],
+        "constraints": [HIGH["card"]],
+        "pointers": [HIGH["ssn"]],
+    }
+    await ctx.ok("session.brief_save", ctx.writer, namespace=ctx.ns, brief_key="leaky", sections=sections)
+    events = [
+        {"kind": kind, "text": text}
+        for text in [*HIGH.values(), LONG_TAIL]
+        for kind in ("user", "assistant", "command", "error", "note", "tool", "summary")
+    ]
+    events += [{"kind": "edit", "text": CLEAN, "path": "src/app.py"}, {"kind": "user", "text": CLEAN}]
+    body = await ctx.ok(
+        "session.brief_save", ctx.writer, namespace=ctx.ns, brief_key="leaky", events=events, event_cursor="1"
+    )
+    assert body["author"] == "llm" and body["events_withheld"] > 0
+    # Events and sections at once, and a brief started from events.
+    await ctx.ok(
+        "session.brief_save",
+        ctx.writer,
+        namespace=ctx.ns,
+        brief_key="leaky",
+        events=events,
+        sections={"goal": HIGH["ssn"]},
+        event_cursor="2",
+    )
+    await ctx.ok(
+        "session.brief_save", ctx.writer, namespace=ctx.ns, brief_key="fresh", events=events, event_cursor="3"
+    )
+
+
+# The ops that can reach a provider. A later feature adds its own.
+DRIVERS: list[tuple[str, Driver]] = [
+    ("conversation.append", drive_append),
+    ("conversation.save_message", drive_save),
+    ("conversation.search + search_saved_messages", drive_search),
+    ("conversation.create + update", drive_threads),
+    ("conversation.reembed", drive_reembed),
+    ("session.brief_save", drive_briefs),
+]
+
+
+def _brief_model(messages: list[ChatMessage]) -> str:
+    return json.dumps({"status": "revised", "new_done": ["a step"]})
+
+
+def test_every_high_text_reads_as_high() -> None:
+    """The test's premise: each text it sends reads as high, and the clean one does not."""
+    assert all(reads_as_high(t) for t in HIGH.values())
+    assert reads_as_high(LONG_TAIL) and not reads_as_high(LONG_TAIL[:2048]) and not reads_as_high(CLEAN)
+
+
+def test_the_spy_fails_on_a_high_text() -> None:
+    """The fixture can fail: a high text sent to a spied provider is a leak."""
+    spy = LeakSpy()
+    LeakSpyEmbedder(FakeEmbedder(), spy, "embedder").embed([CLEAN, HIGH["ssn"]])
+    assert [leak.provider for leak in spy.leaks] == ["embedder"]
+    with pytest.raises(AssertionError):
+        spy.assert_clean()
+
+
+async def test_the_llm_spy_fails_on_a_high_text() -> None:
+    spy = LeakSpy()
+    llm = LeakSpyLLM(ScriptedLLM(["ok"]), spy, "llm")
+    await llm.complete([ChatMessage("user", HIGH["pin"])])
+    assert len(spy.leaks) == 1
+
+
+async def test_no_op_sends_a_provider_text_that_reads_as_high(call, ns, mint, services, leak_spy):
+    namespaces.update(services.ch, ns, conversation_logging_enabled=True)
+    await services.redis.delete(recording_cache.key(ns))
+    assert leak_spy.llm is not None
+    leak_spy.llm.inner = ScriptedLLM(_brief_model)  # a configured model for the briefs
+    ctx = Ctx(call, ns, mint(ns, "writer"), mint(ns, "admin"), services, leak_spy)
+    for name, drive in DRIVERS:
+        await drive(ctx)
+        assert not leak_spy.leaks, f"{name}: {leak_spy.leaks}"
+    # The providers were called (with the clean texts): the spies were in place.
+    assert leak_spy.seen.get("embedder:worker", 0) > 0, leak_spy.seen
+    assert leak_spy.seen.get("embedder:api", 0) > 0, leak_spy.seen
+    assert leak_spy.seen.get("llm:api", 0) > 0, leak_spy.seen
