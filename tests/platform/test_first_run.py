@@ -211,8 +211,13 @@ def _read_into(stream: Any, lines: list[str]) -> None:
         lines.append(raw.decode(errors="replace"))
 
 
+def _runnable_per_core() -> float:
+    return os.getloadavg()[0] / (os.cpu_count() or 1)
+
+
 def _start(root: Path) -> Served:
     port = _free_port()
+    load_before = _runnable_per_core()
     assert LOOM_EXE.exists(), f"no loom executable in the suite's venv ({LOOM_EXE})"
     process = subprocess.Popen(
         [str(LOOM_EXE), "serve", "--port", str(port)],
@@ -238,7 +243,7 @@ def _start(root: Path) -> Served:
     while time.monotonic() < deadline and process.poll() is None and "Press Ctrl-C" not in served.output():
         time.sleep(0.05)
     served.children = _descendants(process.pid)
-    served.busy = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    served.busy = max(1.0, load_before, _runnable_per_core())
     return served
 
 
