@@ -285,6 +285,7 @@ def test_serve_from_a_fresh_copy_with_no_environment(served: Served) -> None:
     # 10 s on a free machine; on a shared one (several suites at once) start-up waits for
     # the CPU like everything else, so the limit stretches by the run queue per core.
     limit = HEALTHY_WITHIN_S * served.busy
+    print(f"/healthz after {served.healthy_after:.1f}s with {served.busy:.1f} runnable per core")
     assert served.healthy_after is not None and served.healthy_after <= limit, (
         f"/healthz answered after {served.healthy_after:.1f}s (limit {limit:.1f}s: {HEALTHY_WITHIN_S}s x "
         f"{served.busy:.1f} runnable per core)"
