@@ -71,7 +71,7 @@ def _project_files() -> list[Path]:
 
 def _fresh_copy() -> Path:
     # Short path: the embedded Redis's unix socket lives under ./.loom (under ~100 chars).
-    root = Path(tempfile.mkdtemp(prefix="loomf-", dir="/tmp")) / "loom"
+    root = Path(tempfile.mkdtemp(prefix="loomfirst-", dir="/tmp")) / "loom"
     for rel in _project_files():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, root / rel)
