@@ -494,6 +494,22 @@ def test_settings_home_is_absolute_from_the_start(tmp_path: Path, monkeypatch: p
     assert load_settings().home == Path.home().resolve() / "loom-home"
 
 
+def test_embedded_redis_starts_on_a_relative_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    """redis-server changes into its --dir before opening its --logfile: a relative dir
+    broke it (`make run` with the default ./.loom)."""
+    from loom.embedded.redis_server import ping, start_redis
+
+    root = Path(tempfile.mkdtemp(prefix="loomrel-", dir="/tmp"))
+    monkeypatch.chdir(root)
+    server = start_redis(Path(".loom/redis"))
+    try:
+        assert ping(server.url) and server.directory == root.resolve() / ".loom" / "redis"
+        assert (root / ".loom" / "redis" / "redis.log").exists()
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # -- Ctrl-C (last: it stops the module's server) -------------------------------------------
 
 
