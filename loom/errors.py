@@ -33,6 +33,14 @@ class InvalidRequest(LoomError):
     status, code = 422, "invalid_request"
 
 
+class ConflictingFields(InvalidRequest):
+    """Fields each valid alone that contradict each other: a 422 like any body that
+    fails validation, whose `fields` names all of them (`field` the first)."""
+
+    def __init__(self, message: str, *, fields: list[str], rule: str):
+        super().__init__(message, field=fields[0], rule=rule, fields=fields)
+
+
 class Unauthorized(LoomError):
     status, code = 401, "unauthorized"
 

@@ -1,7 +1,10 @@
 """Every setting Loom reads, with the seed's names and defaults.
 
 All are environment variables prefixed ``LOOM_``. A bad value fails start-up with a
-message naming the variable (see :func:`load_settings`).
+message naming the variable (see :func:`load_settings`). LOOM_HOME is made absolute
+when the settings load (against the working directory of the process that loads them),
+so every path under it stays valid whatever directory a child process or a server
+(redis-server changes into its --dir before it opens its --logfile) works in.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -99,6 +102,13 @@ class Settings(BaseSettings):
     write_batch_embed_quiet_ms: float = Field(3.0, ge=0)
 
     log_level: str = "INFO"
+
+    @field_validator("home")
+    @classmethod
+    def _absolute_home(cls, home: Path) -> Path:
+        # Once, here: every path derived from it (settings.home / ...) is then absolute
+        # too, and children get it in LOOM_HOME as it was resolved.
+        return home.expanduser().resolve()
 
     @property
     def recovery_grace_seconds(self) -> float:

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Annotated
 
 import httpx
@@ -83,6 +82,9 @@ def _wait_healthy(url: str, procs: list[subprocess.Popen[bytes]], timeout: float
 @app.command()
 def serve(
     workers: Annotated[int, typer.Option(help="arq worker processes to start (0 for none).")] = 1,
+    host: Annotated[str | None, typer.Option(help="Interface the API listens on (default LOOM_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port the API listens on (default LOOM_PORT).",
+                                             min=1, max=65535)] = None,
 ) -> None:
     """Run Loom: with no configuration, the embedded ClickHouse endpoint and Redis,
     migrations, an arq worker and the API on 127.0.0.1:7777. Ctrl-C stops everything."""
@@ -90,6 +92,8 @@ def serve(
     from loom.store.schema import prepare
 
     settings = _settings()
+    overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    settings = settings.model_copy(update=overrides) if overrides else settings
     started = time.monotonic()
     settings.home.mkdir(parents=True, exist_ok=True)
     backends = start_backends(settings)
@@ -122,8 +126,8 @@ def serve(
             raise typer.Exit(1)
         console.print(f"[green]Loom is up[/green] in {time.monotonic() - started:.1f}s\n"
                       f"  API        {base}/v1/<op>\n  OpenAPI    {base}/docs\n"
-                      f"  Dashboard  {base}/dashboard\n  Health     {base}/healthz\n"
-                      f"  Home       {Path(settings.home).resolve()}\nPress Ctrl-C to stop.")
+                      f"  Health     {base}/healthz\n"
+                      f"  Home       {settings.home}\nPress Ctrl-C to stop.")
         while not stopping and all(p.poll() is None for p in children):
             time.sleep(0.2)
     finally:

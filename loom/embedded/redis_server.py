@@ -89,6 +89,8 @@ class RedisProcess:
 
 
 def start_redis(redis_dir: Path, *, timeout: float = 15.0) -> RedisProcess:
+    # Absolute: redis-server changes into --dir before it opens --logfile.
+    redis_dir = Path(redis_dir).resolve()
     redis_dir.mkdir(parents=True, exist_ok=True)
     sock = socket_path(redis_dir)
     if len(str(sock)) > 100:

@@ -523,6 +523,33 @@ async def test_scope_and_namespace_must_agree(call, ns, mint):
     r = await call("conversation.search", viewer, query="q", namespace_scope="one")
     assert r.status_code == 422 and r.json()["field"] == "namespace"
     assert r.json()["rule"] == "required_with_scope_one"
-    r = await call("conversation.search", viewer, query="q", namespace=ns)
-    assert r.status_code == 422 and r.json()["rule"] == "only_with_scope_one"
+    # "all_mine" searches every namespace the token grants: naming one beside it contradicts it.
+    r = await call("conversation.search", viewer, query="q", namespace_scope="all_mine", namespace=ns)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == "invalid_request" and r.json()["rule"] == "namespace_with_all_mine"
+    assert r.json()["fields"] == ["namespace_scope", "namespace"] and r.json()["field"] == "namespace_scope"
+    assert "namespace_scope" in r.json()["message"] and "namespace" in r.json()["message"]
     assert (await _search(call, viewer, query="q" * 4_000))["hits"] == []
+
+
+async def test_a_named_namespace_is_searched_alone_and_none_fans_out(call, ns, writer, mint, recording):
+    """namespace_scope left out: a body naming `namespace` searches that one namespace;
+    one naming none searches every namespace the token grants. Both say which."""
+    other = ns + "b"
+    recording(other, True)
+    await _append(call, writer, ns, [_turn("t", "here", DEPLOY)])
+    await _append(call, mint(other, "writer"), other, [_turn("t", "there", DEPLOY + " again")])
+    both = mint([ns, other], "viewer")
+    one = await _search(call, both, query="staging deploy rolled back", namespace=other)
+    assert one["namespaces"] == [other]
+    assert [(h["namespace"], h["msg_id"]) for h in one["hits"]] == [(other, "there")]
+    one = await _search(call, both, query="staging deploy rolled back", namespace=ns)
+    assert one["namespaces"] == [ns] and _ids(one) == ["here"]
+    fanned = await _search(call, both, query="staging deploy rolled back")
+    assert fanned["namespaces"] == [ns, other]
+    assert {(h["namespace"], h["msg_id"]) for h in fanned["hits"]} == {(ns, "here"), (other, "there")}
+    explicit = await _search(call, both, query="staging deploy rolled back", namespace_scope="all_mine")
+    assert explicit["namespaces"] == [ns, other] and len(explicit["hits"]) == 2
+    # A named namespace the token does not grant is refused, not widened or ignored.
+    r = await call("conversation.search", mint(ns, "viewer"), query="staging deploy", namespace=other)
+    assert r.status_code == 403 and r.json()["field"] == "namespace"

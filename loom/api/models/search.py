@@ -15,9 +15,12 @@ Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS,
 
 
 class SearchRequest(RequestBody):
-    namespace_scope: Literal["all_mine", "one"] = Field(
-        "all_mine", description='"all_mine": every namespace the token grants; "one": only `namespace`.')
-    namespace: Namespace | None = Field(None, description='Required with namespace_scope "one", refused otherwise.')
+    namespace_scope: Literal["all_mine", "one"] | None = Field(
+        None, description='"all_mine": every namespace the token grants; "one": only `namespace`. Left out: '
+                          '"one" when `namespace` is given, else "all_mine".')
+    namespace: Namespace | None = Field(
+        None, description='Search only this namespace. Required with namespace_scope "one"; given with "all_mine" '
+                          "it is a 422 naming both fields.")
     query: Query
     limit: int = Field(10, ge=1, le=MAX_LIMIT)
     thread_id: ThreadId | None = Field(None, description="Only this thread's turns.")
@@ -47,5 +50,6 @@ class SearchResponse(BaseModel):
         description='Why the search ran by substring: "embedder_timeout", "embedder_error" (the embedder is '
                     'unavailable) or "query_high_sensitivity" (the query itself reads as high and is never '
                     "embedded); null in vector mode.")
-    namespaces: list[str] = Field(description="The namespaces searched.")
+    namespaces: list[str] = Field(description="The namespaces searched: the one named, or every namespace the "
+                                              "token grants.")
     hits: list[SearchHit]

@@ -25,7 +25,9 @@ PLAN_HEADER = "x-loom-search-plan"
 async def search(body: SearchRequest, response: Response, who: Principal = Depends(require(Role.viewer)),
                  svc: Services = Depends(services)) -> SearchResponse:
     """Vector search over the embedded turns (user and assistant turns, compaction
-    summaries) of every namespace the token grants, or of one (`namespace_scope: "one"`).
+    summaries) of one namespace (`namespace`), or of every namespace the token grants
+    when the body names none (`namespace_scope: "all_mine"`, the default). The answer's
+    `namespaces` lists the namespaces searched.
 
     Hits are ranked by cosine similarity; those below LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY
     (0.30) are dropped. Each shows the first LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS (240)

@@ -4,8 +4,12 @@ namespaces, with a substring fallback.
 Rules (the seed's "Reading and searching" and its sensitivity rules):
 
 * Turns are ranked by cosine similarity to the query's embedding; a hit below
-  LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY is dropped. The search fans out over every
-  namespace the token grants (``namespace_scope="all_mine"``) or one (``"one"``).
+  LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY is dropped.
+* Which namespaces: a body naming ``namespace`` searches that one (``namespace_scope``
+  left out, or ``"one"``); one naming none fans out over every namespace the token
+  grants (``"all_mine"``, the default). ``"all_mine"`` with a ``namespace`` contradicts
+  itself and is refused (422 naming both fields), as is ``"one"`` without one. The
+  answer lists the namespaces searched.
 * A hit shows the first LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS characters of its turn
   (both settings are read on every call).
 * When the query cannot be embedded (the embedder fails or times out) the op still
@@ -51,7 +55,7 @@ from loom import failures
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
-from loom.errors import InvalidRequest
+from loom.errors import ConflictingFields, InvalidRequest
 from loom.ops.conversation import inline_embedding
 from loom.ops.conversation.common import EMBED_CHARS, LEGACY_EMBED_CHARS, as_utc
 from loom.sensitivity import reads_as_high, window_reads_as_high
@@ -169,7 +173,10 @@ async def _read_marks(svc: Services, pairs: set[search_marks.Pair]) -> dict[sear
         return {}
 
 
-def resolve_namespaces(who: Principal, scope: str, namespace: str | None) -> tuple[str, ...]:
+def resolve_namespaces(who: Principal, scope: str | None, namespace: str | None) -> tuple[str, ...]:
+    """The namespaces to search; `scope` None (not given) follows from `namespace`."""
+    if scope is None:
+        scope = "all_mine" if namespace is None else "one"
     if scope not in SCOPES:
         raise InvalidRequest(f"namespace_scope must be one of {', '.join(SCOPES)}", field="namespace_scope",
                              rule="one_of")
@@ -179,8 +186,10 @@ def resolve_namespaces(who: Principal, scope: str, namespace: str | None) -> tup
                                  rule="required_with_scope_one")
         return (who.namespace(namespace),)
     if namespace is not None:
-        raise InvalidRequest('namespace is only read with namespace_scope "one"; "all_mine" searches every '
-                             "namespace the token grants", field="namespace", rule="only_with_scope_one")
+        raise ConflictingFields('namespace_scope "all_mine" searches every namespace the token grants and takes '
+                                'no namespace: drop namespace, or drop namespace_scope (or set it to "one") to '
+                                "search only that namespace", fields=["namespace_scope", "namespace"],
+                                rule="namespace_with_all_mine")
     return tuple(dict.fromkeys(who.namespaces))
 
 
@@ -191,7 +200,7 @@ def _check(query: str, limit: int) -> None:
         raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}", field="limit", rule="range")
 
 
-async def search(svc: Services, who: Principal, query: str, *, namespace_scope: str = "all_mine",
+async def search(svc: Services, who: Principal, query: str, *, namespace_scope: str | None = None,
                  namespace: str | None = None, limit: int = 10, filters: Filters | None = None) -> SearchResult:
     """conversation.search (viewer)."""
     who.require_role(Role.viewer)
