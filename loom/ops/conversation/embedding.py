@@ -439,7 +439,7 @@ async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: Mod
             rows[t.emb_key] = emb_store.EmbeddingRow(
                 t.namespace, t.thread_id, t.msg_id, t.agent, t.role, t.run_id, st.user_id, t.ts, t.text,
                 vector if vector is not None else [], result.model_id if vector is not None else "",
-                local[i].error, t.is_summary, st.is_saved, st.saved_at, False, next_version())
+                local[i].error, t.is_summary, st.is_saved, st.saved_at, False, next_version(), origin=st.origin)
         if rows:
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"recovered-{uuid.uuid4().hex}")
         return local

@@ -48,6 +48,7 @@ from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED, FAILED,
 from loom.ops.conversation.embedding import PRESENT, EmbedTurn, ModelFn, Outcome, write_recovered
 from loom.sensitivity import reads_as_high
 from loom.services import Services
+from loom.store import conversations as conv_store
 from loom.store import embed_recovery as store
 from loom.store import embeddings as emb_store
 
@@ -189,6 +190,12 @@ async def _recover(
     present = await svc.run(emb_store.states, svc.ch, list(todo))
     missing = [r for key, r in todo.items() if key not in present]
     report.skipped_present += len(todo) - len(missing)
+    # A page reads every version of a row: a turn tombstoned since (a newer version,
+    # perhaps inserted after the horizon) must not reach the model on its older one.
+    now = await svc.run(conv_store.states, svc.ch, [r.turn_key for r in missing])
+    live = [r for r in missing if (st := now.get(r.turn_key)) is not None and not st.tombstoned]
+    report.skipped_deleted += len(missing) - len(live)
+    missing = live
     for lo in range(0, len(missing), MODEL_TEXTS):
         turns = [_turn(r) for r in missing[lo : lo + MODEL_TEXTS]]
         result = await model([t.text for t in turns])  # provider work before any lease
