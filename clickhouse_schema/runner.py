@@ -97,6 +97,11 @@ def migrate(client: Client, cluster: str = "") -> list[Migration]:
 
 # --- retention and tiering of loom.conversations (applied at every start-up) --------
 
+# Tables that hold a transcript's text or terms (the saved-message indexes): they carry
+# the transcript's retention TTL. A later index of transcript text joins this list.
+DERIVED_TEXT_TABLES = ("saved_docs", "saved_terms")
+
+
 @dataclass(frozen=True)
 class StorageReport:
     retention_days: int
@@ -131,6 +136,15 @@ def apply_storage_rules(client: Client, retention_days: int, warm_days: int, clu
         client.command(f"ALTER TABLE conversations{on_cluster} MODIFY TTL {', '.join(clauses)}")
     elif _has_ttl(client, "conversations"):
         client.command(f"ALTER TABLE conversations{on_cluster} REMOVE TTL")
+    # The tables derived from a transcript's text or terms never outlive its row: the
+    # same TTL, on the same message time (the embedding rows, which are not derived from
+    # the transcript row's lifetime, keep none).
+    for table in DERIVED_TEXT_TABLES:
+        if retention_days > 0:
+            client.command(f"ALTER TABLE {table}{on_cluster} MODIFY TTL "
+                           f"toDateTime(ts) + INTERVAL {int(retention_days)} DAY DELETE")
+        elif _has_ttl(client, table):
+            client.command(f"ALTER TABLE {table}{on_cluster} REMOVE TTL")
     return StorageReport(retention_days, warm_days, tiering)
 
 

@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from loom import logging as loom_logging
 from loom.api import errors
 from loom.api.observe import ObserveMiddleware
-from loom.api.routes import briefs, conversation, namespaces, saved, search
+from loom.api.routes import briefs, conversation, erasure, namespaces, saved, search
 from loom.embedded.backends import start_backends
 from loom.gc_tuning import calm_the_garbage_collector
 from loom.services import Services, open_services
@@ -24,7 +24,7 @@ from loom.settings import Settings, get_settings
 
 log = loom_logging.get("loom.api")
 
-ROUTERS = [namespaces.router, conversation.router, search.router, saved.router, briefs.router]
+ROUTERS = [namespaces.router, conversation.router, search.router, saved.router, briefs.router, erasure.router]
 
 
 def create_app(services: Services | None = None, settings: Settings | None = None) -> FastAPI:
