@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,3 +86,31 @@ def briefs(
         sql, parameters=params, fmt="JSONEachRow", settings={"output_format_json_quote_64bit_integers": 0}
     )
     return body, body.count(b"\n")
+
+
+def count_turns(ch: Client, namespace: str, user_id: str, include_tombstoned: bool) -> int:
+    """How many transcript rows an export of the user will hold (for a progress bar)."""
+    live = "" if include_tombstoned else " AND NOT tombstoned"
+    return int(ch.query(
+        "SELECT count() FROM conversations FINAL WHERE namespace = {ns:String} AND (agent, thread_id, msg_id) IN ("
+        "SELECT agent, thread_id, msg_id FROM conversations WHERE namespace = {ns:String} AND user_id = {u:String}) "
+        f"AND user_id = {{u:String}}{live}", parameters={"ns": namespace, "u": user_id}).result_rows[0][0])
+
+
+def user_rows(ch: Client, user_id: str, namespaces: list[str], include_tombstoned: bool,
+              page_rows: int) -> Iterator[tuple[bytes, int]]:
+    """The export's rows as NDJSON chunks with their row counts (no header or trailer):
+    each namespace's transcript rows a page at a time, then its briefs and revisions."""
+    for ns in namespaces:
+        after: tuple[str, str, str] | None = None
+        while True:
+            page = turns_page(ch, ns, user_id, after, page_rows, include_tombstoned)
+            if page.rows:
+                yield page.body, page.rows
+            if page.rows < page_rows or page.last is None:
+                break
+            after = page.last
+        for kind in ("brief", "brief_revision"):
+            body, n = briefs(ch, ns, user_id, kind, include_tombstoned)
+            if n:
+                yield body, n

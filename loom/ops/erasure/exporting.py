@@ -50,35 +50,30 @@ def export(
     return _stream(svc, user_id, nss, include_tombstoned, page_rows)
 
 
-async def _stream(
-    svc: Services, user_id: str, nss: list[str], include_tombstoned: bool, page_rows: int
-) -> AsyncIterator[bytes]:
-    yield _line(
-        {
-            "kind": "export",
-            "user_id": user_id,
-            "namespaces": nss,
-            "include_tombstoned": include_tombstoned,
-            "at": utcnow().isoformat(),
-        }
-    )
+def header(user_id: str, nss: list[str], include_tombstoned: bool) -> bytes:
+    return _line({"kind": "export", "user_id": user_id, "namespaces": nss, "include_tombstoned": include_tombstoned,
+                  "at": utcnow().isoformat()})
+
+
+def trailer(rows: int) -> bytes:
+    return _line({"kind": "end", "rows": rows})
+
+
+async def _stream(svc: Services, user_id: str, nss: list[str], include_tombstoned: bool,
+                  page_rows: int) -> AsyncIterator[bytes]:
+    yield header(user_id, nss, include_tombstoned)
     rows = 0
-    for ns in nss:
-        after: tuple[str, str, str] | None = None
-        while True:
-            page = await svc.run(store.turns_page, svc.ch, ns, user_id, after, page_rows, include_tombstoned)
-            if page.rows:
-                rows += page.rows
-                yield page.body
-            if page.rows < page_rows or page.last is None:
-                break
-            after = page.last
-        for kind in ("brief", "brief_revision"):
-            body, n = await svc.run(store.briefs, svc.ch, ns, user_id, kind, include_tombstoned)
-            rows += n
-            if n:
-                yield body
-    yield _line({"kind": "end", "rows": rows})
+    chunks = store.user_rows(svc.ch, user_id, nss, include_tombstoned, page_rows)
+    done = object()
+    while True:
+        # Each page is read off the event loop; only one page is held at a time.
+        got = await svc.run(next, chunks, done)
+        if got is done:
+            break
+        body, n = got  # type: ignore[misc]
+        rows += n
+        yield body
+    yield trailer(rows)
 
 
-__all__ = ["PAGE_ROWS", "export"]
+__all__ = ["PAGE_ROWS", "export", "header", "trailer"]
