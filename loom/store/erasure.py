@@ -141,11 +141,8 @@ def fix_user_keys(ch: Client, erasure_id: str, namespace: str, user_id: str) -> 
     ch.command(
         "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
         "SELECT {e:String}, {ns:String}, 'turn', toString(agent), thread_id, msg_id FROM conversations "
-        "WHERE namespace = {ns:String} AND user_id = {u:String} GROUP BY agent, thread_id, msg_id",
-        parameters=params,
-    )
-    ch.command(
-        "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
+        "WHERE namespace = {ns:String} AND user_id = {u:String} GROUP BY agent, thread_id, msg_id "
+        "UNION ALL "
         "SELECT {e:String}, {ns:String}, 'embedding', '', thread_id, msg_id FROM conversation_embeddings "
         "WHERE namespace = {ns:String} AND user_id = {u:String} GROUP BY thread_id, msg_id",
         parameters=params,

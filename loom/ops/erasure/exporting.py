@@ -24,7 +24,7 @@ from loom.errors import Forbidden, InvalidRequest
 from loom.services import Services
 from loom.store import export as store
 
-PAGE_ROWS = 5_000
+PAGE_ROWS = 20_000
 
 
 def _line(obj: dict[str, Any]) -> bytes:
@@ -51,16 +51,24 @@ def export(
 
 
 def header(user_id: str, nss: list[str], include_tombstoned: bool) -> bytes:
-    return _line({"kind": "export", "user_id": user_id, "namespaces": nss, "include_tombstoned": include_tombstoned,
-                  "at": utcnow().isoformat()})
+    return _line(
+        {
+            "kind": "export",
+            "user_id": user_id,
+            "namespaces": nss,
+            "include_tombstoned": include_tombstoned,
+            "at": utcnow().isoformat(),
+        }
+    )
 
 
 def trailer(rows: int) -> bytes:
     return _line({"kind": "end", "rows": rows})
 
 
-async def _stream(svc: Services, user_id: str, nss: list[str], include_tombstoned: bool,
-                  page_rows: int) -> AsyncIterator[bytes]:
+async def _stream(
+    svc: Services, user_id: str, nss: list[str], include_tombstoned: bool, page_rows: int
+) -> AsyncIterator[bytes]:
     yield header(user_id, nss, include_tombstoned)
     rows = 0
     chunks = store.user_rows(svc.ch, user_id, nss, include_tombstoned, page_rows)

@@ -25,6 +25,7 @@ at the first step not recorded done, recounting nothing it already removed.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import uuid
@@ -166,35 +167,43 @@ async def _hide_user(svc: Services, eid: str, ns: str, user: str) -> dict[str, s
     counts: dict[str, store.TableCount] = {
         "conversations": store.TableCount(),
         "conversation_embeddings": store.TableCount(),
+        "handed_over": store.TableCount(),
     }
 
-    def one_pass() -> None:
-        # Run once per set of thread leases won (usually once); each pass re-reads, so
-        # one that runs again finds nothing left and rows written meanwhile are caught.
-        counts["conversations"].tombstoned += store.tombstone_turns(svc.ch, eid, ns, user)
-        handed = _hand_over(svc, eid, ns, user)
+    def embeddings() -> None:
+        counts["handed_over"].tombstoned += _hand_over(svc, eid, ns, user)
         counts["conversation_embeddings"].tombstoned += store.tombstone_embeddings(svc.ch, eid, ns, user)
-        counts.setdefault("handed_over", store.TableCount()).tombstoned += handed
+
+    def turns() -> None:
+        counts["conversations"].tombstoned += store.tombstone_turns(svc.ch, eid, ns, user)
 
     async def work(_: set[tuple[str, str]]) -> None:
-        await svc.run(one_pass)
+        # Run once per set of thread leases won (usually once); each pass re-reads, so one
+        # that runs again finds nothing left, and rows written meanwhile are caught. The
+        # transcript and the embedding rows are independent writes: at the same time.
+        await asyncio.gather(svc.run(turns), svc.run(embeddings))
 
     try:
         # The user's threads' leases (append's embedding writes, saves and deletes take
         # them too) and search's change window for the whole namespace.
         async with search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, search_marks.WHOLE)]):
+            briefs = svc.run(store.tombstone_briefs, svc.ch, eid, ns, user)
             if threads:
-                await under_thread_leases(svc.redis, [(ns, t) for t in threads], work, wait_s=30.0)
+                leased = under_thread_leases(svc.redis, [(ns, t) for t in threads], work, wait_s=30.0)
             else:
-                await work(set())
-            briefs, revisions, brief_digest = await svc.run(store.tombstone_briefs, svc.ch, eid, ns, user)
+                leased = work(set())
+            (n_briefs, revisions, brief_digest), _ = await asyncio.gather(briefs, leased)
     except LeaseTimeout:
         raise Unavailable(
             "the user's conversations are busy with other writes; retry the erasure", rule="retry"
         ) from None
-    counts["conversations"].digest = await svc.run(store.key_digest, svc.ch, eid, ns, "turn")
-    counts["conversation_embeddings"].digest = await svc.run(store.key_digest, svc.ch, eid, ns, "embedding")
-    counts["session_briefs"] = store.TableCount(tombstoned=briefs, digest=brief_digest)
+    turn_digest, emb_digest = await asyncio.gather(
+        svc.run(store.key_digest, svc.ch, eid, ns, "turn"),
+        svc.run(store.key_digest, svc.ch, eid, ns, "embedding"),
+    )
+    counts["conversations"].digest = turn_digest
+    counts["conversation_embeddings"].digest = emb_digest
+    counts["session_briefs"] = store.TableCount(tombstoned=n_briefs, digest=brief_digest)
     counts["session_brief_revisions"] = store.TableCount(removed=revisions, digest=brief_digest)
     return counts
 
@@ -281,40 +290,51 @@ async def purge_redis(redis: Redis, namespace: str) -> int:
 
 
 async def run_removal(svc: Services, erasure_id: str, *, crash_after: int | None = None) -> store.Request:
-    """The job: every step not yet recorded done, each recorded after it ran (a killed
-    job resumes where it stopped). `crash_after` stops it after that many steps (tests
-    of a kill halfway)."""
+    """The job: every step not yet recorded done, a namespace's steps at the same time
+    (they are independent: each names rows by the keys fixed at the request), each
+    recorded after it ran, so a killed job resumes where it stopped and counts each row
+    once. `crash_after` stops it once that many steps are recorded (tests of a kill)."""
     req = await svc.run(store.get_request, svc.ch, erasure_id)
     if req is None:
         raise NotFound(f"no erasure {erasure_id!r}", field="erasure_id")
     if req.state == DONE:
         return req
-    steps = _steps(req)
-    plan = [(ns, step) for ns in req.namespaces for step in steps]
     progress: dict[str, Any] = req.receipt.setdefault("progress", {})
-    ran = 0
-    for index, (ns, step) in enumerate(plan):
-        if index < req.steps_done:
-            continue
-        params = store.step_params(erasure_id, ns, req.user_id)
+    lock = asyncio.Lock()
+
+    async def one(ns: str, step: store.Step) -> None:
         slot = f"{ns}/{step.name}"
-        if slot not in progress:
-            # Counted once, before the removal, and recorded: a retry after a crash
-            # between the removal and the record keeps the first count.
+        params = store.step_params(erasure_id, ns, req.user_id)
+        entry = progress.get(slot)
+        if entry is None:
+            # Counted once, before the removal, and recorded: a retry after a crash between
+            # the removal and its record keeps the first count.
             if step.apply_mask:
                 planned = int(req.receipt["tables"].get(step.table, {}).get("hidden", {}).get(ns, 0))
             else:
                 planned = await svc.run(store.count_rows, svc.ch, step, params)
-            progress[slot] = planned
-            await svc.run(store.save_request, svc.ch, req)
+            async with lock:
+                entry = progress[slot] = {"rows": planned, "done": False}
+                await svc.run(store.save_request, svc.ch, req)
+        if entry["done"]:
+            return
         await svc.run(store.remove, svc.ch, step, params)
-        line = req.receipt["tables"].setdefault(step.table, {"tombstoned": 0, "removed": 0, "digests": {}})
-        line["removed"] = line.get("removed", 0) + int(progress[slot])
-        req.steps_done = index + 1
-        await svc.run(store.save_request, svc.ch, req)
-        ran += 1
-        if crash_after is not None and ran >= crash_after:
-            raise _Crash(f"stopped after {ran} step(s)")
+        async with lock:
+            if crash_after is not None and req.steps_done >= crash_after:
+                raise _Crash(f"stopped after {req.steps_done} step(s)")
+            entry["done"] = True
+            line = req.receipt["tables"].setdefault(
+                step.table, {"tombstoned": 0, "removed": 0, "digests": {}}
+            )
+            line["removed"] = line.get("removed", 0) + int(entry["rows"])
+            req.steps_done = sum(1 for e in progress.values() if e["done"])
+            await svc.run(store.save_request, svc.ch, req)
+
+    for ns in req.namespaces:
+        results = await asyncio.gather(*(one(ns, step) for step in _steps(req)), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            raise failed[0]
     if req.kind == USER:
         await svc.run(store.drop_keys, svc.ch, erasure_id)
     req.state = DONE
