@@ -127,17 +127,34 @@ _BRIEF_KEYS = (
     "SELECT msg_id FROM erasure_keys WHERE erasure_id = {e:String} "
     "AND namespace = {ns:String} AND kind = 'brief'"
 )
+_EXPIRED_KEYS = (
+    "SELECT thread_id, msg_id FROM erasure_keys WHERE erasure_id = {e:String} "
+    "AND namespace = {ns:String} AND kind = 'expired'"
+)
 _HANDED_KEYS = (
     "SELECT thread_id, msg_id FROM erasure_keys WHERE erasure_id = {e:String} "
     "AND namespace = {ns:String} AND kind = 'handed'"
 )
 
 
-def fix_user_keys(ch: Client, erasure_id: str, namespace: str, user_id: str) -> list[str]:
+def fix_user_keys(ch: Client, erasure_id: str, namespace: str, user_id: str, *, purge: bool = False) -> list[str]:
     """Record the keys of every transcript and embedding row any version of which the
     user owns (a save may have claimed a row no user owned before). Returns the threads
-    they lie in. Recording the same keys twice changes nothing (the reads de-duplicate)."""
+    they lie in. Recording the same keys twice changes nothing (the reads de-duplicate).
+    With `purge`, also the user's embedding rows whose message no agent's transcript row
+    holds any more (the retention TTL expired it, kind expired): a user erasure
+    tombstones those but leaves them on disk; only a namespace erasure removes them."""
     params = {"e": erasure_id, "ns": namespace, "u": user_id}
+    if purge:
+        ch.command(
+            "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
+            "SELECT {e:String}, {ns:String}, 'expired', '', thread_id, msg_id FROM conversation_embeddings "
+            "WHERE namespace = {ns:String} AND user_id = {u:String} AND (thread_id, msg_id) NOT IN ("
+            "  SELECT thread_id, msg_id FROM conversations WHERE namespace = {ns:String} AND thread_id IN ("
+            "    SELECT thread_id FROM conversation_embeddings WHERE namespace = {ns:String} AND user_id = {u:String}))"
+            " GROUP BY thread_id, msg_id",
+            parameters=params,
+        )
     ch.command(
         "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
         "SELECT {e:String}, {ns:String}, 'turn', toString(agent), thread_id, msg_id FROM conversations "
@@ -382,8 +399,9 @@ def user_steps(purge: bool) -> list[Step]:
             Step(
                 t,
                 t,
-                f"namespace = {{ns:String}} AND (thread_id, msg_id) IN ({_EMB_KEYS}) "
-                f"AND (thread_id, msg_id) NOT IN ({_HANDED_KEYS})",
+                f"namespace = {{ns:String}} AND ((thread_id, msg_id) IN ({_EMB_KEYS}) "
+                f"AND (thread_id, msg_id) NOT IN ({_HANDED_KEYS}) "
+                f"OR (thread_id, msg_id) IN ({_HANDED_KEYS}) AND user_id = {{u:String}})",
             )
             for t in VECTOR_TABLES
         ),
@@ -400,8 +418,11 @@ def user_steps(purge: bool) -> list[Step]:
             Step(
                 "conversation_embeddings",
                 "conversation_embeddings",
-                f"namespace = {{ns:String}} AND (thread_id, msg_id) IN ({_EMB_KEYS}) "
-                f"AND (thread_id, msg_id) NOT IN ({_HANDED_KEYS})",
+                # A row passed to another user's copy keeps its newest version; its older
+                # versions, which name the user, go.
+                f"namespace = {{ns:String}} AND ((thread_id, msg_id) IN ({_EMB_KEYS}) "
+                f"AND (thread_id, msg_id) NOT IN ({_HANDED_KEYS}) AND (thread_id, msg_id) NOT IN ({_EXPIRED_KEYS}) "
+                f"OR (thread_id, msg_id) IN ({_HANDED_KEYS}) AND user_id = {{u:String}})",
             ),
         )
     return steps

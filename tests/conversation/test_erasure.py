@@ -146,15 +146,23 @@ async def test_purge_removes_the_embedding_rows_but_a_shared_row_passes_to_the_o
     shared = await _append(call, writer, ns, "t", "user", text, "u1", agent="a")
     await _append(call, writer, ns, "t", "user", text, "u2", agent="b")
     await _append(call, writer, ns, "t", "assistant", "only u1 said this", "u1", agent="a")
+    # A turn whose message the retention TTL expired: its embedding row is tombstoned, and
+    # stays on disk (only a namespace erasure removes such a row).
+    expired = await _append(call, writer, ns, "t2", "user", "expired words of u1", "u1", agent="a")
+    ch.command("DELETE FROM conversations WHERE namespace = {ns:String} AND thread_id = 't2'", parameters={"ns": ns})
     got = await ok(call, "erasure.request", admin, user_id="u1", namespaces=[ns], purge=True)
     assert got["receipt"]["tables"]["handed_over"]["tombstoned"] == 1
+    assert got["receipt"]["tables"]["conversation_embeddings"]["tombstoned"] == 2
     await _done(call, admin, got["erasure_id"])
     rows = {e["msg_id"]: e for e in emb_rows(ch, ns)}
+    gone_msg = rows.pop(expired["msg_id"])
+    assert gone_msg["tombstoned"] and gone_msg["text"] == ""
     assert list(rows) == [shared["msg_id"]]  # u1's own row is gone from disk
     assert (rows[shared["msg_id"]]["agent"], rows[shared["msg_id"]]["user_id"]) == ("b", "u2")
     assert not rows[shared["msg_id"]]["tombstoned"]
     assert (
-        _count(ch, "conversation_embeddings", "namespace = {ns:String} AND user_id = 'u1'", {"ns": ns}) == 0
+        _count(ch, "conversation_embeddings", "namespace = {ns:String} AND user_id = 'u1' AND thread_id = 't'",
+               {"ns": ns}) == 0
     )
     hits = await ok(call, "conversation.search", admin, query=text)
     assert [(h["agent"], h["msg_id"]) for h in hits["hits"]][:1] == [("b", shared["msg_id"])]

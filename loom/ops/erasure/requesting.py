@@ -102,7 +102,7 @@ async def request(
         req = store.Request(eid, who.token_id, USER, user_id, nss, purge, REMOVING, created_at=now)
         tables = {}
         for ns in nss:
-            _merge(tables, ns, await _hide_user(svc, eid, ns, user_id))
+            _merge(tables, ns, await _hide_user(svc, eid, ns, user_id, purge))
     req.receipt = _receipt(req, tables, now)
     req.steps_total = len(nss) * len(_steps(req))
     await svc.run(store.save_request, svc.ch, req)
@@ -162,8 +162,8 @@ async def _enqueue(svc: Services, erasure_id: str) -> None:
 # -- a user: nothing readable -----------------------------------------------------------
 
 
-async def _hide_user(svc: Services, eid: str, ns: str, user: str) -> dict[str, store.TableCount]:
-    threads = await svc.run(store.fix_user_keys, svc.ch, eid, ns, user)
+async def _hide_user(svc: Services, eid: str, ns: str, user: str, purge: bool) -> dict[str, store.TableCount]:
+    threads = await svc.run(store.fix_user_keys, svc.ch, eid, ns, user, purge=purge)
     counts: dict[str, store.TableCount] = {
         "conversations": store.TableCount(),
         "conversation_embeddings": store.TableCount(),
