@@ -137,7 +137,9 @@ _HANDED_KEYS = (
 )
 
 
-def fix_user_keys(ch: Client, erasure_id: str, namespace: str, user_id: str, *, purge: bool = False) -> list[str]:
+def fix_user_keys(
+    ch: Client, erasure_id: str, namespace: str, user_id: str, *, purge: bool = False
+) -> list[str]:
     """Record the keys of every transcript and embedding row any version of which the
     user owns (a save may have claimed a row no user owned before). Returns the threads
     they lie in. Recording the same keys twice changes nothing (the reads de-duplicate).

@@ -91,14 +91,19 @@ def briefs(
 def count_turns(ch: Client, namespace: str, user_id: str, include_tombstoned: bool) -> int:
     """How many transcript rows an export of the user will hold (for a progress bar)."""
     live = "" if include_tombstoned else " AND NOT tombstoned"
-    return int(ch.query(
-        "SELECT count() FROM conversations FINAL WHERE namespace = {ns:String} AND (agent, thread_id, msg_id) IN ("
-        "SELECT agent, thread_id, msg_id FROM conversations WHERE namespace = {ns:String} AND user_id = {u:String}) "
-        f"AND user_id = {{u:String}}{live}", parameters={"ns": namespace, "u": user_id}).result_rows[0][0])
+    return int(
+        ch.query(
+            "SELECT count() FROM conversations FINAL WHERE namespace = {ns:String} AND (agent, thread_id, msg_id) IN ("
+            "SELECT agent, thread_id, msg_id FROM conversations WHERE namespace = {ns:String} AND user_id = {u:String}) "
+            f"AND user_id = {{u:String}}{live}",
+            parameters={"ns": namespace, "u": user_id},
+        ).result_rows[0][0]
+    )
 
 
-def user_rows(ch: Client, user_id: str, namespaces: list[str], include_tombstoned: bool,
-              page_rows: int) -> Iterator[tuple[bytes, int]]:
+def user_rows(
+    ch: Client, user_id: str, namespaces: list[str], include_tombstoned: bool, page_rows: int
+) -> Iterator[tuple[bytes, int]]:
     """The export's rows as NDJSON chunks with their row counts (no header or trailer):
     each namespace's transcript rows a page at a time, then its briefs and revisions."""
     for ns in namespaces:

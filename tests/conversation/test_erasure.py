@@ -149,7 +149,9 @@ async def test_purge_removes_the_embedding_rows_but_a_shared_row_passes_to_the_o
     # A turn whose message the retention TTL expired: its embedding row is tombstoned, and
     # stays on disk (only a namespace erasure removes such a row).
     expired = await _append(call, writer, ns, "t2", "user", "expired words of u1", "u1", agent="a")
-    ch.command("DELETE FROM conversations WHERE namespace = {ns:String} AND thread_id = 't2'", parameters={"ns": ns})
+    ch.command(
+        "DELETE FROM conversations WHERE namespace = {ns:String} AND thread_id = 't2'", parameters={"ns": ns}
+    )
     got = await ok(call, "erasure.request", admin, user_id="u1", namespaces=[ns], purge=True)
     assert got["receipt"]["tables"]["handed_over"]["tombstoned"] == 1
     assert got["receipt"]["tables"]["conversation_embeddings"]["tombstoned"] == 2
@@ -161,8 +163,13 @@ async def test_purge_removes_the_embedding_rows_but_a_shared_row_passes_to_the_o
     assert (rows[shared["msg_id"]]["agent"], rows[shared["msg_id"]]["user_id"]) == ("b", "u2")
     assert not rows[shared["msg_id"]]["tombstoned"]
     assert (
-        _count(ch, "conversation_embeddings", "namespace = {ns:String} AND user_id = 'u1' AND thread_id = 't'",
-               {"ns": ns}) == 0
+        _count(
+            ch,
+            "conversation_embeddings",
+            "namespace = {ns:String} AND user_id = 'u1' AND thread_id = 't'",
+            {"ns": ns},
+        )
+        == 0
     )
     hits = await ok(call, "conversation.search", admin, query=text)
     assert [(h["agent"], h["msg_id"]) for h in hits["hits"]][:1] == [("b", shared["msg_id"])]

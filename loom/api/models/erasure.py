@@ -10,8 +10,6 @@ from pydantic import BaseModel, Field
 from loom.api.models.common import AgentId, Namespace, NamespacedRequest, StrictModel
 from loom.api.models.conversation import ThreadId
 
-UserId = Field(min_length=1, max_length=256, description="The subject: the user whose rows these are.")
-
 
 class DeleteRequest(NamespacedRequest):
     agent: AgentId = "default"
