@@ -49,6 +49,8 @@ from loom.queue import QUEUE  # the arq sorted set the workers poll
 
 SEARCH_PATH = "/v1/conversation.search"
 SAVED_PATH = "/v1/conversation.search_saved_messages"
+ERASURE_PATH = "/v1/erasure.request"
+ERASURE_STATUS_PATH = "/v1/erasure.status"
 APPEND_PATH = "/v1/conversation.append"
 IN_PROGRESS = "arq:in-progress:*"      # arq's in_progress_key_prefix
 AGENT = "default"
@@ -98,6 +100,7 @@ class LoomTarget(HttpTarget):
         self.erase_plan: list[tuple[str, str]] = []
         self.merges_stopped: list[str] = []
         self.erase_seconds: list[dict[str, float]] = []
+        self.erase_unreadable_seconds: float | None = None   # set by the op path: the timed part
         self.saved_modes: collections.Counter[str] = collections.Counter()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -242,7 +245,10 @@ class LoomTarget(HttpTarget):
             "conversation table (one part each: merged, deduplicated, every index built once)",
             "bytes on disk: bytes_on_disk of the active parts of every conversation table (and the "
             "materialized views' target tables) after OPTIMIZE ... FINAL; rows = turns loaded",
-            "erase_user: Loom's erasure op is not built yet, so the harness sends lightweight DELETEs straight "
+            "erase_user: POST /v1/erasure.request {user_id, namespaces: [ns]}, timed until it answers (nothing "
+            "of the user readable by any op); then erasure.status polled until done (rows gone from disk), "
+            "recorded in erase_seconds_by_table as gone_from_disk, not timed. LOOM_BENCH_ERASE=all|base (or "
+            "a Loom without the op) sends lightweight DELETEs straight "
             "to ClickHouse (not through Loom's API): a count() of the user's turns, then the user's rows in "
             "every table that holds their text or vectors, each DELETE waited for: the derived tables without "
             "user_id (the HNSW vector tables) by (namespace, thread_id, msg_id) IN the user's embedding keys, "
@@ -564,7 +570,12 @@ class LoomTarget(HttpTarget):
         return [h["message_id"] for h in r["hits"]]
 
     async def erase_user(self, namespace: str, user_id: str) -> int:
-        """A lightweight DELETE of the user's rows (Loom's erasure op is not built yet)."""
+        """erasure.request through the API when this Loom has it: the figure is the time
+        until it answers (nothing of the user readable any more); the time until
+        erasure.status says done (gone from disk) is recorded beside it, not timed. An
+        older Loom gets lightweight DELETEs straight to ClickHouse."""
+        if ERASURE_PATH in self.paths and os.environ.get("LOOM_BENCH_ERASE", "op") == "op":
+            return await self._erase_by_op(namespace, user_id)
         self._need_store()
         self._wake()
 
@@ -593,6 +604,21 @@ class LoomTarget(HttpTarget):
             return n
 
         return await asyncio.to_thread(run)
+
+    async def _erase_by_op(self, namespace: str, user_id: str) -> int:
+        self._wake()
+        t0 = time.perf_counter()
+        r = await self.post(ERASURE_PATH, {"user_id": user_id, "namespaces": [namespace]})
+        unreadable = time.perf_counter() - t0
+        self.erase_unreadable_seconds = unreadable
+        while True:
+            s = await self.post(ERASURE_STATUS_PATH, {"erasure_id": r["erasure_id"]})
+            if s["state"] == "done":
+                break
+            await asyncio.sleep(0.02)
+        gone = time.perf_counter() - t0
+        self.erase_seconds.append({"unreadable": round(unreadable, 4), "gone_from_disk": round(gone, 4)})
+        return int(r["receipt"]["tables"]["conversations"]["tombstoned"])
 
     def _erase_plan(self) -> list[tuple[str, str]]:
         """(table, "key" | "user"): the derived tables keyed by (namespace, thread_id, msg_id) only,

@@ -97,6 +97,11 @@ def migrate(client: Client, cluster: str = "") -> list[Migration]:
 
 # --- retention and tiering of loom.conversations (applied at every start-up) --------
 
+# Tables that hold a transcript's text or terms (the saved-message indexes): they carry
+# the transcript's retention TTL. A later index of transcript text joins this list.
+DERIVED_TEXT_TABLES = ("saved_docs", "saved_terms")
+
+
 @dataclass(frozen=True)
 class StorageReport:
     retention_days: int
@@ -114,23 +119,39 @@ def _has_warm_volume(client: Client, table: str) -> bool:
     return bool(rows and rows[0][0])
 
 
-def apply_storage_rules(client: Client, retention_days: int, warm_days: int, cluster: str = "") -> StorageReport:
-    """Set or remove the TTL of the conversations table only (embeddings never expire)."""
+def conversations_ttl(retention_days: int, warm_days: int) -> list[str]:
+    """The TTL clauses of loom.conversations: a move to the 'warm' volume (only where the
+    table's storage policy has one) and the retention delete."""
     clauses: list[str] = []
-    tiering = "off"
     if warm_days > 0:
-        if _has_warm_volume(client, "conversations"):
-            clauses.append(f"toDateTime(ts) + INTERVAL {int(warm_days)} DAY TO VOLUME 'warm'")
-            tiering = "applied"
-        else:
-            tiering = "not applicable: the conversations table's storage policy has no 'warm' volume"
+        clauses.append(f"toDateTime(ts) + INTERVAL {int(warm_days)} DAY TO VOLUME 'warm'")
     if retention_days > 0:
         clauses.append(f"toDateTime(ts) + INTERVAL {int(retention_days)} DAY DELETE")
+    return clauses
+
+
+def apply_storage_rules(client: Client, retention_days: int, warm_days: int, cluster: str = "") -> StorageReport:
+    """Set or remove the TTL of the conversations table only (embeddings never expire)."""
+    tiering = "off"
+    warm = False
+    if warm_days > 0:
+        warm = _has_warm_volume(client, "conversations")
+        tiering = "applied" if warm else "not applicable: the conversations table's storage policy has no 'warm' volume"
+    clauses = conversations_ttl(retention_days, warm_days if warm else 0)
     on_cluster = render(" {on_cluster}", cluster)
     if clauses:
         client.command(f"ALTER TABLE conversations{on_cluster} MODIFY TTL {', '.join(clauses)}")
     elif _has_ttl(client, "conversations"):
         client.command(f"ALTER TABLE conversations{on_cluster} REMOVE TTL")
+    # The tables derived from a transcript's text or terms never outlive its row: the
+    # same TTL, on the same message time (the embedding rows, which are not derived from
+    # the transcript row's lifetime, keep none).
+    for table in DERIVED_TEXT_TABLES:
+        if retention_days > 0:
+            client.command(f"ALTER TABLE {table}{on_cluster} MODIFY TTL "
+                           f"toDateTime(ts) + INTERVAL {int(retention_days)} DAY DELETE")
+        elif _has_ttl(client, table):
+            client.command(f"ALTER TABLE {table}{on_cluster} REMOVE TTL")
     return StorageReport(retention_days, warm_days, tiering)
 
 

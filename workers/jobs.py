@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loom.ops.erasure import requesting
 from workers import embedding
 
 
@@ -27,4 +28,10 @@ async def recover_embeddings(ctx: dict[str, Any]) -> dict[str, Any]:
     return await embedding.recover_embeddings(ctx)
 
 
-FUNCTIONS: list[Any] = [ping, embed_turns, reembed_rows]
+async def erasure_remove(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """Remove an erasure's rows from disk, resuming at its first step not done."""
+    req = await requesting.run_removal(ctx["loom"], str(payload["erasure_id"]))
+    return {"erasure_id": req.erasure_id, "state": req.state, "steps_done": req.steps_done}
+
+
+FUNCTIONS: list[Any] = [ping, embed_turns, reembed_rows, erasure_remove]

@@ -1,4 +1,4 @@
-"""The `loom` command: serve, worker, migrate, token, reembed."""
+"""The `loom` command: serve, worker, migrate, token, reembed, erasure export, retention show."""
 
 from __future__ import annotations
 
@@ -15,11 +15,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from loom.cli.erasure import erasure_app, retention_app
 from loom.settings import Settings, SettingsError, load_settings
 
 app = typer.Typer(help="Loom: the memory store for AI agents.", no_args_is_help=True, add_completion=False)
 token_app = typer.Typer(help="Mint, list and revoke bearer tokens.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
+app.add_typer(erasure_app, name="erasure")
+app.add_typer(retention_app, name="retention")
 console = Console(stderr=True)
 
 

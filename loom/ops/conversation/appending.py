@@ -44,7 +44,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -75,7 +75,7 @@ from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
-from loom.store import landed, recording_cache
+from loom.store import fences, landed, recording_cache
 from loom.store import namespaces as ns_store
 from loom.store import threads as thread_store
 from loom.store.write_buffer import Batcher
@@ -89,6 +89,7 @@ FLUSH_SECONDS = Histogram("loom_append_flush_seconds", "Append flush stages", ["
 APPENDED = Counter("loom_append_turns_total", "Appended turns by outcome", ["outcome"])
 
 CLAIM_TTL_S = 3_600
+CLAIM_PREFIX = "loom:claim:turn:"
 REBUILD_LEASE_S = 600
 KNOWN_THREADS = 100_000   # threads this process remembers having written a row for
 _RELEASE_CLAIM = """
@@ -134,8 +135,9 @@ class _Flushed:
 
 
 def claim_key(key: conv_store.TurnKey) -> str:
+    """Per turn, under its namespace's prefix (an erasure of the namespace finds them)."""
     h = hashlib.sha256("\x00".join(key).encode()).hexdigest()[:40]
-    return f"loom:claim:turn:{h}"
+    return f"{CLAIM_PREFIX}{key[0]}:{h}"
 
 
 class AppendPipeline:
@@ -294,6 +296,7 @@ class AppendPipeline:
                 await self._open_gate(gate, durable=False)
                 raise
             FLUSH_SECONDS.labels("insert").observe(time.perf_counter() - t0)
+            stored = await self._drop_fenced(turns, stored, out)
             await self._open_gate(gate, durable=True)
 
         later: list[int] = []
@@ -311,6 +314,28 @@ class AppendPipeline:
         for f in out:
             APPENDED.labels("stored" if f.stored else str(f.reason)).inc()
         return out
+
+    async def _drop_fenced(self, turns: list[conv_store.Turn], stored: list[int], out: list[_Flushed]) -> list[int]:
+        """After the insert, before any vector can be written: turns of a thread that a
+        conversation.delete began on before they were stamped are tombstoned here and
+        answered deleted (loom.store.fences says why this closes the race)."""
+        threads = list(dict.fromkeys((turns[i].namespace, turns[i].agent, turns[i].thread_id) for i in stored))
+        try:
+            found = await fences.fences(self.svc.redis, threads)
+        except Exception as exc:   # the delete's own read still covers every row that landed before it
+            log.warning("could not read the deletion fences", error=f"{type(exc).__name__}: {exc}")
+            return stored
+        late = {i for i in stored
+                if turns[i].version < found.get((turns[i].namespace, turns[i].agent, turns[i].thread_id), 0)}
+        if not late:
+            return stored
+        now = utcnow()
+        rows = [replace(turns[i], tombstoned=True, tombstoned_at=now, tombstone_reason=DELETED,
+                        version=next_version()) for i in sorted(late)]
+        await self.svc.run(conv_store.insert, self.svc.ch, rows)
+        for i in late:
+            out[i] = _Flushed(False, DELETED)
+        return [i for i in stored if i not in late]
 
     def _embed(self, out: list[_Flushed], turns: list[conv_store.Turn], idxs: list[int], *, gate: str | None) -> None:
         """One job for the turns at `idxs`; each turn answered as its part is written."""

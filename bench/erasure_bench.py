@@ -1,0 +1,317 @@
+"""erasure.request and erasure.export on the whole embedded stack, through the API.
+
+Run: ``.venv/bin/python bench/erasure_bench.py [--turns 100000] [--users 100] [--erase 5]
+[--export-turns 100000]``
+
+It starts Loom as ``loom serve`` does, in a temporary LOOM_HOME (bench/loom_stack.py: the
+embedded ClickHouse endpoint, the embedded Redis, one arq worker, the API under uvicorn;
+the fake embedder, since nothing here embeds), then bulk-loads through the store's insert
+functions (so the derived tables are fed by their materialized views as in production):
+
+* ``bench-erase``: ``--turns`` turns of ``--users`` users (threads of 20 turns, one user
+  each; user and assistant turns with 384-dimension vectors, a tenth of them saved);
+* ``bench-export``: one user with ``--export-turns`` turns.
+
+Figures (the machine has 2 cores and is shared: medians, with the load average):
+
+* erase one user (~turns/users turns) of the large namespace: the time until
+  ``erasure.request`` answers (nothing of the user is readable any more) and until
+  ``erasure.status`` says ``done`` (the rows are gone from disk), for ``--erase`` users
+  one at a time. Targets: p50 <= 250 ms and <= 5 s.
+* export: ``erasure.export`` of the ``bench-export`` user, streamed over HTTP and counted
+  line by line. Target: >= 20,000 rows/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.loom_stack import LoomStack  # noqa: E402
+
+MAIN_NS, EXPORT_NS = "bench-erase", "bench-export"
+AGENT = "default"
+LOAD_BATCH = 10_000
+WORDS = [
+    "ledger",
+    "invoice",
+    "export",
+    "migration",
+    "deploy",
+    "staging",
+    "rollback",
+    "table",
+    "index",
+    "query",
+    "vector",
+    "thread",
+    "agent",
+    "user",
+    "billing",
+    "account",
+    "refund",
+    "report",
+    "schema",
+    "cluster",
+    "replica",
+    "shard",
+    "merge",
+    "part",
+    "granule",
+    "token",
+    "session",
+    "brief",
+]
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _text(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 80)))
+
+
+def bulk_load(
+    clickhouse_url: str, namespace: str, turns: int, users: int, *, vectors: bool, seed: int
+) -> float:
+    from loom.clock import next_version
+    from loom.ops.conversation.common import embed_text
+    from loom.store import conversations, embeddings
+    from loom.store.clickhouse import connect
+
+    ch = connect(clickhouse_url, database="loom")
+    rng = random.Random(seed)
+    nprng = np.random.default_rng(seed)
+    base = datetime.now(UTC) - timedelta(days=30)
+    per_user = max(1, turns // users)
+    t0 = time.perf_counter()
+    for lo in range(0, turns, LOAD_BATCH):
+        conv: list[conversations.Turn] = []
+        emb: list[embeddings.EmbeddingRow] = []
+        for i in range(lo, min(turns, lo + LOAD_BATCH)):
+            user = f"u{i // per_user:04d}"
+            thread = f"{user}-t{(i % per_user) // 20:03d}"
+            role = ("user", "assistant", "tool")[i % 3]
+            ts = base + timedelta(seconds=i)
+            saved = role == "user" and i % 10 == 0
+            content = _text(rng)
+            conv.append(
+                conversations.Turn(
+                    namespace=namespace,
+                    agent=AGENT,
+                    thread_id=thread,
+                    msg_id=f"m{i:07d}",
+                    ts=ts,
+                    role=role,
+                    content=content,
+                    user_id=user,
+                    is_saved=saved,
+                    saved_at=ts if saved else None,
+                    version=next_version(),
+                )
+            )
+            if vectors and role != "tool":
+                vec = nprng.standard_normal(384).astype(np.float32)
+                emb.append(
+                    embeddings.EmbeddingRow(
+                        namespace=namespace,
+                        thread_id=thread,
+                        msg_id=f"m{i:07d}",
+                        agent=AGENT,
+                        role=role,
+                        run_id="",
+                        user_id=user,
+                        ts=ts,
+                        text=embed_text(content),
+                        embedding=vec / np.linalg.norm(vec),
+                        model="fake",
+                        is_saved=saved,
+                        saved_at=ts if saved else None,
+                        version=next_version(),
+                    )
+                )
+        conversations.insert(ch, conv)
+        if emb:
+            embeddings.insert(ch, emb)
+    took = time.perf_counter() - t0
+    for table in ("conversations", "conversation_embeddings"):
+        ch.command(f"OPTIMIZE TABLE {table} FINAL")
+    log(f"  {namespace}: {turns:,} turns loaded in {took:.1f}s (+ OPTIMIZE FINAL)")
+    ch.close()
+    return took
+
+
+def mint(stack: LoomStack) -> str:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loom.cli.main",
+            "token",
+            "mint",
+            "--namespace",
+            MAIN_NS,
+            "--namespace",
+            EXPORT_NS,
+            "--role",
+            "admin",
+        ],
+        env=stack.env,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    return out.stdout.decode().strip().splitlines()[-1]
+
+
+def gone(clickhouse_url: str, user: str) -> dict[str, int]:
+    """Rows of the user still on disk (lightweight-delete masks ignored), per table."""
+    from loom.store.clickhouse import connect
+
+    ch = connect(clickhouse_url, database="loom")
+    out = {}
+    for table in ("conversations", "saved_docs", "saved_terms", "saved_vectors"):
+        out[table] = int(
+            ch.query(
+                f"SELECT count() FROM {table} WHERE namespace = {{ns:String}} AND user_id = "
+                "{u:String} SETTINGS apply_deleted_mask = 0",
+                parameters={"ns": MAIN_NS, "u": user},
+            ).result_rows[0][0]
+        )
+    ch.close()
+    return out
+
+
+async def erase(client: httpx.AsyncClient, user: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    r = await client.post("/v1/erasure.request", json={"user_id": user, "namespaces": [MAIN_NS]})
+    unreadable = time.perf_counter() - t0
+    r.raise_for_status()
+    body = r.json()
+    while True:
+        s = (await client.post("/v1/erasure.status", json={"erasure_id": body["erasure_id"]})).json()
+        if s["state"] == "done":
+            break
+        await asyncio.sleep(0.02)
+    done = time.perf_counter() - t0
+    tables = body["receipt"]["tables"]
+    return {
+        "user": user,
+        "unreadable_s": unreadable,
+        "gone_s": done,
+        "tombstoned": {t: v["tombstoned"] for t, v in tables.items()},
+        "removed": {t: v["removed"] for t, v in s["receipt"]["tables"].items()},
+    }
+
+
+async def export(client: httpx.AsyncClient, user: str) -> dict[str, Any]:
+    rows = 0
+    nbytes = 0
+    t0 = time.perf_counter()
+    first = None
+    async with client.stream(
+        "POST", "/v1/erasure.export", json={"user_id": user, "namespaces": [EXPORT_NS]}
+    ) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if first is None:
+                first = time.perf_counter() - t0
+            nbytes += len(line) + 1
+            if line.startswith('{"kind":"turn"'):
+                rows += 1
+    took = time.perf_counter() - t0
+    return {"rows": rows, "seconds": took, "rows_per_s": rows / took, "first_line_s": first, "bytes": nbytes}
+
+
+async def measure(port: int, token: str, users: list[str], rounds: int) -> dict[str, Any]:
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{port}", timeout=600, headers={"Authorization": f"Bearer {token}"}
+    ) as client:
+        erased = []
+        for u in users:
+            got = await erase(client, u)
+            log(
+                f"  erase {u}: unreadable {got['unreadable_s'] * 1000:.0f} ms, gone {got['gone_s']:.2f} s "
+                f"({got['tombstoned'].get('conversations')} turns; load {load_avg()})"
+            )
+            erased.append(got)
+        exports = []
+        for _ in range(rounds):
+            got = await export(client, "u0000")
+            log(
+                f"  export: {got['rows']:,} rows in {got['seconds']:.2f} s = {got['rows_per_s']:,.0f} rows/s "
+                f"(first line after {got['first_line_s'] * 1000:.0f} ms; load {load_avg()})"
+            )
+            exports.append(got)
+    return {"erase": erased, "export": exports}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--turns", type=int, default=100_000)
+    ap.add_argument("--users", type=int, default=100)
+    ap.add_argument("--erase", type=int, default=5)
+    ap.add_argument("--export-turns", type=int, default=100_000)
+    ap.add_argument("--export-rounds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = ap.parse_args()
+
+    log(f"erasure bench (load avg {load_avg()}, {os.cpu_count()} cores)")
+    stack = LoomStack(embedder="fake", keep=args.keep)
+    try:
+        stack.start(log)
+        bulk_load(stack.clickhouse_url, MAIN_NS, args.turns, args.users, vectors=True, seed=args.seed)
+        bulk_load(stack.clickhouse_url, EXPORT_NS, args.export_turns, 1, vectors=False, seed=args.seed + 1)
+        token = mint(stack)
+        step = max(1, args.users // args.erase)
+        users = [f"u{i:04d}" for i in range(1, args.users, step)][: args.erase]
+        result = asyncio.run(measure(stack.port, token, users, args.export_rounds))
+        result["left_on_disk"] = {u: gone(stack.clickhouse_url, u) for u in users}
+    finally:
+        stack.stop()
+    unread = [e["unreadable_s"] for e in result["erase"]]
+    done = [e["gone_s"] for e in result["erase"]]
+    rates = [e["rows_per_s"] for e in result["export"]]
+    summary = {
+        "turns": args.turns,
+        "users": args.users,
+        "turns_per_user": args.turns // args.users,
+        "erase_unreadable_p50_ms": statistics.median(unread) * 1000,
+        "erase_gone_p50_s": statistics.median(done),
+        "export_rows": args.export_turns,
+        "export_rows_per_s_median": statistics.median(rates),
+        "cores": os.cpu_count(),
+        "load_avg_end": load_avg(),
+    }
+    log(json.dumps(summary, indent=2))
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{datetime.now(UTC):%Y-%m-%d-%H%M}-erasure.json"
+    path.write_text(json.dumps({"summary": summary, **result}, indent=2))
+    log(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Routes of conversation.delete, erasure.request / status / export and retention.show
+(all admin; tokens bound to one user or session are refused)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import StreamingResponse
+
+from loom.api.deps import require, services
+from loom.api.models.erasure import (
+    DeleteRequest,
+    DeleteResponse,
+    ErasureRequest,
+    ErasureResponse,
+    ErasureStatusRequest,
+    ExportRequest,
+    RetentionShowRequest,
+    RetentionShowResponse,
+)
+from loom.api.models.errors import COMMON, error_responses
+from loom.auth.principal import Principal, Role
+from loom.ops import erasure as ops
+from loom.ops import retention
+from loom.ops.conversation import deleting
+from loom.services import Services
+from loom.store.erasure import Request
+
+router = APIRouter(prefix="/v1", tags=["deletion and erasure"], responses=error_responses(*COMMON))
+
+
+def _erasure(req: Request) -> ErasureResponse:
+    return ErasureResponse(
+        erasure_id=req.erasure_id,
+        kind=req.kind,
+        state=req.state,
+        steps_total=req.steps_total,
+        steps_done=req.steps_done,
+        receipt=req.receipt,
+        error=req.error,
+        created_at=req.created_at,
+        updated_at=req.updated_at,
+    )
+
+
+@router.post("/conversation.delete", response_model=DeleteResponse)
+async def delete(
+    body: DeleteRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
+) -> DeleteResponse:
+    """Tombstone one thread (this agent's turns, its thread row, their embeddings).
+    `confirm_thread_id` must equal `thread_id` (else 422, nothing written). An embedding
+    row another agent's live copy of the turn shares passes to that copy."""
+    result = await deleting.delete(
+        svc, who, body.namespace, body.agent, body.thread_id, body.confirm_thread_id
+    )
+    return DeleteResponse(**asdict(result))
+
+
+@router.post("/erasure.request", response_model=ErasureResponse)
+async def erasure_request(
+    body: ErasureRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
+) -> ErasureResponse:
+    """Erase a user (`user_id`, in the token's namespaces or those listed) or whole
+    namespaces (`namespace_list`, with `purge: true`). Answers once nothing of the
+    subject is readable, with a receipt; the removal from disk runs on the worker pool
+    (poll erasure.status)."""
+    req = await ops.request(
+        svc,
+        who,
+        user_id=body.user_id,
+        namespaces=body.namespaces,
+        namespace_list=body.namespace_list,
+        purge=body.purge,
+    )
+    return _erasure(req)
+
+
+@router.post("/erasure.status", response_model=ErasureResponse)
+async def erasure_status(
+    body: ErasureStatusRequest,
+    who: Principal = Depends(require(Role.admin)),
+    svc: Services = Depends(services),
+) -> ErasureResponse:
+    """An erasure's progress (`steps_done` of `steps_total`, `state`) and its receipt."""
+    return _erasure(await ops.status(svc, who, body.erasure_id))
+
+
+@router.post(
+    "/erasure.export",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/x-ndjson": {}}}},
+)
+async def erasure_export(
+    body: ExportRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
+) -> StreamingResponse:
+    """A user's rows as NDJSON, streamed: a header line, transcript rows (`kind: "turn"`,
+    tombstoned included unless `include_tombstoned: false`), briefs and their revisions,
+    and an `end` line with the row count. Never embedding rows."""
+    stream = ops.export(svc, who, body.user_id, body.namespaces, include_tombstoned=body.include_tombstoned)
+    return StreamingResponse(stream, media_type="application/x-ndjson")
+
+
+@router.post("/retention.show", response_model=RetentionShowResponse)
+async def retention_show(
+    body: RetentionShowRequest,
+    who: Principal = Depends(require(Role.admin)),
+    svc: Services = Depends(services),
+) -> RetentionShowResponse:
+    """Each table's TTL and storage policy as the server reports them, and whether
+    tiering applies."""
+    report = await retention.show(svc, who)
+    return RetentionShowResponse(**asdict(report))

@@ -1,0 +1,346 @@
+"""erasure.request and erasure.status (admin), and the removal the worker runs.
+
+By user (``user_id``, across the namespaces the token grants, or those listed): the
+user's conversation rows (saved messages included) and their briefs are tombstoned,
+and their embedding rows too (an embedding row another user's live copy shares passes
+to that copy instead, as a delete passes it). The answer comes as soon as nothing of
+the user is readable by any op; the rows are then removed from disk by a job on the
+worker pool: the transcript rows (every version), their rows in the vector tables and
+the saved-message indexes, the briefs; with ``purge: true`` the embedding rows as well
+(otherwise they stay, as tombstones).
+
+By ``namespace_list`` (``purge: true`` required): every row of those namespaces, in
+every table, embedding rows included, is hidden at once (lightweight DELETE) and every
+Redis key of those namespaces removed (turn claims, landed notes, search marks, the
+recording cache, deletion fences, thread leases); the worker then rewrites the parts
+without the rows.
+
+Every erasure answers with a receipt: per table, rows tombstoned (or hidden) and
+removed, the time, and a digest of the keys (per table, a sum of sipHash64 over the
+keys, and one SHA-256 over all of it), so an operator can prove what was erased. The
+removal is a sequence of idempotent steps whose progress is recorded after each one
+(erasure.status reads it); a job killed halfway is run again by the pool and resumes
+at the first step not recorded done, recounting nothing it already removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+
+from loom.auth.principal import Principal, Role
+from loom.clock import utcnow
+from loom.errors import Forbidden, InvalidRequest, NotFound, Unavailable
+from loom.leases import LeaseTimeout
+from loom.ops.conversation.appending import CLAIM_PREFIX
+from loom.ops.conversation.common import EMBED_CHARS
+from loom.ops.conversation.deleting import handed_to, heir
+from loom.ops.conversation.leases import under_thread_leases
+from loom.queue import QUEUE, wake_workers
+from loom.services import Services
+from loom.store import erasure as store
+from loom.store import fences, landed, recording_cache, search_marks
+
+REMOVE_JOB = "erasure_remove"
+USER, NAMESPACES = "user", "namespaces"
+REMOVING, DONE, FAILED = "removing", "done", "failed"
+
+
+def _principal_namespaces(who: Principal, listed: Sequence[str] | None) -> list[str]:
+    if not listed:
+        return list(who.namespaces)
+    return list(dict.fromkeys(who.namespace(n) for n in listed))
+
+
+async def request(
+    svc: Services,
+    who: Principal,
+    *,
+    user_id: str | None,
+    namespaces: Sequence[str] | None,
+    namespace_list: Sequence[str] | None,
+    purge: bool,
+) -> store.Request:
+    """erasure.request (admin): answers once nothing of the subject is readable."""
+    who.require_role(Role.admin)
+    if who.bounded:
+        raise Forbidden("a token bound to one user or session cannot erase", rule="read_scope")
+    if (user_id is None) == (namespace_list is None):
+        raise InvalidRequest(
+            "name exactly one subject: user_id or namespace_list", field="user_id", rule="one_subject"
+        )
+    eid = uuid.uuid4().hex
+    now = utcnow()
+    if namespace_list is not None:
+        if not purge:
+            raise InvalidRequest(
+                "an erasure by namespace_list removes everything; set purge: true",
+                field="purge",
+                rule="namespace_list_needs_purge",
+            )
+        if namespaces:
+            raise InvalidRequest(
+                "namespaces applies to a user erasure; list them in namespace_list",
+                field="namespaces",
+                rule="user_only",
+            )
+        nss = _principal_namespaces(who, namespace_list)
+        req = store.Request(eid, who.token_id, NAMESPACES, "", nss, True, REMOVING, created_at=now)
+        tables = await _hide_namespaces(svc, nss)
+    else:
+        assert user_id is not None
+        if not user_id:
+            raise InvalidRequest("user_id must not be empty", field="user_id", rule="non_empty")
+        nss = _principal_namespaces(who, namespaces)
+        req = store.Request(eid, who.token_id, USER, user_id, nss, purge, REMOVING, created_at=now)
+        tables = {}
+        for ns in nss:
+            _merge(tables, ns, await _hide_user(svc, eid, ns, user_id, purge))
+    req.receipt = _receipt(req, tables, now)
+    req.steps_total = len(nss) * len(_steps(req))
+    await svc.run(store.save_request, svc.ch, req)
+    await _enqueue(svc, eid)
+    return req
+
+
+def _steps(req: store.Request) -> list[store.Step]:
+    return store.namespace_steps() if req.kind == NAMESPACES else store.user_steps(req.purge)
+
+
+def _merge(tables: dict[str, dict[str, Any]], ns: str, counts: dict[str, store.TableCount]) -> None:
+    for table, c in counts.items():
+        line = tables.setdefault(table, {"tombstoned": 0, "removed": 0, "digests": {}, "hidden": {}})
+        line["tombstoned"] += c.tombstoned
+        line["removed"] += c.removed
+        line["digests"][ns] = c.digest
+        line["hidden"][ns] = c.tombstoned
+
+
+def _receipt(req: store.Request, tables: dict[str, dict[str, Any]], asked: Any) -> dict[str, Any]:
+    body = {
+        "erasure_id": req.erasure_id,
+        "kind": req.kind,
+        "user_id": req.user_id,
+        "namespaces": req.namespaces,
+        "purge": req.purge,
+        "asked_at": asked.isoformat(),
+        "unreadable_at": utcnow().isoformat(),
+        "removed_at": None,
+        "tables": tables,
+    }
+    body["digest"] = _overall_digest(body)
+    return body
+
+
+def _overall_digest(body: dict[str, Any]) -> str:
+    """One SHA-256 over the subject and every table's key digests (not the counts of
+    removal, which grow as the worker goes)."""
+    keyed = {
+        "kind": body["kind"],
+        "user_id": body["user_id"],
+        "namespaces": body["namespaces"],
+        "digests": {t: line["digests"] for t, line in sorted(body["tables"].items())},
+    }
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+async def _enqueue(svc: Services, erasure_id: str) -> None:
+    # One job per request (its id): enqueuing it again while it is queued or running is a no-op.
+    await svc.arq.enqueue_job(
+        REMOVE_JOB, {"erasure_id": erasure_id}, _job_id=f"erasure-{erasure_id}", _queue_name=QUEUE
+    )
+    await wake_workers(svc.redis)
+
+
+# -- a user: nothing readable -----------------------------------------------------------
+
+
+async def _hide_user(svc: Services, eid: str, ns: str, user: str, purge: bool) -> dict[str, store.TableCount]:
+    threads = await svc.run(store.fix_user_keys, svc.ch, eid, ns, user, purge=purge)
+    counts: dict[str, store.TableCount] = {
+        "conversations": store.TableCount(),
+        "conversation_embeddings": store.TableCount(),
+        "handed_over": store.TableCount(),
+    }
+
+    def embeddings() -> None:
+        counts["handed_over"].tombstoned += _hand_over(svc, eid, ns, user)
+        counts["conversation_embeddings"].tombstoned += store.tombstone_embeddings(svc.ch, eid, ns, user)
+
+    def turns() -> None:
+        counts["conversations"].tombstoned += store.tombstone_turns(svc.ch, eid, ns, user)
+
+    async def work(_: set[tuple[str, str]]) -> None:
+        # Run once per set of thread leases won (usually once); each pass re-reads, so one
+        # that runs again finds nothing left, and rows written meanwhile are caught. The
+        # transcript and the embedding rows are independent writes: at the same time.
+        await asyncio.gather(svc.run(turns), svc.run(embeddings))
+
+    try:
+        # The user's threads' leases (append's embedding writes, saves and deletes take
+        # them too) and search's change window for the whole namespace.
+        async with search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, search_marks.WHOLE)]):
+            briefs = svc.run(store.tombstone_briefs, svc.ch, eid, ns, user)
+            if threads:
+                leased = under_thread_leases(svc.redis, [(ns, t) for t in threads], work, wait_s=30.0)
+            else:
+                leased = work(set())
+            (n_briefs, revisions, brief_digest), _ = await asyncio.gather(briefs, leased)
+    except LeaseTimeout:
+        raise Unavailable(
+            "the user's conversations are busy with other writes; retry the erasure", rule="retry"
+        ) from None
+    turn_digest, emb_digest = await asyncio.gather(
+        svc.run(store.key_digest, svc.ch, eid, ns, "turn"),
+        svc.run(store.key_digest, svc.ch, eid, ns, "embedding"),
+    )
+    counts["conversations"].digest = turn_digest
+    counts["conversation_embeddings"].digest = emb_digest
+    counts["session_briefs"] = store.TableCount(tombstoned=n_briefs, digest=brief_digest)
+    counts["session_brief_revisions"] = store.TableCount(removed=revisions, digest=brief_digest)
+    return counts
+
+
+def _hand_over(svc: Services, eid: str, ns: str, user: str) -> int:
+    """Embedding rows of the user's turns that another user's live copy shares pass to
+    that copy (same rules as a delete's hand-over)."""
+    copies = store.other_copies(svc.ch, eid, ns, user, EMBED_CHARS)
+    if not copies:
+        return 0
+    by_key: dict[tuple[str, str], dict[str, Any]] = {}
+    for thread_id, c in copies:
+        by_key.setdefault((thread_id, c.msg_id), {})[c.agent] = c
+    rows = store.live_embedding_rows(svc.ch, eid, ns, user, sorted(by_key))
+    writes = []
+    for row in rows:
+        turn = by_key.get((row.thread_id, row.msg_id), {})
+        others = [c for a, c in turn.items() if a != row.agent and c.user_id != user]
+        target = heir(row, turn.get(row.agent), others)
+        if target is not None:
+            writes.append(handed_to(row, target))
+    store.hand_over(svc.ch, eid, ns, writes)
+    return len(writes)
+
+
+# -- namespaces: nothing readable, no Redis key left --------------------------------------
+
+
+async def _hide_namespaces(svc: Services, nss: Sequence[str]) -> dict[str, dict[str, Any]]:
+    tables: dict[str, dict[str, Any]] = {}
+    for ns in nss:
+        counts = await svc.run(store.namespace_counts, svc.ch, ns)
+        await svc.run(store.hide_namespace, svc.ch, ns)
+        counts["redis_keys"] = store.TableCount(removed=await purge_redis(svc.redis, ns))
+        _merge(tables, ns, counts)
+    return tables
+
+
+def _owned(key: str, prefix: str) -> bool:
+    """Whether a key that `prefix*` matched is this namespace's, not one of a namespace
+    whose name extends it past a ':' ("a" and "a:b"): what follows the prefix is a
+    turn's hash (claims) or a bucket or the ready mark (landed notes), never a ':' more."""
+    rest = key[len(prefix) :]
+    if prefix.startswith(CLAIM_PREFIX):
+        return ":" not in rest
+    return rest in ("ready", "ready:rebuilding") or (len(rest) == 3 and ":" not in rest)
+
+
+async def purge_redis(redis: Redis, namespace: str) -> int:
+    """Delete every Redis key of the namespace (its turn claims, landed notes, search
+    marks, recording cache and deletion fences); returns how many. Thread leases are
+    left to expire (seconds): removing one a writer holds would break its exclusion."""
+    removed = int(
+        await redis.delete(search_marks.key(namespace), recording_cache.key(namespace), fences.key(namespace))
+    )
+    landed_prefix = landed.ready_key(namespace)[: -len("ready")]
+    for prefix in (f"{CLAIM_PREFIX}{namespace}:", landed_prefix):
+        batch: list[bytes] = []
+        async for raw in redis.scan_iter(match=prefix + "*", count=1000):
+            text = raw.decode() if isinstance(raw, bytes) else str(raw)
+            if _owned(text, prefix):
+                batch.append(raw)
+            if len(batch) >= 500:
+                removed += int(await redis.delete(*batch))
+                batch = []
+        if batch:
+            removed += int(await redis.delete(*batch))
+    return removed
+
+
+# -- the removal (worker) -------------------------------------------------------------------
+
+
+async def run_removal(svc: Services, erasure_id: str, *, crash_after: int | None = None) -> store.Request:
+    """The job: every step not yet recorded done, a namespace's steps at the same time
+    (they are independent: each names rows by the keys fixed at the request), each
+    recorded after it ran, so a killed job resumes where it stopped and counts each row
+    once. `crash_after` stops it once that many steps are recorded (tests of a kill)."""
+    req = await svc.run(store.get_request, svc.ch, erasure_id)
+    if req is None:
+        raise NotFound(f"no erasure {erasure_id!r}", field="erasure_id")
+    if req.state == DONE:
+        return req
+    progress: dict[str, Any] = req.receipt.setdefault("progress", {})
+    lock = asyncio.Lock()
+
+    async def one(ns: str, step: store.Step) -> None:
+        slot = f"{ns}/{step.name}"
+        params = store.step_params(erasure_id, ns, req.user_id)
+        entry = progress.get(slot)
+        if entry is None:
+            # Counted once, before the removal, and recorded: a retry after a crash between
+            # the removal and its record keeps the first count.
+            if step.apply_mask:
+                planned = int(req.receipt["tables"].get(step.table, {}).get("hidden", {}).get(ns, 0))
+            else:
+                planned = await svc.run(store.count_rows, svc.ch, step, params)
+            async with lock:
+                entry = progress[slot] = {"rows": planned, "done": False}
+                await svc.run(store.save_request, svc.ch, req)
+        if entry["done"]:
+            return
+        await svc.run(store.remove, svc.ch, step, params)
+        async with lock:
+            if crash_after is not None and req.steps_done >= crash_after:
+                raise _Crash(f"stopped after {req.steps_done} step(s)")
+            entry["done"] = True
+            line = req.receipt["tables"].setdefault(
+                step.table, {"tombstoned": 0, "removed": 0, "digests": {}}
+            )
+            line["removed"] = line.get("removed", 0) + int(entry["rows"])
+            req.steps_done = sum(1 for e in progress.values() if e["done"])
+            await svc.run(store.save_request, svc.ch, req)
+
+    for ns in req.namespaces:
+        results = await asyncio.gather(*(one(ns, step) for step in _steps(req)), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            raise failed[0]
+    if req.kind == USER:
+        await svc.run(store.drop_keys, svc.ch, erasure_id)
+    req.state = DONE
+    req.receipt["removed_at"] = utcnow().isoformat()
+    await svc.run(store.save_request, svc.ch, req)
+    return req
+
+
+class _Crash(RuntimeError):
+    """A removal stopped on purpose halfway (tests)."""
+
+
+async def status(svc: Services, who: Principal, erasure_id: str) -> store.Request:
+    """erasure.status (admin): the request's progress and receipt."""
+    who.require_role(Role.admin)
+    req = await svc.run(store.get_request, svc.ch, erasure_id)
+    if req is None or not set(req.namespaces) <= set(who.namespaces):
+        raise NotFound(f"no erasure {erasure_id!r} this token may see", field="erasure_id")
+    return req
+
+
+__all__ = ["DONE", "FAILED", "REMOVE_JOB", "REMOVING", "purge_redis", "request", "run_removal", "status"]

@@ -1,0 +1,112 @@
+"""SQL of conversation.delete: tombstoning one agent's thread (its turns, its thread row)
+and settling the thread's shared embedding rows.
+
+The rules that decide what becomes of the thread's shared embedding rows are the op's
+(loom.ops.conversation.deleting); this module reads what they need and writes rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+from loom.clock import next_version, utcnow
+from loom.store import conversations as conv_store
+from loom.store import embeddings as emb_store
+from loom.store import threads as thread_store
+
+_THREAD_WHERE = "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}"
+_REVISABLE = [c for c in conv_store.COLUMNS if c != "version"]
+
+
+def tombstone_turns(ch: Client, namespace: str, agent: str, thread_id: str, reason: str) -> int:
+    """Tombstone every live turn of one agent's thread (a newer version of each, written
+    by the engine from the newest one; saved_at stays, so the revision reaches the
+    saved-message indexes too). Returns how many."""
+    params = {"ns": namespace, "ag": agent, "th": thread_id, "why": reason, "v": next_version()}
+    count = int(
+        ch.query(
+            f"SELECT count() FROM conversations FINAL WHERE {_THREAD_WHERE} AND NOT tombstoned",
+            parameters=params,
+        ).result_rows[0][0]
+    )
+    if not count:
+        return 0
+    replaced = {"tombstoned": "true", "tombstoned_at": "now64(3)", "tombstone_reason": "{why:String}"}
+    exprs = [replaced.get(c, c) for c in _REVISABLE]
+    ch.command(
+        f"INSERT INTO conversations ({', '.join([*_REVISABLE, 'version'])}) "
+        f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversations FINAL WHERE {_THREAD_WHERE} AND NOT tombstoned",
+        parameters=params,
+    )
+    return count
+
+
+def tombstone_thread(ch: Client, namespace: str, agent: str, thread_id: str) -> bool:
+    """A tombstoned version of the thread row (a clock version: above every row an
+    append writes). False when the thread had no live row."""
+    row = thread_store.get(ch, namespace, agent, thread_id)
+    if row is None or row.tombstoned:
+        return False
+    thread_store.insert(ch, [replace(row, tombstoned=True, updated_at=utcnow(), version=next_version())])
+    return True
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One agent's transcript row of a turn (newest version, tombstoned or not)."""
+
+    agent: str
+    msg_id: str
+    role: str
+    head: str  # the first characters of its content (as many as an embedding row keeps)
+    user_id: str
+    run_id: str
+    is_summary: bool
+    is_saved: bool
+    saved_at: datetime | None
+    high_sensitivity: bool
+    tombstoned: bool
+    origin: str = conv_store.RECORDED  # how the copy came to exist (recorded, or saved only)
+
+
+# A copy's columns as copy_of reads them by name (the head needs the {n:UInt32} parameter).
+COPY_COLUMNS = (
+    "toString(agent) AS agent, msg_id, toString(role) AS role, leftUTF8(content, {n:UInt32}) AS head, user_id, "
+    "run_id, is_summary, is_saved, saved_at, high_sensitivity, tombstoned, toString(origin) AS origin"
+)
+
+
+def copy_of(r: dict[str, Any]) -> Copy:
+    return Copy(
+        agent=r["agent"], msg_id=r["msg_id"], role=r["role"], head=r["head"], user_id=r["user_id"],
+        run_id=r["run_id"], is_summary=bool(r["is_summary"]), is_saved=bool(r["is_saved"]),
+        saved_at=r["saved_at"], high_sensitivity=bool(r["high_sensitivity"]), tombstoned=bool(r["tombstoned"]),
+        origin=r["origin"],
+    )
+
+
+def copies(ch: Client, namespace: str, thread_id: str, chars: int) -> dict[str, dict[str, Copy]]:
+    """Every agent's row of every turn of the thread: msg_id -> agent -> copy."""
+    rows = ch.query(
+        f"SELECT {COPY_COLUMNS} FROM conversations FINAL WHERE namespace = {{ns:String}} AND thread_id = {{th:String}}",
+        parameters={"ns": namespace, "th": thread_id, "n": chars},
+    ).named_results()
+    out: dict[str, dict[str, Copy]] = {}
+    for r in rows:
+        c = copy_of(r)
+        out.setdefault(c.msg_id, {})[c.agent] = c
+    return out
+
+
+def thread_embeddings(ch: Client, namespace: str, thread_id: str) -> list[emb_store.EmbeddingRow]:
+    """The newest version of every live embedding row of the thread, with its vector."""
+    found = ch.query(
+        emb_store._FULL + "WHERE namespace = {ns:String} AND thread_id = {th:String}",
+        parameters={"ns": namespace, "th": thread_id},
+    ).result_rows
+    rows = [emb_store._row(r) for r in found]
+    return [r for r in rows if not r.tombstoned]

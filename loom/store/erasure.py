@@ -1,0 +1,469 @@
+"""SQL of erasure.request, erasure.status and the removal job.
+
+A user erasure first fixes its keys (:func:`fix_user_keys`, table erasure_keys), then
+tombstones what they name so nothing of the user is readable (:func:`tombstone_turns`,
+:func:`tombstone_embeddings`, :func:`tombstone_briefs`), and the worker later removes
+the rows from disk (:func:`remove_step`). A namespace erasure hides every row of the
+namespace with lightweight DELETEs (:func:`hide_namespace`) and the worker then rewrites
+the parts without them. Every statement names its rows by a condition that stays true
+when it is run again, so a step can be retried after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+from loom.clock import next_version, utcnow
+from loom.store import conversations as conv_store
+from loom.store import deletion
+from loom.store import embeddings as emb_store
+
+# Every table that holds rows of a namespace, with the columns that key a row in it
+# (what a receipt's digest is computed over). erasure_requests stays: it is the record.
+NAMESPACE_TABLES: dict[str, tuple[str, ...]] = {
+    "conversations": ("agent", "thread_id", "msg_id", "version"),
+    "conversation_embeddings": ("thread_id", "msg_id", "version"),
+    "conversation_vectors_384": ("thread_id", "msg_id", "version"),
+    "conversation_vectors_1536": ("thread_id", "msg_id", "version"),
+    "threads": ("agent", "thread_id", "version"),
+    "saved_docs": ("user_id", "thread_id", "msg_id", "agent", "version"),
+    "saved_terms": ("user_id", "term", "doc"),
+    "saved_vectors": ("user_id", "thread_id", "msg_id", "version"),
+    "session_briefs": ("brief_key", "version"),
+    "session_brief_revisions": ("brief_key", "revision", "version"),
+    "search_marks": ("thread_id", "mark"),
+    "namespaces": ("version",),
+    "erasure_keys": ("erasure_id", "kind", "agent", "thread_id", "msg_id"),
+}
+VECTOR_TABLES = ("conversation_vectors_384", "conversation_vectors_1536")
+SAVED_TABLES = ("saved_docs", "saved_terms", "saved_vectors")
+
+
+@dataclass
+class TableCount:
+    """One table's line of a receipt."""
+
+    tombstoned: int = 0
+    removed: int = 0
+    digest: str = ""  # hex: sum of sipHash64 over the keys, mod 2^64
+
+
+# -- the request record ----------------------------------------------------------
+
+
+@dataclass
+class Request:
+    erasure_id: str
+    token_id: str
+    kind: str  # user | namespaces
+    user_id: str
+    namespaces: list[str]
+    purge: bool
+    state: str  # removing | done | failed
+    receipt: dict[str, Any] = field(default_factory=dict)
+    steps_total: int = 0
+    steps_done: int = 0
+    error: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+_REQ_COLS = [f.name for f in fields(Request)]
+
+
+def save_request(ch: Client, req: Request) -> None:
+    req.updated_at = utcnow()
+    values = {**asdict(req), "receipt": json.dumps(req.receipt, separators=(",", ":"), sort_keys=True)}
+    ch.insert(
+        "erasure_requests",
+        [[*(values[c] for c in _REQ_COLS), next_version()]],
+        column_names=[*_REQ_COLS, "version"],
+    )
+
+
+def get_request(ch: Client, erasure_id: str) -> Request | None:
+    rows = ch.query(
+        f"SELECT {', '.join(_REQ_COLS)} FROM erasure_requests FINAL WHERE erasure_id = {{e:String}}",
+        parameters={"e": erasure_id},
+    ).result_rows
+    if not rows:
+        return None
+    data = dict(zip(_REQ_COLS, rows[0], strict=True))
+    data["receipt"] = json.loads(data["receipt"] or "{}")
+    data["namespaces"] = list(data["namespaces"])
+    data["purge"] = bool(data["purge"])
+    return Request(**data)
+
+
+# -- digests -----------------------------------------------------------------------
+
+
+def _digest(ch: Client, sql: str, params: dict[str, Any]) -> str:
+    """The digest of the keys a SELECT of key columns returns (order-free: a sum of
+    their hashes, which an operator can recompute from a backup)."""
+    row = ch.query(
+        f"SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({sql}))", parameters=params
+    ).result_rows[0]
+    return format(int(row[0] or 0), "016x")
+
+
+# -- a user erasure: fix the keys ---------------------------------------------------
+
+_TURN_KEYS = (
+    "SELECT agent, thread_id, msg_id FROM erasure_keys WHERE erasure_id = {e:String} "
+    "AND namespace = {ns:String} AND kind = 'turn'"
+)
+_EMB_KEYS = (
+    "SELECT thread_id, msg_id FROM erasure_keys WHERE erasure_id = {e:String} "
+    "AND namespace = {ns:String} AND kind = 'embedding'"
+)
+_BRIEF_KEYS = (
+    "SELECT msg_id FROM erasure_keys WHERE erasure_id = {e:String} "
+    "AND namespace = {ns:String} AND kind = 'brief'"
+)
+_EXPIRED_KEYS = (
+    "SELECT thread_id, msg_id FROM erasure_keys WHERE erasure_id = {e:String} "
+    "AND namespace = {ns:String} AND kind = 'expired'"
+)
+_HANDED_KEYS = (
+    "SELECT thread_id, msg_id FROM erasure_keys WHERE erasure_id = {e:String} "
+    "AND namespace = {ns:String} AND kind = 'handed'"
+)
+
+
+def fix_user_keys(
+    ch: Client, erasure_id: str, namespace: str, user_id: str, *, purge: bool = False
+) -> list[str]:
+    """Record the keys of every transcript and embedding row any version of which the
+    user owns (a save may have claimed a row no user owned before). Returns the threads
+    they lie in. Recording the same keys twice changes nothing (the reads de-duplicate).
+    With `purge`, also the user's embedding rows whose message no agent's transcript row
+    holds any more (the retention TTL expired it, kind expired): a user erasure
+    tombstones those but leaves them on disk; only a namespace erasure removes them."""
+    params = {"e": erasure_id, "ns": namespace, "u": user_id}
+    if purge:
+        ch.command(
+            "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
+            "SELECT {e:String}, {ns:String}, 'expired', '', thread_id, msg_id FROM conversation_embeddings "
+            "WHERE namespace = {ns:String} AND user_id = {u:String} AND (thread_id, msg_id) NOT IN ("
+            "  SELECT thread_id, msg_id FROM conversations WHERE namespace = {ns:String} AND thread_id IN ("
+            "    SELECT thread_id FROM conversation_embeddings WHERE namespace = {ns:String} AND user_id = {u:String}))"
+            " GROUP BY thread_id, msg_id",
+            parameters=params,
+        )
+    ch.command(
+        "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
+        "SELECT {e:String}, {ns:String}, 'turn', toString(agent), thread_id, msg_id FROM conversations "
+        "WHERE namespace = {ns:String} AND user_id = {u:String} GROUP BY agent, thread_id, msg_id "
+        "UNION ALL "
+        "SELECT {e:String}, {ns:String}, 'embedding', '', thread_id, msg_id FROM conversation_embeddings "
+        "WHERE namespace = {ns:String} AND user_id = {u:String} GROUP BY thread_id, msg_id",
+        parameters=params,
+    )
+    rows = ch.query(
+        "SELECT DISTINCT thread_id FROM erasure_keys WHERE erasure_id = {e:String} "
+        "AND namespace = {ns:String}",
+        parameters=params,
+    ).result_rows
+    return [r[0] for r in rows]
+
+
+def key_digest(ch: Client, erasure_id: str, namespace: str, kind: str) -> str:
+    cols = "agent, thread_id, msg_id" if kind == "turn" else "thread_id, msg_id"
+    return _digest(
+        ch,
+        f"SELECT {cols} FROM erasure_keys WHERE erasure_id = {{e:String}} "
+        "AND namespace = {ns:String} AND kind = {k:String}",
+        {"e": erasure_id, "ns": namespace, "k": kind},
+    )
+
+
+def drop_keys(ch: Client, erasure_id: str) -> None:
+    ch.command(
+        "ALTER TABLE erasure_keys DELETE WHERE erasure_id = {e:String}",
+        parameters={"e": erasure_id},
+        settings={"mutations_sync": 2},
+    )
+
+
+# -- a user erasure: tombstones (nothing readable) -----------------------------------
+
+_TURN_COLUMNS = [c for c in conv_store.COLUMNS if c != "version"]
+
+
+def tombstone_turns(ch: Client, erasure_id: str, namespace: str, user_id: str) -> int:
+    """Tombstone (reason "erased") every live transcript row of the fixed keys that the
+    user still owns. Returns how many."""
+    params = {"e": erasure_id, "ns": namespace, "u": user_id, "v": next_version()}
+    where = (
+        f"namespace = {{ns:String}} AND (agent, thread_id, msg_id) IN ({_TURN_KEYS}) "
+        "AND user_id = {u:String} AND NOT tombstoned"
+    )
+    count = int(
+        ch.query(f"SELECT count() FROM conversations FINAL WHERE {where}", parameters=params).result_rows[0][
+            0
+        ]
+    )
+    if count:
+        replaced = {"tombstoned": "true", "tombstoned_at": "now64(3)", "tombstone_reason": "'erased'"}
+        exprs = [replaced.get(c, c) for c in _TURN_COLUMNS]
+        ch.command(
+            f"INSERT INTO conversations ({', '.join([*_TURN_COLUMNS, 'version'])}) "
+            f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversations FINAL WHERE {where}",
+            parameters=params,
+        )
+    return count
+
+
+def other_copies(
+    ch: Client, erasure_id: str, namespace: str, user_id: str, chars: int
+) -> list[tuple[str, deletion.Copy]]:
+    """Every agent's row (any owner, tombstoned or not) of the turns whose embedding
+    rows the user owns, as (thread_id, copy): the heirs and the user's own copies."""
+    rows = ch.query(
+        f"SELECT thread_id, {deletion.COPY_COLUMNS} FROM conversations FINAL "
+        f"WHERE namespace = {{ns:String}} AND (thread_id, msg_id) IN ({_EMB_KEYS}) AND (thread_id, msg_id) IN ("
+        "  SELECT thread_id, msg_id FROM conversations FINAL WHERE namespace = {ns:String} "
+        f"  AND (thread_id, msg_id) IN ({_EMB_KEYS}) AND user_id != {{u:String}} AND NOT tombstoned)",
+        parameters={"e": erasure_id, "ns": namespace, "u": user_id, "n": chars},
+    ).named_results()
+    return [(r["thread_id"], deletion.copy_of(r)) for r in rows]
+
+
+def hand_over(ch: Client, erasure_id: str, namespace: str, rows: Sequence[emb_store.EmbeddingRow]) -> None:
+    """Write the embedding rows passed to another user's copy, and note their keys so the
+    removal leaves them."""
+    if not rows:
+        return
+    emb_store.insert(ch, list(rows))
+    ch.insert(
+        "erasure_keys",
+        [[erasure_id, namespace, "handed", "", r.thread_id, r.msg_id] for r in rows],
+        column_names=["erasure_id", "namespace", "kind", "agent", "thread_id", "msg_id"],
+    )
+
+
+_EMB_COLUMNS = [c for c in emb_store.COLUMNS if c != "version"]
+
+
+def tombstone_embeddings(ch: Client, erasure_id: str, namespace: str, user_id: str) -> int:
+    """Tombstone every live embedding row of the fixed keys the user still owns (text
+    and vector emptied; saved_at stays so the per-user vector index takes it)."""
+    params = {"e": erasure_id, "ns": namespace, "u": user_id, "v": next_version()}
+    where = (
+        f"namespace = {{ns:String}} AND (thread_id, msg_id) IN ({_EMB_KEYS}) "
+        "AND user_id = {u:String} AND NOT tombstoned"
+    )
+    count = int(
+        ch.query(
+            f"SELECT count() FROM conversation_embeddings FINAL WHERE {where}", parameters=params
+        ).result_rows[0][0]
+    )
+    if count:
+        replaced = {
+            "text": "''",
+            "embedding": "CAST([] AS Array(Float32))",
+            "model": "''",
+            "error": "''",
+            "is_saved": "false",
+            "tombstoned": "true",
+        }
+        exprs = [replaced.get(c, c) for c in _EMB_COLUMNS]
+        ch.command(
+            f"INSERT INTO conversation_embeddings ({', '.join([*_EMB_COLUMNS, 'version'])}) "
+            f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversation_embeddings FINAL WHERE {where}",
+            parameters=params,
+        )
+    return count
+
+
+def live_embedding_rows(
+    ch: Client, erasure_id: str, namespace: str, user_id: str, pairs: Sequence[tuple[str, str]]
+) -> list[emb_store.EmbeddingRow]:
+    """The user's live embedding rows among `pairs` (thread_id, msg_id), with vectors."""
+    if not pairs:
+        return []
+    found = ch.query(
+        emb_store._FULL + "WHERE namespace = {ns:String} AND thread_id IN {th:Array(String)} "
+        "AND msg_id IN {ids:Array(String)} AND user_id = {u:String} AND NOT tombstoned",
+        parameters={
+            "ns": namespace,
+            "u": user_id,
+            "th": sorted({p[0] for p in pairs}),
+            "ids": sorted({p[1] for p in pairs}),
+        },
+    ).result_rows
+    wanted = set(pairs)
+    return [r for r in (emb_store._row(x) for x in found) if (r.thread_id, r.msg_id) in wanted]
+
+
+_BRIEF_OWNER = "(user_id = {u:String} OR startsWith(brief_key, {p:String}))"
+
+
+def _brief_params(namespace: str, user_id: str) -> dict[str, Any]:
+    # A token bounded to a user keeps that user's briefs under a ~user~ prefix.
+    return {"ns": namespace, "u": user_id, "p": f"~{user_id}~"}
+
+
+def tombstone_briefs(ch: Client, erasure_id: str, namespace: str, user_id: str) -> tuple[int, int, str]:
+    """The user's briefs: their keys fixed (kind brief), a deleted version of each
+    (sections emptied), and every revision of them or by the user removed (a lightweight
+    DELETE: unreadable at once). Returns (briefs tombstoned, revisions removed, digest
+    of the brief keys)."""
+    params = {**_brief_params(namespace, user_id), "v": next_version(), "e": erasure_id}
+    mine = f"namespace = {{ns:String}} AND {_BRIEF_OWNER}"
+    ch.command(
+        "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
+        "SELECT {e:String}, {ns:String}, 'brief', '', '', brief_key FROM session_briefs "
+        f"WHERE {mine} GROUP BY brief_key",
+        parameters=params,
+    )
+    digest = _digest(
+        ch,
+        f"SELECT brief_key FROM session_briefs WHERE {mine} UNION DISTINCT "
+        f"SELECT brief_key FROM session_brief_revisions WHERE {mine}",
+        params,
+    )
+    count = int(
+        ch.query(
+            f"SELECT count() FROM session_briefs FINAL WHERE {mine} AND NOT deleted", parameters=params
+        ).result_rows[0][0]
+    )
+    if count:
+        ch.command(
+            "INSERT INTO session_briefs (namespace, brief_key, project, branch, session_id, user_id, agent, revision, "
+            "sections, author, last_session_id, last_event_cursor, last_summary, created_at, updated_at, deleted, "
+            "version) SELECT namespace, brief_key, project, branch, '', user_id, agent, revision, '{}', author, '', "
+            f"'', '', created_at, now64(3), true, {{v:UInt64}} FROM session_briefs FINAL WHERE {mine} AND NOT deleted",
+            parameters=params,
+        )
+    revisions = (
+        f"namespace = {{ns:String}} AND ({_BRIEF_OWNER} OR brief_key IN (SELECT brief_key FROM "
+        f"session_briefs WHERE {mine}))"
+    )
+    removed = int(
+        ch.query(
+            f"SELECT count() FROM session_brief_revisions WHERE {revisions}", parameters=params
+        ).result_rows[0][0]
+    )
+    if removed:
+        ch.command(f"DELETE FROM session_brief_revisions WHERE {revisions}", parameters=params)
+    return count, removed, digest
+
+
+# -- a user erasure: removal from disk ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One idempotent removal: rows of `table` matching `where` (params: e, ns, u, p)."""
+
+    name: str
+    table: str
+    where: str
+    apply_mask: bool = False  # rows already hidden by a lightweight DELETE: rewrite the parts without them
+
+
+def user_steps(purge: bool) -> list[Step]:
+    """What the worker removes for a user erasure, per namespace, in order."""
+    steps = [
+        Step(
+            "conversations",
+            "conversations",
+            f"namespace = {{ns:String}} AND (agent, thread_id, msg_id) IN ({_TURN_KEYS})",
+        ),
+        *(
+            Step(
+                t,
+                t,
+                f"namespace = {{ns:String}} AND ((thread_id, msg_id) IN ({_EMB_KEYS}) "
+                f"AND (thread_id, msg_id) NOT IN ({_HANDED_KEYS}) "
+                f"OR (thread_id, msg_id) IN ({_HANDED_KEYS}) AND user_id = {{u:String}})",
+            )
+            for t in VECTOR_TABLES
+        ),
+        *(Step(t, t, "namespace = {ns:String} AND user_id = {u:String}") for t in SAVED_TABLES),
+        Step(
+            "session_briefs", "session_briefs", f"namespace = {{ns:String}} AND brief_key IN ({_BRIEF_KEYS})"
+        ),
+        # Hidden at once by a lightweight DELETE (counted then): the parts are rewritten without them.
+        Step("session_brief_revisions", "session_brief_revisions", "", apply_mask=True),
+    ]
+    if purge:
+        steps.insert(
+            1,
+            Step(
+                "conversation_embeddings",
+                "conversation_embeddings",
+                # A row passed to another user's copy keeps its newest version; its older
+                # versions, which name the user, go.
+                f"namespace = {{ns:String}} AND ((thread_id, msg_id) IN ({_EMB_KEYS}) "
+                f"AND (thread_id, msg_id) NOT IN ({_HANDED_KEYS}) AND (thread_id, msg_id) NOT IN ({_EXPIRED_KEYS}) "
+                f"OR (thread_id, msg_id) IN ({_HANDED_KEYS}) AND user_id = {{u:String}})",
+            ),
+        )
+    return steps
+
+
+def namespace_steps() -> list[Step]:
+    return [Step(t, t, "namespace = {ns:String}", apply_mask=t != "erasure_keys") for t in NAMESPACE_TABLES]
+
+
+def step_params(erasure_id: str, namespace: str, user_id: str) -> dict[str, Any]:
+    return {"e": erasure_id, **_brief_params(namespace, user_id)}
+
+
+def count_rows(ch: Client, step: Step, params: dict[str, Any]) -> int:
+    return int(
+        ch.query(f"SELECT count() FROM {step.table} WHERE {step.where}", parameters=params).result_rows[0][0]
+    )
+
+
+def remove(ch: Client, step: Step, params: dict[str, Any]) -> None:
+    """Remove the rows from disk: a mutation that rewrites the parts holding them, waited
+    for (its condition names the same rows when it is run again)."""
+    if step.apply_mask:
+        ch.command(f"ALTER TABLE {step.table} APPLY DELETED MASK", settings={"mutations_sync": 2})
+        return
+    ch.command(
+        f"ALTER TABLE {step.table} DELETE WHERE {step.where}",
+        parameters=params,
+        settings={"mutations_sync": 2},
+    )
+
+
+# -- a namespace erasure ---------------------------------------------------------------
+
+
+def namespace_counts(ch: Client, namespace: str) -> dict[str, TableCount]:
+    """Per table: the namespace's rows (every version) and the digest of their keys."""
+    out: dict[str, TableCount] = {}
+    for table, cols in NAMESPACE_TABLES.items():
+        params = {"ns": namespace}
+        rows = int(
+            ch.query(
+                f"SELECT count() FROM {table} WHERE namespace = {{ns:String}}", parameters=params
+            ).result_rows[0][0]
+        )
+        digest = (
+            _digest(ch, f"SELECT {', '.join(cols)} FROM {table} WHERE namespace = {{ns:String}}", params)
+            if rows
+            else format(0, "016x")
+        )
+        out[table] = TableCount(tombstoned=rows, digest=digest)
+    return out
+
+
+def hide_namespace(ch: Client, namespace: str) -> None:
+    """Every row of the namespace, in every table, unreadable at once (lightweight
+    DELETE); the worker then rewrites the parts without them."""
+    for table in NAMESPACE_TABLES:
+        if table == "erasure_keys":
+            continue
+        ch.command(f"DELETE FROM {table} WHERE namespace = {{ns:String}}", parameters={"ns": namespace})
