@@ -142,7 +142,9 @@ async def test_turns_left_without_an_embedding_row_are_embedded(call, ns, writer
     assert again.embedded == 0 and len(spy.texts) == len(sent)
     rewind(ch, 60)  # looked at again: found embedded, left alone
     again = await run_pass(services, spy)
-    assert again.embedded == 0 and again.skipped_present >= 3 and len(spy.texts) == len(sent)
+    # (the minute rewound may hold other tests' rows: only this namespace's are checked)
+    assert again.skipped_present >= 3 and not set(spy.texts[len(sent):]) & set(sent)
+    assert {r["msg_id"]: r for r in emb_rows(ch, ns)} == rows
     # The recovered turn is found by search, and a retried append is still a duplicate.
     hits = await ok(
         call,
