@@ -227,7 +227,7 @@ async def test_a_namespace_erasure_removes_every_table_and_every_redis_key(
     assert await redis.exists(fences.key(ns))
     admin = mint([ns, sibling], "admin")
     r = await call("erasure.request", admin, namespace_list=[ns])
-    assert r.status_code == 400 and r.json()["field"] == "purge"
+    assert r.status_code == 422 and r.json()["field"] == "purge"
     got = await ok(call, "erasure.request", admin, namespace_list=[ns], purge=True)
     tables = got["receipt"]["tables"]
     assert tables["conversations"]["tombstoned"] > 0 and tables["redis_keys"]["removed"] > 0
