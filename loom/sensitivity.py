@@ -209,7 +209,8 @@ _PLACEHOLDER_RE = re.compile(
 )
 
 _DOTTED_IDENT = re.compile(r"^[A-Za-z_$][\w$]*(?:\??\.[A-Za-z_$][\w$]*)+(?:\(\))?$")
-_CAMEL_IDENT = re.compile(r"^[a-z]+(?:[A-Z][a-z0-9]*)+$")
+# camelCase: every capital starts a segment of 2+ characters (rPIjRW2GMksW is random, not a name).
+_CAMEL_IDENT = re.compile(r"^[a-z]+(?:[A-Z][a-z0-9]+)+$")
 _CONST_IDENT = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 _KEYWORDISH = re.compile(r"pass|pwd|secret|token|key|cred|auth", re.IGNORECASE)
@@ -221,7 +222,12 @@ _PATHISH = re.compile(r"^(?:~?/|\.\.?/|[A-Za-z]:\\)")
 
 def _is_placeholder(value: str) -> bool:
     v = value.strip()
-    return not v or v.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_RE.match(v) is not None
+    if not v or v.startswith(_TEMPLATE_OPENERS):
+        return True  # <your-password>, {{ secret }}, ${VAR}: a template slot, even when cut short
+    return v.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_RE.match(v) is not None
+
+
+_TEMPLATE_OPENERS = ("<", "{{", "${", "%(", "%", "[[")
 
 
 def _is_reference(value: str) -> bool:
@@ -391,6 +397,7 @@ _SHAPES: tuple[_Shape, ...] = (
     (API_KEY, ("SG.",), _plugin(SendGridDetector), _v_prefix_bounded),
     (API_KEY, ("-us",), _plugin(MailchimpDetector), _v_mailchimp),
     (API_KEY, ("sq0csp-",), _plugin(SquareOAuthDetector), _v_prefix_bounded),
+    (API_KEY, ("key-",), [re.compile(r"key-[0-9a-f]{32}")], _v_bounded),  # Mailgun
     (
         TOKEN,
         ("_authToken=", "npm_"),
@@ -494,12 +501,13 @@ def _scan_private_key(text: str) -> Iterator[str]:
 # --------------------------------------------------------------------------- basic-auth URLs
 
 _BASIC_AUTH = _plugin(BasicAuthDetector)[0]
+_URL_USER_PASSWORD = re.compile(r"://[^\s:/?#\[\]@\"'<>]{1,64}:([^\s/?\[\]@\"'<>]{1,128})@")
 _PASSWORD_ONLY_URL = re.compile(r"://:([^\s:/?#\[\]@]+)@")  # redis://:pw@host
 _URL_DEFAULTS = frozenset({"guest", "user", "username", "login", "pass", "password", "secret"})
 
 
 def _scan_url_credentials(text: str) -> Iterator[str]:
-    for m in (*_BASIC_AUTH.finditer(text), *_PASSWORD_ONLY_URL.finditer(text)):
+    for m in (*_BASIC_AUTH.finditer(text), *_URL_USER_PASSWORD.finditer(text), *_PASSWORD_ONLY_URL.finditer(text)):
         password = m.group(1)
         if _is_placeholder(password) or password.lower() in _URL_DEFAULTS:
             continue
@@ -523,7 +531,26 @@ _SEGMENT_START = re.compile(r"(?:^|(?<=[_.\-]))\w|(?<=[a-z])[A-Z]")
 # After a name: something that can start an assignment.
 _OPERATOR_AHEAD = re.compile(r"""["'\]]{0,2}\s*(?:[=:!(]|=>|["'`])""")
 
-_ROOT_SECRET = re.compile(r"(?:pass(?:word|wd|phrase)?|pwd|secret|contraseña|contrasena|token|apikey)")
+# The word for "password" in the languages Loom sees most (its name in the text, or its root).
+_PW_WORDS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "passwort",
+    "kennwort",
+    "contrase",
+    "mot de passe",
+    "senha",
+    "wachtwoord",
+    "lösenord",
+    "hasło",
+    "haslo",
+    "salasana",
+)
+_ROOT_SECRET = re.compile(
+    r"(?:passwort|pass(?:word|wd|phrase)?|pwd|secret|contraseña|contrasena|token|apikey|kennwort|"
+    r"mot de passe|senha|wachtwoord|lösenord|hasło|haslo|salasana)"
+)
 
 
 def _name_bounds(text: str, pos: int, end: int) -> tuple[int, int]:
@@ -554,7 +581,7 @@ def _keyword_tail_ok(text: str, kw_end: int, stop: int) -> bool:
 
 
 def _family(word: str, name: str) -> str:
-    if word in ("pass", "pw", "contrase") or "pass" in name or "pwd" in name:
+    if word in ("pass", "pw") or word in _PW_WORDS or "pass" in name or "pwd" in name:
         return PASSWORD
     if "token" in name:
         return TOKEN
@@ -579,7 +606,7 @@ def _short_name_password(text: str, low: str, start: int, pos: int, stop: int) -
     if start == pos and low[pos:stop] == "pass" and _PASS_NOUN.search(low, max(0, pos - 16), pos):
         return False
     m = _OWN_VALUE.match(text, stop, min(len(text), stop + _MAX_VALUE))
-    if m is None or m.group("is"):
+    if m is None or m.group("is") or _crosses_line(text, stop, m.start("val")):
         return False
     quoted = bool(m.group("q"))
     value = m.group("val")
@@ -629,6 +656,11 @@ def _value_ok(family: str, value: str, quoted: bool, op: str, rest: str) -> bool
 _MIN_LEN = {TOKEN: 16, API_KEY: 8, PASSWORD: 4}
 
 
+def _crosses_line(text: str, a: int, b: int) -> bool:
+    """An empty assignment (`PASSWORD=` at the end of a line) takes no value from the next line."""
+    return text.find("\n", a, b) >= 0
+
+
 def _line_rest(text: str, pos: int) -> str:
     nl = text.find("\n", pos, pos + _MAX_VALUE)
     return text[pos : nl if nl >= 0 else min(len(text), pos + 200)]
@@ -639,7 +671,7 @@ def _ds_assignments(text: str, starts: list[int], stop: int, family: str) -> boo
     for start in starts:
         for pat, qgroup, vgroup, op in _DS_ASSIGN:
             m = pat.match(text, start, endpos)
-            if m is None:
+            if m is None or _crosses_line(text, stop, m.start(vgroup)):
                 continue
             quoted = bool(m.group(qgroup))
             raw = m.group(vgroup)
@@ -662,18 +694,37 @@ _OWN_VALUE = re.compile(
 )
 # "password for the staging db is X", "**Password:** X"
 _PW_PROSE = re.compile(
-    r"""(?P<mid>(?:\s+(?!(?:is|was|will)\b)[A-Za-z][\w@.'’-]*){0,5}?)
-        [*_]{0,2}\s*(?P<op>:|=|\bis\b|\bwas\b|\bwill\s+be\b|\bis\s+now\b|\bset\s+to\b|\bchanged\s+to\b)
+    r"""(?P<mid>(?:\s+(?!(?:is|was|will|ist|lautet|war|est|es|era|è|é|är|jest)\b)[^\W\d_][\w@.'’-]*){0,5}?)
+        [*_]{0,2}\s*(?P<op>:|=|\bis\b|\bwas\b|\bwill\s+be\b|\bis\s+now\b|\bset\s+to\b|\bchanged\s+to\b
+            |\bist\b|\blautet\b|\bwar\b|\best\b|\bes\b|\bera\b|\bè|\bé|\bär\b|\bjest\b)
         [*_]{0,2}\s*(?P<q>["'`“‘]?)(?P<val>[^\s"'`“”‘’]{1,200})(?P<q2>["'`”’]?)""",
     re.VERBOSE,
 )
+_PW_BARE = re.compile(r"[ \t]+(?P<val>[^\s\"'`]{8,64})(?=\s|$)")
+_MYSQL_P = re.compile(r"""(?:mysql|mariadb)\w*\b[^\n|;&]{0,200}?\s-p(?P<val>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)""")
+
+
+def _bare_password(text: str, stop: int) -> bool:
+    """`password Winter2021!`: no operator, so only a value that looks made up (letters and digits)."""
+    m = _PW_BARE.match(text, stop, min(len(text), stop + 80))
+    if m is None:
+        return False
+    value = m.group("val").rstrip(_TRAILING_PUNCT)
+    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)) or len(value) < 8:
+        return False
+    if _VERSION.match(value) or _name_is_meta(value):
+        return False
+    return _value_ok(PASSWORD, value, False, "assign", "")
+
+
+_VERSION = re.compile(r"^v?\d+(?:\.\d+)+")
 _SQL_PASSWORD = re.compile(r"""\s+(?:by\s+)?'(?P<val>[^'\n]{1,200})'""", re.IGNORECASE)
 _CLI_FLAG = re.compile(r"""[ =](?P<q>["']?)(?P<val>[^\s"']{1,200})(?P=q)""")
 
 
 def _own_token_value(text: str, stop: int, family: str) -> bool:
     m = _OWN_VALUE.match(text, stop, min(len(text), stop + _MAX_VALUE))
-    if m is None:
+    if m is None or _crosses_line(text, stop, m.start("val")):
         return False
     value = m.group("val")
     if not m.group("q"):
@@ -684,7 +735,7 @@ def _own_token_value(text: str, stop: int, family: str) -> bool:
 
 def _prose_password(text: str, kw_end: int) -> bool:
     m = _PW_PROSE.match(text, kw_end, min(len(text), kw_end + 300))
-    if m is None:
+    if m is None or _crosses_line(text, kw_end, m.start("val")):
         return False
     mid = m.group("mid").lower().split()
     if any(w.strip("'’") in _PROSE_MID_VETO for w in mid):
@@ -757,11 +808,25 @@ def _authorization(text: str, pos: int) -> bool:
 
 # ---- PINs
 
+# A PIN noun (English, German, French, Spanish, Italian, Portuguese, Dutch, Swedish, Polish),
+# words between it and its verb ("the PIN for the new card", "de mi tarjeta"), a separator or
+# a verb meaning "is", then the number.
+_PIN_VERBS = (
+    r"is(?:\s+now)?|was|will\s+be|would\s+be|set\s+to|changed\s+to|to|ist|lautet|war|est|était|es|era|"
+    r"è|é|är|jest|wynosi"
+)
 _PIN = re.compile(
-    r"""(?P<kw>pin|passcode)(?P<suffix>[ -]?(?:code|number|no\.?|\#))?(?:'s|’s)?(?![A-Za-z])
-        (?P<mid>(?:\s+(?!(?:is|was|will|would|set|changed)\b)[A-Za-z][A-Za-z'’-]*){0,6}?)
-        \s*(?P<sep>:|=|\#|-\s|\bis(?:\s+now)?\b|\bwas\b|\bwill\s+be\b|\bwould\s+be\b|\bset\s+to\b|\bchanged\s+to\b)?
-        \s*[*_`"'“‘(]*\s*
+    r"""(?P<kw>pin|passcode|geheimzahl|geheimnummer|geheimcode|nip|clave
+            |code\s+(?:pin|secret|confidentiel|personnel)|codice\s+(?:pin|segreto|personale)
+            |c[óo]digo\s+(?:pin|secreto|personal))
+        (?P<suffix>[ -]?(?:code|kode|kod|number|nummer|numero|número|no\.?|nr\.?|zahl|\#))?(?:'s|’s)?(?![^\W\d_])
+        (?P<mid>(?:\s+(?!(?:"""
+    + _PIN_VERBS.replace("|to|", "|")
+    + r""")\b)[^\W\d_][\w'’-]*){0,6}?)
+        \s*(?P<sep>:|=|\#|-\s|\b(?:"""
+    + _PIN_VERBS
+    + r""")\b)?
+        \s*[*_`"'“‘(«]*\s*
         (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
     re.IGNORECASE | re.VERBOSE,
 )
@@ -778,7 +843,8 @@ _PIN_MID_VETO = frozenset(
 )
 _PIN_OWNER = re.compile(
     r"(?:^|\b)(?:my|your|his|her|our|their|the|atm|card|debit|credit|bank|new|old|sim|phone|default|"
-    r"security|account|voicemail|alarm|door|garage|safe|lock|unlock|backup)[\s'’s]*$",
+    r"security|account|voicemail|alarm|door|garage|safe|lock|unlock|backup|"
+    r"meine?|ihre?|deine?|neue|mon|ma|ton|votre|mi|tu|su|mio|mia|meu|minha|mijn|je|uw|min|mitt|mój|moj)[\s'’s]*$",
     re.IGNORECASE,
 )
 _PIN_CHANGED = re.compile(r"\b(?:changed|change|set|reset|updated|update)\b")
@@ -795,27 +861,60 @@ def _stated_pin(text: str, low: str, pos: int) -> bool:
     mid = m.group("mid")
     if "\n" in mid or any(w.lower().strip("'’") in _PIN_MID_VETO for w in mid.split()):
         return False
-    sep = (m.group("sep") or "").strip()
-    if mid.strip().lower() == "to" and not sep and _PIN_CHANGED.search(low, max(0, pos - 24), pos):
-        return True  # "I changed my PIN to 8642"
+    sep = (m.group("sep") or "").strip().lower()
+    if sep == "to":
+        # "I changed my PIN to 8642", "mój PIN to 4821"; not "pin the release to 2025".
+        if mid.strip():
+            return False
+        year = len(m.group("num")) == 4 and m.group("num")[:2] in ("19", "20")
+        return not year or _PIN_CHANGED.search(low, max(0, pos - 24), pos) is not None
     if mid.strip() and not sep:
         return False
-    if not sep and not m.group("suffix"):
+    kw = m.group("kw")
+    if not sep and not m.group("suffix") and kw.lower() in ("pin", "nip", "clave"):
         # "PIN 4821" / "my pin 4821"; but "pin 2024 goals" (the verb) and "GPIO pin 1234" are not.
         before = text[max(0, pos - 24) : pos]
-        if not (m.group("kw").isupper() or _PIN_OWNER.search(before)):
+        if not (kw.isupper() or _PIN_OWNER.search(before)):
             return False
         if _ELECTRONICS.search(low, max(0, pos - 40), pos):
             return False
     return True
 
 
+# Keywords that start a PIN noun other than "pin": (where the phrase starts, relative to
+# the hit; what must follow for it to be one).
+_PIN_NOUN_STARTS: dict[str, tuple[int, tuple[str, ...]]] = {
+    "geheim": (0, ("geheimzahl", "geheimnummer", "geheimcode")),
+    "nip": (0, ("nip",)),
+    "clave": (0, ("clave",)),
+    "code ": (0, ("code pin", "code secret", "code confidentiel", "code personnel")),
+    "codice ": (0, ("codice pin", "codice segreto", "codice personale")),
+    "digo ": (-2, ("código pin", "codigo pin", "código secreto", "codigo secreto", "código personal")),
+}
+
+
+def _foreign_pin_hit(text: str, low: str, word: str, pos: int) -> str | None:
+    shift, phrases = _PIN_NOUN_STARTS[word]
+    start = pos + shift
+    if start < 0 or not low.startswith(phrases, start):
+        return None
+    if start > 0 and low[start - 1].isalpha():
+        return None
+    end = start + len(word) - shift
+    if word in ("nip", "clave") and end < len(low) and low[end].isalpha():
+        return None
+    if _DIGIT_RUN4.search(text, end, end + 140) is None:
+        return None
+    return PIN if _stated_pin(text, low, start) else None
+
+
 def _is_word_at(low: str, pos: int, end: int) -> bool:
     return (pos == 0 or not low[pos - 1].isalpha()) and (end >= len(low) or not low[end].isalpha())
 
 
-_PIN_WORDS = ("pincode", "pin-code", "pin_code")
-_PROSE_OPS = (":", "=", " is", " was", " be ", " to ")
+_PIN_WORDS = ("pincode", "pin-code", "pin_code", "pinkod", "pinnummer")
+# "is" in the languages of _PW_WORDS: ist/lautet (de), est (fr), es/era (es, it), è/é (it, pt), är (sv).
+_PROSE_OPS = (":", "=", " is", " was", " be ", " to ", " ist", " lautet", " est", " es ", " era ", " è", " é", " är", " jest")
 
 
 def _clause(low: str, pos: int) -> str:
@@ -844,7 +943,7 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     if word == "pass":
         if low.startswith("passcode", pos):
             return _pin_hit(text, low, pos, pos + 8)
-        if nxt.isalpha() and not low.startswith(("password", "passwd", "passphrase"), pos):
+        if nxt.isalpha() and not low.startswith(("password", "passwd", "passphrase", "passwort"), pos):
             return None  # passed, passenger, passport
     elif word == "key":
         prev = low[pos - 1 : pos]
@@ -890,7 +989,18 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
                 return PASSWORD
         return None
 
-    start, stop = _name_bounds(text, pos, end)
+    elif word == "mysql" or word == "mariadb":
+        m = _MYSQL_P.match(text, pos, min(len(text), pos + 300))
+        if m and _value_ok(PASSWORD, m.group("val").strip("'\""), m.group("val")[:1] in "'\"", "assign", ""):
+            return PASSWORD  # mysql -u root -pS3cret
+        return None
+    elif word in _PIN_NOUN_STARTS:
+        return _foreign_pin_hit(text, low, word, pos)
+
+    if word == "mot de passe":
+        start, stop = pos, end
+    else:
+        start, stop = _name_bounds(text, pos, end)
     # Where the keyword proper ends inside the name (password, passwd, secret, ...).
     root = _ROOT_SECRET.match(low, pos)
     kw_end = root.end() if root else end
@@ -905,7 +1015,9 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     bare_name = stop == kw_end or low[kw_end:stop] == "s"
     window = _clause(low, stop) if bare_name else ""
     prose = bool(window) and any(op in window for op in _PROSE_OPS)
-    if not (operator or flag or xml or sql or prose):
+    pw_word = low.startswith(_PW_WORDS, pos)
+    bare = pw_word and bare_name and low[stop : stop + 1] == " "
+    if not (operator or flag or xml or sql or prose or bare):
         return None
 
     name = text[start:stop]
@@ -915,7 +1027,7 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
 
     if flag:  # --password X / --api-key=X
         m = _CLI_FLAG.match(text, stop, min(len(text), stop + 300))
-        if m and _value_ok(family, m.group("val"), bool(m.group("q")), "assign", ""):
+        if m and not _crosses_line(text, stop, m.start("val")) and _value_ok(family, m.group("val"), bool(m.group("q")), "assign", ""):
             return family
 
     if operator:
@@ -927,13 +1039,15 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
         if (family == TOKEN or word == "key") and _own_token_value(text, stop, family):
             return family
 
-    if family == PASSWORD and low.startswith(("password", "passwd", "passphrase", "contrase"), pos):
+    if family == PASSWORD and pw_word:
         if xml:  # <password>hunter2</password>
             close = text.find("<", stop + 1, stop + 1 + 200)
             if close > 0 and _value_ok(PASSWORD, text[stop + 1 : close], True, "assign", ""):
                 return PASSWORD
         if prose and _prose_password(text, stop):
             return PASSWORD
+        if bare and _bare_password(text, stop):
+            return PASSWORD  # "login admin / password Winter2021!"
         if sql:
             m = _SQL_PASSWORD.match(text, stop, min(len(text), stop + 300))
             if m and _value_ok(PASSWORD, m.group("val"), True, "assign", ""):
@@ -1104,6 +1218,17 @@ _KEYWORDS = (
     "bearer",
     "authoriz",
     "contrase",
+    "kennwort",
+    "mot de passe",
+    "senha",
+    "wachtwoord",
+    "lösenord",
+    "hasło",
+    "haslo",
+    "salasana",
+    "mysql",
+    "mariadb",
+    *_PIN_NOUN_STARTS,
     "identified",
     "-u",
 )
