@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import csv
 import re
 from collections.abc import Callable, Iterator
 from re import Match, Pattern
@@ -354,6 +355,11 @@ def _v_mailchimp(s: str, m: Match[str]) -> bool:
     return _bounded(s, m.start(), m.end()) and _classes(m.group(0)) >= 2
 
 
+def _v_azure(s: str, m: Match[str]) -> bool:
+    value = m.group(0).split("=", 1)[1]
+    return _bounded(s, m.start(), m.end(), after=False) and _classes(value) == 3
+
+
 def _plugin(cls: type) -> list[Pattern[str]]:
     return list(cls().denylist)
 
@@ -405,7 +411,16 @@ _SHAPES: tuple[_Shape, ...] = (
         _v_prefix_bounded,
     ),
     (TOKEN, ("pypi-AgE",), _plugin(PypiTokenDetector), _v_prefix_bounded),
-    (API_KEY, ("AccountKey=",), _plugin(AzureStorageKeyDetector), _v_prefix_bounded),
+    (
+        API_KEY,
+        ("AccountKey=", "SharedAccessKey=", "sig="),
+        [
+            *_plugin(AzureStorageKeyDetector),
+            re.compile(r"(?:AccountKey|SharedAccessKey)=[A-Za-z0-9+/]{40,86}={0,2}"),
+            re.compile(r"(?<=[?&])sig=[A-Za-z0-9%+/]{40,}"),  # a SAS token's signature
+        ],
+        _v_azure,
+    ),
     (TOKEN, (":",), _plugin(TelegramBotTokenDetector), _v_random_tail),
     (TOKEN, (".",), _plugin(DiscordBotTokenDetector), _v_discord),
 )
@@ -464,6 +479,28 @@ def _shapes_in_token(tok: str) -> Iterator[str]:
                     break
 
 
+# A cloud storage account key: 64 random bytes in base64 (88 characters ending in "==").
+# SHA-512 digests and Ed25519 signatures have the same shape, so a digest word just before
+# the value (or an SRI "sha512-" prefix) makes it one of those instead.
+_B64_64 = re.compile(r"(?<![A-Za-z0-9+/\-])[A-Za-z0-9+/]{86}==(?![A-Za-z0-9+/=])")
+_DIGEST_CTX = re.compile(
+    r"sha-?(?:512|384|256|3)|integrity|digest|checksum|hash|signature|\bsig\b|signed|fingerprint|"
+    r"nonce|salt|\biv\b|ed25519|public"
+)
+
+
+def _storage_key(text: str, low: str, at: int, tok: str) -> bool:
+    for m in _B64_64.finditer(tok):
+        key = m.group(0)
+        if _classes(key) < 3 or _is_filler(key):
+            continue
+        start = at + m.start()
+        if _DIGEST_CTX.search(low, max(0, start - 48), start):
+            continue
+        return True
+    return False
+
+
 # AWS secret access key next to an "aws ... key" name (the plugin's second pattern).
 _AWS_SECRET = list(AWSKeyDetector().denylist)[1]
 
@@ -473,6 +510,45 @@ def _scan_aws_secret(text: str) -> Iterator[str]:
         if _classes(m.group(1)) >= 2:
             yield API_KEY
             return
+
+
+# --------------------------------------------------------------------------- telephony
+
+# A telephony account SID ("AC" + 32 hex) or API key SID ("SK" + 32 hex) is an identifier on
+# its own; with a 32-character secret in the same sentence it is a credential pair.
+_TEL_SID = re.compile(r"(?:AC|SK)[0-9a-f]{32}(?![0-9A-Za-z])")
+_TEL_SECRET = {
+    "AC": re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{32}(?![0-9A-Za-z])"),
+    "SK": re.compile(r"(?<![0-9A-Za-z])[0-9A-Za-z]{32}(?![0-9A-Za-z])"),
+}
+_SENTENCE_ENDS = (". ", ".\n", "\n\n", "? ", "! ")
+
+
+def _sentence(text: str, a: int, b: int, reach: int = 240) -> tuple[int, int]:
+    lo, hi = max(0, a - reach), min(len(text), b + reach)
+    for end in _SENTENCE_ENDS:
+        cut = text.rfind(end, lo, a)
+        if cut >= 0:
+            lo = cut + len(end)
+        cut = text.find(end, b, hi)
+        if cut >= 0:
+            hi = cut
+    return lo, hi
+
+
+def _scan_telephony(text: str) -> Iterator[str]:
+    for prefix in ("AC", "SK"):
+        i = text.find(prefix)
+        while i >= 0:
+            m = _TEL_SID.match(text, i)
+            if m and (i == 0 or not _is_alnum_ascii(text[i - 1])):
+                lo, hi = _sentence(text, i, m.end())
+                for secret in _TEL_SECRET[prefix].finditer(text, lo, hi):
+                    value = secret.group(0)
+                    if _classes(value) >= 2 and not _is_filler(value) and _entropy(value) >= 3.0:
+                        yield TOKEN
+                        return
+            i = text.find(prefix, i + 2)
 
 
 # --------------------------------------------------------------------------- private keys
@@ -492,11 +568,40 @@ def _scan_private_key(text: str) -> Iterator[str]:
                     yield PRIVATE_KEY
                     return
                 continue
-            # The PEM armour ("-----BEGIN ..."), not a prose mention of the header name.
-            if text[max(0, m.start() - 6) : m.start()].rstrip(" ").endswith("---"):
+            # The PEM armour ("-----BEGIN ..."), not a prose mention of the header name,
+            # and with key material under it (not "<redacted>", "...", "MIIE...").
+            if text[max(0, m.start() - 6) : m.start()].rstrip(" ").endswith("---") and _pem_has_body(
+                text, m.end()
+            ):
                 yield PRIVATE_KEY
                 return
 
+
+_B64_PIECE = re.compile(r"[A-Za-z0-9+/=]+")
+_PEM_HEADER_LINE = re.compile(r"^[A-Za-z][A-Za-z-]*:")  # Proc-Type:, DEK-Info:, Version:, Comment:
+
+
+def _pem_has_body(text: str, header_end: int) -> bool:
+    """Key material under the armour, not a redacted body ("<redacted>", "...", "MIIE...", "xxxx").
+
+    A closed block needs a line of 16+ base64 characters (real or JSON-escaped newlines). An
+    unclosed one (a paste cut short, or a header at the very end) counts when what follows
+    the header starts like base64; a marker or prose after it does not.
+    """
+    stop = text.find("-----END", header_end, header_end + 8000)
+    body = text[header_end : stop if stop >= 0 else header_end + 8000].lstrip("-").replace("\\n", "\n")
+    lines = [ln.strip() for ln in body.split("\n")]
+    lines = [ln for ln in lines if ln and not _PEM_HEADER_LINE.match(ln)]
+    if stop < 0:
+        if not lines:
+            return True
+        first = lines[0].split()[0]
+        return _B64_PIECE.fullmatch(first) is not None and _classes(first) >= 2 and not _REPEAT_RUN.search(first)
+    for line in lines:
+        for piece in line.split():
+            if len(piece) >= 16 and _B64_PIECE.fullmatch(piece) and len(set(piece)) >= 10:
+                return True
+    return False
 
 # --------------------------------------------------------------------------- basic-auth URLs
 
@@ -819,13 +924,14 @@ _PIN = re.compile(
     r"""(?P<kw>pin|passcode|geheimzahl|geheimnummer|geheimcode|nip|clave
             |code\s+(?:pin|secret|confidentiel|personnel)|codice\s+(?:pin|segreto|personale)
             |c[óo]digo\s+(?:pin|secreto|personal))
-        (?P<suffix>[ -]?(?:code|kode|kod|number|nummer|numero|número|no\.?|nr\.?|zahl|\#))?(?:'s|’s)?(?![^\W\d_])
+        (?P<suffix>[ -]?(?:code|koden|kode|kod|number|nummer|numero|número|no\.?|nr\.?|zahl|\#))?(?:'s|’s)?(?![^\W\d_])
         (?P<mid>(?:\s+(?!(?:"""
     + _PIN_VERBS.replace("|to|", "|")
     + r""")\b)[^\W\d_][\w'’-]*){0,6}?)
         \s*(?P<sep>:|=|\#|-\s|\b(?:"""
     + _PIN_VERBS
     + r""")\b)?
+        (?:\s+(?:el|la|le|il|lo|o|a|het|de|der|die|das)\b)?
         \s*[*_`"'“‘(«]*\s*
         (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
     re.IGNORECASE | re.VERBOSE,
@@ -847,6 +953,11 @@ _PIN_OWNER = re.compile(
     r"meine?|ihre?|deine?|neue|mon|ma|ton|votre|mi|tu|su|mio|mia|meu|minha|mijn|je|uw|min|mitt|mój|moj)[\s'’s]*$",
     re.IGNORECASE,
 )
+_POSTAL_CTX = re.compile(
+    r"address|\baddr\b|city|district|\bdist\b|\bstate\b|india|nagar|\broad\b|\brd\b|street|post office|"
+    r"delivery|deliver|shipping|courier|locality|colony|village|taluk|tehsil|bangalore|bengaluru|mumbai|"
+    r"delhi|chennai|kolkata|hyderabad|pune|karnataka|maharashtra|kerala|gujarat|\bzip\b|postal"
+)
 _PIN_CHANGED = re.compile(r"\b(?:changed|change|set|reset|updated|update)\b")
 _ELECTRONICS = re.compile(
     r"gpio|chip|header|connector|pinout|arduino|raspberry|breadboard|pcb|solder|wire|voltage|"
@@ -861,6 +972,8 @@ def _stated_pin(text: str, low: str, pos: int) -> bool:
     mid = m.group("mid")
     if "\n" in mid or any(w.lower().strip("'’") in _PIN_MID_VETO for w in mid.split()):
         return False
+    if len(m.group("num")) == 6 and _POSTAL_CTX.search(low, max(0, pos - 80), m.end() + 80):
+        return False  # an Indian postal "PIN code" is six digits in an address
     sep = (m.group("sep") or "").strip().lower()
     if sep == "to":
         # "I changed my PIN to 8642", "mój PIN to 4821"; not "pin the release to 2025".
@@ -887,10 +1000,33 @@ _PIN_NOUN_STARTS: dict[str, tuple[int, tuple[str, ...]]] = {
     "geheim": (0, ("geheimzahl", "geheimnummer", "geheimcode")),
     "nip": (0, ("nip",)),
     "clave": (0, ("clave",)),
-    "code ": (0, ("code pin", "code secret", "code confidentiel", "code personnel")),
-    "codice ": (0, ("codice pin", "codice segreto", "codice personale")),
-    "digo ": (-2, ("código pin", "codigo pin", "código secreto", "codigo secreto", "código personal")),
+    "code": (0, ("code",)),
+    "codic": (0, ("codice",)),
+    "digo": (-2, ("código", "codigo")),
 }
+
+# "mon code est 4821", "code de la carte bleue : 4821": a bare "code" is a PIN only when its
+# owner is named just before it or a card word sits between it and the number.
+_CODE_STATED = re.compile(
+    r"""(?:code|codice|c[óo]digo)(?![^\W\d_])
+        (?P<mid>(?:\s+(?!(?:"""
+    + _PIN_VERBS.replace("|to|", "|")
+    + r""")\b)[^\W\d_][\w'’-]*){0,5}?)
+        \s*(?::|=|\b(?:"""
+    + _PIN_VERBS
+    + r""")\b)(?:\s+(?:el|la|le|il|lo|o|a|het|de)\b)?\s*[*"'«]*\s*
+        (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_CARD_WORDS = re.compile(
+    r"\b(?:carte|cb|card|carta|tarjeta|cartão|cartao|karte|bankpas|pas|cajero|bancomat|multibanco|atm|"
+    r"guichet|geldautomaat|débito|debito|crédito|credito)\b"
+)
+_CODE_VETO = re.compile(
+    r"postal|promo|zip|error|erreur|fehler|errore|país|pais|barras|área|area|fiscal|verif|confirm|sms|"
+    r"activation|activación|réduction|descuento|sconto|rabatt|source|status|http|exit|retour|produit|"
+    r"product|produto|producto|article|artículo|cliente|client|commande|pedido|ordine|order"
+)
 
 
 def _foreign_pin_hit(text: str, low: str, word: str, pos: int) -> str | None:
@@ -905,7 +1041,21 @@ def _foreign_pin_hit(text: str, low: str, word: str, pos: int) -> str | None:
         return None
     if _DIGIT_RUN4.search(text, end, end + 140) is None:
         return None
-    return PIN if _stated_pin(text, low, start) else None
+    if _stated_pin(text, low, start):
+        return PIN
+    if word in ("code", "codic", "digo") and _stated_code(text, low, start):
+        return PIN
+    return None
+
+
+def _stated_code(text: str, low: str, start: int) -> bool:
+    m = _CODE_STATED.match(text, start, min(len(text), start + 160))
+    if m is None or "\n" in m.group("mid"):
+        return False
+    mid = low[m.start("mid") : m.end("mid")]
+    if _CODE_VETO.search(mid):
+        return False
+    return _CARD_WORDS.search(mid) is not None or _PIN_OWNER.search(text[max(0, start - 24) : start]) is not None
 
 
 def _is_word_at(low: str, pos: int, end: int) -> bool:
@@ -1055,6 +1205,9 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     elif family == TOKEN and bare_name and not operator:
         if _own_token_value(text, stop, TOKEN):
             return TOKEN  # "the access token is ..."
+    elif word == "secret" and bare_name and not operator:
+        if _own_token_value(text, stop, API_KEY):
+            return API_KEY  # "the secret is 8f14e45f..."
     elif (
         family == PASSWORD
         and low[pos:stop] in ("pass", "pw")
@@ -1178,6 +1331,109 @@ def _scan_ssn(text: str, low: str, a: int, b: int) -> Iterator[str]:
         return
 
 
+# --------------------------------------------------------------------------- tables
+
+# A card number or SSN in a table row (CSV, TSV, Markdown, or columns aligned with spaces)
+# has no word next to it; the column's header says what it is. The header is the top line
+# of the block of lines that share the row's delimiter.
+_CARD_COLUMNS = frozenset(
+    """
+    card cards cc ccn ccnum pan cardnumber creditcard debitcard kartennummer karte kreditkarte
+    carte tarjeta carta cartão cartao kaart kaartnummer bankkaart visa mastercard amex
+    """.split()  # noqa: SIM905
+)
+_SSN_COLUMNS = frozenset("ssn ssns ssno social socialsecurity sin".split())  # noqa: SIM905
+_COLUMN_SPLIT = re.compile(r"[^\w]+|_")
+_ALIGNED = re.compile(r"\S {2,}\S")
+_ALIGNED_SPLIT = re.compile(r"\s{2,}")
+_MD_RULE = re.compile(r"^\s*\|?\s*:?-{2,}")
+_MAX_TABLE_LINES = 200
+
+
+def _row_delimiter(line: str) -> str | None:
+    for d in ("\t", "|", ";", ","):
+        if d in line:
+            return d
+    return "  " if _ALIGNED.search(line) else None
+
+
+def _cells(line: str, delim: str) -> list[str]:
+    if delim == "|":
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+    if delim == "  ":
+        return _ALIGNED_SPLIT.split(line.strip())
+    if delim == "\t":
+        return [c.strip() for c in line.split("\t")]
+    return [c.strip() for c in next(csv.reader([line], delimiter=delim))]
+
+
+def _has_delimiter(line: str, delim: str) -> bool:
+    return _ALIGNED.search(line) is not None if delim == "  " else delim in line
+
+
+def _table_header(text: str, row_start: int, delim: str) -> list[str] | None:
+    """Cells of the top line of the row's block (Markdown rules skipped); None if the row is on top."""
+    top = None
+    end = row_start - 1  # the "\n" ending the line above
+    for _ in range(_MAX_TABLE_LINES):
+        if end < 0:
+            break
+        start = text.rfind("\n", 0, end) + 1
+        line = text[start:end]
+        if not line.strip() or not _has_delimiter(line, delim):
+            break
+        if not _MD_RULE.match(line):
+            top = line
+        end = start - 1
+    return _cells(top, delim) if top is not None else None
+
+
+def _column_kind(name: str) -> str | None:
+    words = [w for w in _COLUMN_SPLIT.split(name.lower()) if w]
+    joined = "".join(words)
+    if joined in _CARD_COLUMNS or any(w in _CARD_COLUMNS for w in words) or joined.startswith("creditcard"):
+        return CARD
+    if joined in _SSN_COLUMNS or any(w in _SSN_COLUMNS for w in words) or joined.startswith("socialsecurity"):
+        return SSN
+    return None
+
+
+def _cell_kind(cell: str) -> str | None:
+    value = cell.strip("\"'`* ")
+    digits = value.replace(" ", "").replace("-", "")
+    if not digits.isdigit() or len(value) - len(digits) > 4:
+        return None
+    if 13 <= len(digits) <= 19 and _plausible_iin(digits) and luhn.is_valid(digits):
+        return CARD
+    if len(digits) == 9 and (us_ssn.is_valid(digits) or (digits[0] not in "08" and luhn.is_valid(digits))):
+        return SSN  # a US SSN, or a Canadian SIN (Luhn) in a column called "sin"
+    return None
+
+
+def _scan_tables(text: str, regions: list[tuple[int, int]]) -> Iterator[str]:
+    headers: dict[int, list[str] | None] = {}
+    for a, b in regions:
+        row_start = text.rfind("\n", 0, a) + 1
+        if row_start == 0:
+            continue  # the first line has no header above it
+        row_end = text.find("\n", b)
+        line = text[row_start : row_end if row_end >= 0 else len(text)]
+        delim = _row_delimiter(line)
+        if delim is None:
+            continue
+        cells = _cells(line, delim)
+        for index, cell in enumerate(cells):
+            kind = _cell_kind(cell)
+            if kind is None:
+                continue
+            if row_start not in headers:
+                headers[row_start] = _table_header(text, row_start, delim)
+            header = headers[row_start]
+            if header is not None and index < len(header) and _column_kind(header[index]) == kind:
+                yield kind
+                return
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -1207,7 +1463,7 @@ _TOKEN_CLASS = _byte_table(
 )
 _DIGIT_CLASS = _byte_table(b".", {b"0123456789": b"0", b" ": b" ", b"-": b"-"})
 _LONG_RUN = b"x" * _LONG_TOKEN
-_NUMBER_SEEDS = (b"00000000", b"0000 0000", b"0000-0000", b"000-00-0000")
+_NUMBER_SEEDS = (b"00000000", b"0000 0000", b"0000-0000", b"000-00-0000", b"000 00 0000")
 _KEYWORDS = (
     "pass",
     "pw",
@@ -1280,8 +1536,14 @@ def _scan(text: str) -> Iterator[str]:
         b = ws.find(b" ", i)
         if b < 0:
             b = len(ws)
-        yield from _shapes_in_token(text[a:b])
+        tok = text[a:b]
+        yield from _shapes_in_token(tok)
+        if b - a >= 88 and "==" in tok and _storage_key(text, low, a, tok):
+            yield API_KEY
         i = ws.find(_LONG_RUN, b)
+
+    if "AC" in text or "SK" in text:
+        yield from _scan_telephony(text)
 
     if "PRIVATE KEY" in text or "PuTTY-User-Key-File" in text:
         yield from _scan_private_key(text)
@@ -1294,8 +1556,11 @@ def _scan(text: str) -> Iterator[str]:
     if b"0000" not in digits:
         return  # every card and SSN shape holds four digits in a row
     ssn_context = any(w in low for w in _SSN_WORDS)
+    in_rows: list[tuple[int, int]] = []  # numbers that may be table cells
     for a, b in _number_regions(digits):
         count = digits.count(b"0", a, b)
+        if count >= 9:
+            in_rows.append((a, b))
         if count >= 13:
             yield from _scan_cards(text, low, a, b)
         # Bare/spaced SSNs need a context word (scanned below); 123-45-6789 needs a dash.
@@ -1304,6 +1569,8 @@ def _scan(text: str) -> Iterator[str]:
     if ssn_context:
         # Bare ("SSN 123456789") and spaced ("123 45 6789") SSNs count only near such a word.
         yield from _scan_ssn(text, low, 0, len(text))
+    if in_rows and "\n" in text:
+        yield from _scan_tables(text, in_rows)
 
 
 def reads_as_high(text: str) -> bool:
