@@ -360,6 +360,12 @@ def _v_azure(s: str, m: Match[str]) -> bool:
     return _bounded(s, m.start(), m.end(), after=False) and _classes(value) == 3
 
 
+def _v_prefixed(s: str, m: Match[str]) -> bool:
+    """A published prefix, then a random tail (not a documented x-filled example)."""
+    tail = re.split(r"[_.\-]", m.group(0), maxsplit=1)[-1]
+    return _bounded(s, m.start(), m.end(), after=False) and _classes(tail) >= 2 and _entropy(tail) >= 3.0
+
+
 def _plugin(cls: type) -> list[Pattern[str]]:
     return list(cls().denylist)
 
@@ -404,6 +410,44 @@ _SHAPES: tuple[_Shape, ...] = (
     (API_KEY, ("-us",), _plugin(MailchimpDetector), _v_mailchimp),
     (API_KEY, ("sq0csp-",), _plugin(SquareOAuthDetector), _v_prefix_bounded),
     (API_KEY, ("key-",), [re.compile(r"key-[0-9a-f]{32}")], _v_bounded),  # Mailgun
+    # Prefixed keys of other common services (the prefix is the service's published format).
+    (
+        TOKEN,
+        ("hf_", "whsec_", "glc_", "shpat_", "shpss_", "shpca_", "shppa_", "xapp-", "ya29.", "sntrys_", "dp."),
+        [
+            re.compile(r"hf_[A-Za-z]{34,}"),  # Hugging Face
+            re.compile(r"whsec_[A-Za-z0-9+/=]{24,}"),  # webhook signing secrets
+            re.compile(r"glc_[A-Za-z0-9+/=_]{32,}"),  # Grafana Cloud
+            re.compile(r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}"),  # Shopify
+            re.compile(r"xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]{32,}"),  # Slack app-level
+            re.compile(r"ya29\.[A-Za-z0-9_\-]{30,}"),  # Google OAuth access token
+            re.compile(r"sntrys_[A-Za-z0-9+/=_]{40,}"),  # Sentry
+            re.compile(r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}"),  # Doppler
+        ],
+        _v_prefixed,
+    ),
+    (
+        API_KEY,
+        ("dapi", "dop_v1_", "doo_v1_", "dor_v1_", "gsk_", "pplx-", "r8_", "PMAK-", "NRAK-", "lin_api_", "ntn_",
+         "secret_", "xai-", "AGE-SECRET-KEY-1", "GOCSPX-", "ATATT3", "sq0atp-"),
+        [
+            re.compile(r"dapi[0-9a-f]{32}(?:-\d)?"),  # Databricks
+            re.compile(r"do[opr]_v1_[a-f0-9]{64}"),  # DigitalOcean
+            re.compile(r"gsk_[A-Za-z0-9]{48,}"),  # Groq
+            re.compile(r"pplx-[A-Za-z0-9]{40,}"),  # Perplexity
+            re.compile(r"r8_[A-Za-z0-9]{37,}"),  # Replicate
+            re.compile(r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}"),  # Postman
+            re.compile(r"NRAK-[A-Z0-9]{27}"),  # New Relic
+            re.compile(r"lin_api_[A-Za-z0-9]{40}"),  # Linear
+            re.compile(r"(?:ntn_|secret_)[A-Za-z0-9]{40,50}"),  # Notion
+            re.compile(r"xai-[A-Za-z0-9]{60,}"),  # xAI
+            re.compile(r"AGE-SECRET-KEY-1[0-9A-Z]{58}"),  # age
+            re.compile(r"GOCSPX-[A-Za-z0-9_\-]{28}"),  # Google OAuth client secret
+            re.compile(r"ATATT3[A-Za-z0-9_\-=]{100,}"),  # Atlassian
+            re.compile(r"sq0atp-[A-Za-z0-9_\-]{22,}"),  # Square access token
+        ],
+        _v_prefixed,
+    ),
     (
         TOKEN,
         ("_authToken=", "npm_"),
@@ -451,7 +495,7 @@ def _is_filler(secret: str) -> bool:
 
 
 def _shapes_in_token(tok: str) -> Iterator[str]:
-    if tok.isalnum() and "A" not in tok:
+    if tok.isalnum() and "A" not in tok and "dapi" not in tok:
         return  # words, hex digests: only AKIA.../AIza... keys can be bare alphanumerics
     n = len(tok)
     windows: dict[int, tuple[int, int]] = {}  # shape -> (windows used, covered up to)
@@ -882,8 +926,23 @@ _AUTHZ = re.compile(
 # detect-secrets' *_?key names (api_key, auth_key, ...), plus access_key; and their prose forms.
 _KEY_PREFIXES = tuple(
     p + sep
-    for p in ("api", "auth", "service", "account", "db", "database", "priv", "private", "client", "access")
-    for sep in ("", "_")
+    for p in (
+        "api",
+        "auth",
+        "service",
+        "account",
+        "db",
+        "database",
+        "priv",
+        "private",
+        "client",
+        "access",
+        "encryption",
+        "signing",
+        "master",
+        "secret",
+    )
+    for sep in ("", "_", "-")
 )
 _KEY_PROSE_PREFIXES = tuple(p + sep for p in ("api", "access", "secret") for sep in (" ", "-", "_"))
 
@@ -958,6 +1017,11 @@ _POSTAL_CTX = re.compile(
     r"delivery|deliver|shipping|courier|locality|colony|village|taluk|tehsil|bangalore|bengaluru|mumbai|"
     r"delhi|chennai|kolkata|hyderabad|pune|karnataka|maharashtra|kerala|gujarat|\bzip\b|postal"
 )
+_UNIT_AFTER = re.compile(
+    r"\s*(?:%|bits?|bytes?|kb|mb|gb|ms|lines?|rows?|loc|chars?|characters?|words?|digits?|times|tries|"
+    r"attempts|entries|users|ziffern|stellen|chiffres|caract|dígitos|digitos|cifre|cijfers|tekens|"
+    r"euros?|eur|usd|dollars?|\$|€)\b"
+)
 _PIN_CHANGED = re.compile(r"\b(?:changed|change|set|reset|updated|update)\b")
 _ELECTRONICS = re.compile(
     r"gpio|chip|header|connector|pinout|arduino|raspberry|breadboard|pcb|solder|wire|voltage|"
@@ -974,6 +1038,8 @@ def _stated_pin(text: str, low: str, pos: int) -> bool:
         return False
     if len(m.group("num")) == 6 and _POSTAL_CTX.search(low, max(0, pos - 80), m.end() + 80):
         return False  # an Indian postal "PIN code" is six digits in an address
+    if _UNIT_AFTER.match(low, m.end()):
+        return False  # "the key is 2048 bits", "PIN pad holds 1000 entries"
     sep = (m.group("sep") or "").strip().lower()
     if sep == "to":
         # "I changed my PIN to 8642", "mój PIN to 4821"; not "pin the release to 2025".
@@ -1018,6 +1084,7 @@ _CODE_STATED = re.compile(
         (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
     re.IGNORECASE | re.VERBOSE,
 )
+_CODE_OWNER = re.compile(r"(?:^|\b)(?:meine?|mon|ma|ton|votre|mi|tu|su|mio|il mio|meu|o meu|mijn|je|uw|min|mitt)\s+$")
 _CARD_WORDS = re.compile(
     r"\b(?:carte|cb|card|carta|tarjeta|cartão|cartao|karte|bankpas|pas|cajero|bancomat|multibanco|atm|"
     r"guichet|geldautomaat|débito|debito|crédito|credito)\b"
@@ -1055,7 +1122,10 @@ def _stated_code(text: str, low: str, start: int) -> bool:
     mid = low[m.start("mid") : m.end("mid")]
     if _CODE_VETO.search(mid):
         return False
-    return _CARD_WORDS.search(mid) is not None or _PIN_OWNER.search(text[max(0, start - 24) : start]) is not None
+    if _UNIT_AFTER.match(low, m.end()):
+        return False
+    # English "my code is 1500" is usually about source code, so only the other languages' owners count.
+    return _CARD_WORDS.search(mid) is not None or _CODE_OWNER.search(low, max(0, start - 16), start) is not None
 
 
 def _is_word_at(low: str, pos: int, end: int) -> bool:
@@ -1099,7 +1169,7 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
         prev = low[pos - 1 : pos]
         if not (prev.isalpha() or prev in ("_", "-", " ")):
             return None  # "key", ["key"], Key=key
-        if not low.endswith(_KEY_PREFIXES, max(0, pos - 9), pos):
+        if not low.endswith(_KEY_PREFIXES, max(0, pos - 12), pos):
             # "my API key is ..." / "access key: ..." in prose; every other "key" is a word.
             if low.endswith(_KEY_PROSE_PREFIXES, max(0, pos - 8), pos) and _own_token_value(
                 text, end, API_KEY
@@ -1371,21 +1441,34 @@ def _has_delimiter(line: str, delim: str) -> bool:
     return _ALIGNED.search(line) is not None if delim == "  " else delim in line
 
 
-def _table_header(text: str, row_start: int, delim: str) -> list[str] | None:
-    """Cells of the top line of the row's block (Markdown rules skipped); None if the row is on top."""
-    top = None
+def _table_header(text: str, row_start: int, delim: str, tops: dict[int, int]) -> list[str] | None:
+    """Cells of the top line of the row's block (Markdown rules skipped); None if the row is on top.
+
+    `tops` maps a line start already walked to its block's top line start, so the rows of one
+    table share one walk."""
+    top = -1
+    walked = []
     end = row_start - 1  # the "\n" ending the line above
     for _ in range(_MAX_TABLE_LINES):
         if end < 0:
             break
         start = text.rfind("\n", 0, end) + 1
+        if start in tops:
+            top = tops[start]
+            break
         line = text[start:end]
         if not line.strip() or not _has_delimiter(line, delim):
             break
+        walked.append(start)
         if not _MD_RULE.match(line):
-            top = line
+            top = start
         end = start - 1
-    return _cells(top, delim) if top is not None else None
+    for start in walked:
+        tops[start] = top
+    if top < 0:
+        return None
+    top_end = text.find("\n", top)
+    return _cells(text[top : top_end if top_end >= 0 else len(text)], delim)
 
 
 def _column_kind(name: str) -> str | None:
@@ -1399,6 +1482,8 @@ def _column_kind(name: str) -> str | None:
 
 
 def _cell_kind(cell: str) -> str | None:
+    if not 9 <= len(cell) <= 32:
+        return None  # a card number with separators and quotes fits in 32 characters
     value = cell.strip("\"'`* ")
     digits = value.replace(" ", "").replace("-", "")
     if not digits.isdigit() or len(value) - len(digits) > 4:
@@ -1412,10 +1497,13 @@ def _cell_kind(cell: str) -> str | None:
 
 def _scan_tables(text: str, regions: list[tuple[int, int]]) -> Iterator[str]:
     headers: dict[int, list[str] | None] = {}
+    tops: dict[int, int] = {}
+    rows_read: set[int] = set()
     for a, b in regions:
         row_start = text.rfind("\n", 0, a) + 1
-        if row_start == 0:
-            continue  # the first line has no header above it
+        if row_start == 0 or row_start in rows_read:
+            continue  # the first line has no header above it; a row is read once
+        rows_read.add(row_start)
         row_end = text.find("\n", b)
         line = text[row_start : row_end if row_end >= 0 else len(text)]
         delim = _row_delimiter(line)
@@ -1427,7 +1515,7 @@ def _scan_tables(text: str, regions: list[tuple[int, int]]) -> Iterator[str]:
             if kind is None:
                 continue
             if row_start not in headers:
-                headers[row_start] = _table_header(text, row_start, delim)
+                headers[row_start] = _table_header(text, row_start, delim, tops)
             header = headers[row_start]
             if header is not None and index < len(header) and _column_kind(header[index]) == kind:
                 yield kind
