@@ -428,8 +428,25 @@ _SHAPES: tuple[_Shape, ...] = (
     ),
     (
         API_KEY,
-        ("dapi", "dop_v1_", "doo_v1_", "dor_v1_", "gsk_", "pplx-", "r8_", "PMAK-", "NRAK-", "lin_api_", "ntn_",
-         "secret_", "xai-", "AGE-SECRET-KEY-1", "GOCSPX-", "ATATT3", "sq0atp-"),
+        (
+            "dapi",
+            "dop_v1_",
+            "doo_v1_",
+            "dor_v1_",
+            "gsk_",
+            "pplx-",
+            "r8_",
+            "PMAK-",
+            "NRAK-",
+            "lin_api_",
+            "ntn_",
+            "secret_",
+            "xai-",
+            "AGE-SECRET-KEY-1",
+            "GOCSPX-",
+            "ATATT3",
+            "sq0atp-",
+        ),
         [
             re.compile(r"dapi[0-9a-f]{32}(?:-\d)?"),  # Databricks
             re.compile(r"do[opr]_v1_[a-f0-9]{64}"),  # DigitalOcean
@@ -640,12 +657,15 @@ def _pem_has_body(text: str, header_end: int) -> bool:
         if not lines:
             return True
         first = lines[0].split()[0]
-        return _B64_PIECE.fullmatch(first) is not None and _classes(first) >= 2 and not _REPEAT_RUN.search(first)
+        return (
+            _B64_PIECE.fullmatch(first) is not None and _classes(first) >= 2 and not _REPEAT_RUN.search(first)
+        )
     for line in lines:
         for piece in line.split():
             if len(piece) >= 16 and _B64_PIECE.fullmatch(piece) and len(set(piece)) >= 10:
                 return True
     return False
+
 
 # --------------------------------------------------------------------------- basic-auth URLs
 
@@ -656,7 +676,11 @@ _URL_DEFAULTS = frozenset({"guest", "user", "username", "login", "pass", "passwo
 
 
 def _scan_url_credentials(text: str) -> Iterator[str]:
-    for m in (*_BASIC_AUTH.finditer(text), *_URL_USER_PASSWORD.finditer(text), *_PASSWORD_ONLY_URL.finditer(text)):
+    for m in (
+        *_BASIC_AUTH.finditer(text),
+        *_URL_USER_PASSWORD.finditer(text),
+        *_PASSWORD_ONLY_URL.finditer(text),
+    ):
         password = m.group(1)
         if _is_placeholder(password) or password.lower() in _URL_DEFAULTS:
             continue
@@ -1084,7 +1108,9 @@ _CODE_STATED = re.compile(
         (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
     re.IGNORECASE | re.VERBOSE,
 )
-_CODE_OWNER = re.compile(r"(?:^|\b)(?:meine?|mon|ma|ton|votre|mi|tu|su|mio|il mio|meu|o meu|mijn|je|uw|min|mitt)\s+$")
+_CODE_OWNER = re.compile(
+    r"(?:^|\b)(?:meine?|mon|ma|ton|votre|mi|tu|su|mio|il mio|meu|o meu|mijn|je|uw|min|mitt)\s+$"
+)
 _CARD_WORDS = re.compile(
     r"\b(?:carte|cb|card|carta|tarjeta|cartão|cartao|karte|bankpas|pas|cajero|bancomat|multibanco|atm|"
     r"guichet|geldautomaat|débito|debito|crédito|credito)\b"
@@ -1125,7 +1151,9 @@ def _stated_code(text: str, low: str, start: int) -> bool:
     if _UNIT_AFTER.match(low, m.end()):
         return False
     # English "my code is 1500" is usually about source code, so only the other languages' owners count.
-    return _CARD_WORDS.search(mid) is not None or _CODE_OWNER.search(low, max(0, start - 16), start) is not None
+    return (
+        _CARD_WORDS.search(mid) is not None or _CODE_OWNER.search(low, max(0, start - 16), start) is not None
+    )
 
 
 def _is_word_at(low: str, pos: int, end: int) -> bool:
@@ -1134,7 +1162,23 @@ def _is_word_at(low: str, pos: int, end: int) -> bool:
 
 _PIN_WORDS = ("pincode", "pin-code", "pin_code", "pinkod", "pinnummer")
 # "is" in the languages of _PW_WORDS: ist/lautet (de), est (fr), es/era (es, it), è/é (it, pt), är (sv).
-_PROSE_OPS = (":", "=", " is", " was", " be ", " to ", " ist", " lautet", " est", " es ", " era ", " è", " é", " är", " jest")
+_PROSE_OPS = (
+    ":",
+    "=",
+    " is",
+    " was",
+    " be ",
+    " to ",
+    " ist",
+    " lautet",
+    " est",
+    " es ",
+    " era ",
+    " è",
+    " é",
+    " är",
+    " jest",
+)
 
 
 def _clause(low: str, pos: int) -> str:
@@ -1247,7 +1291,11 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
 
     if flag:  # --password X / --api-key=X
         m = _CLI_FLAG.match(text, stop, min(len(text), stop + 300))
-        if m and not _crosses_line(text, stop, m.start("val")) and _value_ok(family, m.group("val"), bool(m.group("q")), "assign", ""):
+        if (
+            m
+            and not _crosses_line(text, stop, m.start("val"))
+            and _value_ok(family, m.group("val"), bool(m.group("q")), "assign", "")
+        ):
             return family
 
     if operator:

@@ -124,7 +124,15 @@ def pem(label: str, nbytes: int = 900) -> str:
     return f"-----BEGIN {label}-----\n{lines}\n-----END {label}-----"
 
 
-NAMES = ["Alice Martin", "Bob Okafor", "Chen Wei", "Dana Kowalski", "Émile Roux", "Fatima Zahra", "Gustavo Lima"]
+NAMES = [
+    "Alice Martin",
+    "Bob Okafor",
+    "Chen Wei",
+    "Dana Kowalski",
+    "Émile Roux",
+    "Fatima Zahra",
+    "Gustavo Lima",
+]
 CITIES = ["Lyon", "Berlin", "Austin", "Porto", "Utrecht", "Milan", "Sevilla"]
 
 rows: list[dict[str, str]] = []
@@ -179,7 +187,7 @@ for _ in range(2):
         f"Twilio account SID {sid()} and auth token {rs(32, HEX)}",
         f"use {sid()} / {rs(32, HEX)} for the SMS sender",
         f"client = Client('{sid()}', '{rs(32, HEX)}')",
-        f"account_sid = \"{sid()}\"\nauth_token = \"{rs(32, HEX)}\"",
+        f'account_sid = "{sid()}"\nauth_token = "{rs(32, HEX)}"',
         f"TWILIO_ACCOUNT_SID={sid()}\nTWILIO_AUTH_TOKEN={rs(32, HEX)}",
         f"SID: {sid()}, token: {rs(32, HEX)}",
         f"curl -X POST https://api.twilio.com/2010-04-01/Accounts/{sid()}/Messages.json -u {sid()}:{rs(32, HEX)}",
@@ -335,8 +343,7 @@ for _ in range(2):
         f"git remote set-url origin https://x-access-token:ghs_{rs(36)}@github.com/acme/app.git",
         f"gitlab token glpat-{rs(20, ALNUM + '_-')}",
         f"SLACK_BOT_TOKEN=xoxb-{rs(12, string.digits)}-{rs(13, string.digits)}-{rs(24)}",
-        "Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9."
-        f"{b64url(60)}.{b64url(32)}",
+        f"Authorization: Bearer eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.{b64url(60)}.{b64url(32)}",
         f"curl -H 'Authorization: Bearer {rs(40)}' https://api.example.com/v1/me",
         f"npm token npm_{rs(36)}",
         f'access_token: "{rs(48, ALNUM + "-_")}"',
@@ -347,7 +354,13 @@ for _ in range(2):
     )
 
 # --- private keys
-for label in ["RSA PRIVATE KEY", "PRIVATE KEY", "EC PRIVATE KEY", "OPENSSH PRIVATE KEY", "ENCRYPTED PRIVATE KEY"]:
+for label in [
+    "RSA PRIVATE KEY",
+    "PRIVATE KEY",
+    "EC PRIVATE KEY",
+    "OPENSSH PRIVATE KEY",
+    "ENCRYPTED PRIVATE KEY",
+]:
     hi("private_key", "private_key", pem(label), f"here's the deploy key:\n{pem(label, 400)}\nthanks")
 hi(
     "private_key",
@@ -355,7 +368,9 @@ hi(
     '{"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\\n'
     + "\\n".join(b64(48) for _ in range(5))
     + '\\n-----END PRIVATE KEY-----\\n"}',
-    "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n" + "\n".join(b64(48) for _ in range(6)) + "\n-----END PGP PRIVATE KEY BLOCK-----",
+    "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n"
+    + "\n".join(b64(48) for _ in range(6))
+    + "\n-----END PGP PRIVATE KEY BLOCK-----",
 )
 
 # --- password assignments and statements
@@ -442,7 +457,7 @@ lo(
     "TWILIO_AUTH_TOKEN=your_auth_token",
     "secret_key = 'replace-me'",
     "password: REPLACE_ME",
-    "api_key = \"<insert key here>\"",
+    'api_key = "<insert key here>"',
     "GITHUB_TOKEN=ghp_XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX",
     "password = 'password'",
     "password: example",
@@ -492,7 +507,7 @@ for _ in range(2):
         f'"integrity": "sha512-{b64(64)}"',
         f"sha512 digest (base64): {b64(64)}",
         f"Ed25519 signature: {b64(64)}",
-        f"etag \"{rs(32, HEX)}\"",
+        f'etag "{rs(32, HEX)}"',
         f"trace_id={rs(32, HEX)} span_id={rs(16, HEX)}",
         f"data:image/png;base64,{b64(120)}",
         f"Message SID SM{rs(32, HEX)} delivered",
@@ -537,8 +552,8 @@ lo(
     f"| SKU | Qty | Price |\n|---|---|---|\n| {rs(9, string.digits)} | 2 | 9.99 |",
     f"phone\tname\n+1 415 555 0101\t{NAMES[0]}",
     f"id,zip,tracking\n1,94107,{rs(18, string.digits)}",
-    f"card,status\nvisa,active\nmastercard,expired",
-    f"card_last4,exp\n4242,04/27\n1881,11/26",
+    "card,status\nvisa,active\nmastercard,expired",
+    "card_last4,exp\n4242,04/27\n1881,11/26",
     f"| Card | Holder |\n|---|---|\n| **** **** **** 4242 | {NAMES[1]} |",
     f"ssn_verified,count\ntrue,{R.randint(100, 999)}\nfalse,{R.randint(10, 99)}",
     f"user_id,account_number,routing\n{R.randint(1000, 9999)},{rs(12, string.digits)},0{rs(8, string.digits)}",
@@ -639,6 +654,191 @@ lo(
     "The quick brown fox jumps over the lazy dog 1234 times.",
     "Latitude 48.8566, longitude 2.3522",
     "Total: $1,234,567.89 across 4 regions",
+)
+
+# =============================================================== second batch (other layouts)
+
+for _ in range(2):
+    k = storage_key()
+    hi(
+        "storage_key",
+        "api_key",
+        f"Key1: {k}",
+        f"Primary access key\n{k}",
+        f'"primaryKey": "{k}"',
+        f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={b64(32)}",
+        "https://acct.blob.core.windows.net/c?sv=2022-11-02&ss=b&srt=o&sp=r&se=2026-12-31T00:00:00Z&sig="
+        + b64(32).replace("+", "%2B").replace("/", "%2F").replace("=", "%3D"),
+        f"- name: STORAGE_KEY\n  value: {storage_key()}",
+    )
+    hi(
+        "telephony",
+        "token",
+        f"The account sid is {sid()} and the auth token is {rs(32, HEX)}.",
+        f"TWILIO: {sid()}:{rs(32, HEX)}",
+        f"accountSid {sid()}, authToken {rs(32, HEX)}",
+        f"twilio creds {sid()} / {rs(32, HEX).upper()}",
+        f"API key {sid('SK')} with secret {rs(32)}",
+    )
+    lo(
+        "ids_hashes",
+        f"sha512-{storage_key()}",
+        f"SHA512 (file.iso) = {storage_key()}",
+        f"signature={storage_key()}",
+        f"Accounts/{sid()}/Messages.json returned 201",
+        f"{sid()} sent SM{rs(32, HEX)}",
+        f"uuid {uuid()} / commit {rs(40, HEX)}",
+        f"blake2b {rs(128, HEX)}",
+        f"X-Request-Id: {rs(32, HEX)}",
+        f"git push origin {rs(40, HEX)}:refs/heads/main",
+    )
+
+for t in [
+    "Mein PIN lautet {p}",
+    "Meine Geheimnummer: {p}",
+    "mon code est {p}",
+    "Le code PIN de ma CB : {p}",
+    "code de la carte bleue: {p}",
+    "El pin del móvil es {p}",
+    "mi clave es {p}",
+    "PIN do cartão: {p}",
+    "Il mio codice PIN è {p}",
+    "Mijn pincode: {p}",
+    "PIN-koden är {p}",
+    "la PIN è {p}",
+    "Mi número de PIN es el {p}",
+    "Je code is {p}",
+    "PIN-Code lautet {p}",
+    "mi NIP: {p}",
+    "tu código es {p}",
+]:
+    hi("pin_foreign", "pin", t.format(p=pin()))
+
+lo(
+    "pin_lookalike",
+    "Die PIN-Eingabe wurde 2019 abgeschafft",
+    "Meine PIN ist falsch",
+    "PIN vergessen? Rufen Sie 0800 123 4567 an",
+    "le code PIN est obligatoire depuis 2006",
+    "el PIN es obligatorio",
+    "o PIN expira em 2027",
+    "Il PIN è stato introdotto nel 1985",
+    "pincode 560001 (Bangalore)",
+    "Address: 12 MG Road, Bengaluru, Karnataka, PIN code 560001",
+    "my code is 1500 lines long",
+    "La clave es 2048 bits",
+    "the RSA key is 2048 bits",
+    "PIN code length: 6 digits",
+    "the pin count is 2048",
+    "PIN-pad firmware 4.2.1",
+    "mon code postal est 69003",
+    "le code d'erreur est 4031",
+    "o código do produto é 78912",
+)
+
+for _ in range(2):
+    hi(
+        "card_table",
+        "card_number",
+        f"name\tcard number\tcvv\n{R.choice(NAMES)}\t{grouped(visa())}\t123",
+        f"cardholder,pan,exp\n{R.choice(NAMES)},{mastercard()},12/28",
+        f"| # | Customer | CC |\n|:-:|:--|:--|\n| 1 | {R.choice(NAMES)} | {grouped(any_card(), '-')} |",
+    )
+    hi(
+        "ssn_table",
+        "ssn",
+        f"|ssn|name|\n|---|---|\n|{ssn()}|{R.choice(NAMES)}|",
+        f"Name,SSN\n{R.choice(NAMES)},{ssn(' ')}",
+        f"employee_id\tSocial Security #\n{R.randint(1000, 9999)}\t{ssn()}",
+    )
+lo(
+    "table_lookalike",
+    "order,amount\n4111111111111111,12.00",
+    "| id | phone |\n|--|--|\n| 1 | 4155550132 |",
+    "name,ssn_last4\nBob,4399",
+    "card,amount\nVisa,12.00\nMastercard,30.00",
+    f"account,iban\n{R.randint(100, 999)},DE89370400440532013000",
+)
+
+for _ in range(2):
+    hi(
+        "api_key",
+        "api_key",
+        f"[default]\naws_access_key_id = AKIA{rs(16, string.ascii_uppercase + '234567')}\n"
+        f"aws_secret_access_key = {rs(40, ALNUM + '/+')}",
+        f"encryption_key: {b64(32)}",
+        f"Here is my OpenAI key sk-{rs(20)}T3BlbkFJ{rs(20)}",
+        f"dapi{rs(32, HEX)}",
+        f"the secret is {rs(40, HEX)}",
+        f"webhook secret whsec_{rs(32)}",
+    )
+    hi(
+        "token",
+        "token",
+        f"Bearer {rs(40, ALNUM + '-_.')}",
+        f"gho_{rs(36)}",
+        f"github_pat_{rs(22)}_{rs(59)}",
+        f"hf_{rs(34, string.ascii_letters)}",
+        f"Cookie: session={rs(48, ALNUM)}; token={rs(40, ALNUM)}",
+    )
+    hi(
+        "password",
+        "password_assignment",
+        f"the db password is {rs(14)}",
+        f"DB_PASS: {rs(16)}",
+        f"--password {password()}",
+        f"jdbc:postgresql://db:5432/app?user=app&password={rs(12)}",
+        f"DATABASE_URL=mysql://root:{rs(12)}@127.0.0.1/app",
+        f"Username: admin\nPassword: {password()}",
+        f"Kennwort: {password()}",
+        f"wifi: MyHome / Passwort {password()}",
+    )
+lo(
+    "secret_words",
+    "password policy: min 12 chars",
+    "passwords stored with argon2id",
+    "token bucket size 1000",
+    "api_key=None",
+    "secret = get_secret('db')",
+    "export TOKEN=$(vault read -field=token secret/ci)",
+    'Bearer realm="example"',
+    "token_type=bearer&expires_in=3600",
+    "npm ERR! code E401",
+    "Error: 401 Unauthorized (invalid api key)",
+    "the tokenizer splits 'password' into 2 tokens",
+    "primary key (id)",
+    "Card ending in 4242",
+    "SSN: ***-**-6789",
+    "last four of SSN 6789",
+    "password reset link expires in 30 minutes",
+    "Das Passwort muss 12 Zeichen haben",
+    "le mot de passe est trop court",
+)
+lo(
+    "redacted_pem",
+    "-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----",
+    "-----BEGIN RSA PRIVATE KEY-----\n[key material removed]\n-----END RSA PRIVATE KEY-----",
+    "-----BEGIN PRIVATE KEY-----\n…\n-----END PRIVATE KEY-----",
+    "```\n-----BEGIN OPENSSH PRIVATE KEY-----\n<paste your key here>\n-----END OPENSSH PRIVATE KEY-----\n```",
+)
+lo(
+    "empty_assignment",
+    'PASSWORD=""',
+    "password = ''  # set in CI",
+    "export PASSWORD=",
+    "password: null",
+    "password: ~",
+    "AZURE_STORAGE_CONNECTION_STRING=\nAZURE_CONTAINER=uploads",
+)
+lo(
+    "placeholder",
+    "secret: <%= ENV['SECRET'] %>",
+    "PASSWORD={{PASSWORD}}",
+    "password: <YOUR_PASSWORD>",
+    "token: your-token",
+    "AccountKey=<key>;EndpointSuffix=core.windows.net",
+    "AccountKey=...;",
+    "TWILIO_ACCOUNT_SID=ACxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\nTWILIO_AUTH_TOKEN=your_auth_token",
 )
 
 with OUT.open("w", encoding="utf-8") as f:
