@@ -874,6 +874,22 @@ _PW_PROSE = re.compile(
     re.VERBOSE,
 )
 _PW_BARE = re.compile(r"[ \t]+(?P<val>[^\s\"'`]{8,64})(?=\s|$)")
+_COOKIE = re.compile(r"""cookie["']?\s*:\s*(?P<pairs>[^\n]{1,1000})""", re.IGNORECASE)
+_COOKIE_PAIR = re.compile(r"""[\w.\-]+=(?P<val>[^;,\s"']{20,})""")
+
+
+def _cookie_header(text: str, pos: int) -> bool:
+    """`Cookie: session=<random>`: a session cookie is a bearer credential."""
+    m = _COOKIE.match(text, pos, min(len(text), pos + 1100))
+    if m is None:
+        return False
+    return any(_looks_random(p.group("val"), 20) for p in _COOKIE_PAIR.finditer(m.group("pairs")))
+
+
+_DOCKER_P = re.compile(
+    r"""(?:docker|podman|helm|nerdctl)\s+(?:registry\s+)?login\b[^\n|;&]{0,200}?\s(?:-p|--password)(?:\s+|=)"""
+    r"""(?P<val>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)"""
+)
 _MYSQL_P = re.compile(r"""(?:mysql|mariadb)\w*\b[^\n|;&]{0,200}?\s-p(?P<val>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)""")
 
 
@@ -1113,7 +1129,10 @@ _CODE_OWNER = re.compile(
 )
 _CARD_WORDS = re.compile(
     r"\b(?:carte|cb|card|carta|tarjeta|cartão|cartao|karte|bankpas|pas|cajero|bancomat|multibanco|atm|"
-    r"guichet|geldautomaat|débito|debito|crédito|credito)\b"
+    r"guichet|geldautomaat|débito|debito|crédito|credito|"
+    # places a code opens: a door, a safe, an alarm
+    r"door|garage|gate|alarm|safe|lock|keypad|locker|padlock|lockbox|tür|haustür|tresor|porte|portail|cadenas|"
+    r"coffre|alarme|puerta|candado|caja fuerte|alarma|porta|lucchetto|cassaforte|allarme|portão|cofre|deur|kluis)\b"
 )
 _CODE_VETO = re.compile(
     r"postal|promo|zip|error|erreur|fehler|errore|país|pais|barras|área|area|fiscal|verif|confirm|sms|"
@@ -1146,8 +1165,8 @@ def _stated_code(text: str, low: str, start: int) -> bool:
     if m is None or "\n" in m.group("mid"):
         return False
     mid = low[m.start("mid") : m.end("mid")]
-    if _CODE_VETO.search(mid):
-        return False
+    if _CODE_VETO.search(mid) or _CODE_VETO.search(low, max(0, start - 16), start):
+        return False  # "error code", "code postal", "zip code for the gate"
     if _UNIT_AFTER.match(low, m.end()):
         return False
     # English "my code is 1500" is usually about source code, so only the other languages' owners count.
@@ -1253,10 +1272,14 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
                 return PASSWORD
         return None
 
-    elif word == "mysql" or word == "mariadb":
-        m = _MYSQL_P.match(text, pos, min(len(text), pos + 300))
+    elif word == "cookie":
+        return TOKEN if _cookie_header(text, pos) else None
+    elif word in ("mysql", "mariadb", "docker", "podman", "helm"):
+        m = (_MYSQL_P if word in ("mysql", "mariadb") else _DOCKER_P).match(
+            text, pos, min(len(text), pos + 300)
+        )
         if m and _value_ok(PASSWORD, m.group("val").strip("'\""), m.group("val")[:1] in "'\"", "assign", ""):
-            return PASSWORD  # mysql -u root -pS3cret
+            return PASSWORD  # mysql -u root -pS3cret, docker login -u bob -p S3cret
         return None
     elif word in _PIN_NOUN_STARTS:
         return _foreign_pin_hit(text, low, word, pos)
@@ -1620,6 +1643,10 @@ _KEYWORDS = (
     "salasana",
     "mysql",
     "mariadb",
+    "docker",
+    "podman",
+    "helm",
+    "cookie",
     *_PIN_NOUN_STARTS,
     "identified",
     "-u",
