@@ -28,7 +28,8 @@ What it is built on:
     not flag. We only borrow their Shannon-entropy function, and only for a value that is
     *assigned to a key-like name* (``token = "..."``, ``Authorization: Bearer ...``).
   - ArtifactoryDetector (``AP[0-9A-F]...`` matches upper-case words such as APACHECAMEL),
-    TwilioKeyDetector (account/key SIDs are identifiers, and ``AC`` + 32 hex matches hashes),
+    TwilioKeyDetector (an account/key SID alone is an identifier; Loom's own rule below
+    wants the SID *with* its secret),
     IPPublicDetector (IP addresses are explicitly not high), IBM/Cloudant/SoftLayer (the
     generic keyword rules already cover their ``*_key = ...`` forms).
 
@@ -37,9 +38,46 @@ What it is built on:
   serial 0000 and the published blacklist are rejected).
 
 * Loom's own rules: Google ``AIza`` keys, OpenAI ``sk-``/``sk-proj-`` and Anthropic
-  ``sk-ant-`` keys, Stripe test keys, GitHub fine-grained PATs, bearer/basic Authorization
-  headers, ``password is X`` prose, SQL ``PASSWORD '...'`` / ``IDENTIFIED BY '...'``, and
+  ``sk-ant-`` keys, Stripe test keys, GitHub fine-grained PATs, the published prefixes of
+  other services (Hugging Face ``hf_``, Databricks ``dapi``, DigitalOcean ``dop_v1_``,
+  Shopify ``shpat_``, Groq ``gsk_``, webhook ``whsec_``, Mailgun ``key-``, ...),
+  bearer/basic Authorization headers, session cookies, ``password is X`` prose, SQL
+  ``PASSWORD '...'`` / ``IDENTIFIED BY '...'``, ``mysql -pX`` / ``docker login -p X``, and
   stated PINs ("my PIN is 4821", "pin: 0000", "PIN code 123456").
+
+The shapes, stated as rules (tests/data/sensitivity_corpus.jsonl holds examples of each,
+and bench/sensitivity_bench.py scores them per kind):
+
+* A cloud storage account key is 64 random bytes in base64: 88 characters ending in
+  ``==``, mixed case and digits. It reads as high anywhere (in prose, in a connection
+  string, alone on a line), unless a digest word stands just before it (``sha512``,
+  ``integrity``, ``digest``, ``hash``, ``checksum``, ``signature``...): a SHA-512 digest
+  and an Ed25519 signature have the same shape. ``AccountKey=`` / ``SharedAccessKey=``
+  values and a SAS URL's ``sig=`` read as high at any length.
+* A telephony account SID (``AC`` + 32 hex) or API key SID (``SK`` + 32 hex) reads as high
+  only with a 32-character secret in the same sentence; alone it is an identifier.
+* Passwords and PINs are recognised in English, German, French, Spanish, Italian,
+  Portuguese, Dutch, Swedish and Polish: the noun (password, Passwort, Kennwort, mot de
+  passe, contraseña, senha, wachtwoord; PIN, pincode, PIN-Nummer, Geheimzahl, code
+  PIN/secret/confidentiel, código PIN/secreto, codice PIN/segreto, NIP, clave), then a
+  separator or the language's "is" (ist, lautet, est, es, è, é, is, är, to), then the
+  value. A bare "code" counts as a PIN only with an owner in another language ("mon code
+  est ...") or a card, door, safe or alarm word before its number; a number followed by a
+  unit (bits, lines, digits...), a year-like number after "to", an Indian six-digit postal
+  "PIN code" in an address, and "code postal"/"error code"-style phrases do not count.
+* A card number or SSN in a table (CSV, TSV, Markdown, or columns aligned with spaces)
+  reads as high when its cell validates (Luhn and issuer prefix; SSN rules, or a Canadian
+  SIN's Luhn) and the header of its column names it (``card``, ``card_number``, ``pan``,
+  ``cc``, ``credit_card``, ``Kartennummer``, ``tarjeta``...; ``ssn``, ``social``,
+  ``social_security_number``, ``sin``). The header is the top line of the block of lines
+  that share the row's delimiter. A column called ``order_id`` or ``phone`` does not count.
+* Not a value: an empty assignment (``PASSWORD=`` at the end of a line never takes the next
+  line as its value), a template slot (``<your-password>``, ``{{ secret }}``, ``${VAR}``,
+  ``%s``), a mask (``****``, ``xxxx``, ``...``), a placeholder word (``changeme``,
+  ``example``, ``your_password_here``, ``REPLACE_ME``...), a reference (``os.environ[...]``).
+* A private key reads as high when the PEM armour has key material under it: a closed block
+  needs a line of 16+ base64 characters; a block whose body is ``<redacted>``, ``...``,
+  ``MIIE...`` or ``xxxx`` does not. A header at the end of a text (a paste cut short) counts.
 
 Speed: it runs on every append, so the common path avoids full-text regex passes (each
 costs tens of microseconds per 2,000 characters in CPython). Ordinary text costs one
@@ -47,10 +85,11 @@ costs tens of microseconds per 2,000 characters in CPython). Ordinary text costs
 and a token-class view of the text) searched with ``bytes.find``, and a few substring
 tests. Regexes then run only at those spots: plugin patterns on tokens of 16+ key
 characters holding a known prefix, keyword regexes where a keyword is followed by an
-operator, card/SSN patterns on digit groups that could be one. Measured medians on a
-2,000-character turn: ~22 us plain prose, ~70 us prose dense with look-alikes (digits,
-dates, a commit hash, "password"/"pin"/"key"/"token" as words), ~85-95 us code or markdown.
-Work per keyword or token is bounded, so pathological input stays linear.
+operator, card/SSN patterns on digit groups that could be one, the table reader only on
+rows holding a 9+ digit number that validates (one walk up to the header per table), the
+SID rule only where ``AC``/``SK`` occurs. Cost per turn: see bench/sensitivity_bench.py
+and bench/results/ (plain prose and text dense with near-miss shapes, 200 and 2,000
+characters). Work per keyword, token or row is bounded, so pathological input stays linear.
 
 Nothing is cached between calls and no state is kept: plugin instances and patterns are
 built once at import.
