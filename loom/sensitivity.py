@@ -879,7 +879,10 @@ def _line_rest(text: str, pos: int) -> str:
 
 
 def _ds_assignments(text: str, starts: list[int], stop: int, family: str) -> bool:
-    endpos = min(len(text), stop + _MAX_VALUE)
+    # The regexes read an unquoted value to the end of its line; a value never spans lines,
+    # and 200 characters hold any password or key, so they get no further than that.
+    eol = text.find("\n", stop, stop + 200)
+    endpos = eol if eol >= 0 else min(len(text), stop + 200)
     for start in starts:
         for pat, qgroup, vgroup, op in _DS_ASSIGN:
             m = pat.match(text, start, endpos)
@@ -1605,31 +1608,49 @@ def _cell_kind(cell: str) -> str | None:
     return None
 
 
+def _cell_index(line: str, left: int, delim: str) -> int:
+    """How many cells come before the one that starts after the delimiter at `left` (-1: the first)."""
+    if left < 0:
+        return 0
+    before = line[: left + len(delim)]
+    if delim == "  ":
+        return len(_ALIGNED_SPLIT.split(before.strip()))
+    if delim == "|":
+        return before.count("|") - (1 if line.lstrip().startswith("|") else 0)
+    if '"' in before:
+        return len(next(csv.reader([before], delimiter=delim))) - 1
+    return before.count(delim)
+
+
 def _scan_tables(text: str, regions: list[tuple[int, int]]) -> Iterator[str]:
+    """Only the cell holding each long number is read; the header only when that cell validates."""
     headers: dict[int, list[str] | None] = {}
     tops: dict[int, int] = {}
-    rows_read: set[int] = set()
     for a, b in regions:
+        while a < b and not text[a].isdigit():
+            a += 1
+        while b > a and not text[b - 1].isdigit():
+            b -= 1
         row_start = text.rfind("\n", 0, a) + 1
-        if row_start == 0 or row_start in rows_read:
-            continue  # the first line has no header above it; a row is read once
-        rows_read.add(row_start)
+        if row_start == 0:
+            continue  # the first line has no header above it
         row_end = text.find("\n", b)
         line = text[row_start : row_end if row_end >= 0 else len(text)]
         delim = _row_delimiter(line)
         if delim is None:
             continue
-        cells = _cells(line, delim)
-        for index, cell in enumerate(cells):
-            kind = _cell_kind(cell)
-            if kind is None:
-                continue
-            if row_start not in headers:
-                headers[row_start] = _table_header(text, row_start, delim, tops)
-            header = headers[row_start]
-            if header is not None and index < len(header) and _column_kind(header[index]) == kind:
-                yield kind
-                return
+        left = line.rfind(delim, 0, a - row_start)
+        right = line.find(delim, b - row_start)
+        kind = _cell_kind(line[left + len(delim) if left >= 0 else 0 : right if right >= 0 else len(line)])
+        if kind is None:
+            continue
+        if row_start not in headers:
+            headers[row_start] = _table_header(text, row_start, delim, tops)
+        header = headers[row_start]
+        index = _cell_index(line, left, delim)
+        if header is not None and index < len(header) and _column_kind(header[index]) == kind:
+            yield kind
+            return
 
 
 # --------------------------------------------------------------------------- driver
