@@ -249,8 +249,8 @@ _PLACEHOLDER_RE = re.compile(
 )
 
 _DOTTED_IDENT = re.compile(r"^[A-Za-z_$][\w$]*(?:\??\.[A-Za-z_$][\w$]*)+(?:\(\))?$")
-# camelCase: every capital starts a segment of 2+ characters (rPIjRW2GMksW is random, not a name).
-_CAMEL_IDENT = re.compile(r"^[a-z]+(?:[A-Z][a-z0-9]+)+$")
+# camelCase: word-like segments (userPassword, dbPass2); wZ4eiXbX914b is random, not a name.
+_CAMEL_IDENT = re.compile(r"^[a-z]{2,}(?:[A-Z][a-z]{2,}[0-9]*)+$")
 _CONST_IDENT = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 _KEYWORDISH = re.compile(r"pass|pwd|secret|token|key|cred|auth", re.IGNORECASE)
@@ -723,6 +723,9 @@ def _scan_url_credentials(text: str) -> Iterator[str]:
         password = m.group(1)
         if _is_placeholder(password) or password.lower() in _URL_DEFAULTS:
             continue
+        scheme_end = text.rfind("://", 0, m.start(1))
+        if scheme_end >= 0 and text[scheme_end + 3 : m.start(1) - 1] == password:
+            continue  # postgres:postgres@, guest:guest@: a default, not a secret
         yield PASSWORD
         return
 
@@ -1069,11 +1072,11 @@ _PIN = re.compile(
         (?P<mid>(?:\s+(?!(?:"""
     + _PIN_VERBS.replace("|to|", "|")
     + r""")\b)[^\W\d_][\w'’-]*){0,6}?)
-        \s*(?P<sep>:|=|\#|-\s|\b(?:"""
+        \s*(?P<sep>:|=|\#|[-–—]\s|->|→|\b(?:"""
     + _PIN_VERBS
     + r""")\b)?
         (?:\s+(?:el|la|le|il|lo|o|a|het|de|der|die|das)\b)?
-        \s*[*_`"'“‘(«]*\s*
+        [\s*_`"'“‘(«:]*
         (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
     re.IGNORECASE | re.VERBOSE,
 )
@@ -1213,7 +1216,9 @@ def _stated_code(text: str, low: str, start: int) -> bool:
         return False
     # English "my code is 1500" is usually about source code, so only the other languages' owners count.
     return (
-        _CARD_WORDS.search(mid) is not None or _CODE_OWNER.search(low, max(0, start - 16), start) is not None
+        _CARD_WORDS.search(mid) is not None
+        or _CARD_WORDS.search(low, max(0, start - 24), start) is not None  # "garage door code: ..."
+        or _CODE_OWNER.search(low, max(0, start - 16), start) is not None
     )
 
 

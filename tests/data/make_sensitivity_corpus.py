@@ -841,6 +841,86 @@ lo(
     "TWILIO_ACCOUNT_SID=ACxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\nTWILIO_AUTH_TOKEN=your_auth_token",
 )
 
+# =============================================================== third batch (logs, code, chat)
+
+hi(
+    "pin_en",
+    "pin",
+    f"PIN — {pin()}",
+    f"my PIN is: {pin()}",
+    f"PIN -> {pin()}",
+    f"the code for the alarm is {pin()}",
+    f"Garage door code: {pin()}",
+    f"**PIN:** `{pin()}`",
+)
+hi(
+    "pin_foreign",
+    "pin",
+    f"Die PIN lautet: {pin()}",
+    f"Code de la porte : {pin()}",
+    f"el código de la puerta es {pin()}",
+    f"> Meine PIN: {pin()}\n> bitte löschen",
+)
+hi(
+    "password",
+    "password_assignment",
+    f"docker login -u deploy -p {password()} registry.example.com",
+    f"Server=tcp:sql01.example.net,1433;Database=app;User ID=app;Password={rs(14)};Encrypt=True;",
+    f"Driver={{ODBC Driver 18}};Server=db;Uid=sa;Pwd={rs(12)};",
+    f"kubectl create secret generic db --from-literal=password={rs(12)}",
+    f"2026-12-01 10:22:31 DEBUG connecting with password={rs(12)} to db01",
+    f"```yaml\ndatabase:\n  user: app\n  password: {rs(16)}\n```",
+    f"ssh root@10.0.0.5, password {rs(6)}{rs(4, string.digits)}",
+)
+hi(
+    "token",
+    "token",
+    f"Cookie: session={rs(48)}",
+    f"2026-12-01T10:22:31Z WARN auth header=Bearer {rs(40)} rejected",
+    f"```python\nheaders = {{'Authorization': 'token ghp_{rs(36)}'}}\n```",
+    f"xoxp-{rs(10, string.digits)}-{rs(10, string.digits)}-{rs(13, string.digits)}-{rs(32, HEX)}",
+)
+hi(
+    "card_prose",
+    "card_number",
+    f"- Visa: {grouped(visa())}\n- exp: 10/27",
+    f'{{"card": "{visa()}", "exp": "01/28"}}',
+    f"payment failed for pan={mastercard()} code=05",
+)
+hi(
+    "ssn_prose",
+    "ssn",
+    f'{{"name": "{R.choice(NAMES)}", "ssn": "{ssn("")}"}}',
+    f"SSN - {ssn()}",
+    f"numéro de sécurité sociale américain (SSN) : {ssn()}",
+)
+lo(
+    "plain",
+    "postgres://postgres:postgres@localhost:5432/postgres",
+    "amqp://guest:guest@rabbitmq:5672/",
+    "```python\nfor attempt in range(5):\n    time.sleep(2 ** attempt)\n```",
+    "| Month | Revenue | Users |\n|---|---|---|\n| Jan | 12,400 | 1,204 |\n| Feb | 13,950 | 1,388 |",
+    "region,units,price\nnorth,4521,19.99\nsouth,3310,21.50",
+    "2026-12-01 10:22:31,442 ERROR [worker-3] job 88231 failed after 3 retries (timeout=30s)",
+    "Le colis 6A12345678901 arrive mardi, code de suivi dans l'e-mail.",
+    "Die Rechnung Nr. 2026-04417 über 1.234,56 € ist fällig.",
+    "El vuelo IB3166 sale a las 07:45 de la T4.",
+    "Il treno 9512 parte dal binario 14 alle 18:05.",
+    "A reunião foi remarcada para 12/12 às 15h, sala 3021.",
+    "De bestelling 100234567 is onderweg.",
+    "Call +49 170 1234567 or +33 6 12 34 56 78 if it fails.",
+    "Merci ! Le code promo BLACKFRIDAY expire le 30/11.",
+    "Your one-time code was sent to the phone ending in 0132.",
+    "The PIN pad beeped 3 times.",
+    "Set GPIO pin 17 high and pin 27 low.",
+    "Reset PIN via the app (takes about 2 minutes).",
+    "mean 0.4111111111111111, std 0.0123456789",
+    "see RFC 7519 (JWT) and RFC 6749 (OAuth 2.0)",
+    "the AKIA prefix marks long-term keys, ASIA marks temporary ones",
+    "sha256sum dist/app-1.4.2.tar.gz > SHA256SUMS",
+    "UUIDs like 3f2504e0-4f89-11d3-9a0c-0305e82c3301 are not secret",
+)
+
 with OUT.open("w", encoding="utf-8") as f:
     for row in rows:
         f.write(json.dumps(row, ensure_ascii=False) + "\n")
