@@ -1,7 +1,11 @@
 """The sensitivity screen: recall and false-positive rate per kind, and its cost per turn.
 
 Run: ``.venv/bin/python bench/sensitivity_bench.py [--corpus tests/data/sensitivity_corpus.jsonl]
-[--rounds 2000] [--out bench/results]``
+[--rounds 2000] [--out bench/results] [--baseline old_sensitivity.py]``
+
+``--baseline`` times another version of the module (e.g. ``git show <rev>:loom/sensitivity.py``)
+on the same texts in the same run and prints the CPU-time ratio, which stays meaningful on a
+loaded machine where the absolute figures do not.
 
 Quality: every line of the labelled corpus (tests/data/sensitivity_corpus.jsonl, made by
 tests/data/make_sensitivity_corpus.py) goes through ``loom.sensitivity.reads_as_high``.
@@ -22,12 +26,14 @@ medians are the figure to quote.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -108,30 +114,55 @@ def _pcts(label: str, samples: list[float]) -> dict[str, float]:
     }
 
 
-def cost(rounds: int) -> dict[str, dict[str, float]]:
+def _time(fn: Callable[[str], bool], text: str, rounds: int) -> dict[str, float]:
+    for _ in range(200):
+        fn(text)
+    wall, cpu = [], []
+    for _ in range(rounds):
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+        fn(text)
+        t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        wall.append((t1 - t0) / 1000)
+        cpu.append((c1 - c0) / 1000)
+    return {**_pcts("wall", wall), **_pcts("cpu", cpu)}
+
+
+def _load_baseline(path: Path) -> Callable[[str], bool]:
+    spec = importlib.util.spec_from_file_location("baseline_sensitivity", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn: Callable[[str], bool] = module.reads_as_high
+    return fn
+
+
+def cost(rounds: int, baseline: Path | None) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
+    base_fn = _load_baseline(baseline) if baseline else None
     print(
         f"cost per call (one call per sample, {rounds} samples after 200 warm-up calls; wall and thread CPU time)"
     )
+    if base_fn:
+        print(
+            f"  baseline: {baseline} timed on the same texts, in turn, in this run (ratio = cpu p50 new / baseline)"
+        )
     for name, source in (("plain", PLAIN), ("near_miss", NEAR_MISS)):
         for size in (200, 2000):
             text = _turn(source, size)
             assert not reads_as_high(text), f"the {name} turn must read as plain"
-            for _ in range(200):
-                reads_as_high(text)
-            wall, cpu = [], []
-            for _ in range(rounds):
-                c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
-                reads_as_high(text)
-                t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
-                wall.append((t1 - t0) / 1000)
-                cpu.append((c1 - c0) / 1000)
-            fig = {"chars": size, **_pcts("wall", wall), **_pcts("cpu", cpu)}
-            out[f"{name}_{size}"] = fig
-            print(
+            fig: dict[str, float] = {"chars": size, **_time(reads_as_high, text, rounds)}
+            line = (
                 f"  {name:<10} {size:>5} chars: wall p50 {fig['wall_p50_us']:7.1f} p99 {fig['wall_p99_us']:8.1f} us"
                 f"   cpu p50 {fig['cpu_p50_us']:7.1f} p99 {fig['cpu_p99_us']:8.1f} us"
             )
+            if base_fn:
+                base = _time(base_fn, text, rounds)
+                fig.update({f"baseline_{k}": v for k, v in base.items()})
+                fig["ratio_cpu_p50"] = fig["cpu_p50_us"] / base["cpu_p50_us"]
+                line += f"   baseline cpu p50 {base['cpu_p50_us']:7.1f} p99 {base['cpu_p99_us']:8.1f} us"
+                line += f"   ratio {fig['ratio_cpu_p50']:.2f}"
+            out[f"{name}_{size}"] = fig
+            print(line)
     return out
 
 
@@ -140,10 +171,13 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=ROOT / "tests/data/sensitivity_corpus.jsonl")
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here too")
+    ap.add_argument(
+        "--baseline", type=Path, default=None, help="another sensitivity.py to time on the same texts"
+    )
     args = ap.parse_args()
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"sensitivity bench (load avg {load}, {os.cpu_count()} cores, Python {sys.version.split()[0]})")
-    figures = {"quality": quality(args.corpus), "cost": cost(args.rounds), "loadavg": load}
+    figures = {"quality": quality(args.corpus), "cost": cost(args.rounds, args.baseline), "loadavg": load}
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(UTC).strftime("%Y-%m-%d-%H%M")
