@@ -243,7 +243,8 @@ _PLACEHOLDER_RE = re.compile(
       | (?:my|your|the|new|old|some|db|database|user|admin|app|example|sample|dummy|fake)
         [_\- ]?(?:pass(?:word|wd|phrase)?|pwd|pw|secret|token|key|api[_\- ]?key)
         (?:[_\- ]?here)?
-      | .*(?:your[_\- ]?|_here\b|changeme|change_me|redacted|placeholder|xxxx|\*\*\*).*
+      | .*(?:your[_\- ]?|_here\b|change[_\-]?me|replace[_\-]?me|fix[_\-]?me|fill[_\-]?(?:me|in)|set[_\-]?me|
+            redacted|placeholder|xxxx|\*\*\*).*
     )$""",
     re.IGNORECASE | re.VERBOSE,
 )
@@ -595,7 +596,7 @@ def _storage_key(text: str, low: str, at: int, tok: str) -> bool:
         if _classes(key) < 3 or _is_filler(key):
             continue
         start = at + m.start()
-        if _DIGEST_CTX.search(low, max(0, start - 48), start):
+        if _DIGEST_CTX.search(low, max(0, start - 32), start):
             continue
         return True
     return False
@@ -1067,7 +1068,7 @@ _PIN_VERBS = (
 _PIN = re.compile(
     r"""(?P<kw>pin|passcode|geheimzahl|geheimnummer|geheimcode|nip|clave
             |code\s+(?:pin|secret|confidentiel|personnel)|codice\s+(?:pin|segreto|personale)
-            |c[óo]digo\s+(?:pin|secreto|personal))
+            |c[óo]digo\s+(?:pin|secreto|personal)|n[úu]mero\s+secreto)
         (?P<suffix>[ -]?(?:code|koden|kode|kod|number|nummer|numero|número|no\.?|nr\.?|zahl|\#))?(?:'s|’s)?(?![^\W\d_])
         (?P<mid>(?:\s+(?!(?:"""
     + _PIN_VERBS.replace("|to|", "|")
@@ -1151,6 +1152,7 @@ _PIN_NOUN_STARTS: dict[str, tuple[int, tuple[str, ...]]] = {
     "geheim": (0, ("geheimzahl", "geheimnummer", "geheimcode")),
     "nip": (0, ("nip",)),
     "clave": (0, ("clave",)),
+    "mero secreto": (-2, ("número secreto", "numero secreto")),
     "code": (0, ("code",)),
     "codic": (0, ("codice",)),
     "digo": (-2, ("código", "codigo")),
@@ -1592,11 +1594,14 @@ def _table_header(text: str, row_start: int, delim: str, tops: dict[int, int]) -
 def _column_kind(name: str) -> str | None:
     words = [w for w in _COLUMN_SPLIT.split(name.lower()) if w]
     joined = "".join(words)
-    if joined in _CARD_COLUMNS or any(w in _CARD_COLUMNS for w in words) or joined.startswith("creditcard"):
-        return CARD
-    if joined in _SSN_COLUMNS or any(w in _SSN_COLUMNS for w in words) or joined.startswith("socialsecurity"):
+    if any(w in _CARD_COLUMNS for w in words) or any(part in joined for part in _CARD_PARTS):
+        return CARD  # card, pan, cc; Credit Card #, cardNumber, Kreditkartennummer
+    if any(w in _SSN_COLUMNS for w in words) or "ssn" in joined or "socialsec" in joined:
         return SSN
     return None
+
+
+_CARD_PARTS = ("card", "karte", "tarjeta", "carte", "carta", "cartão", "cartao", "kaart")
 
 
 def _cell_kind(cell: str) -> str | None:
