@@ -243,11 +243,22 @@ _PLACEHOLDER_RE = re.compile(
       | (?:my|your|the|new|old|some|db|database|user|admin|app|example|sample|dummy|fake)
         [_\- ]?(?:pass(?:word|wd|phrase)?|pwd|pw|secret|token|key|api[_\- ]?key)
         (?:[_\- ]?here)?
-      | .*(?:your[_\- ]?|_here\b|change[_\-]?me|replace[_\-]?me|fix[_\-]?me|fill[_\-]?(?:me|in)|set[_\-]?me|
-            redacted|placeholder|xxxx|\*\*\*).*
     )$""",
     re.IGNORECASE | re.VERBOSE,
 )
+# Anywhere in the (lower-cased) value: substring tests, linear and cheap on long values.
+_PLACEHOLDER_PARTS = tuple(
+    f"{word}{sep}{tail}"
+    for word, tails in (
+        ("change", ("me",)),
+        ("replace", ("me",)),
+        ("fix", ("me",)),
+        ("fill", ("me", "in")),
+        ("set", ("me",)),
+    )
+    for tail in tails
+    for sep in ("", "_", "-")
+) + ("your", "_here", "redacted", "placeholder", "xxxx", "***")
 
 _DOTTED_IDENT = re.compile(r"^[A-Za-z_$][\w$]*(?:\??\.[A-Za-z_$][\w$]*)+(?:\(\))?$")
 # camelCase: word-like segments (userPassword, dbPass2); wZ4eiXbX914b is random, not a name.
@@ -265,7 +276,10 @@ def _is_placeholder(value: str) -> bool:
     v = value.strip()
     if not v or v.startswith(_TEMPLATE_OPENERS):
         return True  # <your-password>, {{ secret }}, ${VAR}: a template slot, even when cut short
-    return v.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_RE.match(v) is not None
+    if v.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_RE.match(v) is not None:
+        return True
+    low = v[:128].lower()
+    return "\n" not in v and any(part in low for part in _PLACEHOLDER_PARTS)
 
 
 _TEMPLATE_OPENERS = ("<", "{{", "${", "%(", "%", "[[")
@@ -637,12 +651,17 @@ def _sentence(text: str, a: int, b: int, reach: int = 240) -> tuple[int, int]:
     return lo, hi
 
 
+_MAX_SIDS = 64  # SIDs looked at per text: bounded work on a log full of them
+
+
 def _scan_telephony(text: str) -> Iterator[str]:
     for prefix in ("AC", "SK"):
         i = text.find(prefix)
-        while i >= 0:
+        seen = 0
+        while i >= 0 and seen < _MAX_SIDS:
             m = _TEL_SID.match(text, i)
             if m and (i == 0 or not _is_alnum_ascii(text[i - 1])):
+                seen += 1
                 lo, hi = _sentence(text, i, m.end())
                 for secret in _TEL_SECRET[prefix].finditer(text, lo, hi):
                     value = secret.group(0)
@@ -689,11 +708,15 @@ def _pem_has_body(text: str, header_end: int) -> bool:
     unclosed one (a paste cut short, or a header at the very end) counts when what follows
     the header starts like base64; a marker or prose after it does not.
     """
-    stop = text.find("-----END", header_end, header_end + 8000)
-    body = text[header_end : stop if stop >= 0 else header_end + 8000].lstrip("-").replace("\\n", "\n")
+    start = header_end
+    while text.startswith("-", start) and start - header_end < 8:
+        start += 1  # the BEGIN line's closing dashes
+    stop = text.find("-----", start, start + 8000)  # the END line (or another armour line)
+    closed = stop >= 0 and text.startswith("-----END", stop)
+    body = text[start : stop if stop >= 0 else start + 8000].replace("\\n", "\n")
     lines = [ln.strip() for ln in body.split("\n")]
     lines = [ln for ln in lines if ln and not _PEM_HEADER_LINE.match(ln)]
-    if stop < 0:
+    if not closed:
         if not lines:
             return True
         first = lines[0].split()[0]
@@ -1554,7 +1577,15 @@ def _cells(line: str, delim: str) -> list[str]:
         return _ALIGNED_SPLIT.split(line.strip())
     if delim == "\t":
         return [c.strip() for c in line.split("\t")]
-    return [c.strip() for c in next(csv.reader([line], delimiter=delim))]
+    return [c.strip() for c in _csv_split(line, delim)]
+
+
+def _csv_split(line: str, delim: str) -> list[str]:
+    """One CSV line's cells (quoted cells may hold the delimiter); never raises on odd quoting."""
+    try:
+        return next(csv.reader([line.replace("\r", " ")], delimiter=delim), [])
+    except csv.Error:
+        return line.split(delim)
 
 
 def _has_delimiter(line: str, delim: str) -> bool:
@@ -1628,7 +1659,7 @@ def _cell_index(line: str, left: int, delim: str) -> int:
     if delim == "|":
         return before.count("|") - (1 if line.lstrip().startswith("|") else 0)
     if '"' in before:
-        return len(next(csv.reader([before], delimiter=delim))) - 1
+        return len(_csv_split(before, delim)) - 1
     return before.count(delim)
 
 

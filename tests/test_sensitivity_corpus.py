@@ -11,6 +11,7 @@ import base64
 import json
 import random
 import string
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -363,3 +364,38 @@ def test_window_sees_a_table_header_above_the_shown_part() -> None:
     rows = "\n".join(f"row{i},{_card()}" for i in range(3))
     text = "name,card_number\n" + rows
     assert window_reads_as_high(text, 20, extra=60)
+
+
+# --------------------------------------------------------------------------- robustness of the new readers
+
+
+def test_never_raises_on_table_and_language_noise() -> None:
+    rng = random.Random(5)
+    frags = [
+        *("password", "PIN", "code", "código", "geheim", "nip", "clave", "ist", "est", "è", "mon", "mi"),
+        *("=", ":", "'", '"', "|", ",", ";", "\t", "\n", "  ", "\r", "“", "«", "\\n"),
+        *("AC", "SK", "0123456789abcdef" * 2, "4111111111111111", "536-90-4399", "536904399"),
+        *("ssn", "card", "pan", "==", "A" * 86, "-----BEGIN PRIVATE KEY-----", "-----END"),
+        *("docker login -p", "mysql -p", "Cookie: a=", "://u:p@", "İ", "🙂", string.printable),
+    ]
+    for _ in range(3000):
+        text = "".join(rng.choice(frags) for _ in range(rng.randint(0, 30)))
+        assert all(r in KINDS for r in high_reasons(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "order_id,amount\n" + "".join(f"{_card()},1.00\n" for _ in range(3000)),
+        "a,b\n" * 20000 + "x,4111111111111111\n",
+        "|" * 50000 + "\n4111111111111111|",
+        ("AC" + "0" * 32 + " ") * 2000,
+        "code " * 20000 + "4821",
+        "-----BEGIN PRIVATE KEY-----\n" * 2000,
+    ],
+    ids=["rows", "deep_table", "pipes", "sids", "codes", "pem_headers"],
+)
+def test_new_readers_stay_bounded(text: str) -> None:
+    t0 = time.perf_counter()
+    high_reasons(text)
+    assert time.perf_counter() - t0 < 5.0
