@@ -258,7 +258,7 @@ _PLACEHOLDER_PARTS = tuple(
     )
     for tail in tails
     for sep in ("", "_", "-")
-) + ("your", "_here", "redacted", "placeholder", "xxxx", "***")
+) + ("your", "_here", "redacted", "placeholder", "xxxx", "***", "example", "dummy")
 
 _DOTTED_IDENT = re.compile(r"^[A-Za-z_$][\w$]*(?:\??\.[A-Za-z_$][\w$]*)+(?:\(\))?$")
 # camelCase: word-like segments (userPassword, dbPass2); wZ4eiXbX914b is random, not a name.
