@@ -39,6 +39,10 @@ def _b64(nbytes: int) -> str:
     return base64.b64encode(bytes(R.getrandbits(8) for _ in range(nbytes))).decode()
 
 
+def _bad_check_digit(card: str) -> str:
+    return card[:-1] + str((int(card[-1]) + 1) % 10)
+
+
 def _card(prefix: str = "4", length: int = 16) -> str:
     body = prefix + _rs(length - len(prefix) - 1, string.digits)
     return body + luhn.calc_check_digit(body)
@@ -266,14 +270,10 @@ def test_ssn_in_a_table_named_by_its_header(template: str) -> None:
         "card_last4,exp\n4242,04/27",
         "card,status\nvisa,active",
         "name,ssn\nAna,000-12-3456",
-        f"name,card\nAna,{_card()[:-1]}{(int(_card()[-1]) + 1) % 10}",  # fails Luhn (one changed digit)
+        f"name,card\nAna,{_bad_check_digit(_card())}",  # one digit off: fails Luhn
     ],
 )
 def test_table_lookalikes(text: str) -> None:
-    if "card\nAna," in text:
-        digits = text.rsplit(",", 1)[1]
-        if luhn.is_valid(digits):
-            pytest.skip("the changed digit happened to keep the check digit valid")
     assert not reads_as_high(text), (text, high_reasons(text))
 
 
