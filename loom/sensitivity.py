@@ -69,8 +69,8 @@ and bench/sensitivity_bench.py scores them per kind):
   reads as high when its cell validates (Luhn and issuer prefix; SSN rules, or a Canadian
   SIN's Luhn) and the header of its column names it (``card``, ``card_number``, ``pan``,
   ``cc``, ``credit_card``, ``Kartennummer``, ``tarjeta``...; ``ssn``, ``social``,
-  ``social_security_number``, ``sin``). The header is the top line of the block of lines
-  that share the row's delimiter. A column called ``order_id`` or ``phone`` does not count.
+  ``social_security_number``, ``sin``), on a line above it in the block of lines that
+  share the row's delimiter. A column called ``order_id`` or ``phone`` does not count.
 * Not a value: an empty assignment (``PASSWORD=`` at the end of a line never takes the next
   line as its value), a template slot (``<your-password>``, ``{{ secret }}``, ``${VAR}``,
   ``%s``), a mask (``****``, ``xxxx``, ``...``), a placeholder word (``changeme``,
@@ -1592,34 +1592,41 @@ def _has_delimiter(line: str, delim: str) -> bool:
     return _ALIGNED.search(line) is not None if delim == "  " else delim in line
 
 
-def _table_header(text: str, row_start: int, delim: str, tops: dict[int, int]) -> list[str] | None:
-    """Cells of the top line of the row's block (Markdown rules skipped); None if the row is on top.
+_Named = dict[tuple[int, str, int, str], bool]
 
-    `tops` maps a line start already walked to its block's top line start, so the rows of one
-    table share one walk."""
-    top = -1
-    walked = []
+
+def _column_named(text: str, row_start: int, delim: str, index: int, kind: str, named: _Named) -> bool:
+    """Does a line above the row, in its block, name column `index` as `kind`?
+
+    The block is the run of lines above that share the row's delimiter (up to a blank line,
+    an intro sentence without the delimiter, or a code fence). Usually its top line is the
+    header, but an intro sentence holding the delimiter ("Sure, here it is:") may sit above
+    it, so every line of the block is asked. `named` memoises the answer per line, so the
+    rows of one table share one walk."""
+    walked: list[int] = []
+    found = False
     end = row_start - 1  # the "\n" ending the line above
     for _ in range(_MAX_TABLE_LINES):
         if end < 0:
             break
         start = text.rfind("\n", 0, end) + 1
-        if start in tops:
-            top = tops[start]
+        key = (start, delim, index, kind)
+        if key in named:
+            found = named[key]
             break
         line = text[start:end]
         if not line.strip() or not _has_delimiter(line, delim):
             break
         walked.append(start)
         if not _MD_RULE.match(line):
-            top = start
+            cells = _cells(line, delim)
+            if index < len(cells) and _column_kind(cells[index]) == kind:
+                found = True
+                break
         end = start - 1
     for start in walked:
-        tops[start] = top
-    if top < 0:
-        return None
-    top_end = text.find("\n", top)
-    return _cells(text[top : top_end if top_end >= 0 else len(text)], delim)
+        named[(start, delim, index, kind)] = found
+    return found
 
 
 def _column_kind(name: str) -> str | None:
@@ -1665,8 +1672,7 @@ def _cell_index(line: str, left: int, delim: str) -> int:
 
 def _scan_tables(text: str, regions: list[tuple[int, int]]) -> Iterator[str]:
     """Only the cell holding each long number is read; the header only when that cell validates."""
-    headers: dict[int, list[str] | None] = {}
-    tops: dict[int, int] = {}
+    named: _Named = {}
     for a, b in regions:
         while a < b and not text[a].isdigit():
             a += 1
@@ -1685,11 +1691,7 @@ def _scan_tables(text: str, regions: list[tuple[int, int]]) -> Iterator[str]:
         kind = _cell_kind(line[left + len(delim) if left >= 0 else 0 : right if right >= 0 else len(line)])
         if kind is None:
             continue
-        if row_start not in headers:
-            headers[row_start] = _table_header(text, row_start, delim, tops)
-        header = headers[row_start]
-        index = _cell_index(line, left, delim)
-        if header is not None and index < len(header) and _column_kind(header[index]) == kind:
+        if _column_named(text, row_start, delim, _cell_index(line, left, delim), kind, named):
             yield kind
             return
 

@@ -254,6 +254,8 @@ def test_card_in_a_table_named_by_its_header(template: str) -> None:
         "employee\tsocial\tstate\nAna\t{bare}\tTX",
         "| Employee | SSN |\n|---|---|\n| Ana | {bare} |",
         "first,last,social_security_number\nAna,Li,{ssn}",
+        "Sure, here is the export:\nname,ssn\nAna,{bare}",  # an intro sentence holding the delimiter
+        "name,ssn\n" + "".join(f"row{i},000-00-0000\n" for i in range(50)) + "Ana,{ssn}",
     ],
 )
 def test_ssn_in_a_table_named_by_its_header(template: str) -> None:
