@@ -28,7 +28,8 @@ What it is built on:
     not flag. We only borrow their Shannon-entropy function, and only for a value that is
     *assigned to a key-like name* (``token = "..."``, ``Authorization: Bearer ...``).
   - ArtifactoryDetector (``AP[0-9A-F]...`` matches upper-case words such as APACHECAMEL),
-    TwilioKeyDetector (account/key SIDs are identifiers, and ``AC`` + 32 hex matches hashes),
+    TwilioKeyDetector (an account/key SID alone is an identifier; Loom's own rule below
+    wants the SID *with* its secret),
     IPPublicDetector (IP addresses are explicitly not high), IBM/Cloudant/SoftLayer (the
     generic keyword rules already cover their ``*_key = ...`` forms).
 
@@ -37,9 +38,46 @@ What it is built on:
   serial 0000 and the published blacklist are rejected).
 
 * Loom's own rules: Google ``AIza`` keys, OpenAI ``sk-``/``sk-proj-`` and Anthropic
-  ``sk-ant-`` keys, Stripe test keys, GitHub fine-grained PATs, bearer/basic Authorization
-  headers, ``password is X`` prose, SQL ``PASSWORD '...'`` / ``IDENTIFIED BY '...'``, and
+  ``sk-ant-`` keys, Stripe test keys, GitHub fine-grained PATs, the published prefixes of
+  other services (Hugging Face ``hf_``, Databricks ``dapi``, DigitalOcean ``dop_v1_``,
+  Shopify ``shpat_``, Groq ``gsk_``, webhook ``whsec_``, Mailgun ``key-``, ...),
+  bearer/basic Authorization headers, session cookies, ``password is X`` prose, SQL
+  ``PASSWORD '...'`` / ``IDENTIFIED BY '...'``, ``mysql -pX`` / ``docker login -p X``, and
   stated PINs ("my PIN is 4821", "pin: 0000", "PIN code 123456").
+
+The shapes, stated as rules (tests/data/sensitivity_corpus.jsonl holds examples of each,
+and bench/sensitivity_bench.py scores them per kind):
+
+* A cloud storage account key is 64 random bytes in base64: 88 characters ending in
+  ``==``, mixed case and digits. It reads as high anywhere (in prose, in a connection
+  string, alone on a line), unless a digest word stands just before it (``sha512``,
+  ``integrity``, ``digest``, ``hash``, ``checksum``, ``signature``...): a SHA-512 digest
+  and an Ed25519 signature have the same shape. ``AccountKey=`` / ``SharedAccessKey=``
+  values and a SAS URL's ``sig=`` read as high at any length.
+* A telephony account SID (``AC`` + 32 hex) or API key SID (``SK`` + 32 hex) reads as high
+  only with a 32-character secret in the same sentence; alone it is an identifier.
+* Passwords and PINs are recognised in English, German, French, Spanish, Italian,
+  Portuguese, Dutch, Swedish and Polish: the noun (password, Passwort, Kennwort, mot de
+  passe, contraseña, senha, wachtwoord; PIN, pincode, PIN-Nummer, Geheimzahl, code
+  PIN/secret/confidentiel, código PIN/secreto, codice PIN/segreto, NIP, clave), then a
+  separator or the language's "is" (ist, lautet, est, es, è, é, is, är, to), then the
+  value. A bare "code" counts as a PIN only with an owner in another language ("mon code
+  est ...") or a card, door, safe or alarm word before its number; a number followed by a
+  unit (bits, lines, digits...), a year-like number after "to", an Indian six-digit postal
+  "PIN code" in an address, and "code postal"/"error code"-style phrases do not count.
+* A card number or SSN in a table (CSV, TSV, Markdown, or columns aligned with spaces)
+  reads as high when its cell validates (Luhn and issuer prefix; SSN rules, or a Canadian
+  SIN's Luhn) and the header of its column names it (``card``, ``card_number``, ``pan``,
+  ``cc``, ``credit_card``, ``Kartennummer``, ``tarjeta``...; ``ssn``, ``social``,
+  ``social_security_number``, ``sin``), on a line above it in the block of lines that
+  share the row's delimiter. A column called ``order_id`` or ``phone`` does not count.
+* Not a value: an empty assignment (``PASSWORD=`` at the end of a line never takes the next
+  line as its value), a template slot (``<your-password>``, ``{{ secret }}``, ``${VAR}``,
+  ``%s``), a mask (``****``, ``xxxx``, ``...``), a placeholder word (``changeme``,
+  ``example``, ``your_password_here``, ``REPLACE_ME``...), a reference (``os.environ[...]``).
+* A private key reads as high when the PEM armour has key material under it: a closed block
+  needs a line of 16+ base64 characters; a block whose body is ``<redacted>``, ``...``,
+  ``MIIE...`` or ``xxxx`` does not. A header at the end of a text (a paste cut short) counts.
 
 Speed: it runs on every append, so the common path avoids full-text regex passes (each
 costs tens of microseconds per 2,000 characters in CPython). Ordinary text costs one
@@ -47,10 +85,11 @@ costs tens of microseconds per 2,000 characters in CPython). Ordinary text costs
 and a token-class view of the text) searched with ``bytes.find``, and a few substring
 tests. Regexes then run only at those spots: plugin patterns on tokens of 16+ key
 characters holding a known prefix, keyword regexes where a keyword is followed by an
-operator, card/SSN patterns on digit groups that could be one. Measured medians on a
-2,000-character turn: ~22 us plain prose, ~70 us prose dense with look-alikes (digits,
-dates, a commit hash, "password"/"pin"/"key"/"token" as words), ~85-95 us code or markdown.
-Work per keyword or token is bounded, so pathological input stays linear.
+operator, card/SSN patterns on digit groups that could be one, the table reader only on
+rows holding a 9+ digit number that validates (one walk up to the header per table), the
+SID rule only where ``AC``/``SK`` occurs. Cost per turn: see bench/sensitivity_bench.py
+and bench/results/ (plain prose and text dense with near-miss shapes, 200 and 2,000
+characters). Work per keyword, token or row is bounded, so pathological input stays linear.
 
 Nothing is cached between calls and no state is kept: plugin instances and patterns are
 built once at import.
@@ -60,6 +99,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import csv
 import re
 from collections.abc import Callable, Iterator
 from re import Match, Pattern
@@ -203,13 +243,26 @@ _PLACEHOLDER_RE = re.compile(
       | (?:my|your|the|new|old|some|db|database|user|admin|app|example|sample|dummy|fake)
         [_\- ]?(?:pass(?:word|wd|phrase)?|pwd|pw|secret|token|key|api[_\- ]?key)
         (?:[_\- ]?here)?
-      | .*(?:your[_\- ]?|_here\b|changeme|change_me|redacted|placeholder|xxxx|\*\*\*).*
     )$""",
     re.IGNORECASE | re.VERBOSE,
 )
+# Anywhere in the (lower-cased) value: substring tests, linear and cheap on long values.
+_PLACEHOLDER_PARTS = tuple(
+    f"{word}{sep}{tail}"
+    for word, tails in (
+        ("change", ("me",)),
+        ("replace", ("me",)),
+        ("fix", ("me",)),
+        ("fill", ("me", "in")),
+        ("set", ("me",)),
+    )
+    for tail in tails
+    for sep in ("", "_", "-")
+) + ("your", "_here", "redacted", "placeholder", "xxxx", "***", "example", "dummy")
 
 _DOTTED_IDENT = re.compile(r"^[A-Za-z_$][\w$]*(?:\??\.[A-Za-z_$][\w$]*)+(?:\(\))?$")
-_CAMEL_IDENT = re.compile(r"^[a-z]+(?:[A-Z][a-z0-9]*)+$")
+# camelCase: word-like segments (userPassword, dbPass2); wZ4eiXbX914b is random, not a name.
+_CAMEL_IDENT = re.compile(r"^[a-z]{2,}(?:[A-Z][a-z]{2,}[0-9]*)+$")
 _CONST_IDENT = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 _KEYWORDISH = re.compile(r"pass|pwd|secret|token|key|cred|auth", re.IGNORECASE)
@@ -221,7 +274,15 @@ _PATHISH = re.compile(r"^(?:~?/|\.\.?/|[A-Za-z]:\\)")
 
 def _is_placeholder(value: str) -> bool:
     v = value.strip()
-    return not v or v.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_RE.match(v) is not None
+    if not v or v.startswith(_TEMPLATE_OPENERS):
+        return True  # <your-password>, {{ secret }}, ${VAR}: a template slot, even when cut short
+    if v.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_RE.match(v) is not None:
+        return True
+    low = v[:128].lower()
+    return "\n" not in v and any(part in low for part in _PLACEHOLDER_PARTS)
+
+
+_TEMPLATE_OPENERS = ("<", "{{", "${", "%(", "%", "[[")
 
 
 def _is_reference(value: str) -> bool:
@@ -348,6 +409,17 @@ def _v_mailchimp(s: str, m: Match[str]) -> bool:
     return _bounded(s, m.start(), m.end()) and _classes(m.group(0)) >= 2
 
 
+def _v_azure(s: str, m: Match[str]) -> bool:
+    value = m.group(0).split("=", 1)[1]
+    return _bounded(s, m.start(), m.end(), after=False) and _classes(value) == 3
+
+
+def _v_prefixed(s: str, m: Match[str]) -> bool:
+    """A published prefix, then a random tail (not a documented x-filled example)."""
+    tail = re.split(r"[_.\-]", m.group(0), maxsplit=1)[-1]
+    return _bounded(s, m.start(), m.end(), after=False) and _classes(tail) >= 2 and _entropy(tail) >= 3.0
+
+
 def _plugin(cls: type) -> list[Pattern[str]]:
     return list(cls().denylist)
 
@@ -391,6 +463,62 @@ _SHAPES: tuple[_Shape, ...] = (
     (API_KEY, ("SG.",), _plugin(SendGridDetector), _v_prefix_bounded),
     (API_KEY, ("-us",), _plugin(MailchimpDetector), _v_mailchimp),
     (API_KEY, ("sq0csp-",), _plugin(SquareOAuthDetector), _v_prefix_bounded),
+    (API_KEY, ("key-",), [re.compile(r"key-[0-9a-f]{32}")], _v_bounded),  # Mailgun
+    # Prefixed keys of other common services (the prefix is the service's published format).
+    (
+        TOKEN,
+        ("hf_", "whsec_", "glc_", "shpat_", "shpss_", "shpca_", "shppa_", "xapp-", "ya29.", "sntrys_", "dp."),
+        [
+            re.compile(r"hf_[A-Za-z]{34,}"),  # Hugging Face
+            re.compile(r"whsec_[A-Za-z0-9+/=]{24,}"),  # webhook signing secrets
+            re.compile(r"glc_[A-Za-z0-9+/=_]{32,}"),  # Grafana Cloud
+            re.compile(r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}"),  # Shopify
+            re.compile(r"xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]{32,}"),  # Slack app-level
+            re.compile(r"ya29\.[A-Za-z0-9_\-]{30,}"),  # Google OAuth access token
+            re.compile(r"sntrys_[A-Za-z0-9+/=_]{40,}"),  # Sentry
+            re.compile(r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}"),  # Doppler
+        ],
+        _v_prefixed,
+    ),
+    (
+        API_KEY,
+        (
+            "dapi",
+            "dop_v1_",
+            "doo_v1_",
+            "dor_v1_",
+            "gsk_",
+            "pplx-",
+            "r8_",
+            "PMAK-",
+            "NRAK-",
+            "lin_api_",
+            "ntn_",
+            "secret_",
+            "xai-",
+            "AGE-SECRET-KEY-1",
+            "GOCSPX-",
+            "ATATT3",
+            "sq0atp-",
+        ),
+        [
+            re.compile(r"dapi[0-9a-f]{32}(?:-\d)?"),  # Databricks
+            re.compile(r"do[opr]_v1_[a-f0-9]{64}"),  # DigitalOcean
+            re.compile(r"gsk_[A-Za-z0-9]{48,}"),  # Groq
+            re.compile(r"pplx-[A-Za-z0-9]{40,}"),  # Perplexity
+            re.compile(r"r8_[A-Za-z0-9]{37,}"),  # Replicate
+            re.compile(r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}"),  # Postman
+            re.compile(r"NRAK-[A-Z0-9]{27}"),  # New Relic
+            re.compile(r"lin_api_[A-Za-z0-9]{40}"),  # Linear
+            re.compile(r"(?:ntn_|secret_)[A-Za-z0-9]{40,50}"),  # Notion
+            re.compile(r"xai-[A-Za-z0-9]{60,}"),  # xAI
+            re.compile(r"AGE-SECRET-KEY-1[0-9A-Z]{58}"),  # age
+            re.compile(r"GOCSPX-[A-Za-z0-9_\-]{28}"),  # Google OAuth client secret
+            re.compile(r"ATATT3[A-Za-z0-9_\-=]{100,}"),  # Atlassian
+            re.compile(r"sq0atp-[A-Za-z0-9_\-]{22,}"),  # Square access token
+        ],
+        _v_prefixed,
+    ),
     (
         TOKEN,
         ("_authToken=", "npm_"),
@@ -398,7 +526,16 @@ _SHAPES: tuple[_Shape, ...] = (
         _v_prefix_bounded,
     ),
     (TOKEN, ("pypi-AgE",), _plugin(PypiTokenDetector), _v_prefix_bounded),
-    (API_KEY, ("AccountKey=",), _plugin(AzureStorageKeyDetector), _v_prefix_bounded),
+    (
+        API_KEY,
+        ("AccountKey=", "SharedAccessKey=", "sig="),
+        [
+            *_plugin(AzureStorageKeyDetector),
+            re.compile(r"(?:AccountKey|SharedAccessKey)=[A-Za-z0-9+/]{40,86}={0,2}"),
+            re.compile(r"(?<=[?&])sig=[A-Za-z0-9%+/]{40,}"),  # a SAS token's signature
+        ],
+        _v_azure,
+    ),
     (TOKEN, (":",), _plugin(TelegramBotTokenDetector), _v_random_tail),
     (TOKEN, (".",), _plugin(DiscordBotTokenDetector), _v_discord),
 )
@@ -429,7 +566,7 @@ def _is_filler(secret: str) -> bool:
 
 
 def _shapes_in_token(tok: str) -> Iterator[str]:
-    if tok.isalnum() and "A" not in tok:
+    if tok.isalnum() and "A" not in tok and "dapi" not in tok:
         return  # words, hex digests: only AKIA.../AIza... keys can be bare alphanumerics
     n = len(tok)
     windows: dict[int, tuple[int, int]] = {}  # shape -> (windows used, covered up to)
@@ -457,6 +594,28 @@ def _shapes_in_token(tok: str) -> Iterator[str]:
                     break
 
 
+# A cloud storage account key: 64 random bytes in base64 (88 characters ending in "==").
+# SHA-512 digests and Ed25519 signatures have the same shape, so a digest word just before
+# the value (or an SRI "sha512-" prefix) makes it one of those instead.
+_B64_64 = re.compile(r"(?<![A-Za-z0-9+/\-])[A-Za-z0-9+/]{86}==(?![A-Za-z0-9+/=])")
+_DIGEST_CTX = re.compile(
+    r"sha-?(?:512|384|256|3)|integrity|digest|checksum|hash|signature|\bsig\b|signed|fingerprint|"
+    r"nonce|salt|\biv\b|ed25519|public"
+)
+
+
+def _storage_key(text: str, low: str, at: int, tok: str) -> bool:
+    for m in _B64_64.finditer(tok):
+        key = m.group(0)
+        if _classes(key) < 3 or _is_filler(key):
+            continue
+        start = at + m.start()
+        if _DIGEST_CTX.search(low, max(0, start - 32), start):
+            continue
+        return True
+    return False
+
+
 # AWS secret access key next to an "aws ... key" name (the plugin's second pattern).
 _AWS_SECRET = list(AWSKeyDetector().denylist)[1]
 
@@ -466,6 +625,50 @@ def _scan_aws_secret(text: str) -> Iterator[str]:
         if _classes(m.group(1)) >= 2:
             yield API_KEY
             return
+
+
+# --------------------------------------------------------------------------- telephony
+
+# A telephony account SID ("AC" + 32 hex) or API key SID ("SK" + 32 hex) is an identifier on
+# its own; with a 32-character secret in the same sentence it is a credential pair.
+_TEL_SID = re.compile(r"(?:AC|SK)[0-9a-f]{32}(?![0-9A-Za-z])")
+_TEL_SECRET = {
+    "AC": re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{32}(?![0-9A-Za-z])"),
+    "SK": re.compile(r"(?<![0-9A-Za-z])[0-9A-Za-z]{32}(?![0-9A-Za-z])"),
+}
+_SENTENCE_ENDS = (". ", ".\n", "\n\n", "? ", "! ")
+
+
+def _sentence(text: str, a: int, b: int, reach: int = 240) -> tuple[int, int]:
+    lo, hi = max(0, a - reach), min(len(text), b + reach)
+    for end in _SENTENCE_ENDS:
+        cut = text.rfind(end, lo, a)
+        if cut >= 0:
+            lo = cut + len(end)
+        cut = text.find(end, b, hi)
+        if cut >= 0:
+            hi = cut
+    return lo, hi
+
+
+_MAX_SIDS = 64  # SIDs looked at per text: bounded work on a log full of them
+
+
+def _scan_telephony(text: str) -> Iterator[str]:
+    for prefix in ("AC", "SK"):
+        i = text.find(prefix)
+        seen = 0
+        while i >= 0 and seen < _MAX_SIDS:
+            m = _TEL_SID.match(text, i)
+            if m and (i == 0 or not _is_alnum_ascii(text[i - 1])):
+                seen += 1
+                lo, hi = _sentence(text, i, m.end())
+                for secret in _TEL_SECRET[prefix].finditer(text, lo, hi):
+                    value = secret.group(0)
+                    if _classes(value) >= 2 and not _is_filler(value) and _entropy(value) >= 3.0:
+                        yield TOKEN
+                        return
+            i = text.find(prefix, i + 2)
 
 
 # --------------------------------------------------------------------------- private keys
@@ -485,24 +688,68 @@ def _scan_private_key(text: str) -> Iterator[str]:
                     yield PRIVATE_KEY
                     return
                 continue
-            # The PEM armour ("-----BEGIN ..."), not a prose mention of the header name.
-            if text[max(0, m.start() - 6) : m.start()].rstrip(" ").endswith("---"):
+            # The PEM armour ("-----BEGIN ..."), not a prose mention of the header name,
+            # and with key material under it (not "<redacted>", "...", "MIIE...").
+            if text[max(0, m.start() - 6) : m.start()].rstrip(" ").endswith("---") and _pem_has_body(
+                text, m.end()
+            ):
                 yield PRIVATE_KEY
                 return
+
+
+_B64_PIECE = re.compile(r"[A-Za-z0-9+/=]+")
+_PEM_HEADER_LINE = re.compile(r"^[A-Za-z][A-Za-z-]*:")  # Proc-Type:, DEK-Info:, Version:, Comment:
+
+
+def _pem_has_body(text: str, header_end: int) -> bool:
+    """Key material under the armour, not a redacted body ("<redacted>", "...", "MIIE...", "xxxx").
+
+    A closed block needs a line of 16+ base64 characters (real or JSON-escaped newlines). An
+    unclosed one (a paste cut short, or a header at the very end) counts when what follows
+    the header starts like base64; a marker or prose after it does not.
+    """
+    start = header_end
+    while text.startswith("-", start) and start - header_end < 8:
+        start += 1  # the BEGIN line's closing dashes
+    stop = text.find("-----", start, start + 8000)  # the END line (or another armour line)
+    closed = stop >= 0 and text.startswith("-----END", stop)
+    body = text[start : stop if stop >= 0 else start + 8000].replace("\\n", "\n")
+    lines = [ln.strip() for ln in body.split("\n")]
+    lines = [ln for ln in lines if ln and not _PEM_HEADER_LINE.match(ln)]
+    if not closed:
+        if not lines:
+            return True
+        first = lines[0].split()[0]
+        return (
+            _B64_PIECE.fullmatch(first) is not None and _classes(first) >= 2 and not _REPEAT_RUN.search(first)
+        )
+    for line in lines:
+        for piece in line.split():
+            if len(piece) >= 16 and _B64_PIECE.fullmatch(piece) and len(set(piece)) >= 10:
+                return True
+    return False
 
 
 # --------------------------------------------------------------------------- basic-auth URLs
 
 _BASIC_AUTH = _plugin(BasicAuthDetector)[0]
+_URL_USER_PASSWORD = re.compile(r"://[^\s:/?#\[\]@\"'<>]{1,64}:([^\s/?\[\]@\"'<>]{1,128})@")
 _PASSWORD_ONLY_URL = re.compile(r"://:([^\s:/?#\[\]@]+)@")  # redis://:pw@host
 _URL_DEFAULTS = frozenset({"guest", "user", "username", "login", "pass", "password", "secret"})
 
 
 def _scan_url_credentials(text: str) -> Iterator[str]:
-    for m in (*_BASIC_AUTH.finditer(text), *_PASSWORD_ONLY_URL.finditer(text)):
+    for m in (
+        *_BASIC_AUTH.finditer(text),
+        *_URL_USER_PASSWORD.finditer(text),
+        *_PASSWORD_ONLY_URL.finditer(text),
+    ):
         password = m.group(1)
         if _is_placeholder(password) or password.lower() in _URL_DEFAULTS:
             continue
+        scheme_end = text.rfind("://", 0, m.start(1))
+        if scheme_end >= 0 and text[scheme_end + 3 : m.start(1) - 1] == password:
+            continue  # postgres:postgres@, guest:guest@: a default, not a secret
         yield PASSWORD
         return
 
@@ -523,7 +770,26 @@ _SEGMENT_START = re.compile(r"(?:^|(?<=[_.\-]))\w|(?<=[a-z])[A-Z]")
 # After a name: something that can start an assignment.
 _OPERATOR_AHEAD = re.compile(r"""["'\]]{0,2}\s*(?:[=:!(]|=>|["'`])""")
 
-_ROOT_SECRET = re.compile(r"(?:pass(?:word|wd|phrase)?|pwd|secret|contraseña|contrasena|token|apikey)")
+# The word for "password" in the languages Loom sees most (its name in the text, or its root).
+_PW_WORDS = (
+    "password",
+    "passwd",
+    "passphrase",
+    "passwort",
+    "kennwort",
+    "contrase",
+    "mot de passe",
+    "senha",
+    "wachtwoord",
+    "lösenord",
+    "hasło",
+    "haslo",
+    "salasana",
+)
+_ROOT_SECRET = re.compile(
+    r"(?:passwort|pass(?:word|wd|phrase)?|pwd|secret|contraseña|contrasena|token|apikey|kennwort|"
+    r"mot de passe|senha|wachtwoord|lösenord|hasło|haslo|salasana)"
+)
 
 
 def _name_bounds(text: str, pos: int, end: int) -> tuple[int, int]:
@@ -554,7 +820,7 @@ def _keyword_tail_ok(text: str, kw_end: int, stop: int) -> bool:
 
 
 def _family(word: str, name: str) -> str:
-    if word in ("pass", "pw", "contrase") or "pass" in name or "pwd" in name:
+    if word in ("pass", "pw") or word in _PW_WORDS or "pass" in name or "pwd" in name:
         return PASSWORD
     if "token" in name:
         return TOKEN
@@ -579,7 +845,7 @@ def _short_name_password(text: str, low: str, start: int, pos: int, stop: int) -
     if start == pos and low[pos:stop] == "pass" and _PASS_NOUN.search(low, max(0, pos - 16), pos):
         return False
     m = _OWN_VALUE.match(text, stop, min(len(text), stop + _MAX_VALUE))
-    if m is None or m.group("is"):
+    if m is None or m.group("is") or _crosses_line(text, stop, m.start("val")):
         return False
     quoted = bool(m.group("q"))
     value = m.group("val")
@@ -629,17 +895,25 @@ def _value_ok(family: str, value: str, quoted: bool, op: str, rest: str) -> bool
 _MIN_LEN = {TOKEN: 16, API_KEY: 8, PASSWORD: 4}
 
 
+def _crosses_line(text: str, a: int, b: int) -> bool:
+    """An empty assignment (`PASSWORD=` at the end of a line) takes no value from the next line."""
+    return text.find("\n", a, b) >= 0
+
+
 def _line_rest(text: str, pos: int) -> str:
     nl = text.find("\n", pos, pos + _MAX_VALUE)
     return text[pos : nl if nl >= 0 else min(len(text), pos + 200)]
 
 
 def _ds_assignments(text: str, starts: list[int], stop: int, family: str) -> bool:
-    endpos = min(len(text), stop + _MAX_VALUE)
+    # The regexes read an unquoted value to the end of its line; a value never spans lines,
+    # and 200 characters hold any password or key, so they get no further than that.
+    eol = text.find("\n", stop, stop + 200)
+    endpos = eol if eol >= 0 else min(len(text), stop + 200)
     for start in starts:
         for pat, qgroup, vgroup, op in _DS_ASSIGN:
             m = pat.match(text, start, endpos)
-            if m is None:
+            if m is None or _crosses_line(text, stop, m.start(vgroup)):
                 continue
             quoted = bool(m.group(qgroup))
             raw = m.group(vgroup)
@@ -662,18 +936,53 @@ _OWN_VALUE = re.compile(
 )
 # "password for the staging db is X", "**Password:** X"
 _PW_PROSE = re.compile(
-    r"""(?P<mid>(?:\s+(?!(?:is|was|will)\b)[A-Za-z][\w@.'’-]*){0,5}?)
-        [*_]{0,2}\s*(?P<op>:|=|\bis\b|\bwas\b|\bwill\s+be\b|\bis\s+now\b|\bset\s+to\b|\bchanged\s+to\b)
+    r"""(?P<mid>(?:\s+(?!(?:is|was|will|ist|lautet|war|est|es|era|è|é|är|jest)\b)[^\W\d_][\w@.'’-]*){0,5}?)
+        [*_]{0,2}\s*(?P<op>:|=|\bis\b|\bwas\b|\bwill\s+be\b|\bis\s+now\b|\bset\s+to\b|\bchanged\s+to\b
+            |\bist\b|\blautet\b|\bwar\b|\best\b|\bes\b|\bera\b|\bè|\bé|\bär\b|\bjest\b)
         [*_]{0,2}\s*(?P<q>["'`“‘]?)(?P<val>[^\s"'`“”‘’]{1,200})(?P<q2>["'`”’]?)""",
     re.VERBOSE,
 )
+_PW_BARE = re.compile(r"[ \t]+(?P<val>[^\s\"'`]{8,64})(?=\s|$)")
+_COOKIE = re.compile(r"""cookie["']?\s*:\s*(?P<pairs>[^\n]{1,1000})""", re.IGNORECASE)
+_COOKIE_PAIR = re.compile(r"""[\w.\-]+=(?P<val>[^;,\s"']{20,})""")
+
+
+def _cookie_header(text: str, pos: int) -> bool:
+    """`Cookie: session=<random>`: a session cookie is a bearer credential."""
+    m = _COOKIE.match(text, pos, min(len(text), pos + 1100))
+    if m is None:
+        return False
+    return any(_looks_random(p.group("val"), 20) for p in _COOKIE_PAIR.finditer(m.group("pairs")))
+
+
+_DOCKER_P = re.compile(
+    r"""(?:docker|podman|helm|nerdctl)\s+(?:registry\s+)?login\b[^\n|;&]{0,200}?\s(?:-p|--password)(?:\s+|=)"""
+    r"""(?P<val>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)"""
+)
+_MYSQL_P = re.compile(r"""(?:mysql|mariadb)\w*\b[^\n|;&]{0,200}?\s-p(?P<val>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)""")
+
+
+def _bare_password(text: str, stop: int) -> bool:
+    """`password Winter2021!`: no operator, so only a value that looks made up (letters and digits)."""
+    m = _PW_BARE.match(text, stop, min(len(text), stop + 80))
+    if m is None:
+        return False
+    value = m.group("val").rstrip(_TRAILING_PUNCT)
+    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)) or len(value) < 8:
+        return False
+    if _VERSION.match(value) or _name_is_meta(value):
+        return False
+    return _value_ok(PASSWORD, value, False, "assign", "")
+
+
+_VERSION = re.compile(r"^v?\d+(?:\.\d+)+")
 _SQL_PASSWORD = re.compile(r"""\s+(?:by\s+)?'(?P<val>[^'\n]{1,200})'""", re.IGNORECASE)
 _CLI_FLAG = re.compile(r"""[ =](?P<q>["']?)(?P<val>[^\s"']{1,200})(?P=q)""")
 
 
 def _own_token_value(text: str, stop: int, family: str) -> bool:
     m = _OWN_VALUE.match(text, stop, min(len(text), stop + _MAX_VALUE))
-    if m is None:
+    if m is None or _crosses_line(text, stop, m.start("val")):
         return False
     value = m.group("val")
     if not m.group("q"):
@@ -684,7 +993,7 @@ def _own_token_value(text: str, stop: int, family: str) -> bool:
 
 def _prose_password(text: str, kw_end: int) -> bool:
     m = _PW_PROSE.match(text, kw_end, min(len(text), kw_end + 300))
-    if m is None:
+    if m is None or _crosses_line(text, kw_end, m.start("val")):
         return False
     mid = m.group("mid").lower().split()
     if any(w.strip("'’") in _PROSE_MID_VETO for w in mid):
@@ -726,8 +1035,23 @@ _AUTHZ = re.compile(
 # detect-secrets' *_?key names (api_key, auth_key, ...), plus access_key; and their prose forms.
 _KEY_PREFIXES = tuple(
     p + sep
-    for p in ("api", "auth", "service", "account", "db", "database", "priv", "private", "client", "access")
-    for sep in ("", "_")
+    for p in (
+        "api",
+        "auth",
+        "service",
+        "account",
+        "db",
+        "database",
+        "priv",
+        "private",
+        "client",
+        "access",
+        "encryption",
+        "signing",
+        "master",
+        "secret",
+    )
+    for sep in ("", "_", "-")
 )
 _KEY_PROSE_PREFIXES = tuple(p + sep for p in ("api", "access", "secret") for sep in (" ", "-", "_"))
 
@@ -757,11 +1081,26 @@ def _authorization(text: str, pos: int) -> bool:
 
 # ---- PINs
 
+# A PIN noun (English, German, French, Spanish, Italian, Portuguese, Dutch, Swedish, Polish),
+# words between it and its verb ("the PIN for the new card", "de mi tarjeta"), a separator or
+# a verb meaning "is", then the number.
+_PIN_VERBS = (
+    r"is(?:\s+now)?|was|will\s+be|would\s+be|set\s+to|changed\s+to|to|ist|lautet|war|est|était|es|era|"
+    r"è|é|är|jest|wynosi"
+)
 _PIN = re.compile(
-    r"""(?P<kw>pin|passcode)(?P<suffix>[ -]?(?:code|number|no\.?|\#))?(?:'s|’s)?(?![A-Za-z])
-        (?P<mid>(?:\s+(?!(?:is|was|will|would|set|changed)\b)[A-Za-z][A-Za-z'’-]*){0,6}?)
-        \s*(?P<sep>:|=|\#|-\s|\bis(?:\s+now)?\b|\bwas\b|\bwill\s+be\b|\bwould\s+be\b|\bset\s+to\b|\bchanged\s+to\b)?
-        \s*[*_`"'“‘(]*\s*
+    r"""(?P<kw>pin|passcode|geheimzahl|geheimnummer|geheimcode|nip|clave
+            |code\s+(?:pin|secret|confidentiel|personnel)|codice\s+(?:pin|segreto|personale)
+            |c[óo]digo\s+(?:pin|secreto|personal)|n[úu]mero\s+secreto)
+        (?P<suffix>[ -]?(?:code|koden|kode|kod|number|nummer|numero|número|no\.?|nr\.?|zahl|\#))?(?:'s|’s)?(?![^\W\d_])
+        (?P<mid>(?:\s+(?!(?:"""
+    + _PIN_VERBS.replace("|to|", "|")
+    + r""")\b)[^\W\d_][\w'’-]*){0,6}?)
+        \s*(?P<sep>:|=|\#|[-–—]\s|->|→|\b(?:"""
+    + _PIN_VERBS
+    + r""")\b)?
+        (?:\s+(?:el|la|le|il|lo|o|a|het|de|der|die|das)\b)?
+        [\s*_`"'“‘(«:]*
         (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
     re.IGNORECASE | re.VERBOSE,
 )
@@ -778,8 +1117,19 @@ _PIN_MID_VETO = frozenset(
 )
 _PIN_OWNER = re.compile(
     r"(?:^|\b)(?:my|your|his|her|our|their|the|atm|card|debit|credit|bank|new|old|sim|phone|default|"
-    r"security|account|voicemail|alarm|door|garage|safe|lock|unlock|backup)[\s'’s]*$",
+    r"security|account|voicemail|alarm|door|garage|safe|lock|unlock|backup|"
+    r"meine?|ihre?|deine?|neue|mon|ma|ton|votre|mi|tu|su|mio|mia|meu|minha|mijn|je|uw|min|mitt|mój|moj)[\s'’s]*$",
     re.IGNORECASE,
+)
+_POSTAL_CTX = re.compile(
+    r"address|\baddr\b|city|district|\bdist\b|\bstate\b|india|nagar|\broad\b|\brd\b|street|post office|"
+    r"delivery|deliver|shipping|courier|locality|colony|village|taluk|tehsil|bangalore|bengaluru|mumbai|"
+    r"delhi|chennai|kolkata|hyderabad|pune|karnataka|maharashtra|kerala|gujarat|\bzip\b|postal"
+)
+_UNIT_AFTER = re.compile(
+    r"\s*(?:%|bits?|bytes?|kb|mb|gb|ms|lines?|rows?|loc|chars?|characters?|words?|digits?|times|tries|"
+    r"attempts|entries|users|ziffern|stellen|chiffres|caract|dígitos|digitos|cifre|cijfers|tekens|"
+    r"euros?|eur|usd|dollars?|\$|€)\b"
 )
 _PIN_CHANGED = re.compile(r"\b(?:changed|change|set|reset|updated|update)\b")
 _ELECTRONICS = re.compile(
@@ -795,27 +1145,131 @@ def _stated_pin(text: str, low: str, pos: int) -> bool:
     mid = m.group("mid")
     if "\n" in mid or any(w.lower().strip("'’") in _PIN_MID_VETO for w in mid.split()):
         return False
-    sep = (m.group("sep") or "").strip()
-    if mid.strip().lower() == "to" and not sep and _PIN_CHANGED.search(low, max(0, pos - 24), pos):
-        return True  # "I changed my PIN to 8642"
+    if len(m.group("num")) == 6 and _POSTAL_CTX.search(low, max(0, pos - 80), m.end() + 80):
+        return False  # an Indian postal "PIN code" is six digits in an address
+    if _UNIT_AFTER.match(low, m.end()):
+        return False  # "the key is 2048 bits", "PIN pad holds 1000 entries"
+    sep = (m.group("sep") or "").strip().lower()
+    if sep == "to":
+        # "I changed my PIN to 8642", "mój PIN to 4821"; not "pin the release to 2025".
+        if mid.strip():
+            return False
+        year = len(m.group("num")) == 4 and m.group("num")[:2] in ("19", "20")
+        return not year or _PIN_CHANGED.search(low, max(0, pos - 24), pos) is not None
     if mid.strip() and not sep:
         return False
-    if not sep and not m.group("suffix"):
+    kw = m.group("kw")
+    if not sep and not m.group("suffix") and kw.lower() in ("pin", "nip", "clave"):
         # "PIN 4821" / "my pin 4821"; but "pin 2024 goals" (the verb) and "GPIO pin 1234" are not.
         before = text[max(0, pos - 24) : pos]
-        if not (m.group("kw").isupper() or _PIN_OWNER.search(before)):
+        if not (kw.isupper() or _PIN_OWNER.search(before)):
             return False
         if _ELECTRONICS.search(low, max(0, pos - 40), pos):
             return False
     return True
 
 
+# Keywords that start a PIN noun other than "pin": (where the phrase starts, relative to
+# the hit; what must follow for it to be one).
+_PIN_NOUN_STARTS: dict[str, tuple[int, tuple[str, ...]]] = {
+    "geheim": (0, ("geheimzahl", "geheimnummer", "geheimcode")),
+    "nip": (0, ("nip",)),
+    "clave": (0, ("clave",)),
+    "mero secreto": (-2, ("número secreto", "numero secreto")),
+    "code": (0, ("code",)),
+    "codic": (0, ("codice",)),
+    "digo": (-2, ("código", "codigo")),
+}
+
+# "mon code est 4821", "code de la carte bleue : 4821": a bare "code" is a PIN only when its
+# owner is named just before it or a card word sits between it and the number.
+_CODE_STATED = re.compile(
+    r"""(?:code|codice|c[óo]digo)(?![^\W\d_])
+        (?P<mid>(?:\s+(?!(?:"""
+    + _PIN_VERBS.replace("|to|", "|")
+    + r""")\b)[^\W\d_][\w'’-]*){0,5}?)
+        \s*(?::|=|\b(?:"""
+    + _PIN_VERBS
+    + r""")\b)(?:\s+(?:el|la|le|il|lo|o|a|het|de)\b)?\s*[*"'«]*\s*
+        (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_CODE_OWNER = re.compile(
+    r"(?:^|\b)(?:meine?|mon|ma|ton|votre|mi|tu|su|mio|il mio|meu|o meu|mijn|je|uw|min|mitt)\s+$"
+)
+_CARD_WORDS = re.compile(
+    r"\b(?:carte|cb|card|carta|tarjeta|cartão|cartao|karte|bankpas|pas|cajero|bancomat|multibanco|atm|"
+    r"guichet|geldautomaat|débito|debito|crédito|credito|"
+    # places a code opens: a door, a safe, an alarm
+    r"door|garage|gate|alarm|safe|lock|keypad|locker|padlock|lockbox|tür|haustür|tresor|porte|portail|cadenas|"
+    r"coffre|alarme|puerta|candado|caja fuerte|alarma|porta|lucchetto|cassaforte|allarme|portão|cofre|deur|kluis)\b"
+)
+_CODE_VETO = re.compile(
+    r"postal|promo|zip|error|erreur|fehler|errore|país|pais|barras|área|area|fiscal|verif|confirm|sms|"
+    r"activation|activación|réduction|descuento|sconto|rabatt|source|status|http|exit|retour|produit|"
+    r"product|produto|producto|article|artículo|cliente|client|commande|pedido|ordine|order"
+)
+
+
+def _foreign_pin_hit(text: str, low: str, word: str, pos: int) -> str | None:
+    shift, phrases = _PIN_NOUN_STARTS[word]
+    start = pos + shift
+    if start < 0 or not low.startswith(phrases, start):
+        return None
+    if start > 0 and low[start - 1].isalpha():
+        return None
+    end = start + len(word) - shift
+    if word in ("nip", "clave") and end < len(low) and low[end].isalpha():
+        return None
+    if _DIGIT_RUN4.search(text, end, end + 140) is None:
+        return None
+    if _stated_pin(text, low, start):
+        return PIN
+    if word in ("code", "codic", "digo") and _stated_code(text, low, start):
+        return PIN
+    return None
+
+
+def _stated_code(text: str, low: str, start: int) -> bool:
+    m = _CODE_STATED.match(text, start, min(len(text), start + 160))
+    if m is None or "\n" in m.group("mid"):
+        return False
+    mid = low[m.start("mid") : m.end("mid")]
+    if _CODE_VETO.search(mid) or _CODE_VETO.search(low, max(0, start - 16), start):
+        return False  # "error code", "code postal", "zip code for the gate"
+    if _UNIT_AFTER.match(low, m.end()):
+        return False
+    # English "my code is 1500" is usually about source code, so only the other languages' owners count.
+    return (
+        _CARD_WORDS.search(mid) is not None
+        or _CARD_WORDS.search(low, max(0, start - 24), start) is not None  # "garage door code: ..."
+        or _CODE_OWNER.search(low, max(0, start - 16), start) is not None
+    )
+
+
 def _is_word_at(low: str, pos: int, end: int) -> bool:
     return (pos == 0 or not low[pos - 1].isalpha()) and (end >= len(low) or not low[end].isalpha())
 
 
-_PIN_WORDS = ("pincode", "pin-code", "pin_code")
-_PROSE_OPS = (":", "=", " is", " was", " be ", " to ")
+_PIN_WORDS = ("pincode", "pin-code", "pin_code", "pinkod", "pinnummer")
+# "is" in the languages of _PW_WORDS: ist/lautet (de), est (fr), es/era (es, it), è/é (it, pt), är (sv).
+_PROSE_OPS = (
+    ":",
+    "=",
+    " is",
+    " was",
+    " be ",
+    " to ",
+    " ist",
+    " lautet",
+    " est",
+    " es ",
+    " era ",
+    " è",
+    " é",
+    " är",
+    " jest",
+)
 
 
 def _clause(low: str, pos: int) -> str:
@@ -844,13 +1298,13 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     if word == "pass":
         if low.startswith("passcode", pos):
             return _pin_hit(text, low, pos, pos + 8)
-        if nxt.isalpha() and not low.startswith(("password", "passwd", "passphrase"), pos):
+        if nxt.isalpha() and not low.startswith(("password", "passwd", "passphrase", "passwort"), pos):
             return None  # passed, passenger, passport
     elif word == "key":
         prev = low[pos - 1 : pos]
         if not (prev.isalpha() or prev in ("_", "-", " ")):
             return None  # "key", ["key"], Key=key
-        if not low.endswith(_KEY_PREFIXES, max(0, pos - 9), pos):
+        if not low.endswith(_KEY_PREFIXES, max(0, pos - 12), pos):
             # "my API key is ..." / "access key: ..." in prose; every other "key" is a word.
             if low.endswith(_KEY_PROSE_PREFIXES, max(0, pos - 8), pos) and _own_token_value(
                 text, end, API_KEY
@@ -890,7 +1344,22 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
                 return PASSWORD
         return None
 
-    start, stop = _name_bounds(text, pos, end)
+    elif word == "cookie":
+        return TOKEN if _cookie_header(text, pos) else None
+    elif word in ("mysql", "mariadb", "docker", "podman", "helm"):
+        m = (_MYSQL_P if word in ("mysql", "mariadb") else _DOCKER_P).match(
+            text, pos, min(len(text), pos + 300)
+        )
+        if m and _value_ok(PASSWORD, m.group("val").strip("'\""), m.group("val")[:1] in "'\"", "assign", ""):
+            return PASSWORD  # mysql -u root -pS3cret, docker login -u bob -p S3cret
+        return None
+    elif word in _PIN_NOUN_STARTS:
+        return _foreign_pin_hit(text, low, word, pos)
+
+    if word == "mot de passe":
+        start, stop = pos, end
+    else:
+        start, stop = _name_bounds(text, pos, end)
     # Where the keyword proper ends inside the name (password, passwd, secret, ...).
     root = _ROOT_SECRET.match(low, pos)
     kw_end = root.end() if root else end
@@ -905,7 +1374,9 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     bare_name = stop == kw_end or low[kw_end:stop] == "s"
     window = _clause(low, stop) if bare_name else ""
     prose = bool(window) and any(op in window for op in _PROSE_OPS)
-    if not (operator or flag or xml or sql or prose):
+    pw_word = low.startswith(_PW_WORDS, pos)
+    bare = pw_word and bare_name and low[stop : stop + 1] == " "
+    if not (operator or flag or xml or sql or prose or bare):
         return None
 
     name = text[start:stop]
@@ -915,7 +1386,11 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
 
     if flag:  # --password X / --api-key=X
         m = _CLI_FLAG.match(text, stop, min(len(text), stop + 300))
-        if m and _value_ok(family, m.group("val"), bool(m.group("q")), "assign", ""):
+        if (
+            m
+            and not _crosses_line(text, stop, m.start("val"))
+            and _value_ok(family, m.group("val"), bool(m.group("q")), "assign", "")
+        ):
             return family
 
     if operator:
@@ -927,13 +1402,15 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
         if (family == TOKEN or word == "key") and _own_token_value(text, stop, family):
             return family
 
-    if family == PASSWORD and low.startswith(("password", "passwd", "passphrase", "contrase"), pos):
+    if family == PASSWORD and pw_word:
         if xml:  # <password>hunter2</password>
             close = text.find("<", stop + 1, stop + 1 + 200)
             if close > 0 and _value_ok(PASSWORD, text[stop + 1 : close], True, "assign", ""):
                 return PASSWORD
         if prose and _prose_password(text, stop):
             return PASSWORD
+        if bare and _bare_password(text, stop):
+            return PASSWORD  # "login admin / password Winter2021!"
         if sql:
             m = _SQL_PASSWORD.match(text, stop, min(len(text), stop + 300))
             if m and _value_ok(PASSWORD, m.group("val"), True, "assign", ""):
@@ -941,6 +1418,9 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     elif family == TOKEN and bare_name and not operator:
         if _own_token_value(text, stop, TOKEN):
             return TOKEN  # "the access token is ..."
+    elif word == "secret" and bare_name and not operator:
+        if _own_token_value(text, stop, API_KEY):
+            return API_KEY  # "the secret is 8f14e45f..."
     elif (
         family == PASSWORD
         and low[pos:stop] in ("pass", "pw")
@@ -1064,6 +1544,160 @@ def _scan_ssn(text: str, low: str, a: int, b: int) -> Iterator[str]:
         return
 
 
+# --------------------------------------------------------------------------- tables
+
+# A card number or SSN in a table row (CSV, TSV, Markdown, or columns aligned with spaces)
+# has no word next to it; the column's header says what it is. The header is the top line
+# of the block of lines that share the row's delimiter.
+_CARD_COLUMNS = frozenset(
+    """
+    card cards cc ccn ccnum pan cardnumber creditcard debitcard kartennummer karte kreditkarte
+    carte tarjeta carta cartão cartao kaart kaartnummer bankkaart visa mastercard amex
+    """.split()  # noqa: SIM905
+)
+_SSN_COLUMNS = frozenset("ssn ssns ssno social socialsecurity sin".split())  # noqa: SIM905
+_COLUMN_SPLIT = re.compile(r"[^\w]+|_")
+_ALIGNED = re.compile(r"\S {2,}\S")
+_ALIGNED_SPLIT = re.compile(r"\s{2,}")
+_MD_RULE = re.compile(r"^\s*\|?\s*:?-{2,}")
+_MAX_TABLE_LINES = 200
+
+
+def _row_delimiter(line: str) -> str | None:
+    for d in ("\t", "|", ";", ","):
+        if d in line:
+            return d
+    return "  " if _ALIGNED.search(line) else None
+
+
+def _cells(line: str, delim: str) -> list[str]:
+    if delim == "|":
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+    if delim == "  ":
+        return _ALIGNED_SPLIT.split(line.strip())
+    if delim == "\t":
+        return [c.strip() for c in line.split("\t")]
+    return [c.strip() for c in _csv_split(line, delim)]
+
+
+def _csv_split(line: str, delim: str) -> list[str]:
+    """One CSV line's cells (quoted cells may hold the delimiter); never raises on odd quoting."""
+    if '"' not in line:
+        return line.split(delim)  # what the csv module would answer, without its cost
+    try:
+        return next(csv.reader([line.replace("\r", " ")], delimiter=delim), [])
+    except csv.Error:
+        return line.split(delim)
+
+
+def _has_delimiter(line: str, delim: str) -> bool:
+    return _ALIGNED.search(line) is not None if delim == "  " else delim in line
+
+
+_Named = dict[tuple[int, str, int, str], bool]
+
+
+def _column_named(text: str, row_start: int, delim: str, index: int, kind: str, named: _Named) -> bool:
+    """Does a line above the row, in its block, name column `index` as `kind`?
+
+    The block is the run of lines above that share the row's delimiter (up to a blank line,
+    an intro sentence without the delimiter, or a code fence). Usually its top line is the
+    header, but an intro sentence holding the delimiter ("Sure, here it is:") may sit above
+    it, so every line of the block is asked. `named` memoises the answer per line, so the
+    rows of one table share one walk."""
+    walked: list[int] = []
+    found = False
+    end = row_start - 1  # the "\n" ending the line above
+    for _ in range(_MAX_TABLE_LINES):
+        if end < 0:
+            break
+        start = text.rfind("\n", 0, end) + 1
+        key = (start, delim, index, kind)
+        if key in named:
+            found = named[key]
+            break
+        line = text[start:end]
+        if not line.strip() or not _has_delimiter(line, delim):
+            break
+        walked.append(start)
+        if not _MD_RULE.match(line):
+            cells = _cells(line, delim)
+            if index < len(cells) and _column_kind(cells[index]) == kind:
+                found = True
+                break
+        end = start - 1
+    for start in walked:
+        named[(start, delim, index, kind)] = found
+    return found
+
+
+def _column_kind(name: str) -> str | None:
+    words = [w for w in _COLUMN_SPLIT.split(name.lower()) if w]
+    joined = "".join(words)
+    if any(w in _CARD_COLUMNS for w in words) or any(part in joined for part in _CARD_PARTS):
+        return CARD  # card, pan, cc; Credit Card #, cardNumber, Kreditkartennummer
+    if any(w in _SSN_COLUMNS for w in words) or "ssn" in joined or "socialsec" in joined:
+        return SSN
+    return None
+
+
+_CARD_PARTS = ("card", "karte", "tarjeta", "carte", "carta", "cartão", "cartao", "kaart")
+
+
+def _cell_kind(cell: str) -> str | None:
+    if not 9 <= len(cell) <= 32:
+        return None  # a card number with separators and quotes fits in 32 characters
+    value = cell.strip("\"'`* ")
+    digits = value.replace(" ", "").replace("-", "")
+    if not digits.isdigit() or len(value) - len(digits) > 4:
+        return None
+    if 13 <= len(digits) <= 19 and _plausible_iin(digits) and luhn.is_valid(digits):
+        return CARD
+    if len(digits) == 9 and (us_ssn.is_valid(digits) or (digits[0] not in "08" and luhn.is_valid(digits))):
+        return SSN  # a US SSN, or a Canadian SIN (Luhn) in a column called "sin"
+    return None
+
+
+def _cell_index(line: str, left: int, delim: str) -> int:
+    """How many cells come before the one that starts after the delimiter at `left` (-1: the first)."""
+    if left < 0:
+        return 0
+    before = line[: left + len(delim)]
+    if delim == "  ":
+        return len(_ALIGNED_SPLIT.split(before.strip()))
+    if delim == "|":
+        return before.count("|") - (1 if line.lstrip().startswith("|") else 0)
+    if '"' in before:
+        return len(_csv_split(before, delim)) - 1
+    return before.count(delim)
+
+
+def _scan_tables(text: str, regions: list[tuple[int, int]]) -> Iterator[str]:
+    """Only the cell holding each long number is read; the header only when that cell validates."""
+    named: _Named = {}
+    for a, b in regions:
+        while a < b and not text[a].isdigit():
+            a += 1
+        while b > a and not text[b - 1].isdigit():
+            b -= 1
+        row_start = text.rfind("\n", 0, a) + 1
+        if row_start == 0:
+            continue  # the first line has no header above it
+        row_end = text.find("\n", b)
+        line = text[row_start : row_end if row_end >= 0 else len(text)]
+        delim = _row_delimiter(line)
+        if delim is None:
+            continue
+        left = line.rfind(delim, 0, a - row_start)
+        right = line.find(delim, b - row_start)
+        kind = _cell_kind(line[left + len(delim) if left >= 0 else 0 : right if right >= 0 else len(line)])
+        if kind is None:
+            continue
+        if _column_named(text, row_start, delim, _cell_index(line, left, delim), kind, named):
+            yield kind
+            return
+
+
 # --------------------------------------------------------------------------- driver
 
 
@@ -1093,7 +1727,7 @@ _TOKEN_CLASS = _byte_table(
 )
 _DIGIT_CLASS = _byte_table(b".", {b"0123456789": b"0", b" ": b" ", b"-": b"-"})
 _LONG_RUN = b"x" * _LONG_TOKEN
-_NUMBER_SEEDS = (b"00000000", b"0000 0000", b"0000-0000", b"000-00-0000")
+_NUMBER_SEEDS = (b"00000000", b"0000 0000", b"0000-0000", b"000-00-0000", b"000 00 0000")
 _KEYWORDS = (
     "pass",
     "pw",
@@ -1104,6 +1738,21 @@ _KEYWORDS = (
     "bearer",
     "authoriz",
     "contrase",
+    "kennwort",
+    "mot de passe",
+    "senha",
+    "wachtwoord",
+    "lösenord",
+    "hasło",
+    "haslo",
+    "salasana",
+    "mysql",
+    "mariadb",
+    "docker",
+    "podman",
+    "helm",
+    "cookie",
+    *_PIN_NOUN_STARTS,
     "identified",
     "-u",
 )
@@ -1155,8 +1804,14 @@ def _scan(text: str) -> Iterator[str]:
         b = ws.find(b" ", i)
         if b < 0:
             b = len(ws)
-        yield from _shapes_in_token(text[a:b])
+        tok = text[a:b]
+        yield from _shapes_in_token(tok)
+        if b - a >= 88 and "==" in tok and _storage_key(text, low, a, tok):
+            yield API_KEY
         i = ws.find(_LONG_RUN, b)
+
+    if "AC" in text or "SK" in text:
+        yield from _scan_telephony(text)
 
     if "PRIVATE KEY" in text or "PuTTY-User-Key-File" in text:
         yield from _scan_private_key(text)
@@ -1169,8 +1824,11 @@ def _scan(text: str) -> Iterator[str]:
     if b"0000" not in digits:
         return  # every card and SSN shape holds four digits in a row
     ssn_context = any(w in low for w in _SSN_WORDS)
+    in_rows: list[tuple[int, int]] = []  # numbers that may be table cells
     for a, b in _number_regions(digits):
         count = digits.count(b"0", a, b)
+        if count >= 9:
+            in_rows.append((a, b))
         if count >= 13:
             yield from _scan_cards(text, low, a, b)
         # Bare/spaced SSNs need a context word (scanned below); 123-45-6789 needs a dash.
@@ -1179,6 +1837,8 @@ def _scan(text: str) -> Iterator[str]:
     if ssn_context:
         # Bare ("SSN 123456789") and spaced ("123 45 6789") SSNs count only near such a word.
         yield from _scan_ssn(text, low, 0, len(text))
+    if in_rows and "\n" in text:
+        yield from _scan_tables(text, in_rows)
 
 
 def reads_as_high(text: str) -> bool:
