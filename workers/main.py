@@ -19,6 +19,9 @@ from workers import embedding
 from workers.jobs import FUNCTIONS
 
 IDLE_POLL_S = 0.1   # a job enqueued without a wake-up waits at most this long
+# On SIGTERM/SIGINT the worker takes no new job and gives its running ones this long to
+# finish (then cancels them): an append the API is still answering waits on its job.
+STOP_WAIT_S = 5
 
 
 class WakeableWorker(Worker):
@@ -72,6 +75,7 @@ def build_worker(settings: Settings, clickhouse_url: str, redis_url: str, **over
         job_timeout=300,
         keep_result=60,
         handle_signals=True,
+        job_completion_wait=STOP_WAIT_S,
     )
     options.update(overrides)
     return WakeableWorker(**options)
