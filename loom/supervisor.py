@@ -188,21 +188,17 @@ class Supervisor:
         for i in range(workers):
             name = "worker" if workers == 1 else f"worker-{i + 1}"
             self.workers.append(Child(name, self._spawner(worker_cmd, env), WORKER_STOP_TIMEOUT_S))
-        # uvicorn picks httptools and uvloop (uvicorn[standard]) on its own: about a
-        # tenth of a millisecond less per request than h11 and asyncio's loop.
+        # uvicorn (loom.api.process) picks httptools and uvloop (uvicorn[standard]) on its
+        # own: about a tenth of a millisecond less per request than h11 and asyncio's loop.
         api_cmd = [
             sys.executable,
             "-m",
-            "uvicorn",
-            "loom.api.main:app",
+            "loom.api.process",
             "--host",
             self.settings.host,
             "--port",
             str(self.settings.port),
-            "--no-access-log",
-            "--log-level",
-            "warning",
-            "--timeout-graceful-shutdown",
+            "--drain-seconds",
             str(API_DRAIN_S),
         ]
         self.api.append(Child("api", self._spawner(api_cmd, env), API_DRAIN_S + 3.0))

@@ -132,4 +132,4 @@ def _is_loom_command(proc: psutil.Process) -> bool:
     except psutil.Error:
         return False
     head = [Path(a).name for a in args[:2]]
-    return "loom" in head or "loom.cli.main" in args or "loom.api.main:app" in args
+    return "loom" in head or "loom.cli.main" in args or "loom.api.main:app" in args or "loom.api.process" in args

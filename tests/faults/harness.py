@@ -46,7 +46,7 @@ def child_kind(proc: psutil.Process) -> str | None:
         return "redis"
     if "loom.embedded.clickhouse_endpoint" in args:
         return "clickhouse"
-    if "uvicorn" in args:
+    if "loom.api.process" in args:
         return "api"
     if "loom.cli.main" in args and "worker" in args:
         return "worker"

@@ -352,7 +352,8 @@ def test_sigterm_under_load_answers_every_request_in_flight_within_5s(home):
     unanswered = [o for o in in_flight if o.status != 200]
     assert code == 0, serve.output()[-2000:]
     assert "Loom stopped." in serve.output()
-    assert took < SIGTERM_LIMIT_S, f"stopping took {took:.1f}s"
+    steps = [line for line in serve.output().splitlines() if '"event": "stopped"' in line]
+    assert took < SIGTERM_LIMIT_S, f"stopping took {took:.1f}s: {steps}"
     assert len(in_flight) > 5
     assert not unanswered, f"{len(unanswered)} of {len(in_flight)} in flight: {_summary(unanswered)}"
     assert all(o.ended - signalled < SIGTERM_LIMIT_S for o in load.outcomes if o.status == 200)
