@@ -303,7 +303,9 @@ class Supervisor:
             started = time.monotonic()
             self._stop_group(group)
             if group:
-                log.info("stopped", children=[c.name for c in group], seconds=round(time.monotonic() - started, 2))
+                log.info(
+                    "stopped", children=[c.name for c in group], seconds=round(time.monotonic() - started, 2)
+                )
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

@@ -343,6 +343,9 @@ def test_sigterm_under_load_answers_every_request_in_flight_within_5s(home):
         load = Load(serve.base, tok, "fault-sigterm", appenders=4, batch_appenders=2, searchers=2)
         load.start()
         time.sleep(2.0)
+        deadline = time.monotonic() + 30  # a loaded machine answers slowly: wait for some answers
+        while len(load.outcomes) < 10 and time.monotonic() < deadline:
+            time.sleep(0.1)
         signalled = time.monotonic()
         code, took = serve.signal_and_wait(signal.SIGTERM)
         load.stop()
@@ -354,7 +357,7 @@ def test_sigterm_under_load_answers_every_request_in_flight_within_5s(home):
     assert "Loom stopped." in serve.output()
     steps = [line for line in serve.output().splitlines() if '"event": "stopped"' in line]
     assert took < SIGTERM_LIMIT_S, f"stopping took {took:.1f}s: {steps}"
-    assert len(in_flight) > 5
+    assert len(in_flight) >= 10
     assert not unanswered, f"{len(unanswered)} of {len(in_flight)} in flight: {_summary(unanswered)}"
     assert all(o.ended - signalled < SIGTERM_LIMIT_S for o in load.outcomes if o.status == 200)
     _, alive = psutil.wait_procs(descendants, timeout=5)
