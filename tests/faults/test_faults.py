@@ -42,9 +42,10 @@ LOAD_BEFORE_S = 1.5  # load before each kill
 LOAD_AFTER_S = 2.0  # load after the service is back
 RECOVERY_LIMIT_S = 10.0
 # A restarted API or worker is a new Python process: ~2 s of imports on an idle 2-core
-# machine, several times that on a shared, overloaded one. The 10 s bound holds where
-# starting one takes its normal time; past that it grows with the measured start.
-NORMAL_START_S = 3.0
+# machine, several times that on a shared, overloaded one (and every step after it is
+# slower too). The 10 s bound holds where starting one takes its normal time; past
+# that it grows in proportion to the measured start.
+NORMAL_START_S = 2.0
 # How long after the last kill every acknowledged turn must have its embedding row: an
 # embed that waited out LOOM_EMBED_WAIT_SECONDS has its error row by then; a turn whose
 # embedding never ran is left to the workers' recovery pass.
