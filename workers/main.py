@@ -6,11 +6,14 @@ texts of many concurrent jobs into one model call.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from arq.cron import CronJob, cron
 from arq.worker import Worker
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from loom import logging as loom_logging
 from loom.gc_tuning import calm_the_garbage_collector
@@ -21,6 +24,12 @@ from workers import embedding
 from workers.jobs import FUNCTIONS, recover_embeddings
 
 IDLE_POLL_S = 0.1   # a job enqueued without a wake-up waits at most this long
+# On SIGTERM/SIGINT the worker takes no new job and gives its running ones this long to
+# finish (then cancels them): an append the API is still answering waits on its job.
+STOP_WAIT_S = 5
+REDIS_RETRY_S = 0.2  # between polls while Redis is away (restarting)
+
+log = loom_logging.get("loom.worker")
 
 
 class WakeableWorker(Worker):
@@ -35,9 +44,16 @@ class WakeableWorker(Worker):
     """
 
     async def _poll_iteration(self) -> None:
-        await super()._poll_iteration()
-        # Redis >= 6 takes the timeout in (fractional) seconds; None back on a timeout.
-        await self.pool.blpop([WAKE_KEY], timeout=IDLE_POLL_S)  # type: ignore[misc, arg-type]
+        try:
+            await super()._poll_iteration()
+            # Redis >= 6 takes the timeout in (fractional) seconds; None back on a timeout.
+            await self.pool.blpop([WAKE_KEY], timeout=IDLE_POLL_S)  # type: ignore[misc, arg-type]
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            # Redis went away (`loom serve` restarts it on the same socket): keep the
+            # running jobs and the loaded model, and poll again once it is back, rather
+            # than exit and make the supervisor start a whole new worker process.
+            log.warning("redis unreachable; polling again", error=type(exc).__name__)
+            await asyncio.sleep(REDIS_RETRY_S)
 
 
 class _NoJobData(logging.Filter):
@@ -122,6 +138,7 @@ def build_worker(settings: Settings, clickhouse_url: str, redis_url: str, **over
         job_timeout=300,
         keep_result=60,
         handle_signals=True,
+        job_completion_wait=STOP_WAIT_S,
     )
     options.update(overrides)
     quiet_job_logs()

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from loom.cli.erasure import erasure_app, retention_app
 from loom.settings import Settings, SettingsError, load_settings
+
+if TYPE_CHECKING:
+    from loom.supervisor import Supervisor
 
 app = typer.Typer(help="Loom: the memory store for AI agents.", no_args_is_help=True, add_completion=False)
 token_app = typer.Typer(help="Mint, list and revoke bearer tokens.", no_args_is_help=True)
@@ -60,26 +60,11 @@ def worker() -> None:
         run_worker(settings, backends.clickhouse_url, backends.redis_url)
     finally:
         backends.stop()
-
-
-def _child_env(settings: Settings, clickhouse_url: str, redis_url: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(LOOM_CLICKHOUSE_URL=clickhouse_url, LOOM_REDIS_URL=redis_url, LOOM_HOME=str(settings.home))
-    return env
-
-
-def _wait_healthy(url: str, procs: list[subprocess.Popen[bytes]], timeout: float = 120.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(p.poll() is not None for p in procs):
-            return False
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    return False
+    # Stopped, jobs finished, buffers flushed: skip the interpreter's teardown of the
+    # worker's modules (seconds on a busy machine; `loom serve` waits for this exit).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @app.command()
@@ -90,60 +75,56 @@ def serve(
                                              min=1, max=65535)] = None,
 ) -> None:
     """Run Loom: with no configuration, the embedded ClickHouse endpoint and Redis,
-    migrations, an arq worker and the API on 127.0.0.1:7777. Ctrl-C stops everything."""
-    from loom.embedded.backends import start_backends
-    from loom.store.schema import prepare
+    migrations, an arq worker and the API on 127.0.0.1:7777, each restarted if it dies
+    (loom.supervisor). Ctrl-C stops everything, the API first."""
+    from loom.embedded.backends import BackendInUse
+    from loom.supervisor import HomeInUse, Supervisor
 
     settings = _settings()
     overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     settings = settings.model_copy(update=overrides) if overrides else settings
     started = time.monotonic()
-    settings.home.mkdir(parents=True, exist_ok=True)
-    backends = start_backends(settings)
-    children: list[subprocess.Popen[bytes]] = []
-    stopping = False
-
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    sup = Supervisor(settings)
+    sup.install_signal_handlers()
     try:
-        report = prepare(settings, backends.clickhouse_url)
-        if report.applied:
-            console.print(f"migrations applied: {', '.join(report.applied)}")
-        if settings.tiering_conversations_warm_days:
-            console.print(f"tiering: {report.storage.tiering}")
-        env = _child_env(settings, backends.clickhouse_url, backends.redis_url)
-        for _ in range(workers if settings.clickhouse_embedded or settings.redis_embedded else 0):
-            children.append(subprocess.Popen([sys.executable, "-m", "loom.cli.main", "worker"], env=env))
-        # uvicorn picks httptools and uvloop (uvicorn[standard]) on its own: about a
-        # tenth of a millisecond less per request than h11 and asyncio's loop.
-        children.append(subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "loom.api.main:app", "--host", settings.host,
-             "--port", str(settings.port), "--no-access-log", "--log-level", "warning"], env=env))
-        base = f"http://{settings.host}:{settings.port}"
-        if not _wait_healthy(f"{base}/healthz", children):
-            console.print("[red]the API did not come up; see the log above[/red]")
-            raise typer.Exit(1)
-        console.print(f"[green]Loom is up[/green] in {time.monotonic() - started:.1f}s\n"
-                      f"  API        {base}/v1/<op>\n  OpenAPI    {base}/docs\n"
-                      f"  Health     {base}/healthz\n"
-                      f"  Home       {settings.home}\nPress Ctrl-C to stop.")
-        while not stopping and all(p.poll() is None for p in children):
-            time.sleep(0.2)
+        sup.take_home(console.print)
+    except (HomeInUse, BackendInUse) as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    failure = "the start-up failed"
+    try:
+        failure = _serve_until_stopped(sup, settings, workers, started)
     finally:
-        for proc in reversed(children):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in reversed(children):
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        backends.stop()
-        console.print("Loom stopped.")
+        sup.stop()
+        console.print(f"[red]Loom stopped: {failure}[/red]" if failure else "Loom stopped.")
+    # Every child is stopped and nothing is left to flush: skip the interpreter's
+    # teardown of its modules, which takes seconds on a busy machine.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1 if failure else 0)
+
+
+def _serve_until_stopped(sup: Supervisor, settings: Settings, workers: int, started: float) -> str:
+    """Start everything, then supervise until stopped; why Loom failed, or "" after a stop."""
+    from loom.store.schema import prepare
+
+    clickhouse_url, redis_url = sup.start_backends()
+    report = prepare(settings, clickhouse_url)
+    if report.applied:
+        console.print(f"migrations applied: {', '.join(report.applied)}")
+    if settings.tiering_conversations_warm_days:
+        console.print(f"tiering: {report.storage.tiering}")
+    sup.start_services(clickhouse_url, redis_url,
+                       workers if settings.clickhouse_embedded or settings.redis_embedded else 0)
+    base = f"http://{settings.host}:{settings.port}"
+    if (why := sup.wait_healthy(f"{base}/healthz")) is not None:
+        return "" if sup.stop_requested else f"the API did not come up ({why}); see the log above"
+    console.print(f"[green]Loom is up[/green] in {time.monotonic() - started:.1f}s\n"
+                  f"  API        {base}/v1/<op>\n  OpenAPI    {base}/docs\n"
+                  f"  Health     {base}/healthz\n"
+                  f"  Home       {settings.home}\nPress Ctrl-C to stop.")
+    sup.supervise()
+    return sup.give_up_message()
 
 
 @app.command()

@@ -137,25 +137,20 @@ class EndpointProcess:
             self.process.wait()
 
 
-def start_endpoint(data_dir: Path, port: int = 0, *, timeout: float = 30.0) -> EndpointProcess:
+def start_endpoint(data_dir: Path, port: int = 0, *, timeout: float = 30.0,
+                   die_with_parent: bool = False) -> EndpointProcess:
     """Spawn the endpoint on `data_dir` and return once it accepts connections.
 
     Raises EndpointAlreadyRunning if another endpoint owns the directory, EndpointError
     if it fails to start in `timeout` seconds. Its stderr goes to DIR/endpoint.log.
+    With die_with_parent (Linux), the kernel stops it when the calling thread exits.
     """
     data_dir = Path(data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / LOG_FILE
-    cmd = [sys.executable, "-m", "loom.embedded.clickhouse_endpoint",
-           "--data-dir", str(data_dir), "--port", str(port)]
-    # The child must import this package even if it is not installed (run from a checkout).
-    package_root = str(Path(__file__).resolve().parents[2])
-    pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "TZ": "UTC", "PYTHONPATH": pythonpath}
     with open(log_path, "ab") as log:
         log_offset = log.tell()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                env=env, close_fds=True)
+        proc = _popen(data_dir, port, subprocess.PIPE, log, die_with_parent)
     assert proc.stdout is not None
     try:
         line = _read_listening_line(proc, proc.stdout, timeout)
@@ -174,6 +169,43 @@ def start_endpoint(data_dir: Path, port: int = 0, *, timeout: float = 30.0) -> E
                             f"(exit code {proc.returncode}): {detail or 'no output'}")
     host, _, port_text = line[len(LISTENING_PREFIX):].rpartition(":")
     return EndpointProcess(proc, int(port_text), host.strip("[]"))
+
+
+def spawn_endpoint(data_dir: Path, port: int, *, die_with_parent: bool = False) -> subprocess.Popen[bytes]:
+    """Start the endpoint on a known port without waiting for it (a supervisor's
+    restart keeps the URL every client has). All its output goes to DIR/endpoint.log;
+    ping(url) says when it is up."""
+    data_dir = Path(data_dir).resolve()
+    with open(data_dir / LOG_FILE, "ab") as log:
+        return _popen(data_dir, port, log, log, die_with_parent)
+
+
+def _popen(data_dir: Path, port: int, stdout: Any, stderr: Any, die_with_parent: bool) -> subprocess.Popen[bytes]:
+    from loom.embedded.lifeline import die_with_parent as lifeline
+
+    cmd = [sys.executable, "-m", "loom.embedded.clickhouse_endpoint",
+           "--data-dir", str(data_dir), "--port", str(port)]
+    # The child must import this package even if it is not installed (run from a checkout).
+    package_root = str(Path(__file__).resolve().parents[2])
+    pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "TZ": "UTC", "PYTHONPATH": pythonpath}
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, close_fds=True,
+                            preexec_fn=lifeline() if die_with_parent else None)
+
+
+def endpoint_pid(data_dir: Path) -> int | None:
+    """The pid of the endpoint process that owns `data_dir`, if one runs (answering or
+    not): the lock file names it, its command line must confirm it."""
+    import psutil
+
+    data_dir = Path(data_dir).resolve()
+    try:
+        pid = int((data_dir / LOCK_FILE).read_text().strip())
+        cmdline = psutil.Process(pid).cmdline()
+    except (OSError, ValueError, psutil.Error):
+        return None
+    ours = "loom.embedded.clickhouse_endpoint" in cmdline and str(data_dir) in cmdline
+    return pid if ours else None
 
 
 def find_running_endpoint(data_dir: Path) -> str | None:

@@ -519,7 +519,7 @@ def test_ctrl_c_leaves_no_process_behind(served: Served) -> None:
     kinds = {
         "redis-server": "redis-server",
         "endpoint": "loom.embedded.clickhouse_endpoint",
-        "api": "uvicorn loom.api.main:app",
+        "api": "loom.api.process",
         "worker": "loom.cli.main worker",
     }
     missing = [k for k, needle in kinds.items() if not any(needle in c for c in seen)]

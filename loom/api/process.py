@@ -1,0 +1,42 @@
+"""The API process `loom serve` starts: `python -m loom.api.process --host H --port P`.
+
+uvicorn as its command line would run it (httptools and uvloop, no access log), with a
+bound on answering the requests in flight once told to stop (SIGTERM/SIGINT), and no
+interpreter teardown after that: tearing down the API's modules took seconds on a busy
+machine, and the supervisor waits for this process to exit before it stops the workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import uvicorn
+
+STARTUP_FAILURE = 3  # uvicorn's own exit code when the app did not start
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m loom.api.process")
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--drain-seconds", type=int, default=5, help="bound on answering in-flight requests")
+    args = parser.parse_args(argv)
+    config = uvicorn.Config(
+        "loom.api.main:app",
+        host=args.host,
+        port=args.port,
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=args.drain_seconds,
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if server.started else STARTUP_FAILURE)
+
+
+if __name__ == "__main__":
+    main()
