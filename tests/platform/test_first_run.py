@@ -454,8 +454,7 @@ def test_readme_first_session_runs_as_written(served: Served) -> None:
 # -- what the README documents exists ------------------------------------------------------
 
 
-def _setting_is_used(name: str) -> bool:
-    """Read somewhere in loom/ or workers/ other than its declaration."""
+def _read_outside_settings(name: str) -> bool:
     pattern = re.compile(rf"\.{name}\b|[\"']{name}[\"']")
     for path in [*REPO.glob("loom/**/*.py"), *REPO.glob("workers/**/*.py")]:
         if path == REPO / "loom" / "settings.py":
@@ -463,6 +462,28 @@ def _setting_is_used(name: str) -> bool:
         if pattern.search(path.read_text()):
             return True
     return False
+
+
+def _derived_in_settings(name: str) -> list[str]:
+    """The Settings properties that read the setting (a derived value the code uses)."""
+    import ast
+
+    tree = ast.parse((REPO / "loom" / "settings.py").read_text())
+    found = []
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and any(
+            isinstance(d, ast.Name) and d.id == "property" for d in fn.decorator_list
+        ):
+            reads = {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
+            if name in reads:
+                found.append(fn.name)
+    return found
+
+
+def _setting_is_used(name: str) -> bool:
+    """Read somewhere in loom/ or workers/ other than its declaration, directly or
+    through a Settings property that is."""
+    return _read_outside_settings(name) or any(_read_outside_settings(p) for p in _derived_in_settings(name))
 
 
 def test_every_setting_the_readme_names_is_read_and_used() -> None:

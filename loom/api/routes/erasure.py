@@ -76,7 +76,7 @@ async def erasure_request(
     return _erasure(req)
 
 
-@router.post("/erasure.status", response_model=ErasureResponse)
+@router.post("/erasure.status", response_model=ErasureResponse, responses=error_responses(404))
 async def erasure_status(
     body: ErasureStatusRequest,
     who: Principal = Depends(require(Role.admin)),
