@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 
 from redis.asyncio import Redis
 
+from loom import redis_keys
+
 _RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
 return 0
@@ -67,7 +69,7 @@ class Lease:
 
 
 def thread_lease_key(namespace: str, thread_id: str) -> str:
-    return f"loom:lease:thread:{namespace}:{thread_id}"
+    return redis_keys.thread_lease(namespace, thread_id)
 
 
 @contextlib.asynccontextmanager

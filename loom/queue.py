@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-QUEUE = "loom:queue"
+from loom import redis_keys
+
+QUEUE = redis_keys.QUEUE
 # A job's enqueuer pushes a token here (see wake_workers); an idle worker blocks on it
 # instead of polling the queue every few milliseconds.
-WAKE_KEY = f"{QUEUE}:wake"
+WAKE_KEY = redis_keys.QUEUE_WAKE
 WAKE_TTL_S = 60
 
 

@@ -31,14 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from loom import failures
+from loom import failures, jobs
 from loom import logging as loom_logging
 from loom.ops.conversation.embedding import (
     EmbedPipeline,
     EmbedTurn,
     ModelResult,
     Outcome,
-    ReembedItem,
     push_reply,
     wait_gate,
     write_deadline_ns,
@@ -233,27 +232,43 @@ async def shutdown(ctx: dict[str, Any]) -> None:
 # -- job bodies ---------------------------------------------------------------------
 
 
-async def _reply(ctx: dict[str, Any], payload: dict[str, Any], msg: dict[str, Any]) -> None:
-    if payload.get("reply"):
-        await push_reply(services(ctx), payload["reply"], {"job": payload.get("job", ""), **msg})
+async def _reply(ctx: dict[str, Any], job: jobs.Replied, msg: dict[str, Any]) -> None:
+    if job.reply:
+        await push_reply(services(ctx), job.reply, {"job": job.job, **msg})
+
+
+async def _refuse(ctx: dict[str, Any], payload: Any, exc: Exception) -> dict[str, Any]:
+    """A payload this build cannot read: logged loudly, and the awaiting API (when the
+    payload names its reply list) answered at once with the error, so that it fails
+    open now rather than when its wait runs out."""
+    log.error("job payload refused", error=str(exc))   # names fields and versions, never a value
+    msg: dict[str, Any] = {"error": failures.failure(exc)}
+    if isinstance(payload, dict) and isinstance(payload.get("reply"), str) and payload["reply"]:
+        await push_reply(services(ctx), payload["reply"], {"job": str(payload.get("job", "")), **msg})
+    return msg
 
 
 async def embed_turns(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     """Each part (REPLY_PART turns) of the job is replied as soon as it is written; a
     failure replies an error for whatever is left (the API then records it, fail-open)."""
-    turns: Sequence[EmbedTurn] = [EmbedTurn.unpack(t) for t in payload["turns"]]
+    try:
+        job = jobs.read(jobs.EmbedTurnsJob, payload)
+    except jobs.PayloadRefused as exc:
+        await _refuse(ctx, payload, exc)
+        raise
+    turns: Sequence[EmbedTurn] = job.turns
     pipeline: EmbedPipeline = ctx[PIPELINE]
 
     async def on_part(lo: int, outcomes: list[Outcome]) -> None:
-        await _reply(ctx, payload, {"part": lo, "outcomes": [[o.status, o.error] for o in outcomes]})
+        await _reply(ctx, job, {"part": lo, "outcomes": [[o.status, o.error] for o in outcomes]})
 
     svc = services(ctx)
     gate = None
-    if payload.get("gate"):
+    if job.gate:
         # Longer than the API waits: past that, the API has recorded the error anyway.
-        gate = wait_gate(svc.redis, str(payload["gate"]), max(30.0, 2 * svc.settings.embed_wait_seconds))
-    # A job from an API of an earlier build carries no enqueue stamp: no deadline then.
-    not_after = write_deadline_ns(svc.settings, int(payload["at"])) if payload.get("at") else 0
+        gate = wait_gate(svc.redis, job.gate, max(30.0, 2 * svc.settings.embed_wait_seconds))
+    # A job with no enqueue stamp (0) has no write deadline.
+    not_after = write_deadline_ns(svc.settings, job.at) if job.at else 0
     try:
         outcomes = await pipeline.embed_turns(turns, chunk=REPLY_PART, on_part=on_part, gate=gate,
                                               not_after_ns=not_after)
@@ -261,7 +276,7 @@ async def embed_turns(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str,
     except Exception as exc:
         log.error("embed_turns failed", error=failures.detail(exc), turns=len(turns))
         msg: dict[str, Any] = {"error": failures.failure(exc)}
-        await _reply(ctx, payload, msg)
+        await _reply(ctx, job, msg)
         return msg
 
 
@@ -281,11 +296,15 @@ async def recover_embeddings(ctx: dict[str, Any]) -> dict[str, Any]:
 
 
 async def reembed_rows(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
-    items = [ReembedItem(*r) for r in payload["rows"]]
     try:
-        msg: dict[str, Any] = {"counts": await ctx[PIPELINE].reembed(items)}
+        job = jobs.read(jobs.ReembedRowsJob, payload)
+    except jobs.PayloadRefused as exc:
+        await _refuse(ctx, payload, exc)
+        raise
+    try:
+        msg: dict[str, Any] = {"counts": await ctx[PIPELINE].reembed(job.rows)}
     except Exception as exc:
-        log.error("reembed_rows failed", error=failures.detail(exc), rows=len(items))
+        log.error("reembed_rows failed", error=failures.detail(exc), rows=len(job.rows))
         msg = {"error": failures.failure(exc)}
-    await _reply(ctx, payload, msg)
+    await _reply(ctx, job, msg)
     return msg

@@ -1,9 +1,10 @@
-"""The arq job functions. Each is thin: it unpacks its arguments and calls an op."""
+"""The arq job functions. Each is thin: it reads its typed payload (loom.jobs) and calls an op."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from loom import jobs
 from loom.ops.erasure import requesting
 from workers import embedding
 
@@ -30,7 +31,8 @@ async def recover_embeddings(ctx: dict[str, Any]) -> dict[str, Any]:
 
 async def erasure_remove(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     """Remove an erasure's rows from disk, resuming at its first step not done."""
-    req = await requesting.run_removal(ctx["loom"], str(payload["erasure_id"]))
+    job = jobs.read(jobs.ErasureRemoveJob, payload)
+    req = await requesting.run_removal(ctx["loom"], job.erasure_id)
     return {"erasure_id": req.erasure_id, "state": req.state, "steps_done": req.steps_done}
 
 

@@ -18,14 +18,15 @@ from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
+from loom import redis_keys
+
 TTL_S = 3_600
-_PREFIX = "loom:deleted:"
 
 ThreadKey = tuple[str, str, str]  # (namespace, agent, thread_id)
 
 
 def key(namespace: str) -> str:
-    return _PREFIX + namespace
+    return redis_keys.fences(namespace)
 
 
 def _field(agent: str, thread_id: str) -> str:

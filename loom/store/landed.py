@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from clickhouse_connect.driver.client import Client
 from redis.asyncio import Redis
 
+from loom import redis_keys
+
 TurnKey = tuple[str, str, str, str]     # (namespace, agent, thread_id, msg_id)
 
 BUCKETS = 4096
-_PREFIX = "loom:landed:"
 REBUILD_PAGE = 20_000
 
 # KEYS: the ready marks of the batch's namespaces (n of them), then per turn its claim
@@ -112,7 +113,7 @@ def _digest(kind: str, parts: Iterable[str]) -> bytes:
 
 def _slot(namespace: str, digest: bytes) -> tuple[str, bytes]:
     bucket = int.from_bytes(digest[:2], "big") % BUCKETS
-    return f"{_PREFIX}{namespace}:{bucket:03x}", digest[2:]
+    return redis_keys.landed_bucket(namespace, bucket), digest[2:]
 
 
 def _this_agent(key: TurnKey) -> tuple[str, bytes]:
@@ -124,7 +125,7 @@ def _any_agent(key: TurnKey) -> tuple[str, bytes]:
 
 
 def ready_key(namespace: str) -> str:
-    return f"{_PREFIX}{namespace}:ready"
+    return redis_keys.landed_ready(namespace)
 
 
 async def claim_and_note(redis: Redis, keys: Sequence[TurnKey], claim_keys: Sequence[str], claim_value: str,

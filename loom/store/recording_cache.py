@@ -17,12 +17,13 @@ from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
+from loom import redis_keys
+
 TTL_S = 60
-_PREFIX = "loom:recording:"
 
 
 def key(namespace: str) -> str:
-    return _PREFIX + namespace
+    return redis_keys.recording(namespace)
 
 
 async def cached(redis: Redis, namespaces: Sequence[str]) -> dict[str, bool | None]:

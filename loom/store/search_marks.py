@@ -35,12 +35,13 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 from redis.asyncio import Redis
 
+from loom import redis_keys
+
 CLOCK_MARGIN_NS = 2_000_000_000
 WHOLE = ""                                # thread_id of a namespace-wide mark
 # The cache's generation is part of its keys: a migration that raises marks in ClickHouse
 # (006, 007) cannot reach the caches of running processes, so a build that ships one
 # starts a new generation and every namespace is loaded from ClickHouse again.
-_PREFIX = "loom:search:marks:2:"
 
 Run = Callable[..., Awaitable[Any]]      # runs blocking ClickHouse I/O off the loop (Services.run)
 Pair = tuple[str, str]                   # (namespace, thread_id); thread_id WHOLE = every thread
@@ -87,7 +88,7 @@ return out
 
 
 def key(namespace: str) -> str:
-    return _PREFIX + namespace
+    return redis_keys.search_marks(namespace)
 
 
 def _us(ns: int) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from loom import jobs
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.leases import Lease
@@ -271,7 +272,8 @@ async def test_an_append_job_past_its_deadline_writes_nothing(ns, services, arq_
 
     turn = EmbedTurn(ns, "default", "t", "m", "user", "", "", utcnow(), "late job")
     stale = now - 2 * int(settings.recovery_grace_seconds * 1e9)
-    result = await worker_embedding.embed_turns(arq_worker.ctx, {"turns": [turn.pack()], "at": stale})
+    payload = jobs.build(jobs.EmbedTurnsJob, turns=[turn], at=stale)
+    result = await worker_embedding.embed_turns(arq_worker.ctx, payload)
     assert result["outcomes"] == [["failed", "embedder_timeout: no embedding came back in time"]]
     assert emb_row(ch, ns, "t", "m") == before  # not even a newer version
     # A job within its deadline writes as before.

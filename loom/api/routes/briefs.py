@@ -34,10 +34,10 @@ async def brief_save(body: BriefSaveRequest, who: Principal = Depends(require(Ro
     """Revise (or start) a brief from events, from sections the agent wrote, or both."""
     events = [Event(e.kind, e.text, e.path, e.exit_code) for e in body.events]
     sections = body.sections.model_dump() if body.sections is not None else None
-    result = await ops.brief_save(
-        svc, who, body.namespace, agent=body.agent, brief_key=body.brief_key, project=body.project,
+    result = await ops.save(svc, who, ops.SaveRequest(
+        namespace=body.namespace, agent=body.agent, brief_key=body.brief_key, project=body.project,
         branch=body.branch, session_id=body.session_id, user_id=body.user_id, events=events,
-        sections=sections, use_llm=body.use_llm, event_cursor=body.event_cursor, if_revision=body.if_revision)
+        sections=sections, use_llm=body.use_llm, event_cursor=body.event_cursor, if_revision=body.if_revision))
     return BriefSaveResponse(**asdict(result))
 
 

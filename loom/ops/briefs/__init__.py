@@ -84,11 +84,23 @@ leaves room:
 from loom.ops.briefs.ops import (
     BriefView,
     ListItem,
+    SaveRequest,
     SaveResult,
     brief_delete,
     brief_get,
     brief_list,
     brief_save,
+    save,
 )
 
-__all__ = ["BriefView", "ListItem", "SaveResult", "brief_delete", "brief_get", "brief_list", "brief_save"]
+__all__ = [
+    "BriefView",
+    "ListItem",
+    "SaveRequest",
+    "SaveResult",
+    "brief_delete",
+    "brief_get",
+    "brief_list",
+    "brief_save",
+    "save",
+]

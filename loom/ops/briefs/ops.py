@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from loom import failures, sensitivity
+from loom import failures, redis_keys, sensitivity
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
@@ -113,7 +113,7 @@ class _FromEvents:
 
 
 def lease_key(namespace: str, stored_key: str) -> str:
-    return f"loom:lease:brief:{namespace}:{stored_key}"
+    return redis_keys.brief_lease(namespace, stored_key)
 
 
 def _identity(who: Principal, user_id: str, session_id: str) -> tuple[str, str]:
@@ -230,91 +230,160 @@ async def _from_events(svc: Services, settings: Settings, namespace: str, base: 
     return out
 
 
-async def brief_save(svc: Services, who: Principal, namespace: str, *, agent: str = "default",
-                     brief_key: str = "", project: str = "", branch: str = "", session_id: str = "",
-                     user_id: str = "", events: Sequence[Event] = (),
-                     sections: Mapping[str, Any] | None = None, use_llm: bool = True,
-                     event_cursor: str = "", if_revision: int | None = None,
-                     settings: Settings | None = None) -> SaveResult:
-    """session.brief_save (writer): revise or start a brief from events, sections, or both."""
+@dataclass(frozen=True)
+class SaveRequest:
+    """One session.brief_save: where, whose, and what to revise the brief from."""
+
+    namespace: str
+    agent: str = "default"
+    brief_key: str = ""
+    project: str = ""
+    branch: str = ""
+    session_id: str = ""
+    user_id: str = ""
+    events: Sequence[Event] = ()
+    sections: Mapping[str, Any] | None = None
+    use_llm: bool = True
+    event_cursor: str = ""
+    if_revision: int | None = None
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A checked request: the brief it writes and who it writes as."""
+
+    req: SaveRequest
+    ns: str
+    stored: str                       # the key as stored (scoped for a bounded token)
+    shown: str                        # the key as the caller sees it
+    user: str
+    session: str
+    agent_patch: Patch | None         # the sections the agent wrote (None: none)
+
+
+@dataclass(frozen=True)
+class _Current:
+    """The brief as stored now: `row` with a deleted one's tombstone, `live` without."""
+
+    row: store.BriefRow | None
+    live: store.BriefRow | None
+    retry: bool                       # this save was applied already: answer it unchanged
+
+    @property
+    def revision(self) -> int:
+        return self.live.revision if self.live else 0
+
+
+async def brief_save(svc: Services, who: Principal, namespace: str, *, settings: Settings | None = None,
+                     **fields: Any) -> SaveResult:
+    """session.brief_save with the request's fields as keywords (see SaveRequest)."""
+    return await save(svc, who, SaveRequest(namespace=namespace, **fields), settings=settings)
+
+
+async def save(svc: Services, who: Principal, req: SaveRequest, *, settings: Settings | None = None) -> SaveResult:
+    """session.brief_save (writer): revise or start a brief from events, sections, or both.
+
+    The retry and revision checks run on a first read, so that a save answered by them
+    pays for no model call, and again under the brief's lease, where they decide."""
     who.require_role(Role.writer)
-    ns = who.namespace(namespace)
-    settings = settings or svc.settings
-    scope = KeyScope.of(who)
-    user, session = _identity(who, user_id, session_id)
-    check_events(events)
-    agent_patch = sections_patch(sections) if sections is not None else None
-    if agent_patch is not None and agent_patch.is_empty():
-        agent_patch = None  # `sections: {}` (or all null) says nothing
-    if not events and agent_patch is None:
-        raise InvalidRequest("a save needs events or sections", field="events", rule="required")
-    stored = scope.for_write(derive_key(brief_key, project, branch, session))
-    shown = scope.show(stored)
-
-    # Cheap answers first, before any model is paid for (checked again under the lease).
-    current = await svc.run(store.get, svc.ch, ns, stored, include_deleted=True)
-    live = current if current is not None and not current.deleted else None
-    if _is_retry(live, session, event_cursor):
-        assert live is not None
-        return SaveResult(ns, shown, live.revision, False, RETRY)
-    _check_cas(live, if_revision)
-
-    base = Sections.from_json(live.sections) if live else Sections()
-    got = await _from_events(svc, settings, ns, base, events, use_llm)
-    result = SaveResult(ns, shown, live.revision if live else 0, False, windows=got.windows,
+    target = _target(who, req)
+    cur = await _read_checked(svc, target)
+    if cur.retry:
+        return SaveResult(target.ns, target.shown, cur.revision, False, RETRY)
+    got = await _from_events(svc, settings or svc.settings, target.ns,
+                             Sections.from_json(cur.live.sections) if cur.live else Sections(), req.events,
+                             req.use_llm)
+    result = SaveResult(target.ns, target.shown, cur.revision, False, windows=got.windows,
                         windows_revised=got.revised, windows_failed=got.failed,
                         events_withheld=got.withheld, events_dropped=got.dropped)
-    if got.refusal is not None and agent_patch is None:
-        if got.refusal == "unavailable":
-            raise Unavailable("no window of this save could be revised (the model failed, answered off "
-                              "contract, or the namespace's switch could not be read); send it again",
-                              rule="brief_not_revised", windows=got.windows, windows_failed=got.failed)
-        result.reason = NOT_REVISED
-        return result
-
+    if got.refusal is not None and target.agent_patch is None:
+        return _refused(got, result)
     try:
-        async with hold(svc.redis, lease_key(ns, stored)):
-            current = await svc.run(store.get, svc.ch, ns, stored, include_deleted=True)
-            live = current if current is not None and not current.deleted else None
-            if _is_retry(live, session, event_cursor):
-                assert live is not None
-                return SaveResult(ns, shown, live.revision, False, RETRY)
-            _check_cas(live, if_revision)
-            base = Sections.from_json(live.sections) if live else Sections()
-            patch = Patch()
-            if got.patch is not None:
-                patch = got.patch
-            elif got.deterministic is not None:
-                patch = builder.build(base, got.deterministic)
-            if agent_patch is not None:
-                patch = patch.then(agent_patch)
-            new = apply(base, patch)
-            old_summary = live.last_summary if live else ""
-            summary = got.summary if got.summary is not None else old_summary
-            result.summary_kept = got.summary is not None
-            result.author = "model" if agent_patch is not None else got.author
-            result.revision = live.revision if live else 0
-            if live is not None and same(new, base) and summary == old_summary:
-                result.reason, result.author, result.summary_kept = UNCHANGED, None, False
-                return result
-            revision = (current.revision if current is not None else 0) + 1
-            now = utcnow()
-            author = result.author or "model"
-            brief_row = store.BriefRow(
-                namespace=ns, brief_key=stored, project=project or (live.project if live else ""),
-                branch=branch or (live.branch if live else ""),
-                session_id=live.session_id if live else session, user_id=user, agent=agent,
-                revision=revision, sections=new.to_json(), author=author, last_session_id=session,
-                last_event_cursor=event_cursor, last_summary=summary,
-                created_at=live.created_at if live else now, updated_at=now)
-            revision_row = store.RevisionRow(
-                namespace=ns, brief_key=stored, revision=revision, project=brief_row.project,
-                branch=brief_row.branch, session_id=session, user_id=user, agent=agent, token_id=who.token_id,
-                sections=brief_row.sections, author=author, event_cursor=event_cursor, last_summary=summary,
-                created_at=now)
-            await svc.run(store.write, svc.ch, brief_row, revision_row)
+        async with hold(svc.redis, lease_key(target.ns, target.stored)):
+            cur = await _read_checked(svc, target)
+            if cur.retry:
+                return SaveResult(target.ns, target.shown, cur.revision, False, RETRY)
+            return await _write(svc, who, target, cur, got, result)
     except LeaseTimeout as exc:
         raise Unavailable("another save of this brief holds it; send it again", rule="lease") from exc
+
+
+def _target(who: Principal, req: SaveRequest) -> _Target:
+    """The request checked (namespace, identity, events, sections) and its brief's key."""
+    ns = who.namespace(req.namespace)
+    scope = KeyScope.of(who)
+    user, session = _identity(who, req.user_id, req.session_id)
+    check_events(req.events)
+    agent_patch = sections_patch(req.sections) if req.sections is not None else None
+    if agent_patch is not None and agent_patch.is_empty():
+        agent_patch = None  # `sections: {}` (or all null) says nothing
+    if not req.events and agent_patch is None:
+        raise InvalidRequest("a save needs events or sections", field="events", rule="required")
+    stored = scope.for_write(derive_key(req.brief_key, req.project, req.branch, session))
+    return _Target(req, ns, stored, scope.show(stored), user, session, agent_patch)
+
+
+async def _read_checked(svc: Services, t: _Target) -> _Current:
+    """The brief as stored now, and whether this save was applied already (a retry:
+    the same session's same event cursor); Conflict when if_revision is not its
+    revision (a retry is answered before that check)."""
+    row = await svc.run(store.get, svc.ch, t.ns, t.stored, include_deleted=True)
+    live = row if row is not None and not row.deleted else None
+    if _is_retry(live, t.session, t.req.event_cursor):
+        return _Current(row, live, retry=True)
+    _check_cas(live, t.req.if_revision)
+    return _Current(row, live, retry=False)
+
+
+def _refused(got: _FromEvents, result: SaveResult) -> SaveResult:
+    """Events alone that revised nothing: 503 when a model or a switch failed (send
+    again), else not-revised."""
+    if got.refusal == "unavailable":
+        raise Unavailable("no window of this save could be revised (the model failed, answered off "
+                          "contract, or the namespace's switch could not be read); send it again",
+                          rule="brief_not_revised", windows=got.windows, windows_failed=got.failed)
+    result.reason = NOT_REVISED
+    return result
+
+
+async def _write(svc: Services, who: Principal, t: _Target, cur: _Current, got: _FromEvents,
+                 result: SaveResult) -> SaveResult:
+    """Under the lease: apply the events' patch, then the agent's, and write the brief
+    and its revision (nothing when the brief and its summary come out the same)."""
+    req, live = t.req, cur.live
+    base = Sections.from_json(live.sections) if live else Sections()
+    patch = Patch()
+    if got.patch is not None:
+        patch = got.patch
+    elif got.deterministic is not None:
+        patch = builder.build(base, got.deterministic)
+    if t.agent_patch is not None:
+        patch = patch.then(t.agent_patch)
+    new = apply(base, patch)
+    old_summary = live.last_summary if live else ""
+    summary = got.summary if got.summary is not None else old_summary
+    result.summary_kept = got.summary is not None
+    result.author = "model" if t.agent_patch is not None else got.author
+    result.revision = cur.revision
+    if live is not None and same(new, base) and summary == old_summary:
+        result.reason, result.author, result.summary_kept = UNCHANGED, None, False
+        return result
+    revision = (cur.row.revision if cur.row is not None else 0) + 1
+    now = utcnow()
+    author = result.author or "model"
+    brief_row = store.BriefRow(
+        namespace=t.ns, brief_key=t.stored, project=req.project or (live.project if live else ""),
+        branch=req.branch or (live.branch if live else ""),
+        session_id=live.session_id if live else t.session, user_id=t.user, agent=req.agent,
+        revision=revision, sections=new.to_json(), author=author, last_session_id=t.session,
+        last_event_cursor=req.event_cursor, last_summary=summary,
+        created_at=live.created_at if live else now, updated_at=now)
+    revision_row = store.RevisionRow(
+        namespace=t.ns, brief_key=t.stored, revision=revision, project=brief_row.project,
+        branch=brief_row.branch, session_id=t.session, user_id=t.user, agent=req.agent, token_id=who.token_id,
+        sections=brief_row.sections, author=author, event_cursor=req.event_cursor, last_summary=summary,
+        created_at=now)
+    await svc.run(store.write, svc.ch, brief_row, revision_row)
     result.revision = revision
     result.changed = True
     return result

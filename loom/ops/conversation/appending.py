@@ -51,7 +51,7 @@ from typing import Any
 from clickhouse_connect.driver.exceptions import OperationalError
 from prometheus_client import Counter, Histogram
 
-from loom import failures
+from loom import failures, redis_keys
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
@@ -89,7 +89,7 @@ FLUSH_SECONDS = Histogram("loom_append_flush_seconds", "Append flush stages", ["
 APPENDED = Counter("loom_append_turns_total", "Appended turns by outcome", ["outcome"])
 
 CLAIM_TTL_S = 3_600
-CLAIM_PREFIX = "loom:claim:turn:"
+CLAIM_PREFIX = redis_keys.TURN_CLAIM
 REBUILD_LEASE_S = 600
 KNOWN_THREADS = 100_000   # threads this process remembers having written a row for
 _RELEASE_CLAIM = """
@@ -137,7 +137,7 @@ class _Flushed:
 def claim_key(key: conv_store.TurnKey) -> str:
     """Per turn, under its namespace's prefix (an erasure of the namespace finds them)."""
     h = hashlib.sha256("\x00".join(key).encode()).hexdigest()[:40]
-    return f"{CLAIM_PREFIX}{key[0]}:{h}"
+    return redis_keys.turn_claim(key[0], h)
 
 
 class AppendPipeline:
@@ -223,20 +223,39 @@ class AppendPipeline:
                               "retry the append") from exc
 
     async def _flush_batch(self, turns: list[conv_store.Turn]) -> list[_Flushed]:
-        svc = self.svc
+        """The steps of a flush (see the module docstring): claim and note the batch's
+        turns while reading the recording switches, sort out which are stored, send
+        those to the model while they are inserted, then embed the ones another
+        agent's copy landed for (or reuse its vector)."""
         FLUSH_ROWS.observe(len(turns))
         started = time.perf_counter()
-        flush_id = uuid.uuid4().hex
-        # Distinct keys of the batch, in order: a key seen again in it is a duplicate.
-        first: dict[conv_store.TurnKey, int] = {}
-        for i, t in enumerate(turns):
-            first.setdefault(t.key, i)
-        unique = list(first)
+        batch = _Batch.of(turns)
+        claimed = await self._claim(batch)
+        FLUSH_SECONDS.labels("state").observe(time.perf_counter() - started)
+        out, stored, release = _sort_out(batch, claimed)
+        if release:
+            await self._release(release, batch.flush_id)
+        vectors: dict[emb_store.EmbKey, str] = {}
+        shared: set[emb_store.EmbKey] = set()
+        if stored:
+            stored, vectors, shared = await self._store(batch, stored, claimed.state, out)
+        self._embed(out, turns, _after_insert(out, turns, stored, vectors, shared), gate=None)
+        FLUSH_SECONDS.labels("total").observe(time.perf_counter() - started)
+        for f in out:
+            APPENDED.labels("stored" if f.stored else str(f.reason)).inc()
+        return out
+
+    async def _claim(self, batch: _Batch) -> _Claimed:
+        """Claim and note the batch's distinct turns and read the recording switches
+        (independent: one round trip each, at once), then which claimed turns landed
+        already. On a failure the claims are released (else a retry would read as a
+        duplicate)."""
+        unique = batch.unique
         namespaces = list(dict.fromkeys(k[0] for k in unique))
-        # The switches and the claims are independent: one round trip each, at once.
         recording_or_error, noted_or_error = await asyncio.gather(
             self._recording(namespaces),
-            landed.claim_and_note(svc.redis, unique, [claim_key(k) for k in unique], flush_id, CLAIM_TTL_S),
+            landed.claim_and_note(self.svc.redis, unique, [claim_key(k) for k in unique], batch.flush_id,
+                                  CLAIM_TTL_S),
             return_exceptions=True)
         if isinstance(noted_or_error, BaseException):
             raise noted_or_error
@@ -248,72 +267,50 @@ class AppendPipeline:
             recording = recording_or_error
             state = await self._landed(noted, recording)
         except BaseException:
-            await self._release(list(claimed), flush_id)   # else a retry would read as a duplicate
+            await self._release(list(claimed), batch.flush_id)
             raise
-        FLUSH_SECONDS.labels("state").observe(time.perf_counter() - started)
-        out: list[_Flushed] = []
-        stored: list[int] = []
-        release: list[conv_store.TurnKey] = []
-        for i, t in enumerate(turns):
-            if t.namespace not in recording:
-                out.append(_Flushed(False, LOGGING_DISABLED))
-                if first[t.key] == i and t.key in claimed:
-                    release.append(t.key)
-            elif first[t.key] != i or t.key in state.existing or t.key not in claimed:
-                # The turn landed already; a saved-only row of it is made recorded by
-                # the append that carried it (after the flush, under the thread lease).
-                maybe_saved = first[t.key] == i and (t.key in state.saved_only or noted[t.key].held_by_save)
-                out.append(_Flushed(False, DUPLICATE, saved_only=maybe_saved))
-                if first[t.key] == i and t.key in claimed:
-                    release.append(t.key)   # an older row: the claim was not needed
-            else:
-                out.append(_Flushed(True))
-                stored.append(i)
-        if release:
-            await self._release(release, flush_id)
-        vectors: dict[emb_store.EmbKey, str] = {}
-        shared: set[emb_store.EmbKey] = set()
-        if stored:
-            await svc.run(_screen, [turns[i] for i in stored])
-            shared = _shared_keys([turns[i] for i in stored], state.elsewhere)
-            # Turns no other agent logged (nearly all) are sent to the model now, while
-            # their rows are inserted: the worker writes their vectors once the gate says
-            # the rows are durable (loom.ops.conversation.embedding.open_gate).
-            early = [i for i in stored if _embeddable(turns[i]) and _emb_key(turns[i]) not in shared]
-            gate = flush_id if early else None
-            self._embed(out, turns, early, gate=gate)
-            t0 = time.perf_counter()
-            try:
-                # The vectors to reuse are read beside the insert, and only for the turns
-                # another agent logged too (rare): no read of embedding rows otherwise.
-                if shared:
-                    vectors, _ = await asyncio.gather(svc.run(emb_store.live_texts, svc.ch, sorted(shared)),
-                                                      self._insert([turns[i] for i in stored], flush_id))
-                else:
-                    await self._insert([turns[i] for i in stored], flush_id)
-            except BaseException:
-                await self._release([turns[i].key for i in stored], flush_id)
-                await self._open_gate(gate, durable=False)
-                raise
-            FLUSH_SECONDS.labels("insert").observe(time.perf_counter() - t0)
-            stored = await self._drop_fenced(turns, stored, out)
-            await self._open_gate(gate, durable=True)
+        return _Claimed(recording, noted, claimed, state)
 
-        later: list[int] = []
-        for i in stored:
-            t = turns[i]
-            out[i].high = t.high_sensitivity
-            if not _embeddable(t) or _emb_key(t) not in shared:
-                continue
-            if vectors.get(_emb_key(t)) == embed_text(t.content):
-                out[i].reused = True       # another agent's copy already has this vector
+    async def _store(self, batch: _Batch, stored: list[int], state: conv_store.Landed, out: list[_Flushed],
+                     ) -> tuple[list[int], dict[emb_store.EmbKey, str], set[emb_store.EmbKey]]:
+        """Screen the stored turns, send those no other agent logged to the model behind
+        the insert gate, insert the rows (reading the vectors another agent's copy may
+        have, beside it), drop the turns a delete fenced, and open the gate. Returns the
+        turns still stored, the live texts read and the keys they were read for."""
+        svc, turns = self.svc, batch.turns
+        await svc.run(_screen, [turns[i] for i in stored])
+        shared = _shared_keys([turns[i] for i in stored], state.elsewhere)
+        # Turns no other agent logged (nearly all) are sent to the model now, while
+        # their rows are inserted: the worker writes their vectors once the gate says
+        # the rows are durable (loom.ops.conversation.embedding.open_gate).
+        early = [i for i in stored if _embeddable(turns[i]) and _emb_key(turns[i]) not in shared]
+        gate = batch.flush_id if early else None
+        self._embed(out, turns, early, gate=gate)
+        vectors = await self._insert_reading(batch, stored, shared, gate)
+        stored = await self._drop_fenced(turns, stored, out)
+        await self._open_gate(gate, durable=True)
+        return stored, vectors, shared
+
+    async def _insert_reading(self, batch: _Batch, stored: list[int], shared: set[emb_store.EmbKey],
+                              gate: str | None) -> dict[emb_store.EmbKey, str]:
+        """The insert; the vectors to reuse are read beside it, and only for the turns
+        another agent logged too (rare): no read of embedding rows otherwise. If it
+        fails, the claims are released and the gate shut."""
+        svc, rows = self.svc, [batch.turns[i] for i in stored]
+        vectors: dict[emb_store.EmbKey, str] = {}
+        t0 = time.perf_counter()
+        try:
+            if shared:
+                vectors, _ = await asyncio.gather(svc.run(emb_store.live_texts, svc.ch, sorted(shared)),
+                                                  self._insert(rows, batch.flush_id))
             else:
-                later.append(i)
-        self._embed(out, turns, later, gate=None)
-        FLUSH_SECONDS.labels("total").observe(time.perf_counter() - started)
-        for f in out:
-            APPENDED.labels("stored" if f.stored else str(f.reason)).inc()
-        return out
+                await self._insert(rows, batch.flush_id)
+        except BaseException:
+            await self._release([t.key for t in rows], batch.flush_id)
+            await self._open_gate(gate, durable=False)
+            raise
+        FLUSH_SECONDS.labels("insert").observe(time.perf_counter() - t0)
+        return vectors
 
     async def _drop_fenced(self, turns: list[conv_store.Turn], stored: list[int], out: list[_Flushed]) -> list[int]:
         """After the insert, before any vector can be written: turns of a thread that a
@@ -390,7 +387,7 @@ class AppendPipeline:
         """Note every turn the namespace holds, then mark its notes complete. One process
         at a time per namespace (a lease); the others keep reading ClickHouse."""
         svc = self.svc
-        lease = Lease(svc.redis, f"{landed.ready_key(namespace)}:rebuilding", ttl_ms=REBUILD_LEASE_S * 1000)
+        lease = Lease(svc.redis, redis_keys.landed_rebuilding(namespace), ttl_ms=REBUILD_LEASE_S * 1000)
         try:
             if not await lease.try_acquire():
                 return
@@ -456,6 +453,81 @@ class AppendPipeline:
         self._remember_threads(threads)
 
 
+@dataclass
+class _Batch:
+    """One flush's turns, its id (claims' value, gate, dedup tokens) and each distinct
+    key's first index (a key seen again in the batch is a duplicate)."""
+
+    turns: list[conv_store.Turn]
+    flush_id: str
+    first: dict[conv_store.TurnKey, int]
+
+    @classmethod
+    def of(cls, turns: list[conv_store.Turn]) -> _Batch:
+        first: dict[conv_store.TurnKey, int] = {}
+        for i, t in enumerate(turns):
+            first.setdefault(t.key, i)
+        return cls(turns, uuid.uuid4().hex, first)
+
+    @property
+    def unique(self) -> list[conv_store.TurnKey]:
+        return list(self.first)
+
+
+@dataclass
+class _Claimed:
+    """What the claim step found: the recording namespaces, each turn's note, the
+    turns this flush claimed, and which of them landed already."""
+
+    recording: set[str]
+    noted: dict[conv_store.TurnKey, landed.Noted]
+    claimed: set[conv_store.TurnKey]
+    state: conv_store.Landed
+
+
+def _sort_out(batch: _Batch, c: _Claimed) -> tuple[list[_Flushed], list[int], list[conv_store.TurnKey]]:
+    """Each turn's answer so far, the indexes of the turns to store, and the claims not
+    needed (a namespace that does not record; a turn that landed already)."""
+    out: list[_Flushed] = []
+    stored: list[int] = []
+    release: list[conv_store.TurnKey] = []
+    for i, t in enumerate(batch.turns):
+        first = batch.first[t.key] == i
+        if t.namespace not in c.recording:
+            out.append(_Flushed(False, LOGGING_DISABLED))
+            if first and t.key in c.claimed:
+                release.append(t.key)
+        elif not first or t.key in c.state.existing or t.key not in c.claimed:
+            # The turn landed already; a saved-only row of it is made recorded by
+            # the append that carried it (after the flush, under the thread lease).
+            maybe_saved = first and (t.key in c.state.saved_only or c.noted[t.key].held_by_save)
+            out.append(_Flushed(False, DUPLICATE, saved_only=maybe_saved))
+            if first and t.key in c.claimed:
+                release.append(t.key)   # an older row: the claim was not needed
+        else:
+            out.append(_Flushed(True))
+            stored.append(i)
+    return out, stored, release
+
+
+def _after_insert(out: list[_Flushed], turns: list[conv_store.Turn], stored: list[int],
+                  vectors: dict[emb_store.EmbKey, str], shared: set[emb_store.EmbKey]) -> list[int]:
+    """Notes each stored turn's screen on its answer; of the turns another agent's copy
+    landed for, those whose vector is reused are answered, and the others returned
+    (to be embedded now that their embedding rows were read)."""
+    later: list[int] = []
+    for i in stored:
+        t = turns[i]
+        out[i].high = t.high_sensitivity
+        if not _embeddable(t) or _emb_key(t) not in shared:
+            continue
+        if vectors.get(_emb_key(t)) == embed_text(t.content):
+            out[i].reused = True       # another agent's copy already has this vector
+        else:
+            later.append(i)
+    return later
+
+
 def _with_retry(fn: Callable[[], None], attempts: int = 3) -> None:
     """Retry an insert on a connection error; its deduplication token makes that safe."""
     for attempt in range(attempts):
@@ -497,8 +569,9 @@ def _why_not_embedded(t: conv_store.Turn, high: bool) -> str:
 
 
 def _embed_turn(t: conv_store.Turn) -> EmbedTurn:
-    return EmbedTurn(t.namespace, t.agent, t.thread_id, t.msg_id, t.role, t.run_id, t.user_id, t.ts,
-                     embed_text(t.content), t.is_summary)
+    return EmbedTurn(namespace=t.namespace, agent=t.agent, thread_id=t.thread_id, msg_id=t.msg_id, role=t.role,
+                     run_id=t.run_id, user_id=t.user_id, ts=t.ts, text=embed_text(t.content),
+                     is_summary=t.is_summary)
 
 
 def pipeline(svc: Services) -> AppendPipeline:

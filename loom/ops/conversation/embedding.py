@@ -45,15 +45,17 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
 from redis.asyncio import Redis
 
-from loom import failures
+from loom import failures, jobs, redis_keys
 from loom import logging as loom_logging
 from loom.clock import next_version
+from loom.jobs import EmbedTurn as EmbedTurn  # re-exported: callers import it from here
+from loom.jobs import ReembedItem as ReembedItem
 from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, skipped
 from loom.ops.conversation.leases import under_thread_leases
 from loom.queue import QUEUE, wake_workers
@@ -66,8 +68,6 @@ from loom.store.write_buffer import Batcher
 
 log = loom_logging.get("loom.conversation.embedding")
 
-EMBED_JOB = "embed_turns"
-REEMBED_JOB = "reembed_rows"
 REPLY_TTL_S = 300
 GATE_TTL_S = 600
 RECOVERY_CLOCK_MARGIN_S = 5.0   # clock skew between API, worker and store hosts, with room to spare
@@ -78,7 +78,7 @@ _OPEN, _SHUT = b"ok", b"fail"
 
 
 def _gate_keys(gate: str) -> tuple[str, str]:
-    return f"loom:gate:{gate}", f"loom:gate:{gate}:wake"
+    return redis_keys.embed_gate(gate), redis_keys.embed_gate_wake(gate)
 
 
 async def open_gate(redis: Redis, gate: str, *, durable: bool) -> None:
@@ -101,38 +101,6 @@ async def wait_gate(redis: Redis, gate: str, timeout: float) -> bool:
         popped = await redis.blpop([wake], timeout=timeout)  # type: ignore[misc, arg-type]
         value = popped[1] if popped is not None else None
     return bool(value == _OPEN)
-
-
-@dataclass(frozen=True)
-class EmbedTurn:
-    """One stored turn to embed: the copy its embedding row will serve, and its text."""
-
-    namespace: str
-    agent: str
-    thread_id: str
-    msg_id: str
-    role: str
-    run_id: str
-    user_id: str
-    ts: datetime
-    text: str
-    is_summary: bool = False
-
-    @property
-    def turn_key(self) -> conv_store.TurnKey:
-        return (self.namespace, self.agent, self.thread_id, self.msg_id)
-
-    @property
-    def emb_key(self) -> emb_store.EmbKey:
-        return (self.namespace, self.thread_id, self.msg_id)
-
-    def pack(self) -> tuple[Any, ...]:
-        return (self.namespace, self.agent, self.thread_id, self.msg_id, self.role, self.run_id, self.user_id,
-                self.ts, self.text, self.is_summary)
-
-    @classmethod
-    def unpack(cls, packed: Sequence[Any]) -> EmbedTurn:
-        return cls(*packed)
 
 
 @dataclass(frozen=True)
@@ -187,18 +155,6 @@ def write_deadline_ns(settings: Settings, enqueued_ns: int) -> int:
     """Until when the vectors of a job enqueued at `enqueued_ns` may be written: past
     it, the recovery pass may have embedded its turns."""
     return enqueued_ns + int((settings.recovery_grace_seconds - RECOVERY_CLOCK_MARGIN_S) * 1e9)
-
-
-@dataclass(frozen=True)
-class ReembedItem:
-    namespace: str
-    thread_id: str
-    msg_id: str
-    text: str
-
-    @property
-    def key(self) -> emb_store.EmbKey:
-        return (self.namespace, self.thread_id, self.msg_id)
 
 
 @dataclass
@@ -472,7 +428,7 @@ class EmbedClient:
 
     def __init__(self, svc: Services) -> None:
         self.svc = svc
-        self.reply_key = f"loom:reply:{uuid.uuid4().hex}"
+        self.reply_key = redis_keys.reply(uuid.uuid4().hex)
         self._calls: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._jobs: dict[str, _Job] = {}
         self._listener: asyncio.Task[None] | None = None
@@ -533,22 +489,23 @@ class EmbedClient:
         self._watchdogs.add(task)
         task.add_done_callback(self._watchdogs.discard)
 
-    async def _enqueue(self, function: str, payload: dict[str, Any], job_id: str, timeout: float) -> None:
+    async def _enqueue(self, model: type[jobs.Replied], job_id: str, timeout: float, **fields: Any) -> None:
+        payload = jobs.build(model, job=job_id, reply=self.reply_key, **fields)
         job = await self.svc.arq.enqueue_job(
-            function, {**payload, "job": job_id, "reply": self.reply_key}, _job_id=job_id,
-            _queue_name=QUEUE, _expires=timedelta(seconds=max(600.0, timeout * 4)))
+            model.JOB, payload, _job_id=job_id, _queue_name=QUEUE,
+            _expires=timedelta(seconds=max(600.0, timeout * 4)))
         if job is None:
             raise JobFailed(f"job {job_id} was not enqueued")
         await wake_workers(self.svc.redis)   # the API awaits it: no poll interval in between
 
-    async def call(self, function: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Enqueue `function(payload)` and await its one reply; TimeoutError after `timeout` s."""
+    async def call(self, model: type[jobs.Replied], timeout: float, **fields: Any) -> dict[str, Any]:
+        """Enqueue the job `model` with `fields` and await its one reply; TimeoutError after `timeout` s."""
         self._listening()
         job_id = uuid.uuid4().hex
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._calls[job_id] = fut
         try:
-            await self._enqueue(function, payload, job_id, timeout)
+            await self._enqueue(model, job_id, timeout, **fields)
             msg = await asyncio.wait_for(asyncio.shield(fut), timeout)
         finally:
             self._calls.pop(job_id, None)
@@ -573,10 +530,8 @@ class EmbedClient:
         wait = self.svc.settings.embed_wait_seconds
         try:
             # "at": the enqueue stamp, from which the worker's write deadline runs.
-            payload: dict[str, Any] = {"turns": [t.pack() for t in job.turns], "at": job.version}
-            if job.gate is not None:
-                payload["gate"] = job.gate
-            await self._enqueue(EMBED_JOB, payload, job_id, wait)
+            await self._enqueue(jobs.EmbedTurnsJob, job_id, wait, turns=list(job.turns), at=job.version,
+                                gate=job.gate)
         except Exception as exc:
             log.warning("could not enqueue an embedding job", error=failures.detail(exc))
             await self._fail_open(job_id, failures.failure(exc))
@@ -603,8 +558,7 @@ class EmbedClient:
                 job.futures[i].set_result(outcome)
 
     async def reembed(self, items: Sequence[ReembedItem], timeout: float) -> dict[str, int]:
-        msg = await self.call(REEMBED_JOB, {"rows": [(i.namespace, i.thread_id, i.msg_id, i.text) for i in items]},
-                              timeout)
+        msg = await self.call(jobs.ReembedRowsJob, timeout, rows=list(items))
         return {k: int(v) for k, v in msg["counts"].items()}
 
 

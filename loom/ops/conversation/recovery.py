@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 from loom import logging as loom_logging
+from loom import redis_keys
 from loom.clock import next_version
 from loom.leases import Lease, LeaseLost
 from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED, FAILED, skipped
@@ -54,7 +55,7 @@ from loom.store import embeddings as emb_store
 
 log = loom_logging.get("loom.conversation.recovery")
 
-LEASE_KEY = "loom:lease:embed-recovery"
+LEASE_KEY = redis_keys.EMBED_RECOVERY_LEASE
 LEASE_TTL_MS = 30_000
 PAGE = 1_000  # transcript rows read per page
 MAX_PAGES = 20  # per pass (~20k rows); the next pass goes on from the saved position

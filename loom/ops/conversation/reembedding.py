@@ -89,7 +89,8 @@ async def reembed_namespace(svc: Services, namespace: str, run_page: RunPage, *,
         high = await svc.run(_reading_high, svc, live)
         for row in live:
             if row.key not in high:
-                items.append(ReembedItem(row.namespace, row.thread_id, row.msg_id, row.text))
+                items.append(ReembedItem(namespace=row.namespace, thread_id=row.thread_id, msg_id=row.msg_id,
+                                         text=row.text))
         if high:
             report.skipped_high += len(high)
             await tombstone_rows(svc, [row for row in live if row.key in high])

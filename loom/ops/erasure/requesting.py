@@ -34,20 +34,20 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from loom import jobs, redis_keys
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
 from loom.errors import Forbidden, InvalidRequest, NotFound, Unavailable
 from loom.leases import LeaseTimeout
-from loom.ops.conversation.appending import CLAIM_PREFIX
 from loom.ops.conversation.common import EMBED_CHARS
 from loom.ops.conversation.deleting import handed_to, heir
 from loom.ops.conversation.leases import under_thread_leases
 from loom.queue import QUEUE, wake_workers
 from loom.services import Services
 from loom.store import erasure as store
-from loom.store import fences, landed, recording_cache, search_marks
+from loom.store import fences, recording_cache, search_marks
 
-REMOVE_JOB = "erasure_remove"
+REMOVE_JOB = jobs.ERASURE_REMOVE
 USER, NAMESPACES = "user", "namespaces"
 REMOVING, DONE, FAILED = "removing", "done", "failed"
 
@@ -153,7 +153,10 @@ def _overall_digest(body: dict[str, Any]) -> str:
 async def _enqueue(svc: Services, erasure_id: str) -> None:
     # One job per request (its id): enqueuing it again while it is queued or running is a no-op.
     await svc.arq.enqueue_job(
-        REMOVE_JOB, {"erasure_id": erasure_id}, _job_id=f"erasure-{erasure_id}", _queue_name=QUEUE
+        REMOVE_JOB,
+        jobs.build(jobs.ErasureRemoveJob, erasure_id=erasure_id),
+        _job_id=f"erasure-{erasure_id}",
+        _queue_name=QUEUE,
     )
     await wake_workers(svc.redis)
 
@@ -246,7 +249,7 @@ def _owned(key: str, prefix: str) -> bool:
     whose name extends it past a ':' ("a" and "a:b"): what follows the prefix is a
     turn's hash (claims) or a bucket or the ready mark (landed notes), never a ':' more."""
     rest = key[len(prefix) :]
-    if prefix.startswith(CLAIM_PREFIX):
+    if prefix.startswith(redis_keys.TURN_CLAIM):
         return ":" not in rest
     return rest in ("ready", "ready:rebuilding") or (len(rest) == 3 and ":" not in rest)
 
@@ -258,8 +261,7 @@ async def purge_redis(redis: Redis, namespace: str) -> int:
     removed = int(
         await redis.delete(search_marks.key(namespace), recording_cache.key(namespace), fences.key(namespace))
     )
-    landed_prefix = landed.ready_key(namespace)[: -len("ready")]
-    for prefix in (f"{CLAIM_PREFIX}{namespace}:", landed_prefix):
+    for prefix in (redis_keys.turn_claims_of(namespace), redis_keys.landed_of(namespace)):
         batch: list[bytes] = []
         async for raw in redis.scan_iter(match=prefix + "*", count=1000):
             text = raw.decode() if isinstance(raw, bytes) else str(raw)

@@ -1,0 +1,151 @@
+"""The payload of every background job: what the API enqueues and a worker reads.
+
+The API and the workers are separate processes and, during a rolling deploy, of
+different builds. So a job's payload is a typed model with a version, read by name
+(never by position), validated where it is read:
+
+* a field renamed, dropped, added or of another type between the enqueuing build and
+  the reading one fails the job loudly (:class:`PayloadRefused` naming the field),
+  instead of a reordered tuple silently putting a thread id where a msg_id belongs;
+* a payload of a version this build does not read (or with none: the positional
+  payloads of earlier builds) is refused the same way, naming the job and both
+  versions.
+
+Change a payload's fields only with a new version, and read the old one until no
+process enqueues it any more.
+
+On the wire a payload is the model's plain dump (a dict of strings, numbers, datetimes
+and lists: arq pickles it). The append path's embedding job is on every append's
+critical path: the API builds it without validation (:meth:`pydantic.BaseModel.model_construct`,
+its values are the API's own) and the worker validates it once
+(bench/job_payload_bench.py measures both).
+
+Who enqueues each job:
+
+| job (function)    | payload           | enqueued by                                   |
+|-------------------|-------------------|-----------------------------------------------|
+| embed_turns       | EmbedTurnsJob     | the append flush (loom.ops.conversation.embedding.EmbedClient) |
+| reembed_rows      | ReembedRowsJob    | conversation.reembed (the same client)        |
+| erasure_remove    | ErasureRemoveJob  | erasure.request (loom.ops.erasure.requesting) |
+| recover_embeddings| none (arq cron)   | every worker's cron                           |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+EMBED_TURNS = "embed_turns"
+REEMBED_ROWS = "reembed_rows"
+ERASURE_REMOVE = "erasure_remove"
+
+
+class PayloadRefused(ValueError):
+    """A job payload this build cannot read (another version, or none)."""
+
+
+@dataclass(frozen=True)
+class EmbedTurn:
+    """One stored turn to embed: the copy its embedding row will serve, and its text."""
+
+    namespace: str
+    agent: str
+    thread_id: str
+    msg_id: str
+    role: str
+    run_id: str
+    user_id: str
+    ts: datetime
+    text: str
+    is_summary: bool = False
+
+    @property
+    def turn_key(self) -> tuple[str, str, str, str]:
+        return (self.namespace, self.agent, self.thread_id, self.msg_id)
+
+    @property
+    def emb_key(self) -> tuple[str, str, str]:
+        return (self.namespace, self.thread_id, self.msg_id)
+
+
+@dataclass(frozen=True)
+class ReembedItem:
+    """One embedding row to embed again from the text it keeps."""
+
+    namespace: str
+    thread_id: str
+    msg_id: str
+    text: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.namespace, self.thread_id, self.msg_id)
+
+
+class JobPayload(BaseModel):
+    """What every payload carries: its version. Unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    JOB: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+    v: int
+
+
+class Replied(JobPayload):
+    """A job whose API process awaits its reply: the job's id and the reply list."""
+
+    job: str = ""
+    reply: str = ""
+
+
+class EmbedTurnsJob(Replied):
+    """Embed the turns one append flush stored (or is storing, behind `gate`)."""
+
+    JOB: ClassVar[str] = EMBED_TURNS
+    turns: list[EmbedTurn]
+    at: int = 0  # the enqueue stamp (ns), from which the worker's write deadline runs
+    gate: str | None = None  # the insert gate the worker waits on before writing
+
+
+class ReembedRowsJob(Replied):
+    """Re-embed a page of embedding rows from the text each keeps."""
+
+    JOB: ClassVar[str] = REEMBED_ROWS
+    rows: list[ReembedItem]
+
+
+class ErasureRemoveJob(JobPayload):
+    """Remove an erasure's rows from disk, resuming at its first step not done."""
+
+    JOB: ClassVar[str] = ERASURE_REMOVE
+    erasure_id: str
+
+
+P = TypeVar("P", bound=JobPayload)
+
+
+def build(model: type[P], **fields: Any) -> dict[str, Any]:
+    """The wire form of a payload built by this process from its own (typed) values:
+    no validation on the enqueuing side (the reader validates)."""
+    return model.model_construct(v=model.VERSION, **fields).model_dump()
+
+
+def read(model: type[P], payload: Any) -> P:
+    """The payload as `model`, or PayloadRefused: another version (or none), or a field
+    missing, unknown or of another type. The message names the job, the versions and
+    the fields, never a value (a payload carries turns' text, which no log may hold)."""
+    version = payload.get("v") if isinstance(payload, dict) else None
+    if version != model.VERSION:
+        raise PayloadRefused(
+            f"{model.JOB} payload version {version!r} refused: this worker reads version {model.VERSION} "
+            "(the enqueuing process runs another build)"
+        )
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(part) for part in e['loc'])}: {e['type']}" for e in exc.errors())
+        raise PayloadRefused(f"{model.JOB} payload (version {version}) refused: {problems}") from None

@@ -1,0 +1,128 @@
+"""Every Redis key Loom writes: its string, type, lifetime and writer, in one place.
+
+A key's string is part of the contract between processes of different builds: during a
+rolling deploy an older API and a newer worker share one Redis, so a key renamed here
+would lose its state (claims, notes, leases, marks) and let two processes disagree.
+tests/test_redis_keys.py pins every string; change one only with a plan for the
+processes still reading the old one.
+
+Every key a namespace owns starts with a prefix that ends in the namespace and a
+colon (or is exactly the prefix plus the namespace), so an erasure can find them
+(loom.ops.erasure.requesting.purge_redis). arq's own keys (``arq:job:…``,
+``arq:result:…``) are arq's: not listed here.
+
+| family              | type   | TTL                         | written by                                   |
+|---------------------|--------|-----------------------------|----------------------------------------------|
+| QUEUE               | zset   | none (arq's)                | the API enqueues, arq's worker pops          |
+| QUEUE_WAKE          | list   | QUEUE_WAKE_TTL_S            | the enqueuer; an idle worker pops            |
+| turn_claim          | string | claims' TTL (append, save)  | append flush (Lua), conversation.save        |
+| landed_bucket       | hash   | none                        | append flush (Lua), the notes' rebuild       |
+| landed_ready        | string | none                        | the notes' rebuild (Redis run_id)            |
+| landed_rebuilding   | string | the rebuild lease's TTL     | the notes' rebuild (a lease)                 |
+| fences              | hash   | fences' TTL (an hour)       | conversation.delete                          |
+| recording           | string | recording cache's TTL       | append flush, namespace switches             |
+| search_marks        | hash   | none                        | writers that change live vectors, search     |
+| thread_lease        | string | the lease's TTL (renewed)   | every writer of a thread's rows              |
+| brief_lease         | string | the lease's TTL (renewed)   | session.brief_save / brief_delete            |
+| EMBED_RECOVERY_LEASE| string | the lease's TTL (renewed)   | the embedding recovery pass (worker cron)    |
+| embed_gate          | string | the gate's TTL              | append flush (API), read by the worker       |
+| embed_gate_wake     | list   | the gate's TTL              | append flush (API), popped by the worker     |
+| reply               | list   | the reply TTL               | the worker pushes, one API process pops      |
+
+The TTLs themselves stay beside the code that sets them (named in the table), since
+each is a rule of that code, not of the key.
+"""
+
+from __future__ import annotations
+
+# -- the job queue (loom.queue) -------------------------------------------------------
+
+QUEUE = "loom:queue"
+"""arq's queue (a sorted set of job ids, arq's own layout). No TTL."""
+QUEUE_WAKE = f"{QUEUE}:wake"
+"""List: one token per enqueued job; an idle worker blocks on it (loom.queue.wake_workers)."""
+
+# -- the append path (loom.ops.conversation.appending, loom.store.landed) -------------
+
+TURN_CLAIM = "loom:claim:turn:"
+"""Prefix. String per turn: the flush id (or ``save:…``) of the one writer that claims it."""
+LANDED = "loom:landed:"
+"""Prefix of a namespace's landed-turn notes: hash buckets, its ready mark, its rebuild lease."""
+FENCES = "loom:deleted:"
+"""Prefix. Hash per namespace: (agent, thread) -> the version a conversation.delete began at."""
+RECORDING = "loom:recording:"
+"""Prefix. String per namespace: "1" or "0", its recording switch (a short cache)."""
+SEARCH_MARKS = "loom:search:marks:2:"
+"""Prefix. Hash per namespace of the verification marks; "2" is the cache's generation."""
+
+# -- leases (loom.leases) ----------------------------------------------------------------
+
+THREAD_LEASE = "loom:lease:thread:"
+BRIEF_LEASE = "loom:lease:brief:"
+EMBED_RECOVERY_LEASE = "loom:lease:embed-recovery"
+"""String: the token of the one worker running the embedding recovery pass."""
+
+# -- the embedding job's channels (loom.ops.conversation.embedding) -------------------
+
+EMBED_GATE = "loom:gate:"
+"""Prefix. String per gated job ("ok" or "fail"), plus a wake-up list beside it."""
+REPLY = "loom:reply:"
+"""Prefix. List per API process: the workers' JSON replies to its jobs."""
+
+
+def turn_claim(namespace: str, turn_hash: str) -> str:
+    return f"{TURN_CLAIM}{namespace}:{turn_hash}"
+
+
+def turn_claims_of(namespace: str) -> str:
+    """The prefix every claim of the namespace starts with (an erasure scans it)."""
+    return f"{TURN_CLAIM}{namespace}:"
+
+
+def landed_of(namespace: str) -> str:
+    """The prefix of every landed-notes key of the namespace."""
+    return f"{LANDED}{namespace}:"
+
+
+def landed_bucket(namespace: str, bucket: int) -> str:
+    return f"{landed_of(namespace)}{bucket:03x}"
+
+
+def landed_ready(namespace: str) -> str:
+    return f"{landed_of(namespace)}ready"
+
+
+def landed_rebuilding(namespace: str) -> str:
+    return f"{landed_ready(namespace)}:rebuilding"
+
+
+def fences(namespace: str) -> str:
+    return FENCES + namespace
+
+
+def recording(namespace: str) -> str:
+    return RECORDING + namespace
+
+
+def search_marks(namespace: str) -> str:
+    return SEARCH_MARKS + namespace
+
+
+def thread_lease(namespace: str, thread_id: str) -> str:
+    return f"{THREAD_LEASE}{namespace}:{thread_id}"
+
+
+def brief_lease(namespace: str, stored_key: str) -> str:
+    return f"{BRIEF_LEASE}{namespace}:{stored_key}"
+
+
+def embed_gate(gate: str) -> str:
+    return f"{EMBED_GATE}{gate}"
+
+
+def embed_gate_wake(gate: str) -> str:
+    return f"{EMBED_GATE}{gate}:wake"
+
+
+def reply(process_id: str) -> str:
+    return f"{REPLY}{process_id}"
