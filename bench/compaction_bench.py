@@ -86,14 +86,27 @@ async def run(args: argparse.Namespace, home: Path) -> None:
             started.append(server)
             redis_url = server.url
         with StandInServer() as standin:
-            standin.set_handler(standin.CHAT, lambda req: standin.chat_ok(
-                "They planned the storage migration and agreed on a Friday cutover.").delayed(MODEL_DELAY_S))
-            settings = Settings(home=home, clickhouse_url=ch_url, redis_url=redis_url, embedder="fake", llm="openai",
-                                llm_url=standin.url, llm_model="stand-in",
-                                clickhouse_database=f"loom_bench_{secrets.token_hex(4)}")
+            standin.set_handler(
+                standin.CHAT,
+                lambda req: standin.chat_ok(
+                    "They planned the storage migration and agreed on a Friday cutover."
+                ).delayed(MODEL_DELAY_S),
+            )
+            settings = Settings(
+                home=home,
+                clickhouse_url=ch_url,
+                redis_url=redis_url,
+                embedder="fake",
+                llm="openai",
+                llm_url=standin.url,
+                llm_model="stand-in",
+                clickhouse_database=f"loom_bench_{secrets.token_hex(4)}",
+            )
             prepare(settings, ch_url)
             svc = await open_services(settings, ch_url, redis_url)
-            worker = build_worker(settings, ch_url, redis_url, handle_signals=False, burst=False, cron_jobs=[])
+            worker = build_worker(
+                settings, ch_url, redis_url, handle_signals=False, burst=False, cron_jobs=[]
+            )
             task = asyncio.create_task(worker.async_run())
             while "loom" not in worker.ctx:
                 await asyncio.sleep(0.01)
@@ -118,31 +131,49 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
     timed = TimedLLM(worker.ctx["loom"].llm)
     worker.ctx["loom"].llm = timed
     app = create_app(svc)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=120) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=120
+        ) as client,
+    ):
+
         async def thread(th: str, n: int) -> None:
-            turns = [{"thread_id": th, "role": "user" if i % 2 == 0 else "assistant",
-                      "content": f"turn {i} of {th}: the storage cluster migration checklist, step {i}"}
-                     for i in range(n)]
-            r = await client.post("/v1/conversation.append", headers=headers, json={"namespace": ns, "turns": turns})
+            turns = [
+                {
+                    "thread_id": th,
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"turn {i} of {th}: the storage cluster migration checklist, step {i}",
+                }
+                for i in range(n)
+            ]
+            r = await client.post(
+                "/v1/conversation.append", headers=headers, json={"namespace": ns, "turns": turns}
+            )
             assert r.status_code == 200, r.text
 
         async def compact(th: str) -> float:
             t0 = time.perf_counter()
-            r = await client.post("/v1/conversation.compact", headers=headers,
-                                  json={"namespace": ns, "thread_id": th, "keep_recent": 10})
+            r = await client.post(
+                "/v1/conversation.compact",
+                headers=headers,
+                json={"namespace": ns, "thread_id": th, "keep_recent": 10},
+            )
             elapsed = time.perf_counter() - t0
             assert r.status_code == 200 and r.json()["summary_msg_id"], r.text
             return elapsed
 
         async def append_one(th: str, i: int) -> float:
             t0 = time.perf_counter()
-            r = await client.post("/v1/conversation.append", headers=headers,
-                                  json={"namespace": ns, "thread_id": th, "role": "user", "content": f"ping {i} {th}"})
+            r = await client.post(
+                "/v1/conversation.append",
+                headers=headers,
+                json={"namespace": ns, "thread_id": th, "role": "user", "content": f"ping {i} {th}"},
+            )
             assert r.status_code == 200, r.text
             return time.perf_counter() - t0
 
-        for i in range(3):   # warm-up
+        for i in range(3):  # warm-up
             await thread(f"warm{i}", 200)
             await compact(f"warm{i}")
         e2e, rest = [], []
@@ -152,7 +183,9 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
             took = await compact(f"r{i}")
             e2e.append(took * 1000)
             rest.append((took - sum(timed.spent)) * 1000)
-        print(f"200-turn thread, keep_recent 10, stand-in summarizer {MODEL_DELAY_S * 1000:.0f} ms, fake embedder")
+        print(
+            f"200-turn thread, keep_recent 10, stand-in summarizer {MODEL_DELAY_S * 1000:.0f} ms, fake embedder"
+        )
         report("conversation.compact end to end", e2e)
         report("conversation.compact, everything but the model", rest)
 
@@ -162,14 +195,16 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
             async def one(k: int) -> None:
                 for j in range(n):
                     out.append(await append_one(f"{tag}-a{k}", j))
+
             await asyncio.gather(*(one(k) for k in range(4)))
             return [s * 1000 for s in out]
 
         alone = await appends("alone", args.appends)
         for k in range(args.concurrent):
             await thread(f"c{k}", 200)
-        results = await asyncio.gather(appends("busy", args.appends), *(compact(f"c{k}")
-                                                                          for k in range(args.concurrent)))
+        results = await asyncio.gather(
+            appends("busy", args.appends), *(compact(f"c{k}") for k in range(args.concurrent))
+        )
         busy = results[0]
         report("append alone (4 writers)", alone)
         report(f"append while {args.concurrent} threads are compacted", busy)
@@ -178,7 +213,9 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--concurrent", type=int, default=32)
     parser.add_argument("--appends", type=int, default=25, help="appends per writer (4 writers)")

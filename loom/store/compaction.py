@@ -16,8 +16,10 @@ from loom.store import conversations as conv_store
 from loom.store.deletion import _REVISABLE
 
 _THREAD_WHERE = "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}"
-_COLUMNS = ", ".join(f"toString({c}) AS {c}" if c in ("namespace", "agent", "role", "origin") else c
-                     for c in conv_store.COLUMNS)
+_COLUMNS = ", ".join(
+    f"toString({c}) AS {c}" if c in ("namespace", "agent", "role", "origin") else c
+    for c in conv_store.COLUMNS
+)
 
 
 def live_turns(ch: Client, namespace: str, agent: str, thread_id: str) -> list[conv_store.Turn]:
@@ -36,8 +38,9 @@ def live_turns(ch: Client, namespace: str, agent: str, thread_id: str) -> list[c
     return out
 
 
-def tombstone_msgs(ch: Client, namespace: str, agent: str, thread_id: str, msg_ids: Sequence[str],
-                   reason: str) -> None:
+def tombstone_msgs(
+    ch: Client, namespace: str, agent: str, thread_id: str, msg_ids: Sequence[str], reason: str
+) -> None:
     """A tombstoned version of each named live turn of one agent's thread (written by the
     engine from the newest version; saved_at stays, so the revision reaches the
     saved-message indexes too)."""
@@ -49,6 +52,12 @@ def tombstone_msgs(ch: Client, namespace: str, agent: str, thread_id: str, msg_i
         f"INSERT INTO conversations ({', '.join([*_REVISABLE, 'version'])}) "
         f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversations FINAL WHERE {_THREAD_WHERE} "
         "AND msg_id IN {ids:Array(String)} AND NOT tombstoned",
-        parameters={"ns": namespace, "ag": agent, "th": thread_id, "ids": list(msg_ids), "why": reason,
-                    "v": next_version()},
+        parameters={
+            "ns": namespace,
+            "ag": agent,
+            "th": thread_id,
+            "ids": list(msg_ids),
+            "why": reason,
+            "v": next_version(),
+        },
     )

@@ -18,8 +18,14 @@ class Candidate:
     thread_id: str
 
 
-def candidates(ch: Client, since: datetime, min_turns: int, limit: int, refused_key: str,
-               namespaces: Sequence[str] | None = None) -> list[Candidate]:
+def candidates(
+    ch: Client,
+    since: datetime,
+    min_turns: int,
+    limit: int,
+    refused_key: str,
+    namespaces: Sequence[str] | None = None,
+) -> list[Candidate]:
     """Untitled live threads of namespaces that record conversations, active since
     `since` with at least `min_turns` live recorded turns and no refusal mark, the most
     recently active first."""
@@ -36,8 +42,13 @@ def candidates(ch: Client, since: datetime, min_turns: int, limit: int, refused_
         "                    AND model_calls_enabled) "
         + ("AND t.namespace IN {only:Array(String)} " if namespaces is not None else "")
         + "ORDER BY c.last_ts DESC, namespace, agent, thread_id LIMIT {lim:UInt32}",
-        parameters={"since": since, "min": min_turns, "lim": limit, "mark": refused_key,
-                    "only": list(namespaces or [])},
+        parameters={
+            "since": since,
+            "min": min_turns,
+            "lim": limit,
+            "mark": refused_key,
+            "only": list(namespaces or []),
+        },
     ).named_results()
     return [Candidate(r["namespace"], r["agent"], r["thread_id"]) for r in rows]
 

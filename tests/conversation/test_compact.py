@@ -57,10 +57,24 @@ def _text(i: int) -> str:
     return f"turn {i}: notes on the storage cluster plan, step {i} of the migration checklist"
 
 
-async def _thread(call: Any, writer: str, ns: str, n: int, *, thread: str = "t", agent: str = "a",
-                  texts: dict[int, str] | None = None) -> list[str]:
-    turns = [{"thread_id": thread, "role": "user" if i % 2 == 0 else "assistant",
-              "content": (texts or {}).get(i, _text(i))} for i in range(n)]
+async def _thread(
+    call: Any,
+    writer: str,
+    ns: str,
+    n: int,
+    *,
+    thread: str = "t",
+    agent: str = "a",
+    texts: dict[int, str] | None = None,
+) -> list[str]:
+    turns = [
+        {
+            "thread_id": thread,
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": (texts or {}).get(i, _text(i)),
+        }
+        for i in range(n)
+    ]
     got = await ok(call, "conversation.append", writer, namespace=ns, agent=agent, turns=turns)
     assert all(r["stored"] for r in got["results"])
     return [r["msg_id"] for r in got["results"]]
@@ -72,7 +86,9 @@ async def _compact(call: Any, writer: str, ns: str, **kw: Any) -> dict[str, Any]
 
 
 def _turns(services: Any, ns: str, thread: str = "t", agent: str = "a") -> dict[str, dict[str, Any]]:
-    return {r["msg_id"]: r for r in turn_rows(services.ch, ns) if r["thread_id"] == thread and r["agent"] == agent}
+    return {
+        r["msg_id"]: r for r in turn_rows(services.ch, ns) if r["thread_id"] == thread and r["agent"] == agent
+    }
 
 
 def _live(rows: dict[str, dict[str, Any]]) -> list[str]:
@@ -88,7 +104,11 @@ async def test_without_a_model_the_refusal_names_the_missing_provider(call, ns, 
     r = await call("conversation.compact", writer, namespace=ns, agent="a", thread_id="t")
     assert r.status_code == 409, r.text
     body = r.json()
-    assert body["error"] == "provider_not_configured" and "LLM" in body["message"] and "LOOM_LLM" in body["message"]
+    assert (
+        body["error"] == "provider_not_configured"
+        and "LLM" in body["message"]
+        and "LOOM_LLM" in body["message"]
+    )
 
 
 async def test_a_viewer_may_not_compact_and_bad_input_is_named(call, ns, writer, mint, summarizer):
@@ -98,7 +118,9 @@ async def test_a_viewer_may_not_compact_and_bad_input_is_named(call, ns, writer,
     assert r.status_code == 422 and "keep_recent" in r.text
 
 
-async def test_the_window_before_keep_recent_becomes_one_embedded_summary(call, ns, writer, services, summarizer):
+async def test_the_window_before_keep_recent_becomes_one_embedded_summary(
+    call, ns, writer, services, summarizer
+):
     ids = await _thread(call, writer, ns, 16)
     got = await _compact(call, writer, ns)
     assert got["messages_summarized"] == 6 and got["reason"] is None and got["summary_msg_id"]
@@ -133,20 +155,28 @@ async def test_fewer_than_min_to_compact_new_turns_are_left_alone(call, ns, writ
     assert got["messages_summarized"] == 8
 
 
-async def test_high_and_saved_turns_stay_live_and_the_high_one_is_never_sent(call, ns, writer, services,
-                                                                             summarizer):
+async def test_high_and_saved_turns_stay_live_and_the_high_one_is_never_sent(
+    call, ns, writer, services, summarizer
+):
     ids = await _thread(call, writer, ns, 16, texts={2: HIGH})
     save_turn(services.ch, ns, "a", "t", ids[3])
     got = await _compact(call, writer, ns)
     assert got["messages_summarized"] == 4
     rows = _turns(services, ns)
     assert not rows[ids[2]]["tombstoned"] and not rows[ids[3]]["tombstoned"]
-    assert json.loads(rows[got["summary_msg_id"]]["metadata"])["compacted_from"] == [ids[0], ids[1], ids[4], ids[5]]
+    assert json.loads(rows[got["summary_msg_id"]]["metadata"])["compacted_from"] == [
+        ids[0],
+        ids[1],
+        ids[4],
+        ids[5],
+    ]
     prompt = _prompt(summarizer)
     assert HIGH not in prompt and _text(3) not in prompt
 
 
-async def test_a_window_of_only_high_or_saved_turns_has_nothing_to_compact(call, ns, writer, services, summarizer):
+async def test_a_window_of_only_high_or_saved_turns_has_nothing_to_compact(
+    call, ns, writer, services, summarizer
+):
     ids = await _thread(call, writer, ns, 13, texts={0: HIGH, 1: HIGH + " again"})
     save_turn(services.ch, ns, "a", "t", ids[2])
     got = await _compact(call, writer, ns, min_to_compact=1)
@@ -154,8 +184,9 @@ async def test_a_window_of_only_high_or_saved_turns_has_nothing_to_compact(call,
     assert not summarizer.requests_to(summarizer.CHAT)
 
 
-async def test_a_summary_that_cannot_be_embedded_compacts_nothing(call, ns, writer, services, summarizer,
-                                                                 worker_embedder):
+async def test_a_summary_that_cannot_be_embedded_compacts_nothing(
+    call, ns, writer, services, summarizer, worker_embedder
+):
     ids = await _thread(call, writer, ns, 16)
 
     class Broken:
@@ -171,8 +202,9 @@ async def test_a_summary_that_cannot_be_embedded_compacts_nothing(call, ns, writ
     assert set(_live(rows)) == set(ids) and not any(r["is_summary"] for r in rows.values())
 
 
-async def test_a_summary_that_reads_as_high_is_refused_and_not_worth_a_retry(call, ns, writer, services,
-                                                                             summarizer):
+async def test_a_summary_that_reads_as_high_is_refused_and_not_worth_a_retry(
+    call, ns, writer, services, summarizer
+):
     ids = await _thread(call, writer, ns, 16)
     summarizer.set_handler(summarizer.CHAT, lambda req: summarizer.chat_ok(f"they shared it: {HIGH}"))
     got = await _compact(call, writer, ns)
@@ -202,10 +234,14 @@ async def test_a_slow_summarizer_times_out_into_a_reason(call, ns, writer, servi
     assert set(_live(_turns(services, ns))) == set(ids)
 
 
-async def test_an_earlier_summary_at_the_start_folds_in_and_is_replaced(call, ns, writer, services, summarizer):
+async def test_an_earlier_summary_at_the_start_folds_in_and_is_replaced(
+    call, ns, writer, services, summarizer
+):
     ids = await _thread(call, writer, ns, 16)
     first = await _compact(call, writer, ns)
-    more = await _thread(call, writer, ns, 6, texts={i: f"later turn {i} about the cutover" for i in range(6)})
+    more = await _thread(
+        call, writer, ns, 6, texts={i: f"later turn {i} about the cutover" for i in range(6)}
+    )
     summarizer.set_handler(summarizer.CHAT, lambda req: summarizer.chat_ok("second summary of the cutover"))
     got = await _compact(call, writer, ns)
     # The window: the first summary, then ids[6:12]; it does not count.
@@ -214,13 +250,16 @@ async def test_an_earlier_summary_at_the_start_folds_in_and_is_replaced(call, ns
     assert "Earlier summaries:\n" + SUMMARY in prompt
     rows = _turns(services, ns)
     assert rows[first["summary_msg_id"]]["tombstoned"]
-    assert json.loads(rows[got["summary_msg_id"]]["metadata"])["compacted_from"] == [first["summary_msg_id"],
-                                                                                     *ids[6:12]]
+    assert json.loads(rows[got["summary_msg_id"]]["metadata"])["compacted_from"] == [
+        first["summary_msg_id"],
+        *ids[6:12],
+    ]
     assert set(_live(rows)) == {got["summary_msg_id"], *ids[12:], *more}
 
 
-async def test_an_earlier_summary_beyond_the_allowance_stays_live(call, ns, writer, services, summarizer,
-                                                                  worker_settings):
+async def test_an_earlier_summary_beyond_the_allowance_stays_live(
+    call, ns, writer, services, summarizer, worker_settings
+):
     ids = await _thread(call, writer, ns, 16)
     first = await _compact(call, writer, ns)
     await _thread(call, writer, ns, 6, texts={i: f"later turn {i} about the cutover" for i in range(6)})
@@ -233,10 +272,26 @@ async def test_an_earlier_summary_beyond_the_allowance_stays_live(call, ns, writ
     assert json.loads(rows[got["summary_msg_id"]]["metadata"])["compacted_from"] == ids[6:12]
 
 
-def _summary_row(services: Any, ns: str, msg_id: str, ts: Any, content: str, compacted_from: list[str]) -> None:
-    conv_store.insert(services.ch, [conv_store.Turn(
-        namespace=ns, agent="a", thread_id="t", msg_id=msg_id, ts=ts, role="system", content=content,
-        metadata={"compacted_from": compacted_from}, is_summary=True, version=next_version())])
+def _summary_row(
+    services: Any, ns: str, msg_id: str, ts: Any, content: str, compacted_from: list[str]
+) -> None:
+    conv_store.insert(
+        services.ch,
+        [
+            conv_store.Turn(
+                namespace=ns,
+                agent="a",
+                thread_id="t",
+                msg_id=msg_id,
+                ts=ts,
+                role="system",
+                content=content,
+                metadata={"compacted_from": compacted_from},
+                is_summary=True,
+                version=next_version(),
+            )
+        ],
+    )
 
 
 async def test_a_failed_runs_summary_is_replaced_unread(call, ns, writer, services, summarizer):
@@ -256,18 +311,23 @@ async def test_a_summary_further_in_takes_budget_and_is_replaced(call, ns, write
     ids = await _thread(call, writer, ns, 16)
     rows = _turns(services, ns)
     # A summary between the window's turns (its own turns long gone): sent like a turn.
-    _summary_row(services, ns, "s_mid", rows[ids[3]]["ts"], "AN OLDER SUMMARY IN THE MIDDLE", ["gone1", "gone2"])
+    _summary_row(
+        services, ns, "s_mid", rows[ids[3]]["ts"], "AN OLDER SUMMARY IN THE MIDDLE", ["gone1", "gone2"]
+    )
     got = await _compact(call, writer, ns)
     # 17 live: the window is the 7 oldest (6 turns and the summary).
     assert got["messages_summarized"] == 6 and got["summaries_replaced"] == 1
     prompt = _prompt(summarizer)
-    assert "[system summary] AN OLDER SUMMARY IN THE MIDDLE" in prompt and "Earlier summaries:\n" not in prompt
+    assert (
+        "[system summary] AN OLDER SUMMARY IN THE MIDDLE" in prompt and "Earlier summaries:\n" not in prompt
+    )
     assert _turns(services, ns)["s_mid"]["tombstoned"]
 
 
-async def test_only_the_oldest_turns_that_fit_the_budget_are_summarised(call, ns, writer, services, summarizer,
-                                                                        worker_settings):
-    long = {i: f"{i} " + "long text about the capacity plan " * 40 for i in range(8)}   # ~1,350 chars each
+async def test_only_the_oldest_turns_that_fit_the_budget_are_summarised(
+    call, ns, writer, services, summarizer, worker_settings
+):
+    long = {i: f"{i} " + "long text about the capacity plan " * 40 for i in range(8)}  # ~1,350 chars each
     ids = await _thread(call, writer, ns, 18, texts=long)
     worker_settings(compact_prompt_budget_chars=5_500)
     got = await _compact(call, writer, ns)
@@ -278,7 +338,7 @@ async def test_only_the_oldest_turns_that_fit_the_budget_are_summarised(call, ns
 async def test_a_turn_another_agent_holds_live_keeps_its_embedding(call, ns, writer, services, summarizer):
     ids = await _thread(call, writer, ns, 16)
     same = await _thread(call, writer, ns, 16, agent="b")
-    assert same == ids   # derived msg_ids: the two agents share one embedding row per turn
+    assert same == ids  # derived msg_ids: the two agents share one embedding row per turn
     got = await _compact(call, writer, ns)
     assert got["messages_summarized"] == 6
     embs = {e["msg_id"]: e for e in emb_rows(services.ch, ns)}
@@ -306,8 +366,9 @@ def _slow(standin: StandInServer, seconds: float = 0.6) -> None:
     standin.set_handler(standin.CHAT, lambda req: standin.chat_ok(SUMMARY).delayed(seconds))
 
 
-async def test_two_concurrent_compactions_one_wins_the_other_answers_a_reason(call, ns, writer, services,
-                                                                              summarizer):
+async def test_two_concurrent_compactions_one_wins_the_other_answers_a_reason(
+    call, ns, writer, services, summarizer
+):
     ids = await _thread(call, writer, ns, 16)
     _slow(summarizer, 0.3)
     a, b = await asyncio.gather(_compact(call, writer, ns), _compact(call, writer, ns))
@@ -336,8 +397,16 @@ async def test_compact_racing_a_save_compacts_nothing(call, ns, writer, services
     _slow(summarizer)
     task = asyncio.create_task(_compact(call, writer, ns))
     await asyncio.sleep(0.2)
-    await ok(call, "conversation.save_message", writer, namespace=ns, user_id="alice", conversation_id="t",
-             message_id=ids[1], agent="a")
+    await ok(
+        call,
+        "conversation.save_message",
+        writer,
+        namespace=ns,
+        user_id="alice",
+        conversation_id="t",
+        message_id=ids[1],
+        agent="a",
+    )
     got = await task
     assert got["reason"] == "window-changed" and got["retry"] is True
     rows = _turns(services, ns)
@@ -349,8 +418,15 @@ async def test_compact_racing_a_delete_writes_no_summary(call, ns, writer, servi
     _slow(summarizer)
     task = asyncio.create_task(_compact(call, writer, ns))
     await asyncio.sleep(0.2)
-    await ok(call, "conversation.delete", mint(ns, "admin"), namespace=ns, agent="a", thread_id="t",
-             confirm_thread_id="t")
+    await ok(
+        call,
+        "conversation.delete",
+        mint(ns, "admin"),
+        namespace=ns,
+        agent="a",
+        thread_id="t",
+        confirm_thread_id="t",
+    )
     got = await task
     assert got["reason"] == "window-changed"
     rows = _turns(services, ns)

@@ -31,8 +31,10 @@ def titler(services: Any) -> Iterator[StandInServer]:
 
 
 async def _thread(call: Any, writer: str, ns: str, thread: str, texts: list[str]) -> None:
-    turns = [{"thread_id": thread, "role": "user" if i % 2 == 0 else "assistant", "content": t}
-             for i, t in enumerate(texts)]
+    turns = [
+        {"thread_id": thread, "role": "user" if i % 2 == 0 else "assistant", "content": t}
+        for i, t in enumerate(texts)
+    ]
     await ok(call, "conversation.append", writer, namespace=ns, turns=turns)
 
 
@@ -68,7 +70,9 @@ async def test_an_untitled_thread_gets_a_title_that_threads_returns(call, ns, wr
 
 
 async def test_high_turns_are_never_sent(call, ns, writer, services, titler):
-    await _thread(call, writer, ns, "t", [HIGHS[0], "plain question about the cluster", HIGHS[1], "plain answer"])
+    await _thread(
+        call, writer, ns, "t", [HIGHS[0], "plain question about the cluster", HIGHS[1], "plain answer"]
+    )
     await titling.titler_pass(services, [ns])
     sent = "\n".join(m["content"] for m in titler.requests_to(titler.CHAT)[0].json["messages"])
     assert "plain question" in sent and all(h not in sent for h in HIGHS)
@@ -89,7 +93,9 @@ async def test_eight_high_turns_mark_the_thread_refused_fewer_wait(call, ns, wri
     assert _row(services, ns, "all-high").title == ""
 
 
-async def test_a_high_title_marks_refused_and_new_metadata_resets_the_mark(call, ns, writer, services, titler):
+async def test_a_high_title_marks_refused_and_new_metadata_resets_the_mark(
+    call, ns, writer, services, titler
+):
     await _thread(call, writer, ns, "t", _plain(4))
     titler.set_handler(titler.CHAT, lambda req: titler.chat_ok(HIGHS[0]))
     assert (await titling.titler_pass(services, [ns])).refused == 1
@@ -122,12 +128,15 @@ async def test_one_titler_at_a_time(call, ns, writer, services, titler):
     assert (await titling.titler_pass(services, [ns])).titled == 1
 
 
-async def test_switched_off_it_does_nothing_and_the_cron_follows_the_settings(call, ns, writer, services, titler):
+async def test_switched_off_it_does_nothing_and_the_cron_follows_the_settings(
+    call, ns, writer, services, titler
+):
     await _thread(call, writer, ns, "t", _plain(4))
     off = services.settings.model_copy(update={"conversation_titler_enabled": False})
     assert "conversation_titler" not in [j.name for j in cron_jobs(off)]
-    on = services.settings.model_copy(update={"conversation_titler_enabled": True,
-                                              "conversation_titler_interval_seconds": 120})
+    on = services.settings.model_copy(
+        update={"conversation_titler_enabled": True, "conversation_titler_interval_seconds": 120}
+    )
     job = next(j for j in cron_jobs(on) if j.name == "conversation_titler")
     assert job.minute == set(range(0, 60, 2))
     before = services.settings
@@ -142,8 +151,9 @@ async def test_the_window_min_turns_and_cap_are_read(call, ns, writer, services,
     for i in range(3):
         await _thread(call, writer, ns, f"t{i}", _plain(2))
     before = services.settings
-    services.settings = before.model_copy(update={"conversation_titler_min_turns": 2,
-                                                  "conversation_titler_max_threads_per_pass": 2})
+    services.settings = before.model_copy(
+        update={"conversation_titler_min_turns": 2, "conversation_titler_max_threads_per_pass": 2}
+    )
     try:
         assert (await titling.titler_pass(services, [ns])).titled == 2
         assert (await titling.titler_pass(services, [ns])).titled == 1

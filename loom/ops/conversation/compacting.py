@@ -72,11 +72,11 @@ from loom.store import search_marks
 log = loom_logging.get("loom.conversation.compact")
 
 COMPACT_JOB = "compact_thread"
-COMPACTED = "compacted"          # the tombstone_reason of a replaced turn
+COMPACTED = "compacted"  # the tombstone_reason of a replaced turn
 KEEP_RECENT = 10
 MIN_TO_COMPACT = 4
 SUMMARY_MAX_TOKENS = 1_024
-_JOB_KEY = "loom:compact:job:"   # job id -> namespace, so only its namespace may poll it
+_JOB_KEY = "loom:compact:job:"  # job id -> namespace, so only its namespace may poll it
 _JOB_TTL_S = 3_600
 
 # Reasons an answer gives when nothing was compacted.
@@ -86,14 +86,22 @@ NOTHING = "nothing-to-compact"
 BELOW_MIN = "below-min-to-compact"
 WINDOW_CHANGED = "window-changed"
 SUMMARIZER_FAILED = "summarizer-failed"
-_RETRY = {EMBED_FAILED: True, SUMMARY_HIGH: False, NOTHING: False, BELOW_MIN: False, WINDOW_CHANGED: True,
-          SUMMARIZER_FAILED: True}
-_NOTES = {SUMMARY_HIGH: "the summary read as high sensitivity and was not stored; not worth a retry: "
-                        "the same live window most likely gives the same summary",
-          EMBED_FAILED: "the summary could not be embedded; nothing was compacted; worth a retry",
-          WINDOW_CHANGED: "the window changed while it was summarised (a turn saved, deleted or compacted "
-                          "meanwhile); nothing was compacted; worth a retry",
-          SUMMARIZER_FAILED: "the summarizer failed or timed out; nothing was compacted; worth a retry"}
+_RETRY = {
+    EMBED_FAILED: True,
+    SUMMARY_HIGH: False,
+    NOTHING: False,
+    BELOW_MIN: False,
+    WINDOW_CHANGED: True,
+    SUMMARIZER_FAILED: True,
+}
+_NOTES = {
+    SUMMARY_HIGH: "the summary read as high sensitivity and was not stored; not worth a retry: "
+    "the same live window most likely gives the same summary",
+    EMBED_FAILED: "the summary could not be embedded; nothing was compacted; worth a retry",
+    WINDOW_CHANGED: "the window changed while it was summarised (a turn saved, deleted or compacted "
+    "meanwhile); nothing was compacted; worth a retry",
+    SUMMARIZER_FAILED: "the summarizer failed or timed out; nothing was compacted; worth a retry",
+}
 
 PROMPT = (Path(__file__).parent / "prompts" / "compact_system.txt").read_text(encoding="utf-8")
 
@@ -111,7 +119,7 @@ class CompactResult:
     messages_summarized: int = 0
     summary_msg_id: str | None = None
     reason: str | None = None
-    retry: bool | None = None        # when nothing was compacted: whether a retry may do better
+    retry: bool | None = None  # when nothing was compacted: whether a retry may do better
     note: str | None = None
     summaries_replaced: int = 0
     tokens_in: int = 0
@@ -128,10 +136,10 @@ class CompactResult:
 
 @dataclass
 class Plan:
-    sent: list[conv_store.Turn] = field(default_factory=list)         # turns and summaries the prompt carries
-    folded: list[conv_store.Turn] = field(default_factory=list)       # leading summaries folded in
-    unread: list[conv_store.Turn] = field(default_factory=list)       # failed runs' summaries, replaced unread
-    excluded: int = 0                                                # high or saved turns in the window
+    sent: list[conv_store.Turn] = field(default_factory=list)  # turns and summaries the prompt carries
+    folded: list[conv_store.Turn] = field(default_factory=list)  # leading summaries folded in
+    unread: list[conv_store.Turn] = field(default_factory=list)  # failed runs' summaries, replaced unread
+    excluded: int = 0  # high or saved turns in the window
 
     @property
     def new_turns(self) -> int:
@@ -170,7 +178,7 @@ def plan(turns: list[conv_store.Turn], keep_recent: int, budget: int, allowance:
             rest.append(t)
     i = 0
     left = allowance
-    while i < len(rest) and rest[i].is_summary:       # the summaries at the start
+    while i < len(rest) and rest[i].is_summary:  # the summaries at the start
         if len(rest[i].content) <= left:
             out.folded.append(rest[i])
             left -= len(rest[i].content)
@@ -179,7 +187,7 @@ def plan(turns: list[conv_store.Turn], keep_recent: int, budget: int, allowance:
     for t in rest[i:]:
         size = len(t.content)
         if used + size > budget:
-            if not out.sent:          # one turn longer than the whole budget: sent cut to it
+            if not out.sent:  # one turn longer than the whole budget: sent cut to it
                 out.sent.append(t)
             break
         out.sent.append(t)
@@ -208,7 +216,7 @@ async def _summarise(svc: Services, msgs: list[ChatMessage]) -> tuple[str, int, 
     async with asyncio.timeout(svc.settings.llm_timeout_seconds + 5.0):
         text = await svc.llm.complete(msgs, max_tokens=SUMMARY_MAX_TOKENS, temperature=0.0)
     usage = LAST_USAGE.get()
-    if usage is None:      # the provider reported no counts: estimated from the text
+    if usage is None:  # the provider reported no counts: estimated from the text
         usage = (sum(_estimate_tokens(m.content) for m in msgs), _estimate_tokens(text))
     return text.strip(), usage[0], usage[1]
 
@@ -223,10 +231,20 @@ def _summary_turn(p: Plan, ns: str, agent: str, thread_id: str, text: str, token
     digest = hashlib.sha256("\0".join(ids).encode()).hexdigest()[:16]
     sources = [t for t in p.replaced if not t.is_summary] or p.replaced
     return conv_store.Turn(
-        namespace=ns, agent=agent, thread_id=thread_id, msg_id=f"s_{digest}_{uuid.uuid4().hex[:8]}", ts=first.ts,
-        role="system", content=text, user_id=_common([t.user_id for t in sources]),
-        run_id=_common([t.run_id for t in sources]), metadata={"compacted_from": ids}, tokens=tokens,
-        is_summary=True, version=next_version())
+        namespace=ns,
+        agent=agent,
+        thread_id=thread_id,
+        msg_id=f"s_{digest}_{uuid.uuid4().hex[:8]}",
+        ts=first.ts,
+        role="system",
+        content=text,
+        user_id=_common([t.user_id for t in sources]),
+        run_id=_common([t.run_id for t in sources]),
+        metadata={"compacted_from": ids},
+        tokens=tokens,
+        is_summary=True,
+        version=next_version(),
+    )
 
 
 def _retire_sync(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_store.EmbeddingRow) -> bool:
@@ -238,14 +256,16 @@ def _retire_sync(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_stor
             return False
     conv_store.insert(svc.ch, [summary])
     emb_store.insert(svc.ch, [row])
-    store.tombstone_msgs(svc.ch, summary.namespace, summary.agent, summary.thread_id,
-                         [t.msg_id for t in p.replaced], COMPACTED)
+    store.tombstone_msgs(
+        svc.ch, summary.namespace, summary.agent, summary.thread_id, [t.msg_id for t in p.replaced], COMPACTED
+    )
     settle(svc, summary.namespace, summary.thread_id)
     return True
 
 
-async def run(svc: Services, model: ModelFn, ns: str, agent: str, thread_id: str, keep_recent: int,
-              min_to_compact: int) -> CompactResult:
+async def run(
+    svc: Services, model: ModelFn, ns: str, agent: str, thread_id: str, keep_recent: int, min_to_compact: int
+) -> CompactResult:
     """One compaction (the worker's job body)."""
     out = CompactResult(thread_id, agent)
     cfg = svc.settings
@@ -256,7 +276,9 @@ async def run(svc: Services, model: ModelFn, ns: str, agent: str, thread_id: str
     if p.new_turns < min_to_compact:
         return out.done(BELOW_MIN)
     try:
-        text, out.tokens_in, out.tokens_out = await _summarise(svc, prompt_messages(p, cfg.compact_prompt_budget_chars))
+        text, out.tokens_in, out.tokens_out = await _summarise(
+            svc, prompt_messages(p, cfg.compact_prompt_budget_chars)
+        )
     except (LLMError, TimeoutError) as exc:
         log.warning("compaction summarizer failed", error=failures.detail(exc))
         return out.done(SUMMARIZER_FAILED)
@@ -273,12 +295,26 @@ async def run(svc: Services, model: ModelFn, ns: str, agent: str, thread_id: str
     vector = got.vectors[0] if got.vectors else None
     if vector is None:
         return out.done(EMBED_FAILED)
-    row = emb_store.EmbeddingRow(ns, thread_id, summary.msg_id, agent, "system", summary.run_id, summary.user_id,
-                                 summary.ts, embed_text(text), vector, got.model_id, is_summary=True,
-                                 version=next_version())
+    row = emb_store.EmbeddingRow(
+        ns,
+        thread_id,
+        summary.msg_id,
+        agent,
+        "system",
+        summary.run_id,
+        summary.user_id,
+        summary.ts,
+        embed_text(text),
+        vector,
+        got.model_id,
+        is_summary=True,
+        version=next_version(),
+    )
     try:
-        async with (thread_lease(svc.redis, ns, thread_id, wait_s=30.0),
-                    search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, thread_id)])):
+        async with (
+            thread_lease(svc.redis, ns, thread_id, wait_s=30.0),
+            search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, thread_id)]),
+        ):
             retired = await svc.run(_retire_sync, svc, p, summary, row)
     except LeaseTimeout:
         return out.done(WINDOW_CHANGED)
@@ -300,9 +336,17 @@ def _check(keep_recent: int, min_to_compact: int) -> None:
         raise InvalidRequest("min_to_compact must be >= 1", field="min_to_compact", rule="ge_1")
 
 
-async def compact(svc: Services, who: Principal, namespace: str, agent: str, thread_id: str, *,
-                  keep_recent: int = KEEP_RECENT, min_to_compact: int = MIN_TO_COMPACT,
-                  defer: bool = False) -> CompactResult:
+async def compact(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    agent: str,
+    thread_id: str,
+    *,
+    keep_recent: int = KEEP_RECENT,
+    min_to_compact: int = MIN_TO_COMPACT,
+    defer: bool = False,
+) -> CompactResult:
     """conversation.compact (writer). Awaits the worker pool's job, or with ``defer``
     answers its ``job_id`` at once (poll it with :func:`compact_status`)."""
     who.require_role(Role.writer)
@@ -312,12 +356,24 @@ async def compact(svc: Services, who: Principal, namespace: str, agent: str, thr
         raise ProviderMissing(
             "conversation.compact needs an LLM provider to write the summary, and none is configured "
             "(LOOM_LLM=fake); set LOOM_LLM=openai, LOOM_LLM_URL and LOOM_LLM_MODEL",
-            field="provider", rule="llm_required", provider="llm")
+            field="provider",
+            rule="llm_required",
+            provider="llm",
+        )
     job_id = f"compact-{uuid.uuid4().hex}"
     await svc.redis.set(_JOB_KEY + job_id, ns, ex=_JOB_TTL_S)
     job = await svc.arq.enqueue_job(
-        COMPACT_JOB, {"namespace": ns, "agent": agent, "thread_id": thread_id, "keep_recent": keep_recent,
-                      "min_to_compact": min_to_compact}, _job_id=job_id, _queue_name=QUEUE)
+        COMPACT_JOB,
+        {
+            "namespace": ns,
+            "agent": agent,
+            "thread_id": thread_id,
+            "keep_recent": keep_recent,
+            "min_to_compact": min_to_compact,
+        },
+        _job_id=job_id,
+        _queue_name=QUEUE,
+    )
     if job is None:
         raise Unavailable("the compaction job could not be queued; retry", field="thread_id", rule="retry")
     await wake_workers(svc.redis)
@@ -326,9 +382,13 @@ async def compact(svc: Services, who: Principal, namespace: str, agent: str, thr
     try:
         got = await job.result(timeout=svc.settings.compact_wait_seconds, poll_delay=0.01)
     except TimeoutError:
-        raise Unavailable(f"the compaction is still running; poll job {job_id}", field="thread_id",
-                          rule="retry", job_id=job_id) from None
-    except Exception as exc:      # the job raised: its text stays in the log
+        raise Unavailable(
+            f"the compaction is still running; poll job {job_id}",
+            field="thread_id",
+            rule="retry",
+            job_id=job_id,
+        ) from None
+    except Exception as exc:  # the job raised: its text stays in the log
         log.error("compaction job failed", error=failures.detail(exc), job_id=job_id)
         got = None
     return _from_job(got, job_id)
@@ -343,7 +403,7 @@ def _from_job(got: Any, job_id: str) -> CompactResult:
 @dataclass
 class JobStatus:
     job_id: str
-    state: str                       # queued | in_progress | complete | not_found
+    state: str  # queued | in_progress | complete | not_found
     result: CompactResult | None = None
 
 
@@ -371,5 +431,14 @@ def as_job_result(result: CompactResult) -> dict[str, Any]:
     return {k: v for k, v in asdict(result).items() if k != "job_id"}
 
 
-__all__ = ["COMPACT_JOB", "CompactResult", "JobStatus", "Plan", "ProviderMissing", "compact", "compact_status",
-           "plan", "run"]
+__all__ = [
+    "COMPACT_JOB",
+    "CompactResult",
+    "JobStatus",
+    "Plan",
+    "ProviderMissing",
+    "compact",
+    "compact_status",
+    "plan",
+    "run",
+]

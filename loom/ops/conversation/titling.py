@@ -42,9 +42,9 @@ from loom.store import titles as store
 log = loom_logging.get("loom.conversation.titler")
 
 LEASE_KEY = "loom:lease:conversation_titler"
-LEASE_TTL_MS = 30_000      # renewed at a third of it while the pass runs
-FIRST_TURNS = 8             # the turns a title is written from (and the refusal counts)
-TURN_CHARS = 1_000          # of each turn, in the prompt
+LEASE_TTL_MS = 30_000  # renewed at a third of it while the pass runs
+FIRST_TURNS = 8  # the turns a title is written from (and the refusal counts)
+TURN_CHARS = 1_000  # of each turn, in the prompt
 TITLE_CHARS = 120
 PROMPT = (Path(__file__).parent / "prompts" / "title_system.txt").read_text(encoding="utf-8")
 
@@ -74,8 +74,13 @@ async def _title_one(svc: Services, c: store.Candidate, report: PassReport) -> N
         text = "\n\n".join(f"[{t.role}] {t.content[:TURN_CHARS]}" for t in plain)
         try:
             async with asyncio.timeout(svc.settings.llm_timeout_seconds + 5.0):
-                title = _clean(await svc.llm.complete(
-                    [ChatMessage("system", PROMPT), ChatMessage("user", text)], max_tokens=32, temperature=0.0))
+                title = _clean(
+                    await svc.llm.complete(
+                        [ChatMessage("system", PROMPT), ChatMessage("user", text)],
+                        max_tokens=32,
+                        temperature=0.0,
+                    )
+                )
         except (LLMError, TimeoutError) as exc:
             log.warning("titler model call failed", error=failures.detail(exc))
             report.failed += 1
@@ -84,7 +89,7 @@ async def _title_one(svc: Services, c: store.Candidate, report: PassReport) -> N
             report.failed += 1
             return
     elif len(turns) < FIRST_TURNS:
-        report.waiting += 1       # fewer than eight turns, all high: wait for a plain one
+        report.waiting += 1  # fewer than eight turns, all high: wait for a plain one
         return
     refuse = not title or reads_as_high(title)
     async with thread_lease(svc.redis, c.namespace, c.thread_id):
@@ -117,8 +122,15 @@ async def titler_pass(svc: Services, namespaces: Sequence[str] | None = None) ->
     try:
         report.ran = True
         since = utcnow() - timedelta(hours=cfg.conversation_titler_window_hours)
-        found = await svc.run(store.candidates, svc.ch, since, cfg.conversation_titler_min_turns,
-                              cfg.conversation_titler_max_threads_per_pass, TITLE_REFUSED, namespaces)
+        found = await svc.run(
+            store.candidates,
+            svc.ch,
+            since,
+            cfg.conversation_titler_min_turns,
+            cfg.conversation_titler_max_threads_per_pass,
+            TITLE_REFUSED,
+            namespaces,
+        )
         for c in found:
             await _title_one(svc, c, report)
     finally:
