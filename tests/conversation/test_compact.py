@@ -111,6 +111,16 @@ async def test_without_a_model_the_refusal_names_the_missing_provider(call, ns, 
     )
 
 
+async def test_a_namespace_whose_model_calls_are_off_is_refused(call, ns, writer, services, summarizer):
+    from loom.store import namespaces
+
+    await _thread(call, writer, ns, 16)
+    namespaces.update(services.ch, ns, model_calls_enabled=False)
+    r = await call("conversation.compact", writer, namespace=ns, agent="a", thread_id="t")
+    assert r.status_code == 409 and r.json()["error"] == "model_calls_disabled"
+    assert not summarizer.requests_to(summarizer.CHAT)
+
+
 async def test_a_viewer_may_not_compact_and_bad_input_is_named(call, ns, writer, mint, summarizer):
     r = await call("conversation.compact", mint(ns, "viewer"), namespace=ns, agent="a", thread_id="t")
     assert r.status_code == 403

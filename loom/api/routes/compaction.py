@@ -28,7 +28,8 @@ async def compact(
     """Replace the oldest turns before the last `keep_recent` with one embedded summary
     (a `system` turn with `is_summary`, whose `metadata.compacted_from` lists them).
     High and saved turns stay as they are. Needs an LLM provider (409
-    `provider_not_configured` without one). Runs on the worker pool; `defer: true`
+    `provider_not_configured` without one; 409 `model_calls_disabled` when the
+    namespace's owner switched model calls off). Runs on the worker pool; `defer: true`
     answers the `job_id` at once. When nothing was compacted, `reason` says why and
     `retry` whether a retry may do better."""
     got = await compacting.compact(

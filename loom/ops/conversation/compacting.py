@@ -24,6 +24,9 @@ turns: nothing is compacted (``below-min-to-compact``); none at all because the 
 holds only saved or high turns: ``nothing-to-compact``. Earlier summaries count toward
 neither ``min_to_compact`` nor ``messages_summarized``.
 
+A namespace whose owner switched model calls off (namespace.set_policy) is refused
+before anything is read, as is a deployment with no LLM configured (the fake).
+
 The work runs as an arq job on the worker pool (``compact_thread``): the summarizer
 call and the summary's embedding finish first; the summary is checked with
 reads_as_high (``summary-high-sensitivity``: never embedded, and not worth a retry, as
@@ -67,6 +70,7 @@ from loom.services import Services
 from loom.store import compaction as store
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
+from loom.store import namespaces as ns_store
 from loom.store import search_marks
 
 log = loom_logging.get("loom.conversation.compact")
@@ -110,6 +114,12 @@ class ProviderMissing(LoomError):
     """The op needs a provider that is not configured."""
 
     status, code = 409, "provider_not_configured"
+
+
+class ModelCallsOff(LoomError):
+    """The namespace's owner switched model calls off: no turn of it goes to a model."""
+
+    status, code = 409, "model_calls_disabled"
 
 
 @dataclass
@@ -359,6 +369,13 @@ async def compact(
             field="provider",
             rule="llm_required",
             provider="llm",
+        )
+    config = await svc.run(ns_store.get, svc.ch, ns)
+    if not config.model_calls_enabled:
+        raise ModelCallsOff(
+            "the namespace's model calls are switched off (namespace.set_policy); nothing was compacted",
+            field="namespace",
+            rule="model_calls_enabled",
         )
     job_id = f"compact-{uuid.uuid4().hex}"
     await svc.redis.set(_JOB_KEY + job_id, ns, ex=_JOB_TTL_S)
