@@ -26,22 +26,25 @@ def candidates(
     refused_key: str,
     namespaces: Sequence[str] | None = None,
 ) -> list[Candidate]:
-    """Untitled live threads of namespaces that record conversations, active since
-    `since` with at least `min_turns` live recorded turns and no refusal mark, the most
-    recently active first."""
+    """Untitled live threads of namespaces that record conversations (and make model
+    calls), active since `since` with at least `min_turns` live recorded turns and no
+    refusal mark, the most recently active first.
+
+    The threads table (a row per thread) picks the untitled ones first; only their turns
+    are then counted, through the transcript's primary key."""
+    only = "AND namespace IN {only:Array(String)} " if namespaces is not None else ""
     rows = ch.query(
-        "SELECT toString(t.namespace) AS namespace, toString(t.agent) AS agent, t.thread_id AS thread_id "
-        "FROM (SELECT namespace, agent, thread_id FROM threads FINAL WHERE NOT tombstoned AND title = '' "
-        "      AND NOT JSONHas(metadata, {mark:String})) AS t "
-        "INNER JOIN (SELECT namespace, agent, thread_id, count() AS turns, max(ts) AS last_ts "
-        f"      FROM conversations FINAL WHERE NOT tombstoned AND {IS_RECORDED} "
-        "      GROUP BY namespace, agent, thread_id) AS c "
-        "ON t.namespace = c.namespace AND t.agent = c.agent AND t.thread_id = c.thread_id "
-        "WHERE c.turns >= {min:UInt32} AND c.last_ts >= {since:DateTime64(6, 'UTC')} "
-        "AND t.namespace IN (SELECT namespace FROM namespaces FINAL WHERE conversation_logging_enabled "
-        "                    AND model_calls_enabled) "
-        + ("AND t.namespace IN {only:Array(String)} " if namespaces is not None else "")
-        + "ORDER BY c.last_ts DESC, namespace, agent, thread_id LIMIT {lim:UInt32}",
+        "SELECT toString(namespace) AS namespace, toString(agent) AS agent, thread_id, count() AS turns, "
+        "max(ts) AS last_ts FROM conversations FINAL "
+        "WHERE (namespace, agent, thread_id) IN ("
+        "  SELECT namespace, agent, thread_id FROM threads FINAL WHERE NOT tombstoned AND title = '' "
+        "  AND NOT JSONHas(metadata, {mark:String}) "
+        + only
+        + "AND namespace IN (SELECT namespace FROM namespaces "
+        "  FINAL WHERE conversation_logging_enabled AND model_calls_enabled)) "
+        f"AND NOT tombstoned AND {IS_RECORDED} " + only + "GROUP BY namespace, agent, thread_id "
+        "HAVING turns >= {min:UInt32} AND last_ts >= {since:DateTime64(6, 'UTC')} "
+        "ORDER BY last_ts DESC, namespace, agent, thread_id LIMIT {lim:UInt32}",
         parameters={
             "since": since,
             "min": min_turns,
