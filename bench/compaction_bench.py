@@ -114,7 +114,8 @@ async def run(args: argparse.Namespace, home: Path) -> None:
             try:
                 await bench(svc, worker, args)
             finally:
-                await worker.close()
+                with contextlib.suppress(asyncio.CancelledError):  # jobs still winding down
+                    await worker.close()
                 with contextlib.suppress(BaseException):
                     await task
                 await svc.close()
