@@ -27,7 +27,9 @@ Who enqueues each job:
 | embed_turns       | EmbedTurnsJob     | the append flush (loom.ops.conversation.embedding.EmbedClient) |
 | reembed_rows      | ReembedRowsJob    | conversation.reembed (the same client)        |
 | erasure_remove    | ErasureRemoveJob  | erasure.request (loom.ops.erasure.requesting) |
+| compact_thread    | CompactThreadJob  | conversation.compact (loom.ops.conversation.compacting) |
 | recover_embeddings| none (arq cron)   | every worker's cron                           |
+| conversation_titler| none (arq cron)  | every worker's cron                           |
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 EMBED_TURNS = "embed_turns"
 REEMBED_ROWS = "reembed_rows"
 ERASURE_REMOVE = "erasure_remove"
+COMPACT_THREAD = "compact_thread"
 
 
 class PayloadRefused(ValueError):
@@ -123,6 +126,17 @@ class ErasureRemoveJob(JobPayload):
 
     JOB: ClassVar[str] = ERASURE_REMOVE
     erasure_id: str
+
+
+class CompactThreadJob(JobPayload):
+    """Compact one agent's thread (conversation.compact; the API awaits the result)."""
+
+    JOB: ClassVar[str] = COMPACT_THREAD
+    namespace: str
+    agent: str
+    thread_id: str
+    keep_recent: int
+    min_to_compact: int
 
 
 P = TypeVar("P", bound=JobPayload)

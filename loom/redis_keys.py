@@ -25,6 +25,8 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | thread_lease        | string | the lease's TTL (renewed)   | every writer of a thread's rows              |
 | brief_lease         | string | the lease's TTL (renewed)   | session.brief_save / brief_delete            |
 | EMBED_RECOVERY_LEASE| string | the lease's TTL (renewed)   | the embedding recovery pass (worker cron)    |
+| TITLER_LEASE        | string | the lease's TTL (renewed)   | the conversation_titler pass (worker cron)   |
+| compact_job         | string | an hour                     | conversation.compact (API), read by compact_status |
 | embed_gate          | string | the gate's TTL              | append flush (API), read by the worker       |
 | embed_gate_wake     | list   | the gate's TTL              | append flush (API), popped by the worker     |
 | reply               | list   | the reply TTL               | the worker pushes, one API process pops      |
@@ -61,6 +63,13 @@ THREAD_LEASE = "loom:lease:thread:"
 BRIEF_LEASE = "loom:lease:brief:"
 EMBED_RECOVERY_LEASE = "loom:lease:embed-recovery"
 """String: the token of the one worker running the embedding recovery pass."""
+TITLER_LEASE = "loom:lease:conversation_titler"
+"""String: the token of the one worker running a conversation_titler pass."""
+
+# -- compaction (loom.ops.conversation.compacting) ------------------------------------
+
+COMPACT_JOB = "loom:compact:job:"
+"""Prefix. String per compaction job id: the namespace that queued it (only it may poll)."""
 
 # -- the embedding job's channels (loom.ops.conversation.embedding) -------------------
 
@@ -68,6 +77,10 @@ EMBED_GATE = "loom:gate:"
 """Prefix. String per gated job ("ok" or "fail"), plus a wake-up list beside it."""
 REPLY = "loom:reply:"
 """Prefix. List per API process: the workers' JSON replies to its jobs."""
+
+
+def compact_job(job_id: str) -> str:
+    return f"{COMPACT_JOB}{job_id}"
 
 
 def turn_claim(namespace: str, turn_hash: str) -> str:

@@ -56,6 +56,13 @@ class Settings(BaseSettings):
     conversation_titler_window_hours: int = Field(168, ge=1)
     conversation_titler_min_turns: int = Field(4, ge=1)
     conversation_titler_max_threads_per_pass: int = Field(10, ge=1)
+    conversation_titler_interval_seconds: int = Field(300, ge=10, le=86_400)
+    # conversation.compact: how many characters of turns one summarizer prompt carries,
+    # and the separate allowance for the earlier summaries folded in at its start.
+    compact_prompt_budget_chars: int = Field(24_000, ge=1_000)
+    compact_summary_allowance_chars: int = Field(6_000, ge=0)
+    # How long conversation.compact (without defer) awaits its job before answering 503.
+    compact_wait_seconds: float = Field(120.0, gt=0)
 
     # Retention and tiering of loom.conversations (0 = keep forever / no move).
     retention_conversations_days: int = Field(0, ge=0)

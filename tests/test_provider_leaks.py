@@ -272,6 +272,32 @@ async def drive_briefs(ctx: Ctx) -> None:
     )
 
 
+async def drive_compact(ctx: Ctx) -> None:
+    """conversation.compact's summarizer (the worker's LLM): high turns in the window are
+    never sent; neither reasoning nor metadata is."""
+    turns = []
+    for i, text in enumerate(HIGH.values()):
+        turns += [
+            {"thread_id": "compact", "role": "user", "content": text},
+            {"thread_id": "compact", "role": "assistant", "content": f"{CLEAN} {i}", "reasoning": text,
+             "metadata": {"note": text}},
+        ]
+    turns.append({"thread_id": "compact", "role": "user", "content": LONG_TAIL})
+    turns += [{"thread_id": "compact", "role": "user", "content": f"{CLEAN} recent {i}"} for i in range(2)]
+    await ctx.ok("conversation.append", ctx.writer, namespace=ctx.ns, turns=turns)
+    got = await ctx.ok("conversation.compact", ctx.writer, namespace=ctx.ns, thread_id="compact", keep_recent=2,
+                       min_to_compact=1)
+    assert got["messages_summarized"] == len(HIGH)
+
+
+async def drive_titler(ctx: Ctx) -> None:
+    """The conversation_titler's model: the threads above hold high turns, titles and metadata."""
+    from loom.ops.conversation.titling import titler_pass
+
+    report = await titler_pass(ctx.services, [ctx.ns])
+    assert report.ran and report.titled > 0
+
+
 # The ops that can reach a provider. A later feature adds its own.
 DRIVERS: list[tuple[str, Driver]] = [
     ("conversation.append", drive_append),
@@ -280,6 +306,8 @@ DRIVERS: list[tuple[str, Driver]] = [
     ("conversation.create + update", drive_threads),
     ("conversation.reembed", drive_reembed),
     ("session.brief_save", drive_briefs),
+    ("conversation.compact", drive_compact),
+    ("conversation_titler", drive_titler),
 ]
 
 
@@ -322,3 +350,4 @@ async def test_no_op_sends_a_provider_text_that_reads_as_high(call, ns, mint, se
     assert leak_spy.seen.get("embedder:worker", 0) > 0, leak_spy.seen
     assert leak_spy.seen.get("embedder:api", 0) > 0, leak_spy.seen
     assert leak_spy.seen.get("llm:api", 0) > 0, leak_spy.seen
+    assert leak_spy.seen.get("llm:worker", 0) > 0, leak_spy.seen

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from loom import jobs
+from loom.ops.conversation import compacting, titling
 from loom.ops.erasure import requesting
 from workers import embedding
 
@@ -36,4 +37,19 @@ async def erasure_remove(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[s
     return {"erasure_id": req.erasure_id, "state": req.state, "steps_done": req.steps_done}
 
 
-FUNCTIONS: list[Any] = [ping, embed_turns, reembed_rows, erasure_remove]
+async def compact_thread(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """conversation.compact's work: summarise, embed, retire (the API awaits the result)."""
+    job = jobs.read(jobs.CompactThreadJob, payload)
+    result = await compacting.run(
+        ctx["loom"], ctx[embedding.PIPELINE].model, job.namespace, job.agent, job.thread_id,
+        job.keep_recent, job.min_to_compact)
+    return compacting.as_job_result(result)
+
+
+async def conversation_titler(ctx: dict[str, Any]) -> dict[str, Any]:
+    """One conversation_titler pass (cron)."""
+    report = await titling.titler_pass(ctx["loom"])
+    return {"ran": report.ran, "titled": report.titled, "refused": report.refused}
+
+
+FUNCTIONS: list[Any] = [ping, embed_turns, reembed_rows, erasure_remove, compact_thread]

@@ -21,7 +21,7 @@ from loom.queue import QUEUE, WAKE_KEY
 from loom.services import open_services, redis_settings
 from loom.settings import Settings
 from workers import embedding
-from workers.jobs import FUNCTIONS, recover_embeddings
+from workers.jobs import FUNCTIONS, conversation_titler, recover_embeddings
 
 IDLE_POLL_S = 0.1   # a job enqueued without a wake-up waits at most this long
 # On SIGTERM/SIGINT the worker takes no new job and gives its running ones this long to
@@ -119,10 +119,16 @@ def every(interval_s: int) -> tuple[set[int], set[int] | None]:
 
 def cron_jobs(settings: Settings) -> list[CronJob]:
     """The pool's periodic jobs: the embedding recovery pass, also once at start-up
-    (each worker enqueues it; its lease lets one run at a time)."""
+    (each worker enqueues it; its lease lets one run at a time), and the
+    conversation_titler (when switched on; its lease too lets one pass run at a time)."""
     second, minute = every(settings.embed_recovery_interval_seconds)
-    return [cron(recover_embeddings, name="recover_embeddings", second=second, minute=minute, run_at_startup=True,
+    jobs = [cron(recover_embeddings, name="recover_embeddings", second=second, minute=minute, run_at_startup=True,
                  max_tries=1)]
+    if settings.conversation_titler_enabled:
+        second, minute = every(settings.conversation_titler_interval_seconds)
+        jobs.append(cron(conversation_titler, name="conversation_titler", second=second, minute=minute,
+                         max_tries=1))
+    return jobs
 
 
 def build_worker(settings: Settings, clickhouse_url: str, redis_url: str, **overrides: Any) -> Worker:

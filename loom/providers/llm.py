@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import threading
 import weakref
@@ -30,12 +31,19 @@ __all__ = [
     "LLMCall",
     "LLMError",
     "LLMNotConfigured",
+    "LAST_USAGE",
     "OpenAICompatLLM",
     "ScriptedLLM",
     "build_llm",
 ]
 
 LLM_KINDS = ("fake", "openai")
+
+
+# The token counts the provider reported for the last completion the current task
+# awaited: (prompt_tokens, completion_tokens), or None when it reported none. A
+# context variable, so concurrent callers each read their own call's counts.
+LAST_USAGE: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("loom_llm_usage", default=None)
 
 
 class LLMError(Exception):
@@ -230,7 +238,19 @@ class OpenAICompatLLM:
         except httpx.HTTPError as exc:
             raise LLMError(request_failure(exc, where, self.timeout)) from exc
         body = json_body(resp, where, LLMError)
-        return self._content(body, where)
+        content = self._content(body, where)
+        LAST_USAGE.set(self._usage(body))
+        return content
+
+    @staticmethod
+    def _usage(body: dict[str, Any]) -> tuple[int, int] | None:
+        usage = body.get("usage")
+        if not isinstance(usage, dict):
+            return None
+        got = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if not all(isinstance(n, int) and n > 0 for n in got):
+            return None
+        return int(got[0]), int(got[1])  # type: ignore[arg-type]
 
     @staticmethod
     def _content(body: Any, where: str) -> str:

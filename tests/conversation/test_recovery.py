@@ -309,7 +309,7 @@ async def test_the_worker_runs_a_pass_at_start_up(ns, services):
 
     ch = services.ch
     settings = services.settings
-    [job] = cron_jobs(settings)
+    job = next(j for j in cron_jobs(settings) if j.name == "recover_embeddings")
     assert job.run_at_startup and job.name == "recover_embeddings"
     assert every(60) == ({0}, set(range(60))) and every(15) == ({0, 15, 30, 45}, None)
     assert every(7) == ({0, 6, 12, 18, 24, 30, 36, 42, 48, 54}, None) and every(600)[1] == set(
