@@ -38,11 +38,11 @@ def backend_urls(tmp_home: Path) -> Iterator[tuple[str, str]]:
     # An ExitStack stops every server started even if stopping one of them fails.
     with contextlib.ExitStack() as started:
         if not ch_url:
-            endpoint = start_endpoint(tmp_home / "clickhouse")
+            endpoint = start_endpoint(tmp_home / "clickhouse", die_with_parent=True)
             started.callback(endpoint.stop)
             ch_url = endpoint.url
         if not redis_url:
-            server = start_redis(tmp_home / "redis")
+            server = start_redis(tmp_home / "redis", die_with_parent=True)
             started.callback(server.stop)
             redis_url = server.url
         yield ch_url, redis_url
