@@ -1,4 +1,4 @@
-"""Redis-held leases (design.md §2): SET NX PX with a random token, renewed and
+"""Redis-held leases: SET NX PX with a random token, renewed and
 released by compare-and-set scripts so a holder never touches a lease it lost.
 
 The thread lease (one per (namespace, thread_id)) is held by save, unsave, append's

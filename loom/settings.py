@@ -1,4 +1,4 @@
-"""Every setting Loom reads, with the seed's names and defaults.
+"""Every setting Loom reads, with its documented name and default.
 
 All are environment variables prefixed ``LOOM_``. A bad value fails start-up with a
 message naming the variable (see :func:`load_settings`). LOOM_HOME is made absolute
@@ -78,7 +78,7 @@ class Settings(BaseSettings):
 
     mcp_session_run_idle_seconds: int = Field(1800, ge=1)
 
-    # Providers (design.md §4).
+    # Providers: embedder (minilm | openai | fake) and LLM (fake | openai).
     embedder: Literal["minilm", "openai", "fake"] = "minilm"
     embedder_url: str = ""
     embedder_model: str = ""

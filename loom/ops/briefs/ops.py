@@ -1,5 +1,5 @@
 """session.brief_save / brief_get / brief_list / brief_delete. See the package docstring
-for the rules and the decisions taken on the seed's ambiguous ones."""
+for the rules and the decisions taken where the rules are ambiguous."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ LEGACY_EMBED_CHARS = 240     # what earlier builds kept
 MAX_BATCH_TURNS = 500
 TITLE_REFUSED = "title_refused"
 
-# Reason codes of an append that stored nothing (the seed's strings, exactly).
+# Reason codes of an append that stored nothing (stable strings clients match on: never change one).
 LOGGING_DISABLED = "logging_disabled"
 DUPLICATE = "duplicate"
 DELETED = "deleted"

@@ -58,7 +58,7 @@ from loom.store import embeddings as emb_store
 from loom.store import landed, search_marks
 from loom.store import saved as saved_store
 
-# Reasons of a save (the seed's strings, exactly).
+# Reasons of a save (stable strings clients match on: never change one).
 OWNER_MISMATCH = "owner_mismatch"
 DELETED = "deleted"
 UNSUPPORTED_ROLE = "unsupported_role"

@@ -1,7 +1,7 @@
 """conversation.search (viewer): vector search over the embedded turns of the caller's
 namespaces, with a substring fallback.
 
-Rules (the seed's "Reading and searching" and its sensitivity rules):
+Rules (reading, searching and the sensitivity rules):
 
 * Turns are ranked by cosine similarity to the query's embedding; a hit below
   LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY is dropped.
