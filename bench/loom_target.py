@@ -426,7 +426,8 @@ class LoomTarget(HttpTarget):
                     high = reads_as_high(content)
                     user = t.get("user_id") or ""
                     conv.append(conversations.Turn(
-                        t["namespace"], AGENT, t["thread_id"], t["msg_id"], ts, t["role"], content, user_id=user,
+                        namespace=t["namespace"], agent=AGENT, thread_id=t["thread_id"], msg_id=t["msg_id"], ts=ts,
+                        role=t["role"], content=content, user_id=user,
                         high_sensitivity=high, is_saved=saved_at is not None, saved_at=saved_at, version=version))
                     if not has_vec[i]:
                         continue
@@ -434,8 +435,9 @@ class LoomTarget(HttpTarget):
                         skipped += 1  # what the append path would not embed either
                         continue
                     emb.append(embeddings.EmbeddingRow(
-                        t["namespace"], t["thread_id"], t["msg_id"], AGENT, t["role"], "", user, ts,
-                        content[:EMBED_CHARS], vectors[i], self.model_id, is_saved=saved_at is not None,
+                        namespace=t["namespace"], thread_id=t["thread_id"], msg_id=t["msg_id"], agent=AGENT,
+                        role=t["role"], run_id="", user_id=user, ts=ts, text=content[:EMBED_CHARS],
+                        embedding=vectors[i], model=self.model_id, is_saved=saved_at is not None,
                         saved_at=saved_at, version=version))
                 took["build"] += time.perf_counter() - t0
                 batches.put((conv, emb))

@@ -59,18 +59,18 @@ def _turn(ns: str, thread: str, msg: str, text: str) -> conv_store.Turn:
 def _emb(t: conv_store.Turn) -> emb_store.EmbeddingRow:
     # An error row (no vector): the pass only asks whether a row exists.
     return emb_store.EmbeddingRow(
-        t.namespace,
-        t.thread_id,
-        t.msg_id,
-        t.agent,
-        t.role,
-        "",
-        "",
-        t.ts,
-        t.content,
-        [],
-        "",
-        "embedder_unavailable: x",
+        namespace=t.namespace,
+        thread_id=t.thread_id,
+        msg_id=t.msg_id,
+        agent=t.agent,
+        role=t.role,
+        run_id="",
+        user_id="",
+        ts=t.ts,
+        text=t.content,
+        embedding=[],
+        model="",
+        error="embedder_unavailable: x",
         version=next_version(),
     )
 

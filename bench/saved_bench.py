@@ -131,12 +131,15 @@ def bulk_load(clickhouse_url: str, rows: Sequence[dict[str, Any]], vectors: np.n
             ts = _ts(t["ts"])
             saved_at = _ts(t["saved_at"]) if t.get("saved_at") else None
             high = reads_as_high(t["content"])
-            conv.append(conversations.Turn(t["namespace"], AGENT, t["thread_id"], t["msg_id"], ts, t["role"],
-                                           t["content"], user_id=t["user_id"], high_sensitivity=high,
+            conv.append(conversations.Turn(namespace=t["namespace"], agent=AGENT, thread_id=t["thread_id"],
+                                           msg_id=t["msg_id"], ts=ts, role=t["role"],
+                                           content=t["content"], user_id=t["user_id"], high_sensitivity=high,
                                            is_saved=saved_at is not None, saved_at=saved_at, version=next_version()))
             if t["role"] in EMBEDDED_ROLES and not high:
-                emb.append(embeddings.EmbeddingRow(t["namespace"], t["thread_id"], t["msg_id"], AGENT, t["role"], "",
-                                                   t["user_id"], ts, embed_text(t["content"]), vectors[i], model_id,
+                emb.append(embeddings.EmbeddingRow(namespace=t["namespace"], thread_id=t["thread_id"],
+                                                   msg_id=t["msg_id"], agent=AGENT, role=t["role"], run_id="",
+                                                   user_id=t["user_id"], ts=ts, text=embed_text(t["content"]),
+                                                   embedding=vectors[i], model=model_id,
                                                    is_saved=saved_at is not None, saved_at=saved_at,
                                                    version=next_version()))
         conversations.insert(ch, conv)

@@ -125,12 +125,14 @@ def load(ch: Any, data: Data, ns: str, lo: int, hi: int, batch: int, log: Callab
             t = data.turns[ns][i]
             ts, version = _ts(t), next_version()
             high = datagen.embeddable(t) and not data.embedded[ns][i]      # screened out in build_data
-            rows.append(conv_store.Turn(ns, "default", t["thread_id"], t["msg_id"], ts, t["role"], t["content"],
-                                        user_id=t["user_id"], high_sensitivity=bool(high), version=version))
+            rows.append(conv_store.Turn(namespace=ns, agent="default", thread_id=t["thread_id"], msg_id=t["msg_id"],
+                                        ts=ts, role=t["role"], content=t["content"], user_id=t["user_id"],
+                                        high_sensitivity=bool(high), version=version))
             if data.embedded[ns][i]:
-                embs.append(emb_store.EmbeddingRow(ns, t["thread_id"], t["msg_id"], "default", t["role"], "",
-                                                   t["user_id"], ts, datagen.embed_text(t), data.vectors[ns][i],
-                                                   MODEL_ID, version=version))
+                embs.append(emb_store.EmbeddingRow(namespace=ns, thread_id=t["thread_id"], msg_id=t["msg_id"],
+                                                   agent="default", role=t["role"], run_id="", user_id=t["user_id"],
+                                                   ts=ts, text=datagen.embed_text(t), embedding=data.vectors[ns][i],
+                                                   model=MODEL_ID, version=version))
         t0 = time.perf_counter()
         conv_store.insert(ch, rows)
         emb_store.insert(ch, embs)

@@ -49,8 +49,10 @@ def mint(ch: Client, namespaces: list[str], role: str, read_scope: str = "all", 
         raise InvalidRequest("--read-scope own_session needs --read-session-id", field="read_session_id")
     token_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
-    store.insert(ch, store.TokenRow(token_id, _hash(secret), namespaces, role, read_scope, read_user_id,
-                                    read_session_id, label, utcnow(), False))
+    store.insert(ch, store.TokenRow(token_id=token_id, token_hash=_hash(secret), namespaces=namespaces, role=role,
+                                    read_scope=read_scope, read_user_id=read_user_id,
+                                    read_session_id=read_session_id, label=label, created_at=utcnow(),
+                                    revoked=False))
     return Minted(f"loom_{token_id}_{secret}", token_id)
 
 

@@ -31,6 +31,8 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
+from loom.store.rows import named, scalar
+
 K1 = 1.2
 B = 0.75
 MAX_TERM_CHARS = 64
@@ -117,12 +119,13 @@ def search(ch: Client, namespace: str, user_id: str, query: str, *, limit: int,
         thread_filter = "AND thread_id = {th:String}"
         params["th"] = thread_id
     sql = _SEARCH.replace("{thread_filter}", thread_filter)
-    rows = ch.query(sql, parameters=params).result_rows
-    return [LexicalHit(r[0], r[1], r[2], float(r[3]), tuple(r[4])) for r in rows if r[3] > 0]
+    rows = ch.query(sql, parameters=params)
+    return [LexicalHit(thread_id=r["thread_id"], msg_id=r["msg_id"], agent=r["agent"], score=float(r["best"]),
+                       matched=tuple(r["terms"]))
+            for r in named(rows) if r["best"] > 0]
 
 
 def query_terms(ch: Client, texts: Sequence[str]) -> list[list[str]]:
     """How the index tokenises each text (the same SQL): for tests and diagnostics."""
-    rows = ch.query(f"SELECT arrayMap(s -> {terms_sql('s')}, {{ts:Array(String)}})",
-                    parameters={"ts": list(texts)}).result_rows
-    return [list(terms) for terms in rows[0][0]]
+    found = scalar(ch, f"SELECT arrayMap(s -> {terms_sql('s')}, {{ts:Array(String)}})", {"ts": list(texts)})
+    return [list(terms) for terms in found]

@@ -17,15 +17,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.store.clickhouse import insert_settings, key_sets
-
-COLUMNS = ["namespace", "agent", "thread_id", "msg_id", "ts", "role", "content", "reasoning", "user_id",
-           "run_id", "metadata", "tokens", "high_sensitivity", "is_summary", "is_saved", "saved_at",
-           "tombstoned", "tombstoned_at", "tombstone_reason", "origin", "version"]
-# Given to every insert, so the client does not ask the server to DESCRIBE the table first.
-COLUMN_TYPES = ["LowCardinality(String)", "LowCardinality(String)", "String", "String", "DateTime64(6, 'UTC')",
-                "LowCardinality(String)", "String", "String", "String", "String", "String", "Nullable(UInt32)",
-                "Bool", "Bool", "Bool", "Nullable(DateTime64(3, 'UTC'))", "Bool",
-                "Nullable(DateTime64(3, 'UTC'))", "LowCardinality(String)", "LowCardinality(String)", "UInt64"]
+from loom.store.rows import Column, column, named, table
 
 TurnKey = tuple[str, str, str, str]  # (namespace, agent, thread_id, msg_id)
 
@@ -40,39 +32,49 @@ SAVED_ONLY = "saved"
 IS_RECORDED = "origin = 'recorded'"
 
 
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
 @dataclass
 class Turn:
-    namespace: str
-    agent: str
-    thread_id: str
-    msg_id: str
-    ts: datetime
-    role: str
-    content: str
-    reasoning: str = ""
-    user_id: str = ""
-    run_id: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
-    tokens: int | None = None
-    high_sensitivity: bool = False
-    is_summary: bool = False
-    is_saved: bool = False
-    saved_at: datetime | None = None
-    tombstoned: bool = False
-    tombstoned_at: datetime | None = None
-    tombstone_reason: str = ""
-    origin: str = RECORDED
-    version: int = 0
+    """A row of loom.conversations (every column but the server's ``created_at``)."""
+
+    namespace: str = column("LowCardinality(String)")
+    agent: str = column("LowCardinality(String)")
+    thread_id: str = column("String")
+    msg_id: str = column("String")
+    ts: datetime = column("DateTime64(6, 'UTC')")
+    role: str = column("LowCardinality(String)")
+    content: str = column("String")
+    reasoning: str = column("String", default="")
+    user_id: str = column("String", default="")
+    run_id: str = column("String", default="")
+    metadata: dict[str, Any] = column("String", default_factory=dict, encode=_json)  # a JSON object
+    tokens: int | None = column("Nullable(UInt32)", default=None)
+    high_sensitivity: bool = column("Bool", default=False)
+    is_summary: bool = column("Bool", default=False)
+    is_saved: bool = column("Bool", default=False)
+    saved_at: datetime | None = column("Nullable(DateTime64(3, 'UTC'))", default=None)
+    tombstoned: bool = column("Bool", default=False)
+    tombstoned_at: datetime | None = column("Nullable(DateTime64(3, 'UTC'))", default=None)
+    tombstone_reason: str = column("LowCardinality(String)", default="")
+    origin: str = column("LowCardinality(String)", default=RECORDED)
+    version: int = column("UInt64", default=0)
 
     @property
     def key(self) -> TurnKey:
         return (self.namespace, self.agent, self.thread_id, self.msg_id)
 
     def row(self) -> list[Any]:
-        return [self.namespace, self.agent, self.thread_id, self.msg_id, self.ts, self.role, self.content,
-                self.reasoning, self.user_id, self.run_id, json.dumps(self.metadata, separators=(",", ":")),
-                self.tokens, self.high_sensitivity, self.is_summary, self.is_saved, self.saved_at,
-                self.tombstoned, self.tombstoned_at, self.tombstone_reason, self.origin, self.version]
+        """The insert values, in :data:`COLUMNS` order."""
+        return TABLE.values(self)
+
+
+TABLE = table("conversations", Turn, server=[Column("created_at", "DateTime64(3, 'UTC')")])
+# Given to every insert, so the client does not ask the server to DESCRIBE the table first.
+COLUMNS = TABLE.insert_names
+COLUMN_TYPES = TABLE.insert_types
 
 
 # Left to the merges by small inserts (loom.store.clickhouse.insert_settings). idx_created
@@ -83,8 +85,7 @@ DEFERRED_INDEXES = ("idx_user", "idx_run", "idx_created")
 def insert(ch: Client, turns: Sequence[Turn], *, dedup_token: str = "") -> None:
     """One INSERT for the batch. A retry with the same token cannot double its rows."""
     settings = insert_settings(ch, len(turns), DEFERRED_INDEXES, dedup_token)
-    ch.insert("conversations", [t.row() for t in turns], column_names=COLUMNS, column_type_names=COLUMN_TYPES,
-              settings=settings)
+    TABLE.insert(ch, turns, settings=settings)
 
 
 @dataclass
@@ -110,23 +111,24 @@ def landed(ch: Client, keys: Iterable[TurnKey]) -> Landed:
     # Every agent's copy is read (no agent filter): the agents of a namespace are few,
     # and the other agents' copies tell which turns may have a vector to reuse.
     rows = ch.query(
-        "SELECT toString(namespace), toString(agent), thread_id, msg_id, toString(origin), version FROM conversations "
+        "SELECT toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, toString(origin) AS orig, version "
+        "FROM conversations "
         "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
         # A few rows: one thread is enough, and spares the engine ~0.5 ms of CPU.
         "SETTINGS max_threads = 1",
         parameters=key_sets(keys, ns=0, th=2, ids=3),
-    ).result_rows
+    )
     wanted = set(keys)
     out = Landed(set(), set())
     newest: dict[TurnKey, tuple[int, str]] = {}
-    for ns, agent, thread_id, msg_id, origin, version in rows:
-        key = (ns, agent, thread_id, msg_id)
+    for r in named(rows):
+        key = (r["ns"], r["ag"], r["thread_id"], r["msg_id"])
         if key in wanted:
             out.existing.add(key)
-            if key not in newest or version >= newest[key][0]:
-                newest[key] = (version, origin)
+            if key not in newest or r["version"] >= newest[key][0]:
+                newest[key] = (r["version"], r["orig"])
         else:
-            out.elsewhere.add((ns, thread_id, msg_id))
+            out.elsewhere.add((r["ns"], r["thread_id"], r["msg_id"]))
     out.saved_only = {k for k, (_, origin) in newest.items() if origin == SAVED_ONLY}
     return out
 
@@ -152,22 +154,19 @@ def states(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnState]:
     if not keys:
         return {}
     rows = ch.query(
-        "SELECT toString(namespace), toString(agent), thread_id, msg_id, tombstoned, is_saved, saved_at, version, "
-        "user_id, toString(origin) FROM conversations WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
+        "SELECT toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, tombstoned, is_saved, saved_at, "
+        "version, user_id, toString(origin) AS orig FROM conversations WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
         parameters=key_sets(keys, ns=0, ag=1, th=2, ids=3),
-    ).result_rows
+    )
     wanted = set(keys)
     newest: dict[TurnKey, tuple[int, TurnState]] = {}
-    for ns, agent, thread_id, msg_id, tombstoned, is_saved, saved_at, version, user_id, origin in rows:
-        key = (ns, agent, thread_id, msg_id)
-        if key in wanted and (key not in newest or version >= newest[key][0]):
-            newest[key] = (version, TurnState(bool(tombstoned), bool(is_saved), saved_at, user_id, origin))
+    for r in named(rows):
+        key = (r["ns"], r["ag"], r["thread_id"], r["msg_id"])
+        if key in wanted and (key not in newest or r["version"] >= newest[key][0]):
+            newest[key] = (r["version"], TurnState(tombstoned=bool(r["tombstoned"]), is_saved=bool(r["is_saved"]),
+                                                   saved_at=r["saved_at"], user_id=r["user_id"], origin=r["orig"]))
     return {key: state for key, (_, state) in newest.items()}
-
-
-_READ_COLUMNS = ("msg_id, ts, toString(role), content, reasoning, user_id, run_id, metadata, tokens, "
-                 "high_sensitivity, is_summary, is_saved, saved_at")
 
 
 @dataclass(frozen=True)
@@ -195,9 +194,7 @@ def _metadata(raw: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _message(r: Sequence[Any]) -> Message:
-    return Message(r[0], r[1], r[2], r[3], r[4], r[5], r[6], _metadata(r[7]), r[8], bool(r[9]), bool(r[10]),
-                   bool(r[11]), r[12])
+_MESSAGE = TABLE.reader(Message, metadata=_metadata)
 
 
 def page(ch: Client, namespace: str, agent: str, thread_id: str, *, limit: int, descending: bool = False,
@@ -215,11 +212,11 @@ def page(ch: Client, namespace: str, agent: str, thread_id: str, *, limit: int, 
         params["cts"], params["cmsg"] = after
     direction = "DESC" if descending else "ASC"
     rows = ch.query(
-        f"SELECT {_READ_COLUMNS} FROM conversations FINAL WHERE {' AND '.join(where)} "
+        f"SELECT {_MESSAGE.read_list} FROM conversations FINAL WHERE {' AND '.join(where)} "
         f"ORDER BY ts {direction}, msg_id {direction} LIMIT {{lim:UInt32}}",
         parameters=params,
-    ).result_rows
-    return [_message(r) for r in rows]
+    )
+    return _MESSAGE.rows(rows)
 
 
 @dataclass(frozen=True)
@@ -231,12 +228,15 @@ class ThreadActivity:
 
 def activity(ch: Client, namespace: str, agent: str, thread_id: str) -> ThreadActivity:
     row = ch.query(
-        "SELECT count(), min(ts), max(ts) FROM conversations FINAL WHERE namespace = {ns:String} "
-        f"AND agent = {{ag:String}} AND thread_id = {{th:String}} AND NOT tombstoned AND {IS_RECORDED}",
+        "SELECT count() AS turns, min(ts) AS first_ts, max(ts) AS last_ts FROM conversations FINAL "
+        f"WHERE namespace = {{ns:String}} AND agent = {{ag:String}} AND thread_id = {{th:String}} AND NOT tombstoned "
+        f"AND {IS_RECORDED}",
         parameters={"ns": namespace, "ag": agent, "th": thread_id},
-    ).result_rows[0]
-    count = int(row[0])
-    return ThreadActivity(count, row[1] if count else None, row[2] if count else None)
+    ).first_item
+    assert row is not None  # an aggregate without GROUP BY returns one row
+    count = int(row["turns"])
+    return ThreadActivity(turns=count, first_ts=row["first_ts"] if count else None,
+                          last_ts=row["last_ts"] if count else None)
 
 
 @dataclass(frozen=True)
@@ -252,14 +252,17 @@ def last_turns(ch: Client, namespace: str, pairs: Sequence[tuple[str, str]], cha
     if not pairs:
         return {}
     rows = ch.query(
-        "SELECT toString(agent), thread_id, argMax(msg_id, (ts, msg_id)), toString(argMax(role, (ts, msg_id))), "
-        "max(ts), argMax(leftUTF8(content, {n:UInt32}), (ts, msg_id)) "
+        "SELECT toString(agent) AS ag, thread_id, argMax(msg_id, (ts, msg_id)) AS last_msg, "
+        "toString(argMax(role, (ts, msg_id))) AS last_role, max(ts) AS last_ts, "
+        "argMax(leftUTF8(content, {n:UInt32}), (ts, msg_id)) AS head "
         "FROM conversations FINAL WHERE namespace = {ns:String} AND agent IN {ag:Array(String)} "
         f"AND thread_id IN {{th:Array(String)}} AND NOT tombstoned AND {IS_RECORDED} GROUP BY agent, thread_id",
         parameters={"ns": namespace, "n": chars, **key_sets(pairs, ag=0, th=1)},
-    ).result_rows
+    )
     wanted = set(pairs)
-    return {(r[0], r[1]): LastTurn(r[2], r[3], r[4], r[5]) for r in rows if (r[0], r[1]) in wanted}
+    return {(r["ag"], r["thread_id"]): LastTurn(msg_id=r["last_msg"], role=r["last_role"], ts=r["last_ts"],
+                                                head=r["head"])
+            for r in named(rows) if (r["ag"], r["thread_id"]) in wanted}
 
 
 def copy_texts(ch: Client, keys: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str], list[tuple[str, bool]]]:
@@ -269,13 +272,14 @@ def copy_texts(ch: Client, keys: Iterable[tuple[str, str, str]]) -> dict[tuple[s
     if not keys:
         return {}
     rows = ch.query(
-        "SELECT toString(namespace), thread_id, msg_id, content, high_sensitivity FROM conversations FINAL "
+        "SELECT toString(namespace) AS ns, thread_id, msg_id, content, high_sensitivity FROM conversations FINAL "
         "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
         parameters=key_sets(keys, ns=0, th=1, ids=2),
-    ).result_rows
+    )
     wanted = set(keys)
     out: dict[tuple[str, str, str], list[tuple[str, bool]]] = {}
-    for ns, thread_id, msg_id, content, high in rows:
-        if (ns, thread_id, msg_id) in wanted:
-            out.setdefault((ns, thread_id, msg_id), []).append((content, bool(high)))
+    for r in named(rows):
+        key = (r["ns"], r["thread_id"], r["msg_id"])
+        if key in wanted:
+            out.setdefault(key, []).append((r["content"], bool(r["high_sensitivity"])))
     return out

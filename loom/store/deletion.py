@@ -17,6 +17,7 @@ from loom.clock import next_version, utcnow
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import threads as thread_store
+from loom.store.rows import scalar
 
 _THREAD_WHERE = "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}"
 _REVISABLE = [c for c in conv_store.COLUMNS if c != "version"]
@@ -27,12 +28,7 @@ def tombstone_turns(ch: Client, namespace: str, agent: str, thread_id: str, reas
     by the engine from the newest one; saved_at stays, so the revision reaches the
     saved-message indexes too). Returns how many."""
     params = {"ns": namespace, "ag": agent, "th": thread_id, "why": reason, "v": next_version()}
-    count = int(
-        ch.query(
-            f"SELECT count() FROM conversations FINAL WHERE {_THREAD_WHERE} AND NOT tombstoned",
-            parameters=params,
-        ).result_rows[0][0]
-    )
+    count = int(scalar(ch, f"SELECT count() FROM conversations FINAL WHERE {_THREAD_WHERE} AND NOT tombstoned", params))
     if not count:
         return 0
     replaced = {"tombstoned": "true", "tombstoned_at": "now64(3)", "tombstone_reason": "{why:String}"}
@@ -107,6 +103,5 @@ def thread_embeddings(ch: Client, namespace: str, thread_id: str) -> list[emb_st
     found = ch.query(
         emb_store._FULL + "WHERE namespace = {ns:String} AND thread_id = {th:String}",
         parameters={"ns": namespace, "th": thread_id},
-    ).result_rows
-    rows = [emb_store._row(r) for r in found]
-    return [r for r in rows if not r.tombstoned]
+    )
+    return [r for r in emb_store.TABLE.rows(found) if not r.tombstoned]

@@ -15,6 +15,8 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
+from loom.store.rows import Column, column, scalar, table
+
 NAME = "turns"  # the position in insert-time order
 SWEEP = "sweep"  # the first pass's position in key order (see landed_in_key_order)
 
@@ -23,11 +25,15 @@ SWEEP = "sweep"  # the first pass's position in key order (see landed_in_key_ord
 class Position:
     """A point in the pass's order: (created_at, namespace, agent, thread_id, msg_id)."""
 
-    created_at: datetime
-    namespace: str = ""
-    agent: str = ""
-    thread_id: str = ""
-    msg_id: str = ""
+    created_at: datetime = column("DateTime64(3, 'UTC')")
+    namespace: str = column("String", default="")
+    agent: str = column("String", default="")
+    thread_id: str = column("String", default="")
+    msg_id: str = column("String", default="")
+
+
+# A row of loom.embed_recovery: a named position (NAME or SWEEP) at a version.
+TABLE = table("embed_recovery", Position, extra=[Column("name", "String"), Column("version", "UInt64")])
 
 
 @dataclass(frozen=True)
@@ -57,10 +63,9 @@ class Landed:
 
 def horizon(ch: Client, grace_s: float) -> datetime:
     """The server's clock less the grace: the pass looks at rows inserted up to then."""
-    row = ch.query(
-        "SELECT now64(3, 'UTC') - toIntervalMillisecond({g:UInt64})", parameters={"g": int(grace_s * 1000)}
-    ).result_rows[0]
-    return row[0]  # type: ignore[no-any-return]
+    return scalar(  # type: ignore[no-any-return]
+        ch, "SELECT now64(3, 'UTC') - toIntervalMillisecond({g:UInt64})", {"g": int(grace_s * 1000)}
+    )
 
 
 def position(ch: Client, name: str = NAME) -> Position | None:
@@ -73,11 +78,7 @@ def position(ch: Client, name: str = NAME) -> Position | None:
 
 
 def save_position(ch: Client, pos: Position, version: int, name: str = NAME) -> None:
-    ch.insert(
-        "embed_recovery",
-        [[name, pos.created_at, pos.namespace, pos.agent, pos.thread_id, pos.msg_id, version]],
-        column_names=["name", "created_at", "namespace", "agent", "thread_id", "msg_id", "version"],
-    )
+    TABLE.insert(ch, [pos], name=name, version=version)
 
 
 _SELECT = (
@@ -91,15 +92,17 @@ _EMBEDDED_ROLES = "(role IN ('user', 'assistant') OR is_summary)"
 def _landed(rows: Any) -> list[Landed]:
     return [
         Landed(
-            Position(r["created_at"], r["ns"], r["ag"], r["thread_id"], r["msg_id"]),
-            r["role_name"],
-            r["run_id"],
-            r["user_id"],
-            r["ts"],
-            r["text"],
-            bool(r["high_sensitivity"]),
-            bool(r["is_summary"]),
-            bool(r["tombstoned"]),
+            position=Position(
+                created_at=r["created_at"], namespace=r["ns"], agent=r["ag"], thread_id=r["thread_id"], msg_id=r["msg_id"]
+            ),
+            role=r["role_name"],
+            run_id=r["run_id"],
+            user_id=r["user_id"],
+            ts=r["ts"],
+            text=r["text"],
+            high_sensitivity=bool(r["high_sensitivity"]),
+            is_summary=bool(r["is_summary"]),
+            tombstoned=bool(r["tombstoned"]),
         )
         for r in rows
     ]

@@ -18,50 +18,55 @@ from clickhouse_connect.driver.client import Client
 
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.conversations import RECORDED
-
-COLUMNS = ["namespace", "thread_id", "msg_id", "agent", "role", "run_id", "user_id", "ts", "text", "embedding",
-           "model", "error", "is_summary", "is_saved", "saved_at", "tombstoned", "version", "origin"]
-COLUMN_TYPES = ["LowCardinality(String)", "String", "String", "LowCardinality(String)", "LowCardinality(String)",
-                "String", "String", "DateTime64(6, 'UTC')", "String", "Array(Float32)", "LowCardinality(String)",
-                "String", "Bool", "Bool", "Nullable(DateTime64(3, 'UTC'))", "Bool", "UInt64", "LowCardinality(String)"]
+from loom.store.rows import Column, column, named, scalar, table
 
 EmbKey = tuple[str, str, str]  # (namespace, thread_id, msg_id)
 
 
+def _vector(vec: Any) -> list[float]:
+    if isinstance(vec, np.ndarray):
+        vec = vec.astype(np.float32, copy=False).tolist()
+    return list(vec) if vec is not None else []
+
+
 @dataclass
 class EmbeddingRow:
-    namespace: str
-    thread_id: str
-    msg_id: str
-    agent: str
-    role: str
-    run_id: str
-    user_id: str
-    ts: datetime
-    text: str
-    embedding: Any              # float32 vector (numpy array or list); empty when the embed failed
-    model: str
-    error: str = ""
-    is_summary: bool = False
-    is_saved: bool = False
-    saved_at: datetime | None = None
-    tombstoned: bool = False
-    version: int = 0
+    """A row of loom.conversation_embeddings (every column but the server's ``created_at``)."""
+
+    namespace: str = column("LowCardinality(String)")
+    thread_id: str = column("String")
+    msg_id: str = column("String")
+    agent: str = column("LowCardinality(String)")
+    role: str = column("LowCardinality(String)")
+    run_id: str = column("String")
+    user_id: str = column("String")
+    ts: datetime = column("DateTime64(6, 'UTC')")
+    text: str = column("String")
+    # float32 vector (numpy array or list); empty when the embed failed
+    embedding: Any = column("Array(Float32)", encode=_vector)
+    model: str = column("LowCardinality(String)")
+    error: str = column("String", default="")
+    is_summary: bool = column("Bool", default=False)
+    is_saved: bool = column("Bool", default=False)
+    saved_at: datetime | None = column("Nullable(DateTime64(3, 'UTC'))", default=None)
+    tombstoned: bool = column("Bool", default=False)
+    version: int = column("UInt64", default=0)
     # The origin of the transcript copy the row serves (loom.store.conversations.RECORDED
     # or SAVED_ONLY): only recorded rows feed conversation.search's vector tables.
-    origin: str = RECORDED
+    origin: str = column("LowCardinality(String)", default=RECORDED)
 
     @property
     def key(self) -> EmbKey:
         return (self.namespace, self.thread_id, self.msg_id)
 
     def row(self) -> list[Any]:
-        vec = self.embedding
-        if isinstance(vec, np.ndarray):
-            vec = vec.astype(np.float32, copy=False).tolist()
-        return [self.namespace, self.thread_id, self.msg_id, self.agent, self.role, self.run_id, self.user_id,
-                self.ts, self.text, list(vec) if vec is not None else [], self.model, self.error, self.is_summary,
-                self.is_saved, self.saved_at, self.tombstoned, self.version, self.origin]
+        """The insert values, in :data:`COLUMNS` order."""
+        return TABLE.values(self)
+
+
+TABLE = table("conversation_embeddings", EmbeddingRow, server=[Column("created_at", "DateTime64(3, 'UTC')")])
+COLUMNS = TABLE.insert_names
+COLUMN_TYPES = TABLE.insert_types
 
 
 # Left to the merges by small inserts (loom.store.clickhouse.insert_settings): the
@@ -71,8 +76,7 @@ DEFERRED_INDEXES = ("ann", "idx_user")
 
 def insert(ch: Client, rows: Sequence[EmbeddingRow], *, dedup_token: str = "") -> None:
     settings = insert_settings(ch, len(rows), DEFERRED_INDEXES, dedup_token)
-    ch.insert("conversation_embeddings", [r.row() for r in rows], column_names=COLUMNS,
-              column_type_names=COLUMN_TYPES, settings=settings)
+    TABLE.insert(ch, rows, settings=settings)
 
 
 @dataclass(frozen=True)
@@ -94,17 +98,20 @@ def states(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingState]:
     if not keys:
         return {}
     rows = ch.query(
-        "SELECT toString(namespace), thread_id, msg_id, toString(agent), text, length(embedding) > 0, "
-        "toString(model), error, tombstoned, version FROM conversation_embeddings FINAL "
+        "SELECT toString(namespace) AS ns, thread_id, msg_id, toString(agent) AS ag, text, "
+        "length(embedding) > 0 AS has_vector, toString(model) AS model_name, error, tombstoned, version "
+        "FROM conversation_embeddings FINAL "
         "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
         parameters=key_sets(keys, ns=0, th=1, ids=2),
-    ).result_rows
+    )
     wanted = set(keys)
     out: dict[EmbKey, EmbeddingState] = {}
-    for r in rows:
-        key = (r[0], r[1], r[2])
+    for r in named(rows):
+        key = (r["ns"], r["thread_id"], r["msg_id"])
         if key in wanted:
-            out[key] = EmbeddingState(r[3], r[4], bool(r[5]), r[6], r[7], bool(r[8]), int(r[9]))
+            out[key] = EmbeddingState(agent=r["ag"], text=r["text"], has_vector=bool(r["has_vector"]),
+                                      model=r["model_name"], error=r["error"], tombstoned=bool(r["tombstoned"]),
+                                      version=int(r["version"]))
     return out
 
 
@@ -115,23 +122,21 @@ def live_texts(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, str]:
     if not keys:
         return {}
     found = ch.query(
-        "SELECT toString(namespace), thread_id, msg_id, text FROM conversation_embeddings FINAL "
+        "SELECT toString(namespace) AS ns, thread_id, msg_id, text FROM conversation_embeddings FINAL "
         "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
         "AND length(embedding) > 0 AND error = '' AND NOT tombstoned",
         parameters=key_sets(keys, ns=0, th=1, ids=2),
-    ).result_rows
+    )
     wanted = set(keys)
-    return {(r[0], r[1], r[2]): r[3] for r in found if (r[0], r[1], r[2]) in wanted}
+    out: dict[EmbKey, str] = {}
+    for r in named(found):
+        key = (r["ns"], r["thread_id"], r["msg_id"])
+        if key in wanted:
+            out[key] = r["text"]
+    return out
 
 
-_FULL = ("SELECT toString(namespace), thread_id, msg_id, toString(agent), toString(role), run_id, user_id, ts, text, "
-         "embedding, toString(model), error, is_summary, is_saved, saved_at, tombstoned, version, toString(origin) "
-         "FROM conversation_embeddings FINAL ")
-
-
-def _row(r: Sequence[Any]) -> EmbeddingRow:
-    return EmbeddingRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], bool(r[12]),
-                        bool(r[13]), r[14], bool(r[15]), int(r[16]), r[17])
+_FULL = f"SELECT {TABLE.read_list} FROM conversation_embeddings FINAL "
 
 
 def rows(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingRow]:
@@ -143,11 +148,10 @@ def rows(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingRow]:
         _FULL + "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} "
         "AND msg_id IN {ids:Array(String)}",
         parameters=key_sets(keys, ns=0, th=1, ids=2),
-    ).result_rows
+    )
     wanted = set(keys)
     out = {}
-    for r in found:
-        row = _row(r)
+    for row in TABLE.rows(found):
         if row.key in wanted:
             out[row.key] = row
     return out
@@ -164,8 +168,7 @@ def count(ch: Client, namespace: str, thread_id: str | None = None) -> int:
     if thread_id is not None:
         where += " AND thread_id = {th:String}"
         params["th"] = thread_id
-    return int(ch.query(f"SELECT count() FROM conversation_embeddings FINAL WHERE {where}",
-                        parameters=params).result_rows[0][0])
+    return int(scalar(ch, f"SELECT count() FROM conversation_embeddings FINAL WHERE {where}", params))
 
 
 @dataclass(frozen=True)
@@ -195,8 +198,9 @@ def scan(ch: Client, namespace: str, *, after: tuple[str, str] | None, limit: in
         where.append("(thread_id, msg_id) > ({at:String}, {am:String})")
         params["at"], params["am"] = after
     found = ch.query(
-        "SELECT toString(namespace), thread_id, msg_id, text, tombstoned, version FROM conversation_embeddings FINAL "
+        "SELECT toString(namespace) AS ns, thread_id, msg_id, text, tombstoned, version FROM conversation_embeddings FINAL "
         f"WHERE {' AND '.join(where)} ORDER BY thread_id, msg_id LIMIT {{lim:UInt32}}",
         parameters=params,
-    ).result_rows
-    return [ReembedCandidate(r[0], r[1], r[2], r[3], bool(r[4]), int(r[5])) for r in found]
+    )
+    return [ReembedCandidate(namespace=r["ns"], thread_id=r["thread_id"], msg_id=r["msg_id"], text=r["text"],
+                             tombstoned=bool(r["tombstoned"]), version=int(r["version"])) for r in named(found)]

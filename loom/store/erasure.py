@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +23,9 @@ from loom.clock import next_version, utcnow
 from loom.store import conversations as conv_store
 from loom.store import deletion
 from loom.store import embeddings as emb_store
+from loom.store.clickhouse import key_sets
+from loom.store.rows import Column, column, named, scalar
+from loom.store.rows import table as declare_table
 
 # Every table that holds rows of a namespace, with the columns that key a row in it
 # (what a receipt's digest is computed over). erasure_requests stays: it is the record.
@@ -57,48 +60,58 @@ class TableCount:
 # -- the request record ----------------------------------------------------------
 
 
+def _receipt_json(receipt: dict[str, Any]) -> str:
+    return json.dumps(receipt, separators=(",", ":"), sort_keys=True)
+
+
+def _receipt(raw: str) -> dict[str, Any]:
+    return json.loads(raw or "{}")  # type: ignore[no-any-return]
+
+
 @dataclass
 class Request:
-    erasure_id: str
-    token_id: str
-    kind: str  # user | namespaces
-    user_id: str
-    namespaces: list[str]
-    purge: bool
-    state: str  # removing | done | failed
-    receipt: dict[str, Any] = field(default_factory=dict)
-    steps_total: int = 0
-    steps_done: int = 0
-    error: str = ""
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
+    """A row of loom.erasure_requests (its ``version`` is the writer's)."""
+
+    erasure_id: str = column("String")
+    token_id: str = column("String")
+    kind: str = column("LowCardinality(String)")  # user | namespaces
+    user_id: str = column("String")
+    namespaces: list[str] = column("Array(String)")
+    purge: bool = column("Bool")
+    state: str = column("LowCardinality(String)")  # removing | done | failed
+    receipt: dict[str, Any] = column("String", default_factory=dict, encode=_receipt_json, decode=_receipt)
+    steps_total: int = column("UInt32", default=0)
+    steps_done: int = column("UInt32", default=0)
+    error: str = column("String", default="")
+    created_at: datetime | None = column("DateTime64(3, 'UTC')", default=None)
+    updated_at: datetime | None = column("DateTime64(3, 'UTC')", default=None)
 
 
-_REQ_COLS = [f.name for f in fields(Request)]
+REQUESTS = declare_table("erasure_requests", Request, extra=[Column("version", "UInt64")])
+
+
+@dataclass(frozen=True)
+class ErasureKey:
+    """A row of loom.erasure_keys: a key a request erases (or, kind handed, leaves)."""
+
+    erasure_id: str = column("String")
+    namespace: str = column("String")
+    kind: str = column("LowCardinality(String)")
+    agent: str = column("String")
+    thread_id: str = column("String")
+    msg_id: str = column("String")
+
+
+KEYS = declare_table("erasure_keys", ErasureKey)
 
 
 def save_request(ch: Client, req: Request) -> None:
     req.updated_at = utcnow()
-    values = {**asdict(req), "receipt": json.dumps(req.receipt, separators=(",", ":"), sort_keys=True)}
-    ch.insert(
-        "erasure_requests",
-        [[*(values[c] for c in _REQ_COLS), next_version()]],
-        column_names=[*_REQ_COLS, "version"],
-    )
+    REQUESTS.insert(ch, [req], version=next_version())
 
 
 def get_request(ch: Client, erasure_id: str) -> Request | None:
-    rows = ch.query(
-        f"SELECT {', '.join(_REQ_COLS)} FROM erasure_requests FINAL WHERE erasure_id = {{e:String}}",
-        parameters={"e": erasure_id},
-    ).result_rows
-    if not rows:
-        return None
-    data = dict(zip(_REQ_COLS, rows[0], strict=True))
-    data["receipt"] = json.loads(data["receipt"] or "{}")
-    data["namespaces"] = list(data["namespaces"])
-    data["purge"] = bool(data["purge"])
-    return Request(**data)
+    return REQUESTS.first(ch, "WHERE erasure_id = {e:String}", {"e": erasure_id})
 
 
 # -- digests -----------------------------------------------------------------------
@@ -107,10 +120,8 @@ def get_request(ch: Client, erasure_id: str) -> Request | None:
 def _digest(ch: Client, sql: str, params: dict[str, Any]) -> str:
     """The digest of the keys a SELECT of key columns returns (order-free: a sum of
     their hashes, which an operator can recompute from a backup)."""
-    row = ch.query(
-        f"SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({sql}))", parameters=params
-    ).result_rows[0]
-    return format(int(row[0] or 0), "016x")
+    total = scalar(ch, f"SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({sql}))", params)
+    return format(int(total or 0), "016x")
 
 
 # -- a user erasure: fix the keys ---------------------------------------------------
@@ -170,8 +181,8 @@ def fix_user_keys(
         "SELECT DISTINCT thread_id FROM erasure_keys WHERE erasure_id = {e:String} "
         "AND namespace = {ns:String}",
         parameters=params,
-    ).result_rows
-    return [r[0] for r in rows]
+    )
+    return [r["thread_id"] for r in named(rows)]
 
 
 def key_digest(ch: Client, erasure_id: str, namespace: str, kind: str) -> str:
@@ -205,11 +216,7 @@ def tombstone_turns(ch: Client, erasure_id: str, namespace: str, user_id: str) -
         f"namespace = {{ns:String}} AND (agent, thread_id, msg_id) IN ({_TURN_KEYS}) "
         "AND user_id = {u:String} AND NOT tombstoned"
     )
-    count = int(
-        ch.query(f"SELECT count() FROM conversations FINAL WHERE {where}", parameters=params).result_rows[0][
-            0
-        ]
-    )
+    count = int(scalar(ch, f"SELECT count() FROM conversations FINAL WHERE {where}", params))
     if count:
         replaced = {"tombstoned": "true", "tombstoned_at": "now64(3)", "tombstone_reason": "'erased'"}
         exprs = [replaced.get(c, c) for c in _TURN_COLUMNS]
@@ -242,10 +249,14 @@ def hand_over(ch: Client, erasure_id: str, namespace: str, rows: Sequence[emb_st
     if not rows:
         return
     emb_store.insert(ch, list(rows))
-    ch.insert(
-        "erasure_keys",
-        [[erasure_id, namespace, "handed", "", r.thread_id, r.msg_id] for r in rows],
-        column_names=["erasure_id", "namespace", "kind", "agent", "thread_id", "msg_id"],
+    KEYS.insert(
+        ch,
+        [
+            ErasureKey(
+                erasure_id=erasure_id, namespace=namespace, kind="handed", agent="", thread_id=r.thread_id, msg_id=r.msg_id
+            )
+            for r in rows
+        ],
     )
 
 
@@ -260,11 +271,7 @@ def tombstone_embeddings(ch: Client, erasure_id: str, namespace: str, user_id: s
         f"namespace = {{ns:String}} AND (thread_id, msg_id) IN ({_EMB_KEYS}) "
         "AND user_id = {u:String} AND NOT tombstoned"
     )
-    count = int(
-        ch.query(
-            f"SELECT count() FROM conversation_embeddings FINAL WHERE {where}", parameters=params
-        ).result_rows[0][0]
-    )
+    count = int(scalar(ch, f"SELECT count() FROM conversation_embeddings FINAL WHERE {where}", params))
     if count:
         replaced = {
             "text": "''",
@@ -295,12 +302,11 @@ def live_embedding_rows(
         parameters={
             "ns": namespace,
             "u": user_id,
-            "th": sorted({p[0] for p in pairs}),
-            "ids": sorted({p[1] for p in pairs}),
+            **key_sets(pairs, th=0, ids=1),
         },
-    ).result_rows
+    )
     wanted = set(pairs)
-    return [r for r in (emb_store._row(x) for x in found) if (r.thread_id, r.msg_id) in wanted]
+    return [r for r in emb_store.TABLE.rows(found) if (r.thread_id, r.msg_id) in wanted]
 
 
 _BRIEF_OWNER = "(user_id = {u:String} OR startsWith(brief_key, {p:String}))"
@@ -330,11 +336,7 @@ def tombstone_briefs(ch: Client, erasure_id: str, namespace: str, user_id: str) 
         f"SELECT brief_key FROM session_brief_revisions WHERE {mine}",
         params,
     )
-    count = int(
-        ch.query(
-            f"SELECT count() FROM session_briefs FINAL WHERE {mine} AND NOT deleted", parameters=params
-        ).result_rows[0][0]
-    )
+    count = int(scalar(ch, f"SELECT count() FROM session_briefs FINAL WHERE {mine} AND NOT deleted", params))
     if count:
         ch.command(
             "INSERT INTO session_briefs (namespace, brief_key, project, branch, session_id, user_id, agent, revision, "
@@ -347,11 +349,7 @@ def tombstone_briefs(ch: Client, erasure_id: str, namespace: str, user_id: str) 
         f"namespace = {{ns:String}} AND ({_BRIEF_OWNER} OR brief_key IN (SELECT brief_key FROM "
         f"session_briefs WHERE {mine}))"
     )
-    removed = int(
-        ch.query(
-            f"SELECT count() FROM session_brief_revisions WHERE {revisions}", parameters=params
-        ).result_rows[0][0]
-    )
+    removed = int(scalar(ch, f"SELECT count() FROM session_brief_revisions WHERE {revisions}", params))
     if removed:
         ch.command(f"DELETE FROM session_brief_revisions WHERE {revisions}", parameters=params)
     return count, removed, digest
@@ -420,9 +418,7 @@ def step_params(erasure_id: str, namespace: str, user_id: str) -> dict[str, Any]
 
 
 def count_rows(ch: Client, step: Step, params: dict[str, Any]) -> int:
-    return int(
-        ch.query(f"SELECT count() FROM {step.table} WHERE {step.where}", parameters=params).result_rows[0][0]
-    )
+    return int(scalar(ch, f"SELECT count() FROM {step.table} WHERE {step.where}", params))
 
 
 def remove(ch: Client, step: Step, params: dict[str, Any]) -> None:
@@ -446,11 +442,7 @@ def namespace_counts(ch: Client, namespace: str) -> dict[str, TableCount]:
     out: dict[str, TableCount] = {}
     for table, cols in NAMESPACE_TABLES.items():
         params = {"ns": namespace}
-        rows = int(
-            ch.query(
-                f"SELECT count() FROM {table} WHERE namespace = {{ns:String}}", parameters=params
-            ).result_rows[0][0]
-        )
+        rows = int(scalar(ch, f"SELECT count() FROM {table} WHERE namespace = {{ns:String}}", params))
         digest = (
             _digest(ch, f"SELECT {', '.join(cols)} FROM {table} WHERE namespace = {{ns:String}}", params)
             if rows

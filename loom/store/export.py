@@ -10,6 +10,8 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
+from loom.store.rows import scalar
+
 _TURN_COLUMNS = (
     "'turn' AS kind, toString(namespace) AS namespace, toString(agent) AS agent, thread_id, msg_id, "
     "ts, toString(role) AS role, content, reasoning, user_id, run_id, metadata, tokens, "
@@ -92,12 +94,13 @@ def count_turns(ch: Client, namespace: str, user_id: str, include_tombstoned: bo
     """How many transcript rows an export of the user will hold (for a progress bar)."""
     live = "" if include_tombstoned else " AND NOT tombstoned"
     return int(
-        ch.query(
+        scalar(
+            ch,
             "SELECT count() FROM conversations FINAL WHERE namespace = {ns:String} AND (agent, thread_id, msg_id) IN ("
             "SELECT agent, thread_id, msg_id FROM conversations WHERE namespace = {ns:String} AND user_id = {u:String}) "
             f"AND user_id = {{u:String}}{live}",
-            parameters={"ns": namespace, "u": user_id},
-        ).result_rows[0][0]
+            {"ns": namespace, "u": user_id},
+        )
     )
 
 

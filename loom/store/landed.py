@@ -37,6 +37,7 @@ from clickhouse_connect.driver.client import Client
 from redis.asyncio import Redis
 
 from loom import redis_keys
+from loom.store.rows import named
 
 TurnKey = tuple[str, str, str, str]     # (namespace, agent, thread_id, msg_id)
 
@@ -159,12 +160,12 @@ def key_page(ch: Client, namespace: str, after: TurnKey | None, size: int = REBU
     or removed since has landed all the same), in key order, after `after`."""
     cursor = ("", "", "") if after is None else after[1:]
     rows = ch.query(
-        "SELECT toString(agent), thread_id, msg_id FROM conversations WHERE namespace = {ns:String} "
+        "SELECT toString(agent) AS ag, thread_id, msg_id FROM conversations WHERE namespace = {ns:String} "
         "AND (agent, thread_id, msg_id) > ({ag:String}, {th:String}, {id:String}) "
         "ORDER BY agent, thread_id, msg_id LIMIT {n:UInt32}",
         parameters={"ns": namespace, "ag": cursor[0], "th": cursor[1], "id": cursor[2], "n": size},
-    ).result_rows
-    return [(namespace, a, t, m) for a, t, m in rows]
+    )
+    return [(namespace, r["ag"], r["thread_id"], r["msg_id"]) for r in named(rows)]
 
 
 async def run_id(redis: Redis) -> str:

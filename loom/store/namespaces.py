@@ -7,28 +7,26 @@ from dataclasses import dataclass, replace
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import next_version
+from loom.store.rows import Column, column, table
 
 
 @dataclass(frozen=True)
 class NamespaceConfig:
-    namespace: str
-    conversation_logging_enabled: bool = False
-    model_calls_enabled: bool = True
-    extraction_policy: str = ""
+    namespace: str = column("String")
+    conversation_logging_enabled: bool = column("Bool", default=False)
+    model_calls_enabled: bool = column("Bool", default=True)
+    extraction_policy: str = column("String", default="")
 
 
-_COLUMNS = ["namespace", "conversation_logging_enabled", "model_calls_enabled", "extraction_policy", "version"]
+TABLE = table("namespaces", NamespaceConfig, extra=[Column("version", "UInt64")],
+              server=[Column("updated_at", "DateTime64(3, 'UTC')")])
 
 
 def get_many(ch: Client, namespaces: list[str]) -> dict[str, NamespaceConfig]:
     """Every named namespace, with the closed defaults for those that have no row."""
-    rows = ch.query(
-        "SELECT namespace, conversation_logging_enabled, model_calls_enabled, extraction_policy "
-        "FROM namespaces FINAL WHERE namespace IN {ns:Array(String)}",
-        parameters={"ns": namespaces},
-    ).result_rows
-    found = {r[0]: NamespaceConfig(r[0], bool(r[1]), bool(r[2]), r[3]) for r in rows}
-    return {ns: found.get(ns, NamespaceConfig(ns)) for ns in namespaces}
+    rows = TABLE.select(ch, "WHERE namespace IN {ns:Array(String)}", {"ns": namespaces})
+    found = {r.namespace: r for r in rows}
+    return {ns: found.get(ns, NamespaceConfig(namespace=ns)) for ns in namespaces}
 
 
 def recording(ch: Client, namespaces: list[str]) -> set[str]:
@@ -41,8 +39,7 @@ def get(ch: Client, namespace: str) -> NamespaceConfig:
 
 
 def put(ch: Client, config: NamespaceConfig) -> None:
-    ch.insert("namespaces", [[config.namespace, config.conversation_logging_enabled, config.model_calls_enabled,
-                              config.extraction_policy, next_version()]], column_names=_COLUMNS)
+    TABLE.insert(ch, [config], version=next_version())
 
 
 def update(ch: Client, namespace: str, **changes: object) -> NamespaceConfig:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from clickhouse_connect.driver.client import Client
 
+from loom.store.rows import named
+
 _TTL = re.compile(r"\sTTL\s(.*?)(?:\sSETTINGS\s|$)", re.S)
 
 
@@ -28,13 +30,16 @@ def ttl_of(engine_full: str) -> str:
 def tables(ch: Client) -> list[TableStorage]:
     """Every MergeTree table of Loom's database."""
     rows = ch.query(
-        "SELECT t.name, t.engine, t.engine_full, t.storage_policy, "
-        "arraySort(groupArrayIf(p.volume_name, p.volume_name != '')) "
+        "SELECT t.name AS table_name, t.engine AS engine_name, t.engine_full AS engine_text, "
+        "t.storage_policy AS policy, arraySort(groupArrayIf(p.volume_name, p.volume_name != '')) AS volumes "
         "FROM system.tables AS t LEFT JOIN system.storage_policies AS p ON p.policy_name = t.storage_policy "
         "WHERE t.database = currentDatabase() AND t.engine LIKE '%MergeTree%' "
         "GROUP BY t.name, t.engine, t.engine_full, t.storage_policy ORDER BY t.name"
-    ).result_rows
+    )
     return [
-        TableStorage(table=r[0], engine=r[1], ttl=ttl_of(r[2]), storage_policy=r[3], volumes=list(r[4]))
-        for r in rows
+        TableStorage(
+            table=r["table_name"], engine=r["engine_name"], ttl=ttl_of(r["engine_text"]), storage_policy=r["policy"],
+            volumes=list(r["volumes"]),
+        )
+        for r in named(rows)
     ]

@@ -20,6 +20,7 @@ from clickhouse_connect.driver.client import Client
 
 from loom.store import conversations as conv_store
 from loom.store.clickhouse import key_sets
+from loom.store.rows import named
 
 TurnKey = conv_store.TurnKey
 Pair = tuple[str, str]   # (thread_id, msg_id)
@@ -62,19 +63,14 @@ class TranscriptRow:
         return (self.namespace, self.agent, self.thread_id, self.msg_id)
 
 
-_ROW_COLUMNS = ("toString(namespace), toString(agent), thread_id, msg_id, ts, toString(role), content, user_id, "
-                "run_id, is_summary, high_sensitivity, is_saved, saved_at, tombstoned, toString(origin)")
-
-
-def _transcript_row(r: Sequence[Any]) -> TranscriptRow:
-    return TranscriptRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], bool(r[9]), bool(r[10]),
-                         bool(r[11]), r[12], bool(r[13]), r[14])
+_TRANSCRIPT = conv_store.TABLE.reader(TranscriptRow)
+_ROW_COLUMNS = _TRANSCRIPT.read_list
 
 
 def transcript_row(ch: Client, key: TurnKey) -> TranscriptRow | None:
     rows = ch.query(f"SELECT {_ROW_COLUMNS} FROM conversations FINAL WHERE {_KEY_WHERE}",
-                    parameters=_key_params(key)).result_rows
-    return _transcript_row(rows[0]) if rows else None
+                    parameters=_key_params(key))
+    return next(iter(_TRANSCRIPT.rows(rows)), None)
 
 
 def copies(ch: Client, namespace: str, thread_id: str, msg_id: str) -> list[TranscriptRow]:
@@ -82,8 +78,8 @@ def copies(ch: Client, namespace: str, thread_id: str, msg_id: str) -> list[Tran
     rows = ch.query(
         f"SELECT {_ROW_COLUMNS} FROM conversations FINAL WHERE namespace = {{ns:String}} "
         "AND thread_id = {th:String} AND msg_id = {m:String} AND NOT tombstoned ORDER BY agent",
-        parameters={"ns": namespace, "th": thread_id, "m": msg_id}).result_rows
-    return [_transcript_row(r) for r in rows]
+        parameters={"ns": namespace, "th": thread_id, "m": msg_id})
+    return _TRANSCRIPT.rows(rows)
 
 
 # A revision of one transcript row with some columns replaced, written by the engine
@@ -172,8 +168,9 @@ def saved_page(ch: Client, namespace: str, user_id: str, *, limit: int, thread_i
         "toUnixTimestamp64Micro(ifNull(toDateTime64(saved_at, 6, 'UTC'), ts)) AS sort_us "
         f"FROM saved_docs FINAL WHERE {' AND '.join(where)}) {having} "
         "ORDER BY sort_us DESC, thread_id DESC, msg_id DESC, agent DESC LIMIT {lim:UInt32}",
-        parameters=params).result_rows
-    return [SavedEntry(r[0], r[1], r[2], r[3], r[4], r[5], int(r[6])) for r in rows]
+        parameters=params)
+    return [SavedEntry(thread_id=r["thread_id"], msg_id=r["msg_id"], agent=r["agent"], role=r["role"], ts=r["ts"],
+                       saved_at=r["saved_at"], sort_us=int(r["sort_us"])) for r in named(rows)]
 
 
 @dataclass(frozen=True)
@@ -196,22 +193,23 @@ def heads(ch: Client, namespace: str, user_id: str, keys: Iterable[TurnKey], cha
                       {"n": chars})
     wanted = set(keys)
     out: dict[TurnKey, Head] = {}
-    for thread_id, msg_id, agent, role, ts, saved_at, head, _ in rows:
-        key = (namespace, agent, thread_id, msg_id)
+    for r in rows:
+        key = (namespace, r["ag"], r["th"], r["mid"])
         if key in wanted:
-            out[key] = Head(role, ts, saved_at, head)
+            out[key] = Head(role=r["role_name"], ts=r["turn_ts"], saved_at=r["saved"], head=r["body"])
     return out
 
 
 def _confirmed(ch: Client, namespace: str, user_id: str, pairs: Sequence[Pair], text_expr: str,
-               params: dict[str, Any]) -> Sequence[Sequence[Any]]:
+               params: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows of saved_docs for `pairs` that the transcript confirms are saved by
     `user_id` and live (every copy, most recently saved first), with `text_expr` of the
     text. The text comes from saved_docs, whose small granules hold only saved
     messages; the transcript is read without its text, only to confirm each row."""
-    return ch.query(
-        "SELECT d.thread_id, d.msg_id, toString(d.agent), toString(d.role), d.ts, d.saved_at, "
-        f"{text_expr}, d.high_sensitivity FROM saved_docs AS d FINAL "
+    rows = ch.query(
+        "SELECT d.thread_id AS th, d.msg_id AS mid, toString(d.agent) AS ag, toString(d.role) AS role_name, "
+        f"d.ts AS turn_ts, d.saved_at AS saved, {text_expr} AS body, d.high_sensitivity AS high "
+        "FROM saved_docs AS d FINAL "
         "WHERE d.namespace = {ns:String} AND d.user_id = {u:String} AND d.thread_id IN {th:Array(String)} "
         "AND d.msg_id IN {ids:Array(String)} AND d.is_saved AND NOT d.tombstoned "
         "AND (d.thread_id, d.msg_id, d.agent) IN ("
@@ -219,7 +217,8 @@ def _confirmed(ch: Client, namespace: str, user_id: str, pairs: Sequence[Pair], 
         "  AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
         "  AND user_id = {u:String} AND is_saved AND NOT tombstoned) "
         "ORDER BY d.saved_at DESC",
-        parameters={"ns": namespace, "u": user_id, **key_sets(pairs, th=0, ids=1), **params}).result_rows
+        parameters={"ns": namespace, "u": user_id, **key_sets(pairs, th=0, ids=1), **params})
+    return list(named(rows))
 
 
 def saved_ids(ch: Client, namespace: str, user_id: str, thread_id: str, msg_ids: Sequence[str]) -> set[str]:
@@ -228,8 +227,8 @@ def saved_ids(ch: Client, namespace: str, user_id: str, thread_id: str, msg_ids:
     rows = ch.query(
         "SELECT DISTINCT msg_id FROM conversations FINAL WHERE namespace = {ns:String} AND thread_id = {th:String} "
         "AND msg_id IN {ids:Array(String)} AND user_id = {u:String} AND is_saved AND NOT tombstoned",
-        parameters={"ns": namespace, "th": thread_id, "ids": sorted(set(msg_ids)), "u": user_id}).result_rows
-    return {r[0] for r in rows}
+        parameters={"ns": namespace, "th": thread_id, "ids": sorted(set(msg_ids)), "u": user_id})
+    return {r["msg_id"] for r in named(rows)}
 
 
 @dataclass(frozen=True)
@@ -255,8 +254,8 @@ def vector_search(ch: Client, namespace: str, user_id: str, vector: np.ndarray, 
         "1 - cosineDistance(vector, {q:Array(Float32)}) AS sim "
         f"FROM saved_vectors FINAL WHERE {' AND '.join(where)}) WHERE sim >= {{floor:Float64}} "
         "ORDER BY sim DESC, thread_id, msg_id LIMIT {lim:UInt32}",
-        parameters=params).result_rows
-    return [VectorHit(r[0], r[1], float(r[2])) for r in rows]
+        parameters=params)
+    return [VectorHit(thread_id=r["thread_id"], msg_id=r["msg_id"], similarity=float(r["sim"])) for r in named(rows)]
 
 
 @dataclass(frozen=True)
@@ -279,9 +278,9 @@ def verify(ch: Client, namespace: str, user_id: str, pairs: Iterable[Pair]) -> d
         return {}
     wanted = set(pairs)
     out: dict[Pair, Verified] = {}
-    for thread_id, msg_id, agent, role, ts, saved_at, content, high in _confirmed(ch, namespace, user_id, pairs,
-                                                                                  "d.content", {}):
-        pair = (thread_id, msg_id)
+    for r in _confirmed(ch, namespace, user_id, pairs, "d.content", {}):
+        pair = (r["th"], r["mid"])
         if pair in wanted and pair not in out:
-            out[pair] = Verified(agent, role, ts, saved_at, content, bool(high))
+            out[pair] = Verified(agent=r["ag"], role=r["role_name"], ts=r["turn_ts"], saved_at=r["saved"],
+                                 content=r["body"], high_sensitivity=bool(r["high"]))
     return out

@@ -31,8 +31,10 @@ from typing import Any
 
 import numpy as np
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.query import QueryResult
 
 from loom.store.clickhouse import key_sets
+from loom.store.rows import named
 
 # The dimensions migration 002 gave a vector table; other lengths are scanned exactly
 # over conversation_embeddings (:func:`exact_unindexed`).
@@ -118,29 +120,34 @@ def counts(ch: Client, table: str, namespaces: Sequence[str], filters: Filters) 
     params: dict[str, Any] = {"ns": list(namespaces)}
     where = " AND ".join(_where(filters, params, hide_key=False))
     rows = ch.query(
-        f"SELECT toString(namespace), count() FROM {table} WHERE {where} GROUP BY namespace "
-        f"UNION ALL SELECT '', count() FROM {table}",
+        f"SELECT toString(namespace) AS ns, count() AS n FROM {table} WHERE {where} GROUP BY namespace "
+        f"UNION ALL SELECT '' AS ns, count() AS n FROM {table}",
         parameters=params,
-    ).result_rows
+    )
     per_ns: dict[str, int] = {}
     total = 0
-    for ns, n in rows:
-        if ns == "":
-            total = int(n)
+    for r in named(rows):
+        if r["ns"] == "":
+            total = int(r["n"])
         else:
-            per_ns[ns] = int(n)
+            per_ns[r["ns"]] = int(r["n"])
     return per_ns, max(total, sum(per_ns.values()))
 
 
 # The similarity column; NaN (a zero vector) ranks as 0. ORDER BY keeps the bare
 # cosineDistance expression: that is what ClickHouse matches against the HNSW index.
 _SIMILARITY = f"ifNotFinite(1 - cosineDistance(embedding, {QUERY_VECTOR}), 0)"
-_CANDIDATE_COLUMNS = ("toString(namespace), thread_id, msg_id, version, toString(agent), toString(role), run_id, "
-                      f"user_id, ts, text, {_SIMILARITY}")
+# Aliases other than the columns' own names: an alias that shadows a column would stand
+# for it in the WHERE too.
+_CANDIDATE_COLUMNS = ("toString(namespace) AS ns, thread_id, msg_id, version, toString(agent) AS ag, "
+                      f"toString(role) AS role_name, run_id, user_id, ts, text, {_SIMILARITY} AS sim")
 
 
-def _candidates(rows: Iterable[Sequence[Any]]) -> list[Candidate]:
-    out = [Candidate(r[0], r[1], r[2], int(r[3]), r[4], r[5], r[6], r[7], r[8], r[9], float(r[10])) for r in rows]
+def _candidates(result: QueryResult) -> list[Candidate]:
+    out = [Candidate(namespace=r["ns"], thread_id=r["thread_id"], msg_id=r["msg_id"], version=int(r["version"]),
+                     agent=r["ag"], role=r["role_name"], run_id=r["run_id"], user_id=r["user_id"], ts=r["ts"],
+                     text=r["text"], similarity=float(r["sim"]))
+           for r in named(result)]
     out.sort(key=lambda c: (-c.similarity, c.key))
     return out
 
@@ -155,7 +162,7 @@ def exact(ch: Client, table: str, namespaces: Sequence[str], vector: np.ndarray,
         f"ORDER BY cosineDistance(embedding, {QUERY_VECTOR}) LIMIT {{n:UInt32}} "
         "SETTINGS vector_search_filter_strategy = 'prefilter', use_skip_indexes = 0",
         parameters=params,
-    ).result_rows
+    )
     return _candidates(rows)
 
 
@@ -174,7 +181,7 @@ def nearest(ch: Client, table: str, namespaces: Sequence[str], vector: np.ndarra
         f"SETTINGS vector_search_filter_strategy = 'postfilter', vector_search_index_fetch_multiplier = {mult:.3f}, "
         f"hnsw_candidate_list_size_for_search = {HNSW_EF}",
         parameters=params,
-    ).result_rows
+    )
     return _candidates(rows)
 
 
@@ -191,7 +198,7 @@ def exact_unindexed(ch: Client, namespaces: Sequence[str], vector: np.ndarray, f
         "AND length(embedding) = {dim:UInt32} AND error = '' AND NOT tombstoned AND origin = 'recorded' "
         f"ORDER BY cosineDistance(embedding, {QUERY_VECTOR}) LIMIT {{n:UInt32}}",
         parameters=params,
-    ).result_rows
+    )
     return _candidates(rows)
 
 
@@ -231,15 +238,19 @@ def verify_embeddings(ch: Client, keys: Sequence[tuple[str, str, str]]) -> dict[
         return {}
     rows = ch.query(
         # embedding.size0, not length(embedding): under FINAL the latter reads every vector.
-        "SELECT toString(namespace), thread_id, msg_id, version, "
-        "toUInt8(NOT tombstoned AND error = '' AND embedding.size0 > 0) "
+        "SELECT toString(namespace) AS ns, thread_id, msg_id, version, "
+        "toUInt8(NOT tombstoned AND error = '' AND embedding.size0 > 0) AS live "
         "FROM conversation_embeddings FINAL WHERE namespace IN {ns:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
         parameters=key_sets(keys, ns=0, th=1, ids=2),
-    ).result_rows
+    )
     wanted = set(keys)
-    return {(ns, th, msg): EmbeddingNow(int(version), bool(live))
-            for ns, th, msg, version, live in rows if (ns, th, msg) in wanted}
+    out: dict[tuple[str, str, str], EmbeddingNow] = {}
+    for r in named(rows):
+        key = (r["ns"], r["thread_id"], r["msg_id"])
+        if key in wanted:
+            out[key] = EmbeddingNow(version=int(r["version"]), live=bool(r["live"]))
+    return out
 
 
 def verify_turns(ch: Client, keys: Sequence[tuple[str, str, str]], agents: Iterable[str]) -> dict[TurnKey, TurnNow]:
@@ -247,16 +258,18 @@ def verify_turns(ch: Client, keys: Sequence[tuple[str, str, str]], agents: Itera
     if not keys:
         return {}
     rows = ch.query(
-        "SELECT toString(namespace), toString(agent), thread_id, msg_id, toUInt8(NOT tombstoned), "
-        "toUInt8(high_sensitivity), toString(role), run_id, user_id, ts, toUInt8(origin = 'recorded') "
+        "SELECT toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, toUInt8(NOT tombstoned) AS live, "
+        "toUInt8(high_sensitivity) AS high, toString(role) AS role_name, run_id, user_id, ts, "
+        "toUInt8(origin = 'recorded') AS recorded "
         "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
         parameters={**key_sets(keys, ns=0, th=1, ids=2), "ag": sorted(set(agents))},
-    ).result_rows
+    )
     wanted = set(keys)
-    return {(ns, agent, th, msg): TurnNow(role, run_id, user_id, ts, bool(live), bool(high), bool(recorded))
-            for ns, agent, th, msg, live, high, role, run_id, user_id, ts, recorded in rows
-            if (ns, th, msg) in wanted}
+    return {(r["ns"], r["ag"], r["thread_id"], r["msg_id"]):
+            TurnNow(role=r["role_name"], run_id=r["run_id"], user_id=r["user_id"], ts=r["ts"], live=bool(r["live"]),
+                    high=bool(r["high"]), recorded=bool(r["recorded"]))
+            for r in named(rows) if (r["ns"], r["thread_id"], r["msg_id"]) in wanted}
 
 
 def heads(ch: Client, keys: Sequence[TurnKey], chars: int) -> dict[TurnKey, str]:
@@ -265,13 +278,19 @@ def heads(ch: Client, keys: Sequence[TurnKey], chars: int) -> dict[TurnKey, str]
     if not keys:
         return {}
     rows = ch.query(
-        "SELECT toString(namespace), toString(agent), thread_id, msg_id, leftUTF8(content, {n:UInt32}) "
+        "SELECT toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, "
+        "leftUTF8(content, {n:UInt32}) AS head "
         "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
         parameters={"n": chars, **key_sets(keys, ns=0, ag=1, th=2, ids=3)},
-    ).result_rows
+    )
     wanted = set(keys)
-    return {(r[0], r[1], r[2], r[3]): r[4] for r in rows if (r[0], r[1], r[2], r[3]) in wanted}
+    out: dict[TurnKey, str] = {}
+    for r in named(rows):
+        key = (r["ns"], r["ag"], r["thread_id"], r["msg_id"])
+        if key in wanted:
+            out[key] = r["head"]
+    return out
 
 
 @dataclass(frozen=True)
@@ -299,12 +318,14 @@ def substring(ch: Client, namespaces: Sequence[str], needle: str, filters: Filte
                               "roles": list(SEARCHED_ROLES)}
     where = _where(filters, params, hide_key=False)
     rows = ch.query(
-        "SELECT toString(namespace), toString(agent), thread_id, msg_id, toString(role), run_id, user_id, ts, "
-        "leftUTF8(content, {chars:UInt32}) FROM conversations FINAL "
+        "SELECT toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, toString(role) AS role_name, "
+        "run_id, user_id, ts, leftUTF8(content, {chars:UInt32}) AS head FROM conversations FINAL "
         f"WHERE {' AND '.join(where)} AND NOT tombstoned AND NOT high_sensitivity AND origin = 'recorded' "
         "AND (role IN {roles:Array(String)} OR is_summary) "
         "AND positionCaseInsensitiveUTF8(content, {needle:String}) > 0 "
         "ORDER BY ts DESC, msg_id DESC LIMIT {n:UInt32}",
         parameters=params,
-    ).result_rows
-    return [TextMatch(*r) for r in rows]
+    )
+    return [TextMatch(namespace=r["ns"], agent=r["ag"], thread_id=r["thread_id"], msg_id=r["msg_id"],
+                      role=r["role_name"], run_id=r["run_id"], user_id=r["user_id"], ts=r["ts"], head=r["head"])
+            for r in named(rows)]

@@ -30,12 +30,14 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
 from redis.asyncio import Redis
 
 from loom import redis_keys
+from loom.store.rows import column, named, table
 
 CLOCK_MARGIN_NS = 2_000_000_000
 WHOLE = ""                                # thread_id of a namespace-wide mark
@@ -105,19 +107,31 @@ def _by_namespace(pairs: Iterable[Pair]) -> dict[str, list[str]]:
 # -- ClickHouse: the truth ----------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Mark:
+    """A row of loom.search_marks (the newest mark of a thread wins)."""
+
+    namespace: str = column("String")
+    thread_id: str = column("String")
+    mark: int = column("UInt64")
+
+
+TABLE = table("search_marks", Mark)
+
+
 def durable(ch: Client, namespaces: Sequence[str]) -> dict[str, dict[str, int]]:
     """Every mark of the namespaces, per thread id (WHOLE for the namespace's own)."""
-    rows = ch.query("SELECT namespace, thread_id, max(mark) FROM search_marks WHERE namespace IN {ns:Array(String)} "
-                    "GROUP BY namespace, thread_id", parameters={"ns": list(namespaces)}).result_rows
+    rows = ch.query("SELECT namespace, thread_id, max(mark) AS newest FROM search_marks "
+                    "WHERE namespace IN {ns:Array(String)} GROUP BY namespace, thread_id",
+                    parameters={"ns": list(namespaces)})
     out: dict[str, dict[str, int]] = {ns: {} for ns in namespaces}
-    for ns, thread, mark in rows:
-        out[str(ns)][str(thread)] = int(mark)
+    for r in named(rows):
+        out[str(r["namespace"])][str(r["thread_id"])] = int(r["newest"])
     return out
 
 
 def record(ch: Client, pairs: Iterable[Pair], mark: int) -> None:
-    ch.insert("search_marks", [[ns, thread, mark] for ns, thread in pairs],
-              column_names=["namespace", "thread_id", "mark"])
+    TABLE.insert(ch, [Mark(namespace=ns, thread_id=thread, mark=mark) for ns, thread in pairs])
 
 
 # -- Redis: the cache ----------------------------------------------------------------

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
 from loom.store.clickhouse import key_sets
+from loom.store.rows import column, named, table
 
 _APPEND_BASE = 2**53   # > any time in microseconds before year 2255, < any clock version in ns
 
@@ -28,35 +29,8 @@ def append_version(ts: datetime) -> int:
     """The version of a thread row an append writes for a turn at `ts`."""
     return _APPEND_BASE - int(ts.timestamp() * 1_000_000)
 
-COLUMNS = ["namespace", "agent", "thread_id", "title", "metadata", "run_id", "created_at", "updated_at",
-           "tombstoned", "version"]
-COLUMN_TYPES = ["LowCardinality(String)", "LowCardinality(String)", "String", "String", "String", "String",
-                "DateTime64(6, 'UTC')", "DateTime64(3, 'UTC')", "Bool", "UInt64"]
-
-
-@dataclass
-class ThreadRow:
-    namespace: str
-    agent: str
-    thread_id: str
-    title: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
-    run_id: str = ""
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    tombstoned: bool = False
-    version: int = 0
-
-    def row(self) -> list[Any]:
-        return [self.namespace, self.agent, self.thread_id, self.title,
-                json.dumps(self.metadata, separators=(",", ":")), self.run_id, self.created_at,
-                self.updated_at or self.created_at, self.tombstoned, self.version]
-
-
-def insert(ch: Client, rows: Sequence[ThreadRow], *, dedup_token: str = "") -> None:
-    settings = {"insert_deduplication_token": dedup_token} if dedup_token else None
-    ch.insert("threads", [r.row() for r in rows], column_names=COLUMNS, column_type_names=COLUMN_TYPES,
-              settings=settings)
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _metadata(raw: str) -> dict[str, Any]:
@@ -67,19 +41,49 @@ def _metadata(raw: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-_SELECT = ("SELECT toString(namespace), toString(agent), thread_id, title, metadata, run_id, created_at, "
-           "updated_at, tombstoned, version FROM threads FINAL ")
+@dataclass
+class ThreadRow:
+    """A row of loom.threads."""
+
+    namespace: str = column("LowCardinality(String)")
+    agent: str = column("LowCardinality(String)")
+    thread_id: str = column("String")
+    title: str = column("String", default="")
+    metadata: dict[str, Any] = column("String", default_factory=dict, encode=_json, decode=_metadata)  # JSON
+    run_id: str = column("String", default="")
+    created_at: datetime | None = column("DateTime64(6, 'UTC')", default=None)
+    # Written as created_at when unset (_written()).
+    updated_at: datetime | None = column("DateTime64(3, 'UTC')", default=None)
+    tombstoned: bool = column("Bool", default=False)
+    version: int = column("UInt64", default=0)
+
+    def row(self) -> list[Any]:
+        """The insert values, in :data:`COLUMNS` order."""
+        return TABLE.values(_written(self))
 
 
-def _row(r: Sequence[Any]) -> ThreadRow:
-    return ThreadRow(r[0], r[1], r[2], r[3], _metadata(r[4]), r[5], r[6], r[7], bool(r[8]), int(r[9]))
+def _written(row: ThreadRow) -> ThreadRow:
+    return row if row.updated_at is not None else replace(row, updated_at=row.created_at)
+
+
+TABLE = table("threads", ThreadRow)
+COLUMNS = TABLE.insert_names
+COLUMN_TYPES = TABLE.insert_types
+
+
+def insert(ch: Client, rows: Sequence[ThreadRow], *, dedup_token: str = "") -> None:
+    settings = {"insert_deduplication_token": dedup_token} if dedup_token else None
+    TABLE.insert(ch, [_written(r) for r in rows], settings=settings)
+
+
+_SELECT = f"SELECT {TABLE.read_list} FROM threads FINAL "
 
 
 def get(ch: Client, namespace: str, agent: str, thread_id: str) -> ThreadRow | None:
     """The thread's newest row, tombstoned or not (None when it has none)."""
     rows = ch.query(_SELECT + "WHERE namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}",
-                    parameters={"ns": namespace, "ag": agent, "th": thread_id}).result_rows
-    return _row(rows[0]) if rows else None
+                    parameters={"ns": namespace, "ag": agent, "th": thread_id})
+    return next(iter(TABLE.rows(rows)), None)
 
 
 def get_many(ch: Client, namespace: str, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], ThreadRow]:
@@ -88,9 +92,9 @@ def get_many(ch: Client, namespace: str, pairs: Sequence[tuple[str, str]]) -> di
         return {}
     rows = ch.query(_SELECT + "WHERE namespace = {ns:String} AND agent IN {ag:Array(String)} "
                     "AND thread_id IN {th:Array(String)}",
-                    parameters={"ns": namespace, **key_sets(pairs, ag=0, th=1)}).result_rows
+                    parameters={"ns": namespace, **key_sets(pairs, ag=0, th=1)})
     wanted = set(pairs)
-    return {(r[1], r[2]): _row(r) for r in rows if (r[1], r[2]) in wanted}
+    return {(r.agent, r.thread_id): r for r in TABLE.rows(rows) if (r.agent, r.thread_id) in wanted}
 
 
 @dataclass(frozen=True)
@@ -122,5 +126,5 @@ def recent(ch: Client, namespace: str, agent: str | None, since: datetime, *, li
         ") GROUP BY agent, thread_id ORDER BY last DESC, agent, thread_id "
         "LIMIT {lim:UInt32} OFFSET {off:UInt32}",
         parameters=params,
-    ).result_rows
-    return [RecentThread(r[0], r[1], r[2]) for r in rows]
+    )
+    return [RecentThread(agent=r["agent"], thread_id=r["thread_id"], last_ts=r["last"]) for r in named(rows)]

@@ -425,7 +425,8 @@ class AppendPipeline:
         for t in turns:
             tkey = (t.namespace, t.agent, t.thread_id)
             if tkey not in rows and tkey not in self._known_threads:
-                rows[tkey] = thread_store.ThreadRow(t.namespace, t.agent, t.thread_id, created_at=t.ts,
+                rows[tkey] = thread_store.ThreadRow(namespace=t.namespace, agent=t.agent, thread_id=t.thread_id,
+                                                    created_at=t.ts,
                                                     version=thread_store.append_version(t.ts))
         return list(rows.values())
 

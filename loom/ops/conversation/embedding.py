@@ -253,10 +253,12 @@ class EmbedPipeline:
             else:
                 out[i] = Outcome(EMBEDDED)
             rows[t.emb_key] = emb_store.EmbeddingRow(
-                t.namespace, t.thread_id, t.msg_id, t.agent, t.role, t.run_id, st.user_id, t.ts, t.text,
-                w.vector if w.vector is not None and not w.error else [], w.model,
-                failures.safe(w.error) if w.error else "", t.is_summary,
-                st.is_saved, st.saved_at, False, next_version(), origin=st.origin)
+                namespace=t.namespace, thread_id=t.thread_id, msg_id=t.msg_id, agent=t.agent, role=t.role,
+                run_id=t.run_id, user_id=st.user_id, ts=t.ts, text=t.text,
+                embedding=w.vector if w.vector is not None and not w.error else [], model=w.model,
+                error=failures.safe(w.error) if w.error else "", is_summary=t.is_summary,
+                is_saved=st.is_saved, saved_at=st.saved_at, tombstoned=False, version=next_version(),
+                origin=st.origin)
         if rows:
             emb_store.insert(ch, list(rows.values()), dedup_token=uuid.uuid4().hex)
         return out
@@ -345,8 +347,10 @@ async def record_unanswered(svc: Services, turns: Sequence[EmbedTurn], version: 
             else:
                 local[i] = Outcome(FAILED, error)
                 rows[t.emb_key] = emb_store.EmbeddingRow(
-                    t.namespace, t.thread_id, t.msg_id, t.agent, t.role, t.run_id, st.user_id, t.ts, t.text, [], "",
-                    error, t.is_summary, st.is_saved, st.saved_at, False, version, origin=st.origin)
+                    namespace=t.namespace, thread_id=t.thread_id, msg_id=t.msg_id, agent=t.agent, role=t.role,
+                    run_id=t.run_id, user_id=st.user_id, ts=t.ts, text=t.text, embedding=[], model="",
+                    error=error, is_summary=t.is_summary, is_saved=st.is_saved, saved_at=st.saved_at,
+                    tombstoned=False, version=version, origin=st.origin)
         if rows:
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"unanswered-{version}-{idxs[0]}")
         return local
@@ -393,9 +397,12 @@ async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: Mod
             else:
                 local[i] = Outcome(EMBEDDED)
             rows[t.emb_key] = emb_store.EmbeddingRow(
-                t.namespace, t.thread_id, t.msg_id, t.agent, t.role, t.run_id, st.user_id, t.ts, t.text,
-                vector if vector is not None else [], result.model_id if vector is not None else "",
-                local[i].error, t.is_summary, st.is_saved, st.saved_at, False, next_version(), origin=st.origin)
+                namespace=t.namespace, thread_id=t.thread_id, msg_id=t.msg_id, agent=t.agent, role=t.role,
+                run_id=t.run_id, user_id=st.user_id, ts=t.ts, text=t.text,
+                embedding=vector if vector is not None else [],
+                model=result.model_id if vector is not None else "", error=local[i].error,
+                is_summary=t.is_summary, is_saved=st.is_saved, saved_at=st.saved_at, tombstoned=False,
+                version=next_version(), origin=st.origin)
         if rows:
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"recovered-{uuid.uuid4().hex}")
         return local

@@ -155,7 +155,7 @@ async def _first_pass(
     Returns it and the pages left for this pass (None: not done yet)."""
     sweep = await svc.run(store.position, svc.ch, store.SWEEP)
     if sweep is None:  # fixed for the whole sweep, whichever passes carry it out
-        sweep = store.Position(await svc.run(store.horizon, svc.ch, grace))
+        sweep = store.Position(created_at=await svc.run(store.horizon, svc.ch, grace))
         await svc.run(store.save_position, svc.ch, sweep, next_version(), store.SWEEP)
     for used in range(max_pages):
         if keeper.done():
@@ -167,7 +167,7 @@ async def _first_pass(
             sweep = replace(rows[-1].position, created_at=sweep.created_at)
             await svc.run(store.save_position, svc.ch, sweep, next_version(), store.SWEEP)
         if len(rows) < page:
-            start = store.Position(sweep.created_at)
+            start = store.Position(created_at=sweep.created_at)
             await svc.run(store.save_position, svc.ch, start, next_version())
             return start, max_pages - used - 1
     return None, 0

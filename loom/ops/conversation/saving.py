@@ -336,13 +336,14 @@ def _write_embedding(svc: Services, row: saved_store.TranscriptRow, emb: emb_sto
         return None
     if vector.result.ok:
         assert vector.result.vectors is not None
-        fresh = emb_store.EmbeddingRow(row.namespace, row.thread_id, row.msg_id, text=text,
+        fresh = emb_store.EmbeddingRow(namespace=row.namespace, thread_id=row.thread_id, msg_id=row.msg_id, text=text,
                                        embedding=vector.result.vectors[0], model=vector.result.model_id,
                                        version=next_version(), **flags)
         emb_store.insert(svc.ch, [fresh])
         return result
     # Fail-open: stored and saved; the error is recorded and a later save retries it.
-    failed = emb_store.EmbeddingRow(row.namespace, row.thread_id, row.msg_id, text=text, embedding=[], model="",
+    failed = emb_store.EmbeddingRow(namespace=row.namespace, thread_id=row.thread_id, msg_id=row.msg_id, text=text,
+                                    embedding=[], model="",
                                     error=failures.safe(vector.result.error),
                                     version=next_version(), **flags)
     emb_store.insert(svc.ch, [failed])
@@ -412,8 +413,9 @@ def _unsave_embedding(svc: Services, row: saved_store.TranscriptRow, *, removed:
                                       tombstoned=True, version=version)])
     else:
         emb_store.insert(ch, [emb_store.EmbeddingRow(
-            row.namespace, row.thread_id, row.msg_id, row.agent, row.role, row.run_id, row.user_id, row.ts, "", [],
-            "", saved_at=row.saved_at or datetime.now(UTC), tombstoned=True, version=version)])
+            namespace=row.namespace, thread_id=row.thread_id, msg_id=row.msg_id, agent=row.agent, role=row.role,
+            run_id=row.run_id, user_id=row.user_id, ts=row.ts, text="", embedding=[], model="",
+            saved_at=row.saved_at or datetime.now(UTC), tombstoned=True, version=version)])
 
 
 __all__ = [

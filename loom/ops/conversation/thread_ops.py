@@ -87,7 +87,7 @@ async def create(svc: Services, who: Principal, namespace: str, agent: str, thre
         current = await svc.run(thread_store.get, svc.ch, ns, agent, thread_id)
         created = current is None or current.tombstoned
         now = utcnow()
-        row = thread_store.ThreadRow(ns, agent, thread_id, created_at=now) if created else current
+        row = thread_store.ThreadRow(namespace=ns, agent=agent, thread_id=thread_id, created_at=now) if created else current
         assert row is not None
         if title is not None:
             row.title = title
@@ -120,7 +120,7 @@ async def update(svc: Services, who: Principal, namespace: str, agent: str, thre
             raise NotFound(f"no thread {thread_id!r} for agent {agent!r}", field="thread_id")
         now = utcnow()
         row = current if live and current is not None else thread_store.ThreadRow(
-            ns, agent, thread_id, created_at=activity.first_ts or now)
+            namespace=ns, agent=agent, thread_id=thread_id, created_at=activity.first_ts or now)
         if title is not None:
             row.title = title
         if metadata is not None:
@@ -198,7 +198,7 @@ async def get(svc: Services, who: Principal, namespace: str, agent: str, thread_
     if (row is None or row.tombstoned) and activity.turns == 0:
         raise NotFound(f"no thread {thread_id!r} for agent {agent!r}", field="thread_id")
     if row is None or row.tombstoned:
-        row = thread_store.ThreadRow(ns, agent, thread_id, created_at=activity.first_ts)
+        row = thread_store.ThreadRow(namespace=ns, agent=agent, thread_id=thread_id, created_at=activity.first_ts)
     page = None
     if include_messages:
         page = await _page(svc, ns, agent, thread_id, kind="get", limit=limit, order=order, cursor=cursor,

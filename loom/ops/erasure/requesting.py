@@ -91,14 +91,20 @@ async def request(
                 rule="user_only",
             )
         nss = _principal_namespaces(who, namespace_list)
-        req = store.Request(eid, who.token_id, NAMESPACES, "", nss, True, REMOVING, created_at=now)
+        req = store.Request(
+            erasure_id=eid, token_id=who.token_id, kind=NAMESPACES, user_id="", namespaces=nss, purge=True,
+            state=REMOVING, created_at=now,
+        )
         tables = await _hide_namespaces(svc, nss)
     else:
         assert user_id is not None
         if not user_id:
             raise InvalidRequest("user_id must not be empty", field="user_id", rule="non_empty")
         nss = _principal_namespaces(who, namespaces)
-        req = store.Request(eid, who.token_id, USER, user_id, nss, purge, REMOVING, created_at=now)
+        req = store.Request(
+            erasure_id=eid, token_id=who.token_id, kind=USER, user_id=user_id, namespaces=nss, purge=purge,
+            state=REMOVING, created_at=now,
+        )
         tables = {}
         for ns in nss:
             _merge(tables, ns, await _hide_user(svc, eid, ns, user_id, purge))
