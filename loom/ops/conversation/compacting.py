@@ -305,17 +305,17 @@ async def run(
     if vector is None:
         return out.done(EMBED_FAILED)
     row = emb_store.EmbeddingRow(
-        ns,
-        thread_id,
-        summary.msg_id,
-        agent,
-        "system",
-        summary.run_id,
-        summary.user_id,
-        summary.ts,
-        embed_text(text),
-        vector,
-        got.model_id,
+        namespace=ns,
+        thread_id=thread_id,
+        msg_id=summary.msg_id,
+        agent=agent,
+        role="system",
+        run_id=summary.run_id,
+        user_id=summary.user_id,
+        ts=summary.ts,
+        text=embed_text(text),
+        embedding=vector,
+        model=got.model_id,
         is_summary=True,
         version=next_version(),
     )
