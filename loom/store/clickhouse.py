@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlparse
 
 import clickhouse_connect
@@ -15,10 +16,10 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.httputil import get_pool_manager
 
 _pool_lock = threading.Lock()
-_pool = None
+_pool: Any = None
 
 
-def _shared_pool():  # type: ignore[no-untyped-def]
+def _shared_pool() -> Any:  # a urllib3 PoolManager (clickhouse-connect's type is untyped)
     # One urllib3 pool per process: every client shares keep-alive connections.
     global _pool
     with _pool_lock:
@@ -38,10 +39,10 @@ def connect(url: str, *, database: str = "loom", user: str = "default", password
                   autogenerate_session_id=False, compress="lz4", pool_mgr=_shared_pool(),
                   connect_timeout=10, send_receive_timeout=120)
     if create_database:
-        bootstrap = clickhouse_connect.get_client(database="default", **common)  # type: ignore[arg-type]
+        bootstrap = clickhouse_connect.get_client(database="default", **common)
         bootstrap.command("CREATE DATABASE IF NOT EXISTS {db:Identifier}", parameters={"db": database})
         bootstrap.close()
-    return clickhouse_connect.get_client(database=database, **common)  # type: ignore[arg-type]
+    return clickhouse_connect.get_client(database=database, **common)
 
 
 def key_sets(keys: Sequence[Sequence[str]], **columns: int) -> dict[str, list[str]]:

@@ -56,4 +56,4 @@ async def compact_status(
     """The state of a deferred compaction, with its answer once complete."""
     got = await compacting.compact_status(svc, who, body.namespace, body.job_id)
     result = CompactResponse(**asdict(got.result)) if got.result is not None else None
-    return CompactStatusResponse(job_id=got.job_id, state=got.state, result=result)  # type: ignore[arg-type]
+    return CompactStatusResponse(job_id=got.job_id, state=got.state, result=result)

@@ -580,7 +580,7 @@ def pipeline(svc: Services) -> AppendPipeline:
     p = svc.extras.get("conversation.append")
     if p is None:
         p = svc.extras["conversation.append"] = AppendPipeline(svc)
-    return p  # type: ignore[no-any-return]
+    return p
 
 
 async def close_pipeline(svc: Services) -> None:

@@ -73,7 +73,7 @@ def _holder(svc: Services) -> _Holder:
     holder = svc.extras.get(_KEY)
     if holder is None:
         holder = svc.extras[_KEY] = _Holder(svc)
-    return holder  # type: ignore[no-any-return]
+    return holder
 
 
 def install(svc: Services, embedder: Embedder | None) -> Embedder | None:

@@ -78,7 +78,7 @@ async def _stream(
         got = await svc.run(next, chunks, done)
         if got is done:
             break
-        body, n = got  # type: ignore[misc]
+        body, n = got
         rows += n
         yield body
     yield trailer(rows)

@@ -201,7 +201,8 @@ class MiniLMEmbedder:
         m = mask[:, :, None].astype(np.float32)
         pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-        return (pooled / norms).astype(np.float32, copy=False)
+        out: np.ndarray[Any, np.dtype[np.float32]] = (pooled / norms).astype(np.float32, copy=False)
+        return out
 
     # -- pickling (for process pools): the session and lock do not travel ------
 
