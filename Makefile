@@ -20,7 +20,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -p no:cacheprovider
 
 lint: $(STAMP)
-	$(BIN)/ruff check . && $(BIN)/mypy loom workers clickhouse_schema
+	$(BIN)/ruff check .
+	$(BIN)/mypy loom workers clickhouse_schema
 
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[test,bench]'
