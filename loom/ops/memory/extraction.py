@@ -24,7 +24,7 @@ import json
 import re
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +124,8 @@ async def set_from_messages(
 def build_evidence(scope: Scope, messages: list[Message], source: str) -> list[Evidence]:
     now = utcnow()
     rows: list[Evidence] = []
-    for m in messages:
+    for i, m in enumerate(messages):
+        # Messages with no time keep their order in time (a microsecond apart).
         mid = m.msg_id or derive_msg_id(m.role, m.content)
         high = reads_as_high(m.content)
         rows.append(
@@ -139,7 +140,7 @@ def build_evidence(scope: Scope, messages: list[Message], source: str) -> list[E
                 m.role,
                 "" if high else m.content,
                 high,
-                m.ts or now,
+                m.ts or now + timedelta(microseconds=i),
                 now,
                 version=next_version(),
             )
@@ -175,11 +176,12 @@ async def extract(svc: Services, scope: Scope, ids: list[str]) -> Extraction:
     if not svc.llm.configured:
         out.reason = "llm_not_configured"
         return out
-    readable = [
-        e
-        for e in await svc.run(ev_store.get, svc.ch, scope.namespace, scope.user_id, ids)
-        if not e.high_sensitivity and e.content and not reads_as_high(e.content)
-    ]
+    order = {eid: i for i, eid in enumerate(ids)}
+    stored = await svc.run(ev_store.get, svc.ch, scope.namespace, scope.user_id, ids)
+    readable = sorted(
+        (e for e in stored if not e.high_sensitivity and e.content and not reads_as_high(e.content)),
+        key=lambda e: order.get(e.evidence_id, len(order)),
+    )
     if not readable:
         out.reason = "nothing_readable"
         return out
