@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from loom.ops.erasure import requesting
+from loom.ops.memory import extraction
 from workers import embedding
 
 
@@ -34,4 +35,9 @@ async def erasure_remove(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[s
     return {"erasure_id": req.erasure_id, "state": req.state, "steps_done": req.steps_done}
 
 
-FUNCTIONS: list[Any] = [ping, embed_turns, reembed_rows, erasure_remove]
+async def memory_extract(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """The deferred half of memory.set_from_messages: extract and decide over stored evidence."""
+    return await extraction.run_job(ctx["loom"], payload)
+
+
+FUNCTIONS: list[Any] = [ping, embed_turns, reembed_rows, erasure_remove, memory_extract]
