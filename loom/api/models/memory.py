@@ -167,3 +167,58 @@ class EvidenceOut(BaseModel):
 
 class RecallResponse(BaseModel):
     hits: list[EvidenceOut]
+
+
+class ObserveRecordRequest(ScopedRequest):
+    run_id: Annotated[str, Field(min_length=1, max_length=256)]  # type: ignore[assignment]
+    tool: Annotated[str, Field(min_length=1, max_length=256)]
+    input_summary: Annotated[str, Field(max_length=8_000)] = ""
+    outcome: Annotated[str, Field(max_length=8_000)] = ""
+    obs_id: MsgId | None = Field(
+        None, description="Makes the record idempotent (default: a hash of its text)."
+    )
+    ts: datetime | None = None
+
+
+class ObserveRecordResponse(BaseModel):
+    evidence_id: str
+
+
+class ObserveCrystallizeRequest(NamespacedRequest):
+    user_id: UserId | None = None
+    run_id: Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class ContextPackRequest(NamespacedRequest):
+    user_id: UserId | None = None
+    session_id: ShortText = ""
+    thread_id: ShortText = Field(
+        "", description="The thread whose transcript tail to include (when recorded)."
+    )
+    agent: Annotated[str, Field(min_length=1, max_length=128)] = "default"
+    query: Annotated[str, Field(max_length=4_000)] = ""
+    token_budget: int = Field(4000, ge=64, le=64_000)
+    brief_key: Annotated[str, Field(max_length=200)] = Field(
+        "", description="A brief to include; without it no brief is loaded."
+    )
+
+
+class PackItemOut(BaseModel):
+    text: str
+    source: str = Field(
+        description="memory:<memory_id>, turn:<msg_id>, evidence:<evidence_id> or brief:<key>."
+    )
+    ts: Timestamp | None = None
+
+
+class PackSectionOut(BaseModel):
+    name: Literal["brief", "facts", "transcript", "evidence"]
+    items: list[PackItemOut]
+    tokens: int
+    note: str | None = Field(None, description="Why a section is empty: no_thread, not_recorded.")
+
+
+class ContextPackResponse(BaseModel):
+    sections: list[PackSectionOut]
+    token_budget: int
+    tokens_used: int

@@ -8,6 +8,8 @@ from fastapi import APIRouter, Depends
 from loom.api.deps import require, services
 from loom.api.models.errors import COMMON, error_responses
 from loom.api.models.memory import (
+    ContextPackRequest,
+    ContextPackResponse,
     DecisionOut,
     EvidenceOut,
     FactHitOut,
@@ -20,6 +22,11 @@ from loom.api.models.memory import (
     MemorySearchResponse,
     MemorySetRequest,
     MemorySetResponse,
+    ObserveCrystallizeRequest,
+    ObserveRecordRequest,
+    ObserveRecordResponse,
+    PackItemOut,
+    PackSectionOut,
     RecallRequest,
     RecallResponse,
     SetFromMessagesRequest,
@@ -27,7 +34,7 @@ from loom.api.models.memory import (
     SetResult,
 )
 from loom.auth.principal import Principal, Role
-from loom.ops.memory import extraction, facts, recall
+from loom.ops.memory import context, extraction, facts, observe, recall
 from loom.services import Services
 from loom.store.memories import Fact
 
@@ -47,6 +54,20 @@ def _fact(f: Fact) -> dict[str, object]:
         "created_at": f.created_at,
         "updated_at": f.updated_at,
     }
+
+
+def _extraction_response(out: extraction.Extraction) -> SetFromMessagesResponse:
+    return SetFromMessagesResponse(
+        evidence_ids=out.evidence_ids,
+        extracted=out.extracted,
+        decisions=[
+            DecisionOut(action=d.action, memory_id=d.memory_id, text=d.text)  # type: ignore[arg-type]
+            for d in out.decisions
+        ],
+        reason=out.reason,  # type: ignore[arg-type]
+        job_id=out.job_id,
+        extraction_id=out.extraction_id,
+    )
 
 
 @router.post("/memory.set", response_model=MemorySetResponse)
@@ -165,17 +186,7 @@ async def set_from_messages(
         run_id=body.run_id,
         defer=body.defer,
     )
-    return SetFromMessagesResponse(
-        evidence_ids=out.evidence_ids,
-        extracted=out.extracted,
-        decisions=[
-            DecisionOut(action=d.action, memory_id=d.memory_id, text=d.text)  # type: ignore[arg-type]
-            for d in out.decisions
-        ],
-        reason=out.reason,
-        job_id=out.job_id,
-        extraction_id=out.extraction_id,
-    )  # type: ignore[arg-type]
+    return _extraction_response(out)
 
 
 @router.post("/memory.recall", response_model=RecallResponse)
@@ -214,4 +225,76 @@ async def memory_recall(
             )
             for h in hits
         ]
+    )
+
+
+@router.post("/observe.record", response_model=ObserveRecordResponse)
+async def observe_record(
+    body: ObserveRecordRequest,
+    who: Principal = Depends(require(Role.writer, bounded="any")),
+    svc: Services = Depends(services),
+) -> ObserveRecordResponse:
+    """Keep an episodic observation of a tool action (run, tool, input summary, outcome)
+    as evidence. It never becomes a fact by itself: see observe.crystallize."""
+    eid = await observe.record(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        run_id=body.run_id,
+        tool=body.tool,
+        input_summary=body.input_summary,
+        outcome=body.outcome,
+        obs_id=body.obs_id,
+        session_id=body.session_id,
+        ts=body.ts,
+    )
+    return ObserveRecordResponse(evidence_id=eid)
+
+
+@router.post("/observe.crystallize", response_model=SetFromMessagesResponse)
+async def observe_crystallize(
+    body: ObserveCrystallizeRequest,
+    who: Principal = Depends(require(Role.writer, bounded="any")),
+    svc: Services = Depends(services),
+) -> SetFromMessagesResponse:
+    """Extract facts from a run's observations (source `crystallize`), with the same
+    add / update / delete / leave decisions as memory.set_from_messages."""
+    out = await observe.crystallize(svc, who, body.namespace, body.user_id, run_id=body.run_id)
+    return _extraction_response(out)
+
+
+@router.post("/context.pack", response_model=ContextPackResponse)
+async def context_pack(
+    body: ContextPackRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> ContextPackResponse:
+    """What an agent needs to resume a (user, session/thread) scope within a token budget:
+    the relevant facts, the transcript tail (when recorded), evidence hits, each labelled
+    with its source. Deterministic, no LLM. A brief only when `brief_key` names one."""
+    p = await context.pack(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        session_id=body.session_id,
+        thread_id=body.thread_id,
+        agent=body.agent,
+        query=body.query,
+        token_budget=body.token_budget,
+        brief_key=body.brief_key,
+    )
+    return ContextPackResponse(
+        sections=[
+            PackSectionOut(
+                name=s.name,  # type: ignore[arg-type]
+                items=[PackItemOut(text=i.text, source=i.source, ts=i.ts) for i in s.items],
+                tokens=s.tokens,
+                note=s.note,
+            )
+            for s in p.sections
+        ],
+        token_budget=p.token_budget,
+        tokens_used=p.tokens_used,
     )

@@ -170,7 +170,9 @@ async def run_job(svc: Services, payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def extract(svc: Services, scope: Scope, ids: list[str]) -> Extraction:
+async def extract(
+    svc: Services, scope: Scope, ids: list[str], *, fact_source: str = fact_ops.EXTRACTION
+) -> Extraction:
     """Steps 2-4 over stored evidence (the texts are read back: high ones hold none)."""
     out = Extraction(ids)
     if not svc.llm.configured:
@@ -201,7 +203,9 @@ async def extract(svc: Services, scope: Scope, ids: list[str]) -> Extraction:
     used = [e.evidence_id for e in readable]
     async with hold(svc.redis, _lease_key(scope), ttl_ms=60_000, wait_s=60.0):
         try:
-            out.decisions = await _decide_and_apply(svc, scope, candidates, used, out.extraction_id)
+            out.decisions = await _decide_and_apply(
+                svc, scope, candidates, used, out.extraction_id, fact_source
+            )
         except (LLMError, ValueError) as exc:
             log.warning("memory decision failed", error=failures.detail(exc))
             out.reason = "llm_failed"
@@ -260,7 +264,7 @@ async def _similar(svc: Services, scope: Scope, candidates: list[str]) -> list[F
 
 
 async def _decide_and_apply(
-    svc: Services, scope: Scope, candidates: list[str], used: list[str], extraction_id: str
+    svc: Services, scope: Scope, candidates: list[str], used: list[str], extraction_id: str, fact_source: str
 ) -> list[Decision]:
     existing = await _similar(svc, scope, candidates)
     if existing:
@@ -280,7 +284,7 @@ async def _decide_and_apply(
     else:
         raw = [{"event": "ADD", "text": c} for c in candidates]
     decisions = _parse_decisions(raw, existing)
-    await _apply(svc, scope, decisions, {f.memory_id: f for f in existing}, used)
+    await _apply(svc, scope, decisions, {f.memory_id: f for f in existing}, used, fact_source)
     now = utcnow()
     await svc.run(
         store.record_decisions,
@@ -334,7 +338,12 @@ def _parse_decisions(raw: list[Any], existing: list[Fact]) -> list[Decision]:
 
 
 async def _apply(
-    svc: Services, scope: Scope, decisions: list[Decision], existing: dict[str, Fact], used: list[str]
+    svc: Services,
+    scope: Scope,
+    decisions: list[Decision],
+    existing: dict[str, Fact],
+    used: list[str],
+    fact_source: str,
 ) -> None:
     now = utcnow()
     rows: list[Fact] = []
@@ -350,7 +359,7 @@ async def _apply(
                     "",
                     "",
                     d.text,
-                    fact_ops.EXTRACTION,
+                    fact_source,
                     used,
                     now,
                     now,
@@ -368,7 +377,7 @@ async def _apply(
                     old.kind,
                     old.key,
                     d.text,
-                    fact_ops.EXTRACTION,
+                    fact_source,
                     used,
                     old.created_at,
                     now,
