@@ -222,3 +222,36 @@ class ContextPackResponse(BaseModel):
     sections: list[PackSectionOut]
     token_budget: int
     tokens_used: int
+
+
+class UnifiedSearchRequest(NamespacedRequest):
+    query: Annotated[str, Field(min_length=1, max_length=4_000)]
+    user_id: UserId | None = Field(None, description="Whose memory to search (memory is per user).")
+    limit: int = Field(10, ge=1, le=50)
+
+
+class ConversationHitOut(BaseModel):
+    agent: str
+    thread_id: str
+    msg_id: str
+    role: str
+    ts: Timestamp
+    similarity: float | None
+    excerpt: str
+
+
+class MemorySectionOut(BaseModel):
+    hits: list[FactHitOut]
+    note: str | None = Field(None, description="no_user (name user_id), or why the vector leg did not run.")
+
+
+class ConversationSectionOut(BaseModel):
+    hits: list[ConversationHitOut]
+    note: str | None = Field(
+        None, description="not_permitted for a token pinned to one user, or a fallback reason."
+    )
+
+
+class UnifiedSearchResponse(BaseModel):
+    memory: MemorySectionOut
+    conversation: ConversationSectionOut

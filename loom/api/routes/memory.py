@@ -10,6 +10,8 @@ from loom.api.models.errors import COMMON, error_responses
 from loom.api.models.memory import (
     ContextPackRequest,
     ContextPackResponse,
+    ConversationHitOut,
+    ConversationSectionOut,
     DecisionOut,
     EvidenceOut,
     FactHitOut,
@@ -20,6 +22,7 @@ from loom.api.models.memory import (
     MemoryListResponse,
     MemorySearchRequest,
     MemorySearchResponse,
+    MemorySectionOut,
     MemorySetRequest,
     MemorySetResponse,
     ObserveCrystallizeRequest,
@@ -32,9 +35,11 @@ from loom.api.models.memory import (
     SetFromMessagesRequest,
     SetFromMessagesResponse,
     SetResult,
+    UnifiedSearchRequest,
+    UnifiedSearchResponse,
 )
 from loom.auth.principal import Principal, Role
-from loom.ops.memory import context, extraction, facts, observe, recall
+from loom.ops.memory import context, extraction, facts, observe, recall, unified
 from loom.services import Services
 from loom.store.memories import Fact
 
@@ -297,4 +302,39 @@ async def context_pack(
         ],
         token_budget=p.token_budget,
         tokens_used=p.tokens_used,
+    )
+
+
+@router.post("/search", response_model=UnifiedSearchResponse)
+async def search(
+    body: UnifiedSearchRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> UnifiedSearchResponse:
+    """One query over the planes the caller may read, in sections: `memory` (the user's
+    facts) and `conversation` (recorded turns; not for a token pinned to one user)."""
+    u = await unified.search(svc, who, body.namespace, body.query, user_id=body.user_id, limit=body.limit)
+    return UnifiedSearchResponse(
+        memory=MemorySectionOut(
+            hits=[
+                FactHitOut(**_fact(h.fact), score=h.score, legs=h.legs, similarity=h.similarity, bm25=h.bm25)  # type: ignore[arg-type]
+                for h in u.memory
+            ],
+            note=u.memory_note,
+        ),
+        conversation=ConversationSectionOut(
+            hits=[
+                ConversationHitOut(
+                    agent=h.agent,
+                    thread_id=h.thread_id,
+                    msg_id=h.msg_id,
+                    role=h.role,
+                    ts=h.ts,
+                    similarity=h.similarity,
+                    excerpt=h.excerpt,
+                )
+                for h in u.conversation
+            ],
+            note=u.conversation_note,
+        ),
     )
