@@ -269,7 +269,7 @@ async def observe_crystallize(
     return _extraction_response(out)
 
 
-@router.post("/context.pack", response_model=ContextPackResponse)
+@router.post("/context.pack", response_model=ContextPackResponse, responses=error_responses(404))
 async def context_pack(
     body: ContextPackRequest,
     who: Principal = Depends(require(Role.viewer, bounded="any")),
