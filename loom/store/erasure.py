@@ -371,7 +371,7 @@ def hide_user_memory(ch: Client, namespace: str, user_id: str) -> dict[str, Tabl
     where = "namespace = {ns:String} AND user_id = {u:String}"
     counts: dict[str, TableCount] = {}
     for table in MEMORY_TABLES:
-        n = int(ch.query(f"SELECT count() FROM {table} WHERE {where}", parameters=params).result_rows[0][0])
+        n = int(scalar(ch, f"SELECT count() FROM {table} WHERE {where}", params))
         digest = _digest(
             ch, f"SELECT {', '.join(NAMESPACE_TABLES[table])} FROM {table} WHERE {where}", params
         )

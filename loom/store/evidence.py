@@ -16,68 +16,48 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.store.memories import Scope, bm25
+from loom.store.rows import Column, column, table
 
 
 @dataclass
 class Evidence:
-    namespace: str
-    user_id: str
-    evidence_id: str
-    session_id: str
-    run_id: str
-    source: str
-    msg_id: str
-    role: str
-    content: str
-    high_sensitivity: bool
-    ts: datetime
-    created_at: datetime
-    tombstoned: bool = False
-    version: int = 0
+    namespace: str = column("LowCardinality(String)")
+    user_id: str = column("String")
+    evidence_id: str = column("String")
+    session_id: str = column("String")
+    run_id: str = column("String")
+    source: str = column("LowCardinality(String)")
+    msg_id: str = column("String")
+    role: str = column("LowCardinality(String)")
+    content: str = column("String")
+    high_sensitivity: bool = column("Bool")
+    ts: datetime = column("DateTime64(6, 'UTC')")
+    created_at: datetime = column("DateTime64(3, 'UTC')")
+    tombstoned: bool = column("Bool", default=False)
+    version: int = column("UInt64", default=0)
 
 
-COLUMNS = (
-    "namespace",
-    "user_id",
-    "evidence_id",
-    "session_id",
-    "run_id",
-    "source",
-    "msg_id",
-    "role",
-    "content",
-    "high_sensitivity",
-    "ts",
-    "created_at",
-    "tombstoned",
-    "version",
+# doc and doc_len: the BM25 document id and length, MATERIALIZED by the server.
+TABLE = table(
+    "memory_evidence", Evidence, server=[Column("doc", "UInt64"), Column("doc_len", "UInt32")]
 )
-_READ = ", ".join(f"toString({c})" if c in ("namespace", "source", "role") else c for c in COLUMNS)
-
-
-def _row(r: Sequence[Any]) -> Evidence:
-    d = dict(zip(COLUMNS, r, strict=True))
-    d["high_sensitivity"], d["tombstoned"] = bool(d["high_sensitivity"]), bool(d["tombstoned"])
-    return Evidence(**d)
 
 
 def insert(ch: Client, rows: Sequence[Evidence]) -> None:
     if rows:
-        ch.insert(
-            "memory_evidence", [[getattr(e, c) for c in COLUMNS] for e in rows], column_names=list(COLUMNS)
-        )
+        TABLE.insert(ch, rows)
 
 
 def get(ch: Client, namespace: str, user_id: str, ids: Sequence[str]) -> list[Evidence]:
     """The newest live versions of the named rows, oldest message first."""
     if not ids:
         return []
-    rows = ch.query(
-        f"SELECT {_READ} FROM memory_evidence FINAL WHERE namespace = {{ns:String}} AND user_id = {{u:String}} "
+    return TABLE.select(
+        ch,
+        "WHERE namespace = {ns:String} AND user_id = {u:String} "
         "AND evidence_id IN {ids:Array(String)} AND NOT tombstoned ORDER BY ts, evidence_id",
-        parameters={"ns": namespace, "u": user_id, "ids": list(ids)},
-    ).result_rows
-    return [_row(r) for r in rows]
+        {"ns": namespace, "u": user_id, "ids": list(ids)},
+    )
 
 
 def _window(since: datetime | None, until: datetime | None) -> tuple[str, dict[str, Any]]:
@@ -105,12 +85,12 @@ def recent(
     if source is not None:
         cond += " AND source = {src:String}"
         params["src"] = source
-    rows = ch.query(
-        f"SELECT {_READ} FROM memory_evidence FINAL WHERE {scope.where()} AND NOT tombstoned "
+    return TABLE.select(
+        ch,
+        f"WHERE {scope.where()} AND NOT tombstoned "
         f"AND NOT high_sensitivity {cond} ORDER BY ts DESC, evidence_id LIMIT {{lim:UInt32}}",
-        parameters=scope.params() | params | {"lim": limit},
-    ).result_rows
-    return [_row(r) for r in rows]
+        scope.params() | params | {"lim": limit},
+    )
 
 
 def search(

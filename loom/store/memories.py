@@ -11,7 +11,7 @@ live rows, from which N and avgdl are computed per query.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 
 from loom.store.bm25 import K1, MAX_QUERY_TERMS, B, terms_sql
+from loom.store.rows import Column, column, named, table
 
 
 @dataclass(frozen=True)
@@ -45,66 +46,54 @@ class Scope:
         return {"ns": self.namespace, "u": self.user_id, "sess": self.session_id, "run": self.run_id}
 
 
+def _vector(vec: Any) -> list[float]:
+    if isinstance(vec, np.ndarray):
+        vec = vec.astype(np.float32, copy=False).tolist()
+    return list(vec) if vec is not None else []
+
+
+def _floats(value: Any) -> list[float]:
+    return [float(x) for x in value]
+
+
 @dataclass
 class Fact:
     """The newest version of one fact."""
 
-    namespace: str
-    user_id: str
-    memory_id: str
-    session_id: str
-    run_id: str
-    kind: str
-    key: str
-    text: str
-    source: str
-    evidence_ids: list[str]
-    created_at: datetime
-    updated_at: datetime
-    tombstoned: bool = False
-    model: str = ""
-    embedding: list[float] = field(default_factory=list)
-    embed_error: str = ""
-    version: int = 0
+    namespace: str = column("LowCardinality(String)")
+    user_id: str = column("String")
+    memory_id: str = column("String")
+    session_id: str = column("String")
+    run_id: str = column("String")
+    kind: str = column("LowCardinality(String)")
+    key: str = column("String")
+    text: str = column("String")
+    source: str = column("LowCardinality(String)")
+    evidence_ids: list[str] = column("Array(String)")
+    created_at: datetime = column("DateTime64(3, 'UTC')")
+    updated_at: datetime = column("DateTime64(3, 'UTC')")
+    tombstoned: bool = column("Bool", default=False)
+    model: str = column("LowCardinality(String)", default="")
+    embedding: list[float] = column(
+        "Array(Float32)", default_factory=list, encode=_vector, decode=_floats
+    )
+    embed_error: str = column("String", default="")
+    version: int = column("UInt64", default=0)
 
 
-COLUMNS = (
-    "namespace",
-    "user_id",
-    "memory_id",
-    "session_id",
-    "run_id",
-    "kind",
-    "key",
-    "text",
-    "source",
-    "evidence_ids",
-    "created_at",
-    "updated_at",
-    "tombstoned",
-    "model",
-    "embedding",
-    "embed_error",
-    "version",
+# doc and doc_len: the BM25 document id and length, MATERIALIZED by the server.
+TABLE = table(
+    "memories", Fact, server=[Column("doc", "UInt64"), Column("doc_len", "UInt32")]
 )
-_READ = ", ".join(f"toString({c})" if c in ("namespace", "kind", "source", "model") else c for c in COLUMNS)
+_READ = TABLE.read_list
 # Reads that answer a client skip the vector (1.5 KB a fact).
 _READ_NO_VECTOR = _READ.replace(", embedding,", ", [] AS embedding,")
-
-
-def _fact(row: Sequence[Any]) -> Fact:
-    d = dict(zip(COLUMNS, row, strict=True))
-    d["evidence_ids"] = list(d["evidence_ids"])
-    d["embedding"] = list(d["embedding"])
-    d["tombstoned"] = bool(d["tombstoned"])
-    return Fact(**d)
 
 
 def insert(ch: Client, facts: Sequence[Fact]) -> None:
     if not facts:
         return
-    rows = [[getattr(f, c) for c in COLUMNS] for f in facts]
-    ch.insert("memories", rows, column_names=list(COLUMNS))
+    TABLE.insert(ch, facts)
 
 
 def get(
@@ -114,12 +103,12 @@ def get(
     if not memory_ids:
         return {}
     cols = _READ if with_vector else _READ_NO_VECTOR
-    rows = ch.query(
+    result = ch.query(
         f"SELECT {cols} FROM memories FINAL WHERE namespace = {{ns:String}} AND user_id = {{u:String}} "
         "AND memory_id IN {ids:Array(String)}",
         parameters={"ns": namespace, "u": user_id, "ids": list(memory_ids)},
-    ).result_rows
-    return {f.memory_id: f for f in map(_fact, rows)}
+    )
+    return {f.memory_id: f for f in TABLE.rows(result)}
 
 
 def page(
@@ -138,12 +127,12 @@ def page(
             "toUnixTimestamp64Milli(updated_at) = {ams:Int64} AND memory_id < {aid:String})"
         )
         params |= {"ams": after[0], "aid": after[1]}
-    rows = ch.query(
+    result = ch.query(
         f"SELECT {_READ_NO_VECTOR} FROM memories FINAL WHERE {cond} AND NOT tombstoned "
         "ORDER BY updated_at DESC, memory_id DESC LIMIT {lim:UInt32}",
         parameters=params,
-    ).result_rows
-    return [_fact(r) for r in rows]
+    )
+    return TABLE.rows(result)
 
 
 @dataclass(frozen=True)
@@ -162,13 +151,14 @@ def vector_search(
         "lim": limit,
         "floor": min_similarity,
     }
-    rows = ch.query(
+    result = ch.query(
         "SELECT memory_id, 1 - cosineDistance(embedding, {q:Array(Float32)}) AS sim FROM memories FINAL "
         f"WHERE {scope.where()} AND NOT tombstoned AND model = {{model:String}} AND length(embedding) > 0 "
         "ORDER BY sim DESC, memory_id LIMIT {lim:UInt32}",
         parameters=params,
-    ).result_rows
-    return [VectorHit(r[0], float(r[1])) for r in rows if float(r[1]) >= min_similarity]
+    )
+    hits = (VectorHit(r["memory_id"], float(r["sim"])) for r in named(result))
+    return [h for h in hits if h.similarity >= min_similarity]
 
 
 @dataclass(frozen=True)
@@ -222,39 +212,43 @@ def bm25(
     )
     sql = bm25_sql(table, id_col, live + extra).replace("{scope}", scope.where())
     params = scope.params() | {"q": query, "lim": limit} | (extra_params or {})
-    rows = ch.query(sql, parameters=params).result_rows
-    return [LexicalHit(r[0], float(r[1]), tuple(r[2])) for r in rows if r[1] > 0]
+    result = ch.query(sql, parameters=params)
+    return [
+        LexicalHit(r["id"], float(r["score"]), tuple(r["matched"])) for r in named(result) if r["score"] > 0
+    ]
 
 
 # -- decisions ----------------------------------------------------------------------------
 
 
-DECISION_COLUMNS = (
-    "namespace",
-    "user_id",
-    "extraction_id",
-    "seq",
-    "action",
-    "memory_id",
-    "text",
-    "evidence_ids",
-    "created_at",
-)
+@dataclass
+class DecisionRow:
+    """One decision an extraction took (add, update, delete, leave) and its evidence."""
+
+    namespace: str = column("LowCardinality(String)")
+    user_id: str = column("String")
+    extraction_id: str = column("String")
+    seq: int = column("UInt32")
+    action: str = column("LowCardinality(String)")
+    memory_id: str = column("String")
+    text: str = column("String")
+    evidence_ids: list[str] = column("Array(String)")
+    created_at: datetime = column("DateTime64(3, 'UTC')")
+
+
+DECISIONS = table("memory_decisions", DecisionRow)
+DECISION_COLUMNS = tuple(DECISIONS.read_names)
 
 
 def record_decisions(ch: Client, rows: Sequence[dict[str, Any]]) -> None:
     if rows:
-        ch.insert(
-            "memory_decisions",
-            [[r[c] for c in DECISION_COLUMNS] for r in rows],
-            column_names=list(DECISION_COLUMNS),
-        )
+        DECISIONS.insert(ch, [DecisionRow(**{c: r[c] for c in DECISION_COLUMNS}) for r in rows])
 
 
 def decisions(ch: Client, namespace: str, user_id: str, extraction_id: str) -> list[dict[str, Any]]:
-    rows = ch.query(
-        f"SELECT {', '.join(DECISION_COLUMNS)} FROM memory_decisions FINAL WHERE namespace = {{ns:String}} "
-        "AND user_id = {u:String} AND extraction_id = {e:String} ORDER BY seq",
-        parameters={"ns": namespace, "u": user_id, "e": extraction_id},
-    ).result_rows
-    return [dict(zip(DECISION_COLUMNS, r, strict=True)) for r in rows]
+    found = DECISIONS.select(
+        ch,
+        "WHERE namespace = {ns:String} AND user_id = {u:String} AND extraction_id = {e:String} ORDER BY seq",
+        {"ns": namespace, "u": user_id, "e": extraction_id},
+    )
+    return [asdict(d) for d in found]

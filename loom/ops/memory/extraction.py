@@ -130,18 +130,18 @@ def build_evidence(scope: Scope, messages: list[Message], source: str) -> list[E
         high = reads_as_high(m.content)
         rows.append(
             Evidence(
-                scope.namespace,
-                scope.user_id,
-                evidence_id(scope, source, mid),
-                scope.session_id,
-                scope.run_id,
-                source,
-                mid,
-                m.role,
-                "" if high else m.content,
-                high,
-                m.ts or now + timedelta(microseconds=i),
-                now,
+                namespace=scope.namespace,
+                user_id=scope.user_id,
+                evidence_id=evidence_id(scope, source, mid),
+                session_id=scope.session_id,
+                run_id=scope.run_id,
+                source=source,
+                msg_id=mid,
+                role=m.role,
+                content="" if high else m.content,
+                high_sensitivity=high,
+                ts=m.ts or now + timedelta(microseconds=i),
+                created_at=now,
                 version=next_version(),
             )
         )
@@ -347,36 +347,36 @@ async def _apply(
         if d.action == "add":
             rows.append(
                 Fact(
-                    scope.namespace,
-                    scope.user_id,
-                    d.memory_id,
-                    scope.session_id,
-                    scope.run_id,
-                    "",
-                    "",
-                    d.text,
-                    fact_source,
-                    used,
-                    now,
-                    now,
+                    namespace=scope.namespace,
+                    user_id=scope.user_id,
+                    memory_id=d.memory_id,
+                    session_id=scope.session_id,
+                    run_id=scope.run_id,
+                    kind="",
+                    key="",
+                    text=d.text,
+                    source=fact_source,
+                    evidence_ids=used,
+                    created_at=now,
+                    updated_at=now,
                 )
             )
         elif d.action == "update":
             old = existing[d.memory_id]
             rows.append(
                 Fact(
-                    old.namespace,
-                    old.user_id,
-                    old.memory_id,
-                    old.session_id,
-                    old.run_id,
-                    old.kind,
-                    old.key,
-                    d.text,
-                    fact_source,
-                    used,
-                    old.created_at,
-                    now,
+                    namespace=old.namespace,
+                    user_id=old.user_id,
+                    memory_id=old.memory_id,
+                    session_id=old.session_id,
+                    run_id=old.run_id,
+                    kind=old.kind,
+                    key=old.key,
+                    text=d.text,
+                    source=fact_source,
+                    evidence_ids=used,
+                    created_at=old.created_at,
+                    updated_at=now,
                 )
             )
     await fact_ops.embed_into(svc, rows)

@@ -101,18 +101,18 @@ async def set_facts(
         live_old = old is not None and not old.tombstoned
         rows.append(
             Fact(
-                scope.namespace,
-                scope.user_id,
-                mid,
-                scope.session_id,
-                scope.run_id,
-                f.kind,
-                f.key,
-                f.text,
-                SET,
-                [],
-                old.created_at if live_old and old else now,
-                now,
+                namespace=scope.namespace,
+                user_id=scope.user_id,
+                memory_id=mid,
+                session_id=scope.session_id,
+                run_id=scope.run_id,
+                kind=f.kind,
+                key=f.key,
+                text=f.text,
+                source=SET,
+                evidence_ids=[],
+                created_at=old.created_at if live_old and old else now,
+                updated_at=now,
                 version=0,
             )
         )
