@@ -28,6 +28,7 @@ Who enqueues each job:
 | reembed_rows      | ReembedRowsJob    | conversation.reembed (the same client)        |
 | erasure_remove    | ErasureRemoveJob  | erasure.request (loom.ops.erasure.requesting) |
 | compact_thread    | CompactThreadJob  | conversation.compact (loom.ops.conversation.compacting) |
+| memory_extract    | MemoryExtractJob  | memory.set_from_messages with defer (loom.ops.memory.extraction) |
 | recover_embeddings| none (arq cron)   | every worker's cron                           |
 | conversation_titler| none (arq cron)  | every worker's cron                           |
 """
@@ -44,6 +45,7 @@ EMBED_TURNS = "embed_turns"
 REEMBED_ROWS = "reembed_rows"
 ERASURE_REMOVE = "erasure_remove"
 COMPACT_THREAD = "compact_thread"
+MEMORY_EXTRACT = "memory_extract"
 
 
 class PayloadRefused(ValueError):
@@ -137,6 +139,17 @@ class CompactThreadJob(JobPayload):
     thread_id: str
     keep_recent: int
     min_to_compact: int
+
+
+class MemoryExtractJob(JobPayload):
+    """Extract facts from stored evidence for one memory scope (memory.set_from_messages, defer)."""
+
+    JOB: ClassVar[str] = MEMORY_EXTRACT
+    namespace: str
+    user_id: str
+    session_id: str
+    run_id: str
+    evidence_ids: list[str]
 
 
 P = TypeVar("P", bound=JobPayload)

@@ -26,6 +26,7 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | brief_lease         | string | the lease's TTL (renewed)   | session.brief_save / brief_delete            |
 | EMBED_RECOVERY_LEASE| string | the lease's TTL (renewed)   | the embedding recovery pass (worker cron)    |
 | TITLER_LEASE        | string | the lease's TTL (renewed)   | the conversation_titler pass (worker cron)   |
+| memory_lease        | string | the lease's TTL (renewed)   | memory.set_from_messages' decisions (per user) |
 | compact_job         | string | an hour                     | conversation.compact (API), read by compact_status |
 | embed_gate          | string | the gate's TTL              | append flush (API), read by the worker       |
 | embed_gate_wake     | list   | the gate's TTL              | append flush (API), popped by the worker     |
@@ -65,6 +66,8 @@ EMBED_RECOVERY_LEASE = "loom:lease:embed-recovery"
 """String: the token of the one worker running the embedding recovery pass."""
 TITLER_LEASE = "loom:lease:conversation_titler"
 """String: the token of the one worker running a conversation_titler pass."""
+MEMORY_LEASE = "loom:lease:memory:"
+"""Prefix. String per (namespace, user): the extraction deciding over that user's facts."""
 
 # -- compaction (loom.ops.conversation.compacting) ------------------------------------
 
@@ -77,6 +80,10 @@ EMBED_GATE = "loom:gate:"
 """Prefix. String per gated job ("ok" or "fail"), plus a wake-up list beside it."""
 REPLY = "loom:reply:"
 """Prefix. List per API process: the workers' JSON replies to its jobs."""
+
+
+def memory_lease(namespace: str, user_id: str) -> str:
+    return f"{MEMORY_LEASE}{namespace}:{user_id}"
 
 
 def compact_job(job_id: str) -> str:

@@ -298,6 +298,27 @@ async def drive_titler(ctx: Ctx) -> None:
     assert report.ran and report.titled > 0
 
 
+async def drive_memory(ctx: Ctx) -> None:
+    """memory.set (the embedder), memory.search (the query embedding), memory.set_from_messages
+    inline and deferred (the extractor, then the decision call over similar facts)."""
+    facts = [{"text": t} for t in HIGH.values()] + [{"text": CLEAN}, {"text": LONG_TAIL[:2000]}]
+    body = await ctx.ok("memory.set", ctx.writer, namespace=ctx.ns, user_id="u1", facts=facts)
+    assert [r["reason"] for r in body["results"]][:5] == ["high_sensitivity"] * 5
+    for query in [*HIGH.values(), CLEAN]:
+        await ctx.ok("memory.search", ctx.writer, namespace=ctx.ns, user_id="u1", query=query)
+        await ctx.ok("memory.recall", ctx.writer, namespace=ctx.ns, user_id="u1", query=query)
+    messages = [{"role": "user", "content": t} for t in [*HIGH.values(), LONG_TAIL, CLEAN]]
+    for defer in (False, True):
+        await ctx.ok(
+            "memory.set_from_messages",
+            ctx.writer,
+            namespace=ctx.ns,
+            user_id="u1",
+            messages=messages,
+            defer=defer,
+        )
+
+
 # The ops that can reach a provider. A later feature adds its own.
 DRIVERS: list[tuple[str, Driver]] = [
     ("conversation.append", drive_append),
@@ -308,10 +329,15 @@ DRIVERS: list[tuple[str, Driver]] = [
     ("session.brief_save", drive_briefs),
     ("conversation.compact", drive_compact),
     ("conversation_titler", drive_titler),
+    ("memory.set + search + set_from_messages", drive_memory),
 ]
 
 
 def _brief_model(messages: list[ChatMessage]) -> str:
+    if "extract durable facts" in messages[0].content:  # the memory extractor (it proposes a high fact too)
+        return json.dumps({"facts": [CLEAN + " again", HIGH["ssn"]]})
+    if "long-term memory consistent" in messages[0].content:
+        return json.dumps({"decisions": [{"event": "ADD", "text": CLEAN + " again"}]})
     return json.dumps({"status": "revised", "new_done": ["a step"]})
 
 

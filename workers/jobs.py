@@ -7,6 +7,7 @@ from typing import Any
 from loom import jobs
 from loom.ops.conversation import compacting, titling
 from loom.ops.erasure import requesting
+from loom.ops.memory import extraction
 from workers import embedding
 
 
@@ -52,4 +53,9 @@ async def conversation_titler(ctx: dict[str, Any]) -> dict[str, Any]:
     return {"ran": report.ran, "titled": report.titled, "refused": report.refused}
 
 
-FUNCTIONS: list[Any] = [ping, embed_turns, reembed_rows, erasure_remove, compact_thread]
+async def memory_extract(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """The deferred half of memory.set_from_messages: extract and decide over stored evidence."""
+    return await extraction.run_job(ctx["loom"], payload)
+
+
+FUNCTIONS: list[Any] = [ping, embed_turns, reembed_rows, erasure_remove, compact_thread, memory_extract]

@@ -21,7 +21,7 @@ from loom.api import errors
 from loom.api.deps import authenticate
 from loom.api.gate import Gate
 from loom.api.observe import ObserveMiddleware
-from loom.api.routes import briefs, compaction, conversation, erasure, namespaces, saved, search
+from loom.api.routes import briefs, compaction, conversation, erasure, memory, namespaces, saved, search
 from loom.embedded.backends import start_backends
 from loom.errors import BackendUnavailable
 from loom.gc_tuning import calm_the_garbage_collector
@@ -30,7 +30,8 @@ from loom.settings import Settings, get_settings
 
 log = loom_logging.get("loom.api")
 
-ROUTERS = [namespaces.router, conversation.router, compaction.router, search.router, saved.router, briefs.router, erasure.router]
+ROUTERS = [namespaces.router, conversation.router, compaction.router, search.router, saved.router, briefs.router,
+           erasure.router, memory.router]
 
 
 class Health(BaseModel):

@@ -40,12 +40,20 @@ NAMESPACE_TABLES: dict[str, tuple[str, ...]] = {
     "saved_vectors": ("user_id", "thread_id", "msg_id", "version"),
     "session_briefs": ("brief_key", "version"),
     "session_brief_revisions": ("brief_key", "revision", "version"),
+    "memories": ("user_id", "memory_id", "version"),
+    "memory_terms": ("user_id", "term", "doc"),
+    "memory_evidence": ("user_id", "evidence_id", "version"),
+    "evidence_terms": ("user_id", "term", "doc"),
+    "memory_decisions": ("user_id", "extraction_id", "seq"),
     "search_marks": ("thread_id", "mark"),
     "namespaces": ("version",),
     "erasure_keys": ("erasure_id", "kind", "agent", "thread_id", "msg_id"),
 }
 VECTOR_TABLES = ("conversation_vectors_384", "conversation_vectors_1536")
 SAVED_TABLES = ("saved_docs", "saved_terms", "saved_vectors")
+# The memory plane keys every row by (namespace, user_id): a user's facts, evidence,
+# postings and decisions are named by the user alone, with no keys to fix first.
+MEMORY_TABLES = ("memories", "memory_terms", "memory_evidence", "evidence_terms", "memory_decisions")
 
 
 @dataclass
@@ -355,6 +363,24 @@ def tombstone_briefs(ch: Client, erasure_id: str, namespace: str, user_id: str) 
     return count, removed, digest
 
 
+def hide_user_memory(ch: Client, namespace: str, user_id: str) -> dict[str, TableCount]:
+    """The user's facts, evidence, postings and extraction decisions, every version,
+    hidden at once by lightweight DELETEs (the removal job then rewrites the parts
+    without them). Returns per table the rows hidden and the digest of their keys."""
+    params = {"ns": namespace, "u": user_id}
+    where = "namespace = {ns:String} AND user_id = {u:String}"
+    counts: dict[str, TableCount] = {}
+    for table in MEMORY_TABLES:
+        n = int(scalar(ch, f"SELECT count() FROM {table} WHERE {where}", params))
+        digest = _digest(
+            ch, f"SELECT {', '.join(NAMESPACE_TABLES[table])} FROM {table} WHERE {where}", params
+        )
+        if n:
+            ch.command(f"DELETE FROM {table} WHERE {where}", parameters=params)
+        counts[table] = TableCount(tombstoned=n, digest=digest)
+    return counts
+
+
 # -- a user erasure: removal from disk ------------------------------------------------
 
 
@@ -392,6 +418,7 @@ def user_steps(purge: bool) -> list[Step]:
         ),
         # Hidden at once by a lightweight DELETE (counted then): the parts are rewritten without them.
         Step("session_brief_revisions", "session_brief_revisions", "", apply_mask=True),
+        *(Step(t, t, "", apply_mask=True) for t in MEMORY_TABLES),
     ]
     if purge:
         steps.insert(

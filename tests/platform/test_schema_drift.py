@@ -14,11 +14,14 @@ import loom.store
 from loom.store.clickhouse import connect
 from loom.store.rows import TABLES, Table
 
-# Tables no Python code writes rows into: the engine fills them (materialized views
-# over conversations and conversation_embeddings) or the migration runner keeps them.
+# Tables no Python code writes rows into: the engine fills them (materialized views over
+# conversations, conversation_embeddings, memories and memory_evidence) or the migration
+# runner keeps them.
 ENGINE_FILLED = {
     "conversation_vectors_384",
     "conversation_vectors_1536",
+    "memory_terms",
+    "evidence_terms",
     "saved_feed",
     "saved_docs",
     "saved_terms",

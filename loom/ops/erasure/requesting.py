@@ -213,6 +213,7 @@ async def _hide_user(svc: Services, eid: str, ns: str, user: str, purge: bool) -
     counts["conversation_embeddings"].digest = emb_digest
     counts["session_briefs"] = store.TableCount(tombstoned=n_briefs, digest=brief_digest)
     counts["session_brief_revisions"] = store.TableCount(removed=revisions, digest=brief_digest)
+    counts.update(await svc.run(store.hide_user_memory, svc.ch, ns, user))
     return counts
 
 

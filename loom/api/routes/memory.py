@@ -1,0 +1,340 @@
+"""Routes of the memory plane. A token pinned to one user acts as that user (namespace
+`@me` works); one pinned to a session also acts in that session only."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from loom.api.deps import require, services
+from loom.api.models.errors import COMMON, error_responses
+from loom.api.models.memory import (
+    ContextPackRequest,
+    ContextPackResponse,
+    ConversationHitOut,
+    ConversationSectionOut,
+    DecisionOut,
+    EvidenceOut,
+    FactHitOut,
+    FactOut,
+    MemoryDeleteRequest,
+    MemoryDeleteResponse,
+    MemoryListRequest,
+    MemoryListResponse,
+    MemorySearchRequest,
+    MemorySearchResponse,
+    MemorySectionOut,
+    MemorySetRequest,
+    MemorySetResponse,
+    ObserveCrystallizeRequest,
+    ObserveRecordRequest,
+    ObserveRecordResponse,
+    PackItemOut,
+    PackSectionOut,
+    RecallRequest,
+    RecallResponse,
+    SetFromMessagesRequest,
+    SetFromMessagesResponse,
+    SetResult,
+    UnifiedSearchRequest,
+    UnifiedSearchResponse,
+)
+from loom.auth.principal import Principal, Role
+from loom.ops.memory import context, extraction, facts, observe, recall, unified
+from loom.services import Services
+from loom.store.memories import Fact
+
+router = APIRouter(prefix="/v1", tags=["memory"], responses=error_responses(*COMMON))
+
+
+def _fact(f: Fact) -> dict[str, object]:
+    return {
+        "memory_id": f.memory_id,
+        "text": f.text,
+        "kind": f.kind,
+        "key": f.key,
+        "session_id": f.session_id,
+        "run_id": f.run_id,
+        "source": f.source,
+        "evidence_ids": f.evidence_ids,
+        "created_at": f.created_at,
+        "updated_at": f.updated_at,
+    }
+
+
+def _extraction_response(out: extraction.Extraction) -> SetFromMessagesResponse:
+    return SetFromMessagesResponse(
+        evidence_ids=out.evidence_ids,
+        extracted=out.extracted,
+        decisions=[
+            DecisionOut(action=d.action, memory_id=d.memory_id, text=d.text)
+            for d in out.decisions
+        ],
+        reason=out.reason,
+        job_id=out.job_id,
+        extraction_id=out.extraction_id,
+    )
+
+
+@router.post("/memory.set", response_model=MemorySetResponse)
+async def memory_set(
+    body: MemorySetRequest,
+    who: Principal = Depends(require(Role.writer, bounded="any")),
+    svc: Services = Depends(services),
+) -> MemorySetResponse:
+    """Store facts for a user (optionally a session and run). A `key` upserts. A fact that
+    reads as high is refused (`high_sensitivity`, not stored); an embed failure stores the
+    fact for BM25 only (`embed_failed`)."""
+    out = await facts.set_facts(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        [facts.NewFact(f.text, f.kind, f.key) for f in body.facts],
+        session_id=body.session_id,
+        run_id=body.run_id,
+    )
+    return MemorySetResponse(
+        results=[
+            SetResult(
+                memory_id=o.memory_id, stored=o.stored, updated=o.updated, indexed=o.indexed, reason=o.reason
+            )
+            for o in out
+        ]
+    )
+
+
+@router.post("/memory.search", response_model=MemorySearchResponse)
+async def memory_search(
+    body: MemorySearchRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> MemorySearchResponse:
+    """The user's live facts for `query`: vector and BM25 legs fused by reciprocal rank,
+    each hit with its score, legs, source and times. Session briefs are never in it."""
+    found = await facts.search(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        body.query,
+        session_id=body.session_id,
+        run_id=body.run_id,
+        limit=body.limit,
+    )
+    hits = [
+        FactHitOut(
+            **_fact(h.fact),
+            score=h.score,
+            legs=h.legs,
+            similarity=h.similarity,
+            bm25=h.bm25,
+        )
+        for h in found.hits
+    ]
+    return MemorySearchResponse(hits=hits, fallback_reason=found.fallback_reason)
+
+
+@router.post("/memory.list", response_model=MemoryListResponse)
+async def memory_list(
+    body: MemoryListRequest,
+    who: Principal = Depends(require(Role.writer, bounded="any")),
+    svc: Services = Depends(services),
+) -> MemoryListResponse:
+    """Page through the user's live facts, most recently updated first."""
+    page = await facts.list_facts(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        session_id=body.session_id,
+        run_id=body.run_id,
+        kind=body.kind,
+        limit=body.limit,
+        cursor=body.cursor,
+    )
+    return MemoryListResponse(
+        facts=[FactOut(**_fact(f)) for f in page.facts],
+        next_cursor=page.next_cursor,
+    )
+
+
+@router.post("/memory.delete", response_model=MemoryDeleteResponse)
+async def memory_delete(
+    body: MemoryDeleteRequest,
+    who: Principal = Depends(require(Role.writer, bounded="any")),
+    svc: Services = Depends(services),
+) -> MemoryDeleteResponse:
+    """Forget facts. Unknown or already forgotten ids are not an error."""
+    return MemoryDeleteResponse(
+        deleted=await facts.delete_facts(svc, who, body.namespace, body.user_id, body.memory_ids)
+    )
+
+
+@router.post("/memory.set_from_messages", response_model=SetFromMessagesResponse)
+async def set_from_messages(
+    body: SetFromMessagesRequest,
+    who: Principal = Depends(require(Role.writer, bounded="any")),
+    svc: Services = Depends(services),
+) -> SetFromMessagesResponse:
+    """Store the messages as evidence (whether or not the namespace records
+    conversations), then extract facts and decide add / update / delete / leave against
+    the user's most similar facts. `defer: true` answers a job id and extracts on the
+    worker pool. With no model configured the evidence is stored and no fact extracted."""
+    msgs = [extraction.Message(m.role, m.content, m.msg_id, m.ts) for m in body.messages]
+    out = await extraction.set_from_messages(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        msgs,
+        session_id=body.session_id,
+        run_id=body.run_id,
+        defer=body.defer,
+    )
+    return _extraction_response(out)
+
+
+@router.post("/memory.recall", response_model=RecallResponse)
+async def memory_recall(
+    body: RecallRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> RecallResponse:
+    """BM25 (with `query`) and time-window (`since`, `until`) reads over the user's
+    evidence: what extractions read, recorded or not. Never the transcript."""
+    hits = await recall.recall(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        query=body.query,
+        session_id=body.session_id,
+        run_id=body.run_id,
+        since=body.since,
+        until=body.until,
+        limit=body.limit,
+    )
+    return RecallResponse(
+        hits=[
+            EvidenceOut(
+                evidence_id=h.evidence.evidence_id,
+                msg_id=h.evidence.msg_id,
+                role=h.evidence.role,
+                content=h.evidence.content,
+                source=h.evidence.source,
+                session_id=h.evidence.session_id,
+                run_id=h.evidence.run_id,
+                ts=h.evidence.ts,
+                score=h.score,
+                matched=h.matched,
+            )
+            for h in hits
+        ]
+    )
+
+
+@router.post("/observe.record", response_model=ObserveRecordResponse)
+async def observe_record(
+    body: ObserveRecordRequest,
+    who: Principal = Depends(require(Role.writer, bounded="any")),
+    svc: Services = Depends(services),
+) -> ObserveRecordResponse:
+    """Keep an episodic observation of a tool action (run, tool, input summary, outcome)
+    as evidence. It never becomes a fact by itself: see observe.crystallize."""
+    eid = await observe.record(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        run_id=body.run_id,
+        tool=body.tool,
+        input_summary=body.input_summary,
+        outcome=body.outcome,
+        obs_id=body.obs_id,
+        session_id=body.session_id,
+        ts=body.ts,
+    )
+    return ObserveRecordResponse(evidence_id=eid)
+
+
+@router.post("/observe.crystallize", response_model=SetFromMessagesResponse)
+async def observe_crystallize(
+    body: ObserveCrystallizeRequest,
+    who: Principal = Depends(require(Role.writer, bounded="any")),
+    svc: Services = Depends(services),
+) -> SetFromMessagesResponse:
+    """Extract facts from a run's observations (source `crystallize`), with the same
+    add / update / delete / leave decisions as memory.set_from_messages."""
+    out = await observe.crystallize(svc, who, body.namespace, body.user_id, run_id=body.run_id)
+    return _extraction_response(out)
+
+
+@router.post("/context.pack", response_model=ContextPackResponse, responses=error_responses(404))
+async def context_pack(
+    body: ContextPackRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> ContextPackResponse:
+    """What an agent needs to resume a (user, session/thread) scope within a token budget:
+    the relevant facts, the transcript tail (when recorded), evidence hits, each labelled
+    with its source. Deterministic, no LLM. A brief only when `brief_key` names one."""
+    p = await context.pack(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        session_id=body.session_id,
+        thread_id=body.thread_id,
+        agent=body.agent,
+        query=body.query,
+        token_budget=body.token_budget,
+        brief_key=body.brief_key,
+    )
+    return ContextPackResponse(
+        sections=[
+            PackSectionOut(
+                name=s.name,
+                items=[PackItemOut(text=i.text, source=i.source, ts=i.ts) for i in s.items],
+                tokens=s.tokens,
+                note=s.note,
+            )
+            for s in p.sections
+        ],
+        token_budget=p.token_budget,
+        tokens_used=p.tokens_used,
+    )
+
+
+@router.post("/search", response_model=UnifiedSearchResponse)
+async def search(
+    body: UnifiedSearchRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> UnifiedSearchResponse:
+    """One query over the planes the caller may read, in sections: `memory` (the user's
+    facts) and `conversation` (recorded turns; not for a token pinned to one user)."""
+    u = await unified.search(svc, who, body.namespace, body.query, user_id=body.user_id, limit=body.limit)
+    return UnifiedSearchResponse(
+        memory=MemorySectionOut(
+            hits=[
+                FactHitOut(**_fact(h.fact), score=h.score, legs=h.legs, similarity=h.similarity, bm25=h.bm25)
+                for h in u.memory
+            ],
+            note=u.memory_note,
+        ),
+        conversation=ConversationSectionOut(
+            hits=[
+                ConversationHitOut(
+                    agent=h.agent,
+                    thread_id=h.thread_id,
+                    msg_id=h.msg_id,
+                    role=h.role,
+                    ts=h.ts,
+                    similarity=h.similarity,
+                    excerpt=h.excerpt,
+                )
+                for h in u.conversation
+            ],
+            note=u.conversation_note,
+        ),
+    )

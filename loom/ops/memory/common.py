@@ -1,0 +1,65 @@
+"""What every memory op shares: whose memory a call acts on (the scope), ids, limits."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+
+from loom.auth.principal import Principal
+from loom.errors import Forbidden, InvalidRequest
+from loom.store.memories import Scope
+
+MAX_FACT_CHARS = 2_000
+MAX_FACTS_PER_SET = 100
+MAX_MESSAGES = 500
+SIMILAR_PER_FACT = 5  # existing facts an extraction compares each new fact with
+
+
+def scope_for(
+    who: Principal, namespace: str, user_id: str | None, session_id: str = "", run_id: str = ""
+) -> Scope:
+    """The scope a call acts on. Memory is per user: a token pinned to one user acts as
+    that user only (a body naming another is refused), one pinned to a session also acts
+    in that session only; any other token names the user."""
+    ns = who.namespace(namespace)
+    if who.bounded:
+        if user_id is not None and user_id != who.read_user_id:
+            raise Forbidden(
+                "this token acts for one user only; user_id must be that user or left out",
+                field="user_id",
+                rule="own_user",
+            )
+        user_id = who.read_user_id
+        if who.read_scope == "own_session":
+            if session_id and session_id != who.read_session_id:
+                raise Forbidden(
+                    "this token acts in one session only; session_id must be it or left out",
+                    field="session_id",
+                    rule="own_session",
+                )
+            session_id = who.read_session_id
+    if not user_id:
+        raise InvalidRequest("user_id is required (whose memory this is)", field="user_id", rule="required")
+    return Scope(ns, user_id, session_id, run_id)
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32]
+
+
+def keyed_memory_id(scope: Scope, key: str) -> str:
+    """A fact with a key has one id per (user, key), so setting the key again, even
+    concurrently, revises the same row (the newest version wins)."""
+    return "k" + _digest(scope.namespace, scope.user_id, key)
+
+
+def new_memory_id() -> str:
+    return "m" + uuid.uuid4().hex
+
+
+def evidence_id(scope: Scope, source: str, msg_id: str) -> str:
+    return "e" + _digest(scope.namespace, scope.user_id, scope.session_id, scope.run_id, source, msg_id)
+
+
+def derive_msg_id(role: str, content: str) -> str:
+    return "h" + _digest(role, content)[:24]

@@ -1,0 +1,155 @@
+"""context.pack (viewer): everything an agent needs to resume a (user, session/thread)
+scope, within a token budget, deterministic and with no LLM at read time.
+
+Sections, filled in this order until the budget is spent (a section's items are taken
+best first; an item that does not fit is skipped, a smaller later one may still fit):
+
+1. `brief`: only when the request names `brief_key` (briefs never load on their own).
+2. `facts`: with a `query`, the user's facts ranked as memory.search ranks them;
+   without one, the most recently updated.
+3. `transcript`: the tail of `thread_id` (the agent's copy) when the namespace records
+   conversations; turns that read as high are left out. A token pinned to one user
+   sees only that user's turns and the assistant's.
+4. `evidence`: with a `query`, memory.recall's BM25 hits; without one, the newest.
+
+Every item names its source (a memory_id, msg_id or evidence_id) and time. Tokens are
+estimated as ceil(characters / 4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from loom.auth.principal import Principal, Role
+from loom.ops.briefs import ops as brief_ops
+from loom.ops.memory import facts as fact_ops
+from loom.ops.memory.common import scope_for
+from loom.sensitivity import reads_as_high
+from loom.services import Services
+from loom.store import conversations as conv_store
+from loom.store import evidence as ev_store
+from loom.store import memories as store
+from loom.store import namespaces as ns_store
+
+TAIL_TURNS = 40
+FACTS = 30
+EVIDENCE = 10
+
+
+def tokens(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+@dataclass
+class Item:
+    text: str
+    source: str  # memory:<id> | turn:<msg_id> | evidence:<id> | brief:<key>
+    ts: datetime | None = None
+
+
+@dataclass
+class Section:
+    name: str
+    items: list[Item] = field(default_factory=list)
+    tokens: int = 0
+    note: str | None = None  # why a section is empty (e.g. not_recorded)
+
+
+@dataclass
+class Pack:
+    sections: list[Section]
+    token_budget: int
+    tokens_used: int
+
+
+class _Budget:
+    def __init__(self, total: int) -> None:
+        self.left = total
+
+    def take(self, section: Section, item: Item) -> None:
+        cost = tokens(item.text)
+        if cost <= self.left:
+            self.left -= cost
+            section.tokens += cost
+            section.items.append(item)
+
+
+async def pack(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    user_id: str | None,
+    *,
+    session_id: str = "",
+    thread_id: str = "",
+    agent: str = "default",
+    query: str = "",
+    token_budget: int = 4000,
+    brief_key: str = "",
+) -> Pack:
+    who.require_role(Role.viewer)
+    scope = scope_for(who, namespace, user_id, session_id)
+    budget = _Budget(token_budget)
+    sections: list[Section] = []
+    if brief_key:
+        view = await brief_ops.brief_get(svc, who, scope.namespace, brief_key=brief_key)
+        s = Section("brief")
+        budget.take(s, Item(view.text, f"brief:{view.brief_key}", view.updated_at))
+        sections.append(s)
+    sections.append(await _facts(svc, scope, query, budget))
+    sections.append(await _transcript(svc, who, scope, thread_id, agent, budget))
+    sections.append(await _evidence(svc, scope, query, budget))
+    return Pack(sections, token_budget, token_budget - budget.left)
+
+
+async def _facts(svc: Services, scope: store.Scope, query: str, budget: _Budget) -> Section:
+    s = Section("facts")
+    if query.strip():
+        found = [h.fact for h in (await fact_ops.hybrid(svc, scope, query, limit=FACTS)).hits]
+    else:
+        found = await svc.run(store.page, svc.ch, scope, limit=FACTS)
+    for f in found:
+        budget.take(s, Item(f.text, f"memory:{f.memory_id}", f.updated_at))
+    return s
+
+
+async def _transcript(
+    svc: Services, who: Principal, scope: store.Scope, thread_id: str, agent: str, budget: _Budget
+) -> Section:
+    s = Section("transcript")
+    if not thread_id:
+        s.note = "no_thread"
+        return s
+    recorded = await svc.run(ns_store.recording, svc.ch, [scope.namespace])
+    if scope.namespace not in recorded:
+        s.note = "not_recorded"
+        return s
+    turns = await svc.run(
+        conv_store.page, svc.ch, scope.namespace, agent, thread_id, limit=TAIL_TURNS, descending=True
+    )
+    kept: list[Item] = []
+    for m in turns:  # newest first: the budget keeps the latest turns
+        if m.high_sensitivity or reads_as_high(m.content) or m.role not in ("user", "assistant", "system"):
+            continue
+        if who.bounded and m.user_id not in ("", scope.user_id) and m.role == "user":
+            continue
+        item = Item(f"{m.role}: {m.content}", f"turn:{m.msg_id}", m.ts)
+        before = len(s.items)
+        budget.take(s, item)
+        if len(s.items) > before:
+            kept.append(s.items.pop())
+    s.items = list(reversed(kept))  # shown in thread order
+    return s
+
+
+async def _evidence(svc: Services, scope: store.Scope, query: str, budget: _Budget) -> Section:
+    s = Section("evidence")
+    if query.strip():
+        rows = [e for e, _, _ in await svc.run(ev_store.search, svc.ch, scope, query, limit=EVIDENCE)]
+    else:
+        rows = await svc.run(ev_store.recent, svc.ch, scope, limit=EVIDENCE)
+    for e in rows:
+        budget.take(s, Item(f"{e.role}: {e.content}", f"evidence:{e.evidence_id}", e.ts))
+    return s

@@ -1,0 +1,388 @@
+"""memory.set_from_messages (writer): messages become evidence, then facts.
+
+1. Every message is stored as evidence first (loom.memory_evidence), whether or not the
+   namespace records conversations: the conversation plane is neither read nor written.
+   A message that reads as high keeps its place but no text, and is never sent on.
+2. The LLM extracts candidate facts from the readable messages (prompts/extract.txt).
+   A candidate that reads as high is dropped (never stored, never embedded).
+3. For each candidate the scope's most similar live facts are found (memory.search's
+   hybrid ranking); the LLM then decides, against those, to ADD, UPDATE, DELETE or leave
+   (NONE) each (prompts/decide.txt), as Mem0 does. With no similar fact at all the
+   candidates are added without a second call.
+4. Each decision is applied and recorded in loom.memory_decisions with the evidence ids
+   it came from; an added or updated fact carries them too (its source).
+
+With the stock fake LLM step 1 happens and the answer says `reason: "llm_not_configured"`.
+`defer: true` stores the evidence, then runs steps 2-4 on the arq pool and answers the
+job's id. Extractions of one user take a Redis lease so two never decide on the same
+facts at once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from loom import failures, jobs, redis_keys
+from loom import logging as loom_logging
+from loom.auth.principal import Principal, Role
+from loom.clock import next_version, utcnow
+from loom.errors import InvalidRequest
+from loom.leases import hold
+from loom.ops.memory import facts as fact_ops
+from loom.ops.memory.common import (
+    MAX_FACT_CHARS,
+    MAX_MESSAGES,
+    SIMILAR_PER_FACT,
+    derive_msg_id,
+    evidence_id,
+    new_memory_id,
+    scope_for,
+)
+from loom.providers.llm import ChatMessage, LLMError, LLMNotConfigured
+from loom.queue import QUEUE, wake_workers
+from loom.sensitivity import reads_as_high
+from loom.services import Services
+from loom.store import evidence as ev_store
+from loom.store import memories as store
+from loom.store.evidence import Evidence
+from loom.store.memories import Fact, Scope
+
+log = loom_logging.get("loom.memory.extraction")
+_PROMPTS = Path(__file__).parent / "prompts"
+JOB = jobs.MEMORY_EXTRACT
+ROLES = ("user", "assistant", "system", "tool")
+MAX_PROMPT_CHARS = 24_000
+
+
+@dataclass
+class Message:
+    role: str
+    content: str
+    msg_id: str | None = None
+    ts: datetime | None = None
+
+
+@dataclass
+class Decision:
+    action: str  # add | update | delete | leave
+    memory_id: str
+    text: str = ""
+
+
+@dataclass
+class Extraction:
+    evidence_ids: list[str]
+    extracted: int = 0  # candidate facts the model proposed (after the high screen)
+    decisions: list[Decision] = field(default_factory=list)
+    reason: str | None = None  # llm_not_configured | llm_failed | nothing_readable | deferred
+    job_id: str | None = None
+    extraction_id: str | None = None
+
+
+def _lease_key(scope: Scope) -> str:
+    return redis_keys.memory_lease(scope.namespace, scope.user_id)
+
+
+async def set_from_messages(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    user_id: str | None,
+    messages: list[Message],
+    *,
+    session_id: str = "",
+    run_id: str = "",
+    defer: bool = False,
+) -> Extraction:
+    who.require_role(Role.writer)
+    scope = scope_for(who, namespace, user_id, session_id, run_id)
+    if not messages:
+        raise InvalidRequest("messages must hold at least one message", field="messages", rule="min_length")
+    if len(messages) > MAX_MESSAGES:
+        raise InvalidRequest(f"at most {MAX_MESSAGES} messages per call", field="messages", rule="max_length")
+    for i, m in enumerate(messages):
+        if m.role not in ROLES:
+            raise InvalidRequest(
+                f"role must be one of {', '.join(ROLES)}", field=f"messages[{i}].role", rule="one_of"
+            )
+    rows = build_evidence(scope, messages, "messages")
+    await svc.run(ev_store.insert, svc.ch, rows)
+    ids = [r.evidence_id for r in rows]
+    if defer:
+        job = await svc.arq.enqueue_job(JOB, _payload(scope, ids), _queue_name=QUEUE)
+        await wake_workers(svc.redis)
+        return Extraction(ids, reason="deferred", job_id=job.job_id if job else None)
+    return await extract(svc, scope, ids)
+
+
+def build_evidence(scope: Scope, messages: list[Message], source: str) -> list[Evidence]:
+    now = utcnow()
+    rows: list[Evidence] = []
+    for i, m in enumerate(messages):
+        # Messages with no time keep their order in time (a microsecond apart).
+        mid = m.msg_id or derive_msg_id(m.role, m.content)
+        high = reads_as_high(m.content)
+        rows.append(
+            Evidence(
+                namespace=scope.namespace,
+                user_id=scope.user_id,
+                evidence_id=evidence_id(scope, source, mid),
+                session_id=scope.session_id,
+                run_id=scope.run_id,
+                source=source,
+                msg_id=mid,
+                role=m.role,
+                content="" if high else m.content,
+                high_sensitivity=high,
+                ts=m.ts or now + timedelta(microseconds=i),
+                created_at=now,
+                version=next_version(),
+            )
+        )
+    return rows
+
+
+def _payload(scope: Scope, ids: list[str]) -> dict[str, Any]:
+    return jobs.build(jobs.MemoryExtractJob, namespace=scope.namespace, user_id=scope.user_id,
+                      session_id=scope.session_id, run_id=scope.run_id, evidence_ids=ids)
+
+
+async def run_job(svc: Services, payload: dict[str, Any]) -> dict[str, Any]:
+    """The deferred half, on the arq pool."""
+    job = jobs.read(jobs.MemoryExtractJob, payload)
+    scope = Scope(job.namespace, job.user_id, job.session_id, job.run_id)
+    result = await extract(svc, scope, job.evidence_ids)
+    return {
+        "extraction_id": result.extraction_id,
+        "extracted": result.extracted,
+        "reason": result.reason,
+        "decisions": [{"action": d.action, "memory_id": d.memory_id} for d in result.decisions],
+    }
+
+
+async def extract(
+    svc: Services, scope: Scope, ids: list[str], *, fact_source: str = fact_ops.EXTRACTION
+) -> Extraction:
+    """Steps 2-4 over stored evidence (the texts are read back: high ones hold none)."""
+    out = Extraction(ids)
+    if not svc.llm.configured:
+        out.reason = "llm_not_configured"
+        return out
+    order = {eid: i for i, eid in enumerate(ids)}
+    stored = await svc.run(ev_store.get, svc.ch, scope.namespace, scope.user_id, ids)
+    readable = sorted(
+        (e for e in stored if not e.high_sensitivity and e.content and not reads_as_high(e.content)),
+        key=lambda e: order.get(e.evidence_id, len(order)),
+    )
+    if not readable:
+        out.reason = "nothing_readable"
+        return out
+    try:
+        candidates = await _extract_facts(svc, readable)
+    except LLMNotConfigured:
+        out.reason = "llm_not_configured"
+        return out
+    except (LLMError, ValueError) as exc:
+        log.warning("memory extraction failed", error=failures.detail(exc))
+        out.reason = "llm_failed"
+        return out
+    out.extracted = len(candidates)
+    out.extraction_id = "x" + uuid.uuid4().hex
+    if not candidates:
+        return out
+    used = [e.evidence_id for e in readable]
+    async with hold(svc.redis, _lease_key(scope), ttl_ms=60_000, wait_s=60.0):
+        try:
+            out.decisions = await _decide_and_apply(
+                svc, scope, candidates, used, out.extraction_id, fact_source
+            )
+        except (LLMError, ValueError) as exc:
+            log.warning("memory decision failed", error=failures.detail(exc))
+            out.reason = "llm_failed"
+    return out
+
+
+def _prompt(name: str) -> str:
+    return (_PROMPTS / f"{name}.txt").read_text()
+
+
+def _json_object(reply: str) -> dict[str, Any]:
+    """The reply's JSON object (a model may wrap it in prose or a code fence)."""
+    match = re.search(r"\{.*\}", reply, re.S)
+    if match is None:
+        raise ValueError("the model's reply holds no JSON object")
+    data = json.loads(match.group(0))
+    if not isinstance(data, dict):
+        raise ValueError("the model's reply is not a JSON object")
+    return data
+
+
+async def _extract_facts(svc: Services, readable: list[Evidence]) -> list[str]:
+    lines, size = [], 0
+    for e in readable:
+        line = f"{e.role}: {e.content}"
+        if size + len(line) > MAX_PROMPT_CHARS:
+            break
+        lines.append(line)
+        size += len(line)
+    reply = await svc.llm.complete(
+        [ChatMessage("system", _prompt("extract")), ChatMessage("user", "\n".join(lines))], temperature=0.0
+    )
+    raw = _json_object(reply).get("facts", [])
+    if not isinstance(raw, list):
+        raise ValueError("facts is not a list")
+    seen: set[str] = set()
+    out: list[str] = []
+    for item in raw:
+        text = str(item).strip()[:MAX_FACT_CHARS] if isinstance(item, (str, int, float)) else ""
+        if text and text not in seen and not reads_as_high(text):
+            seen.add(text)
+            out.append(text)
+    return out
+
+
+async def _similar(svc: Services, scope: Scope, candidates: list[str]) -> list[Fact]:
+    """The user's live facts most similar to any candidate (the whole user, not only this
+    session: a fact stated in another session is the one to update)."""
+    user_scope = Scope(scope.namespace, scope.user_id)
+    found: dict[str, Fact] = {}
+    for text in candidates:
+        result = await fact_ops.hybrid(svc, user_scope, text, limit=SIMILAR_PER_FACT)
+        for h in result.hits:
+            found.setdefault(h.fact.memory_id, h.fact)
+    return list(found.values())
+
+
+async def _decide_and_apply(
+    svc: Services, scope: Scope, candidates: list[str], used: list[str], extraction_id: str, fact_source: str
+) -> list[Decision]:
+    existing = await _similar(svc, scope, candidates)
+    if existing:
+        listing = [{"id": str(i), "text": f.text} for i, f in enumerate(existing)]
+        reply = await svc.llm.complete(
+            [
+                ChatMessage("system", _prompt("decide")),
+                ChatMessage(
+                    "user", json.dumps({"existing": listing, "new_facts": candidates}, ensure_ascii=False)
+                ),
+            ],
+            temperature=0.0,
+        )
+        raw = _json_object(reply).get("decisions", [])
+        if not isinstance(raw, list):
+            raise ValueError("decisions is not a list")
+    else:
+        raw = [{"event": "ADD", "text": c} for c in candidates]
+    decisions = _parse_decisions(raw, existing)
+    await _apply(svc, scope, decisions, {f.memory_id: f for f in existing}, used, fact_source)
+    now = utcnow()
+    await svc.run(
+        store.record_decisions,
+        svc.ch,
+        [
+            {
+                "namespace": scope.namespace,
+                "user_id": scope.user_id,
+                "extraction_id": extraction_id,
+                "seq": i,
+                "action": d.action,
+                "memory_id": d.memory_id,
+                "text": d.text,
+                "evidence_ids": used,
+                "created_at": now,
+            }
+            for i, d in enumerate(decisions)
+        ],
+    )
+    return decisions
+
+
+_ACTIONS = {"ADD": "add", "UPDATE": "update", "DELETE": "delete", "NONE": "leave"}
+
+
+def _parse_decisions(raw: list[Any], existing: list[Fact]) -> list[Decision]:
+    """The model's decisions that name a known fact (update, delete, leave) or carry a
+    text (add, update) that does not read as high; anything else is ignored."""
+    out: list[Decision] = []
+    touched: set[str] = set()
+    for item in raw:
+        if not isinstance(item, dict):
+            continue
+        action = _ACTIONS.get(str(item.get("event", "")).upper())
+        text = str(item.get("text") or "").strip()[:MAX_FACT_CHARS]
+        if action is None or (text and reads_as_high(text)):
+            continue
+        if action == "add":
+            if text:
+                out.append(Decision("add", new_memory_id(), text))
+            continue
+        idx = str(item.get("id", ""))
+        if not idx.isdigit() or int(idx) >= len(existing):
+            continue
+        mid = existing[int(idx)].memory_id
+        if mid in touched or (action == "update" and not text):
+            continue
+        touched.add(mid)
+        out.append(Decision(action, mid, text if action == "update" else ""))
+    return out
+
+
+async def _apply(
+    svc: Services,
+    scope: Scope,
+    decisions: list[Decision],
+    existing: dict[str, Fact],
+    used: list[str],
+    fact_source: str,
+) -> None:
+    now = utcnow()
+    rows: list[Fact] = []
+    for d in decisions:
+        if d.action == "add":
+            rows.append(
+                Fact(
+                    namespace=scope.namespace,
+                    user_id=scope.user_id,
+                    memory_id=d.memory_id,
+                    session_id=scope.session_id,
+                    run_id=scope.run_id,
+                    kind="",
+                    key="",
+                    text=d.text,
+                    source=fact_source,
+                    evidence_ids=used,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+        elif d.action == "update":
+            old = existing[d.memory_id]
+            rows.append(
+                Fact(
+                    namespace=old.namespace,
+                    user_id=old.user_id,
+                    memory_id=old.memory_id,
+                    session_id=old.session_id,
+                    run_id=old.run_id,
+                    kind=old.kind,
+                    key=old.key,
+                    text=d.text,
+                    source=fact_source,
+                    evidence_ids=used,
+                    created_at=old.created_at,
+                    updated_at=now,
+                )
+            )
+    await fact_ops.embed_into(svc, rows)
+    for r in rows:
+        r.version = next_version()
+    await svc.run(store.insert, svc.ch, rows)
+    gone = [d.memory_id for d in decisions if d.action == "delete"]
+    if gone:
+        await fact_ops.tombstone(svc, scope, gone)

@@ -1,0 +1,280 @@
+"""memory.set, memory.search, memory.list and memory.delete: the facts of a user.
+
+A fact is stored only from these ops and from extraction (never from a recorded turn).
+A fact whose text reads as high is refused (`high_sensitivity`) and never stored or
+embedded. Facts are embedded in the API process (a handful of short texts: a round
+trip through the worker pool would cost more than the model call), fail-open: a failed
+embed stores the fact with the error on its row, out of the vector leg, still found by
+BM25.
+
+memory.search is hybrid: exact cosine over the scope's live embedded facts, and BM25 over
+their whole text (postings with per-query statistics), fused by reciprocal rank (k=60).
+Each hit says which legs found it, its source (set / extraction / crystallize, with the
+evidence ids an extraction decided from) and its times. Session briefs live in their
+own table and are never embedded: they cannot be a hit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from loom.auth.principal import Principal, Role
+from loom.clock import next_version, utcnow
+from loom.errors import InvalidRequest
+from loom.ops.conversation import inline_embedding
+from loom.ops.conversation.common import decode_cursor, encode_cursor
+from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, new_memory_id, scope_for
+from loom.sensitivity import reads_as_high
+from loom.services import Services
+from loom.store import memories as store
+from loom.store.memories import Fact, Scope
+
+RRF_K = 60
+SET, EXTRACTION, CRYSTALLIZE = "set", "extraction", "crystallize"
+
+
+@dataclass
+class NewFact:
+    text: str
+    kind: str = ""
+    key: str = ""
+
+
+@dataclass
+class SetOutcome:
+    memory_id: str | None
+    stored: bool
+    updated: bool = False  # a key that already named a live fact
+    indexed: bool = False  # in the vector leg
+    reason: str | None = None  # high_sensitivity | embed_failed
+
+
+async def embed_into(svc: Services, facts: list[Fact]) -> None:
+    """Give each fact its vector, or the error that kept it from one (fail-open). The
+    texts were screened: none reads as high."""
+    if not facts:
+        return
+    result = await inline_embedding.embed(svc, [f.text for f in facts])
+    for i, f in enumerate(facts):
+        if result.ok and result.vectors is not None:
+            f.embedding, f.model, f.embed_error = [float(x) for x in result.vectors[i]], result.model_id, ""
+        else:
+            f.embedding, f.model, f.embed_error = [], "", result.error or "internal_error: no vector"
+
+
+async def set_facts(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    user_id: str | None,
+    facts: list[NewFact],
+    *,
+    session_id: str = "",
+    run_id: str = "",
+) -> list[SetOutcome]:
+    """memory.set (writer): store facts for the scope; a key upserts."""
+    who.require_role(Role.writer)
+    scope = scope_for(who, namespace, user_id, session_id, run_id)
+    for i, f in enumerate(facts):
+        if not f.text.strip():
+            raise InvalidRequest(
+                "a fact's text must not be blank", field=f"facts[{i}].text", rule="not_blank"
+            )
+        if len(f.text) > MAX_FACT_CHARS:
+            raise InvalidRequest(
+                f"a fact holds at most {MAX_FACT_CHARS} characters",
+                field=f"facts[{i}].text",
+                rule="max_length",
+            )
+    outcomes: list[SetOutcome] = []
+    rows: list[Fact] = []
+    keyed = [keyed_memory_id(scope, f.key) for f in facts if f.key]
+    existing = await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, keyed)
+    now = utcnow()
+    for f in facts:
+        if reads_as_high(f.text):
+            outcomes.append(SetOutcome(None, False, reason="high_sensitivity"))
+            continue
+        mid = keyed_memory_id(scope, f.key) if f.key else new_memory_id()
+        old = existing.get(mid)
+        live_old = old is not None and not old.tombstoned
+        rows.append(
+            Fact(
+                namespace=scope.namespace,
+                user_id=scope.user_id,
+                memory_id=mid,
+                session_id=scope.session_id,
+                run_id=scope.run_id,
+                kind=f.kind,
+                key=f.key,
+                text=f.text,
+                source=SET,
+                evidence_ids=[],
+                created_at=old.created_at if live_old and old else now,
+                updated_at=now,
+                version=0,
+            )
+        )
+        outcomes.append(SetOutcome(mid, True, updated=live_old))
+    await embed_into(svc, rows)
+    for r in rows:
+        r.version = next_version()
+    await svc.run(store.insert, svc.ch, rows)
+    by_id = {r.memory_id: r for r in rows}
+    for o in outcomes:
+        if o.memory_id is not None:
+            row = by_id[o.memory_id]
+            o.indexed = bool(row.embedding)
+            o.reason = None if o.indexed else "embed_failed"
+    return outcomes
+
+
+# -- search ------------------------------------------------------------------------------
+
+
+@dataclass
+class FactHit:
+    fact: Fact
+    score: float
+    legs: list[str]
+    similarity: float | None = None
+    bm25: float | None = None
+
+
+@dataclass
+class FactSearch:
+    hits: list[FactHit] = field(default_factory=list)
+    fallback_reason: str | None = None
+
+
+async def hybrid(svc: Services, scope: Scope, query: str, *, limit: int) -> FactSearch:
+    """The scope's live facts ranked for `query` (no role check: callers have done it)."""
+    depth = max(50, limit * 3)
+    lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth))
+    vec: list[store.VectorHit] = []
+    fallback = None
+    if reads_as_high(query):
+        fallback = "query_high_sensitivity"  # never sent to the embedder
+    else:
+        emb = await inline_embedding.embed(svc, [query])
+        if emb.ok and emb.vectors:
+            vec = await svc.run(
+                store.vector_search,
+                svc.ch,
+                scope,
+                emb.vectors[0],
+                emb.model_id,
+                limit=depth,
+                min_similarity=svc.settings.conversation_search_min_similarity,
+            )
+        else:
+            fallback = f"embedder_unavailable: {emb.error or 'no vector'}"[:500]
+    lex = await lex_job
+    scores: dict[str, FactHit] = {}
+    for rank, v in enumerate(vec, 1):
+        h = scores.setdefault(v.memory_id, FactHit(None, 0.0, []))  # type: ignore[arg-type]
+        h.score += 1.0 / (RRF_K + rank)
+        h.legs.append("vector")
+        h.similarity = round(v.similarity, 6)
+    for rank, lh in enumerate(lex, 1):
+        h = scores.setdefault(lh.id, FactHit(None, 0.0, []))  # type: ignore[arg-type]
+        h.score += 1.0 / (RRF_K + rank)
+        h.legs.append("lexical")
+        h.bm25 = round(lh.score, 6)
+    ranked = sorted(scores.items(), key=lambda kv: (-kv[1].score, -len(kv[1].legs), kv[0]))[: limit + 5]
+    facts = await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, [k for k, _ in ranked])
+    hits: list[FactHit] = []
+    for mid, h in ranked:
+        f = facts.get(mid)
+        # The postings and a stale vector only propose: the newest version decides.
+        if f is None or f.tombstoned or reads_as_high(f.text) or not _in_scope(f, scope):
+            continue
+        h.fact, h.score = f, round(h.score, 6)
+        hits.append(h)
+    return FactSearch(hits[:limit], fallback)
+
+
+def _in_scope(f: Fact, scope: Scope) -> bool:
+    return (not scope.session_id or f.session_id == scope.session_id) and (
+        not scope.run_id or f.run_id == scope.run_id
+    )
+
+
+async def search(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    user_id: str | None,
+    query: str,
+    *,
+    session_id: str = "",
+    run_id: str = "",
+    limit: int = 10,
+) -> FactSearch:
+    """memory.search (viewer)."""
+    who.require_role(Role.viewer)
+    scope = scope_for(who, namespace, user_id, session_id, run_id)
+    if not query.strip():
+        raise InvalidRequest("query must not be blank", field="query", rule="not_blank")
+    return await hybrid(svc, scope, query, limit=limit)
+
+
+# -- list and delete --------------------------------------------------------------------
+
+
+@dataclass
+class FactPage:
+    facts: list[Fact]
+    next_cursor: str | None
+
+
+async def list_facts(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    user_id: str | None,
+    *,
+    session_id: str = "",
+    run_id: str = "",
+    kind: str | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> FactPage:
+    """memory.list: the scope's live facts, most recently updated first."""
+    who.require_role(Role.writer)
+    scope = scope_for(who, namespace, user_id, session_id, run_id)
+    expect = {"u": scope.user_id, "s": scope.session_id, "r": scope.run_id, "k": kind or ""}
+    after = None
+    if cursor:
+        payload = decode_cursor(cursor, expect=expect)
+        after = (int(payload["ms"]), str(payload["id"]))
+    rows = await svc.run(store.page, svc.ch, scope, limit=limit + 1, after=after, kind=kind)
+    nxt = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        last = rows[-1]
+        nxt = encode_cursor({**expect, "ms": int(last.updated_at.timestamp() * 1000), "id": last.memory_id})
+    return FactPage(rows, nxt)
+
+
+async def delete_facts(
+    svc: Services, who: Principal, namespace: str, user_id: str | None, memory_ids: list[str]
+) -> list[str]:
+    """memory.delete (writer): forget facts (a tombstone version each). Answers the ids
+    that were live; an unknown or already forgotten id is not an error."""
+    who.require_role(Role.writer)
+    scope = scope_for(who, namespace, user_id)
+    return await tombstone(svc, scope, memory_ids)
+
+
+async def tombstone(svc: Services, scope: Scope, memory_ids: list[str]) -> list[str]:
+    found = await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, memory_ids)
+    gone = [f for f in found.values() if not f.tombstoned]
+    now = utcnow()
+    for f in gone:
+        # The tombstone keeps no text: a forgotten fact is not readable even in old versions' place.
+        f.tombstoned, f.text, f.updated_at, f.embedding, f.model = True, "", now, [], ""
+        f.version = next_version()
+    await svc.run(store.insert, svc.ch, gone)
+    return [f.memory_id for f in gone]

@@ -1,0 +1,71 @@
+"""observe.record and observe.crystallize (writers): episodic observations of an
+agent's tool actions, and facts drawn from a run's observations.
+
+An observation is evidence (loom.memory_evidence, `source: "observation"`, role
+`tool`) of one user's run: "<tool>: <input summary> -> <outcome>". Like a message it
+keeps no text when it reads as high, and memory.recall reads it. Recording one never
+creates a fact; `observe.crystallize` runs the extraction (the same prompts and
+add / update / delete / leave decisions as memory.set_from_messages) over the run's
+observations, and the facts it adds or updates carry `source: "crystallize"`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from loom.auth.principal import Principal, Role
+from loom.errors import InvalidRequest
+from loom.ops.memory import extraction
+from loom.ops.memory import facts as fact_ops
+from loom.ops.memory.common import scope_for
+from loom.services import Services
+from loom.store import evidence as ev_store
+
+OBSERVATION = "observation"
+MAX_CRYSTALLIZE = 500
+
+
+def observation_text(tool: str, input_summary: str, outcome: str) -> str:
+    return f"{tool}: {input_summary} -> {outcome}"
+
+
+async def record(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    user_id: str | None,
+    *,
+    run_id: str,
+    tool: str,
+    input_summary: str,
+    outcome: str,
+    obs_id: str | None = None,
+    session_id: str = "",
+    ts: datetime | None = None,
+) -> str:
+    """observe.record: store one observation; answers its evidence id."""
+    who.require_role(Role.writer)
+    if not run_id:
+        raise InvalidRequest(
+            "run_id is required (the run the action belongs to)", field="run_id", rule="required"
+        )
+    scope = scope_for(who, namespace, user_id, session_id, run_id)
+    msg = extraction.Message("tool", observation_text(tool, input_summary, outcome), obs_id, ts)
+    rows = extraction.build_evidence(scope, [msg], OBSERVATION)
+    await svc.run(ev_store.insert, svc.ch, rows)
+    return rows[0].evidence_id
+
+
+async def crystallize(
+    svc: Services, who: Principal, namespace: str, user_id: str | None, *, run_id: str
+) -> extraction.Extraction:
+    """observe.crystallize: extraction over the run's observations (oldest first)."""
+    who.require_role(Role.writer)
+    if not run_id:
+        raise InvalidRequest("run_id is required (the run to crystallize)", field="run_id", rule="required")
+    scope = scope_for(who, namespace, user_id, run_id=run_id)
+    rows = await svc.run(ev_store.recent, svc.ch, scope, limit=MAX_CRYSTALLIZE, source=OBSERVATION)
+    ids = [e.evidence_id for e in reversed(rows)]
+    if not ids:
+        return extraction.Extraction([], reason="nothing_readable")
+    return await extraction.extract(svc, scope, ids, fact_source=fact_ops.CRYSTALLIZE)

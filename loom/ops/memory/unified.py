@@ -1,0 +1,52 @@
+"""search (viewer): one query over the planes the caller may read, answered in
+sections, the shape MCP's loom_search exposes.
+
+- `memory`: the user's facts, ranked as memory.search ranks them. Memory is per user:
+  the section runs when the call names `user_id` or the token is pinned to one user.
+- `conversation`: conversation.search over the namespace's recorded turns. A token
+  pinned to one user or session cannot read threads (a thread has no user axis), so
+  for it the section is empty with `note: "not_permitted"`.
+
+Session briefs are in neither section: they are never embedded or searched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loom.auth.principal import Principal, Role
+from loom.errors import InvalidRequest
+from loom.ops.conversation import searching
+from loom.ops.memory import facts as fact_ops
+from loom.ops.memory.common import scope_for
+from loom.services import Services
+
+
+@dataclass
+class Unified:
+    memory: list[fact_ops.FactHit] = field(default_factory=list)
+    memory_note: str | None = None
+    conversation: list[searching.Hit] = field(default_factory=list)
+    conversation_note: str | None = None
+
+
+async def search(
+    svc: Services, who: Principal, namespace: str, query: str, *, user_id: str | None = None, limit: int = 10
+) -> Unified:
+    who.require_role(Role.viewer)
+    if not query.strip():
+        raise InvalidRequest("query must not be blank", field="query", rule="not_blank")
+    out = Unified()
+    if user_id or who.bounded:
+        scope = scope_for(who, namespace, user_id)
+        found = await fact_ops.hybrid(svc, scope, query, limit=limit)
+        out.memory, out.memory_note = found.hits, found.fallback_reason
+    else:
+        who.namespace(namespace)
+        out.memory_note = "no_user"
+    if who.bounded:
+        out.conversation_note = "not_permitted"
+    else:
+        result = await searching.search(svc, who, query, namespace=who.namespace(namespace), limit=limit)
+        out.conversation, out.conversation_note = result.hits, result.fallback_reason
+    return out

@@ -1,0 +1,111 @@
+"""SQL of loom.memory_evidence: the messages and observations an extraction read, and
+memory.recall's reads over them (BM25 from evidence_terms, and time windows).
+
+A row that reads as high keeps no text (content '', high_sensitivity true); reads never
+return it. Evidence is keyed by (namespace, user_id, evidence_id), the id derived from
+the scope and the message's id, so posting the same message again writes the same row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+from loom.store.memories import Scope, bm25
+from loom.store.rows import Column, column, table
+
+
+@dataclass
+class Evidence:
+    namespace: str = column("LowCardinality(String)")
+    user_id: str = column("String")
+    evidence_id: str = column("String")
+    session_id: str = column("String")
+    run_id: str = column("String")
+    source: str = column("LowCardinality(String)")
+    msg_id: str = column("String")
+    role: str = column("LowCardinality(String)")
+    content: str = column("String")
+    high_sensitivity: bool = column("Bool")
+    ts: datetime = column("DateTime64(6, 'UTC')")
+    created_at: datetime = column("DateTime64(3, 'UTC')")
+    tombstoned: bool = column("Bool", default=False)
+    version: int = column("UInt64", default=0)
+
+
+# doc and doc_len: the BM25 document id and length, MATERIALIZED by the server.
+TABLE = table(
+    "memory_evidence", Evidence, server=[Column("doc", "UInt64"), Column("doc_len", "UInt32")]
+)
+
+
+def insert(ch: Client, rows: Sequence[Evidence]) -> None:
+    if rows:
+        TABLE.insert(ch, rows)
+
+
+def get(ch: Client, namespace: str, user_id: str, ids: Sequence[str]) -> list[Evidence]:
+    """The newest live versions of the named rows, oldest message first."""
+    if not ids:
+        return []
+    return TABLE.select(
+        ch,
+        "WHERE namespace = {ns:String} AND user_id = {u:String} "
+        "AND evidence_id IN {ids:Array(String)} AND NOT tombstoned ORDER BY ts, evidence_id",
+        {"ns": namespace, "u": user_id, "ids": list(ids)},
+    )
+
+
+def _window(since: datetime | None, until: datetime | None) -> tuple[str, dict[str, Any]]:
+    cond, params = "", {}
+    if since is not None:
+        cond += " AND ts >= fromUnixTimestamp64Micro({since:Int64}, 'UTC')"
+        params["since"] = int(since.timestamp() * 1_000_000)
+    if until is not None:
+        cond += " AND ts < fromUnixTimestamp64Micro({until:Int64}, 'UTC')"
+        params["until"] = int(until.timestamp() * 1_000_000)
+    return cond, params
+
+
+def recent(
+    ch: Client,
+    scope: Scope,
+    *,
+    limit: int,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    source: str | None = None,
+) -> list[Evidence]:
+    """The scope's readable evidence in the time window, newest first."""
+    cond, params = _window(since, until)
+    if source is not None:
+        cond += " AND source = {src:String}"
+        params["src"] = source
+    return TABLE.select(
+        ch,
+        f"WHERE {scope.where()} AND NOT tombstoned "
+        f"AND NOT high_sensitivity {cond} ORDER BY ts DESC, evidence_id LIMIT {{lim:UInt32}}",
+        scope.params() | params | {"lim": limit},
+    )
+
+
+def search(
+    ch: Client,
+    scope: Scope,
+    query: str,
+    *,
+    limit: int,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[tuple[Evidence, float, tuple[str, ...]]]:
+    """BM25 of `query` over the scope's readable evidence in the time window, best first."""
+    cond, params = _window(since, until)
+    hits = bm25(ch, scope, query, limit=limit, table="memory_evidence", extra=cond, extra_params=params)
+    by_id = {e.evidence_id: e for e in get(ch, scope.namespace, scope.user_id, [h.id for h in hits])}
+    return [
+        (by_id[h.id], h.score, h.matched) for h in hits if h.id in by_id and not by_id[h.id].high_sensitivity
+    ]

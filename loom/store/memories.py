@@ -1,0 +1,254 @@
+"""SQL of the memory plane: facts (loom.memories), the decisions extractions took
+(loom.memory_decisions), and their reads (vector, BM25, listing).
+
+A fact is one row per (namespace, user_id, memory_id), revised by inserting a newer
+version; forgetting it inserts a tombstone version. Reads take the newest version
+(FINAL) and only live rows. The postings (memory_terms, clickhouse_schema/015_memory.sql)
+are fed by a view and only propose candidates: the BM25 query joins them to the scope's
+live rows, from which N and avgdl are computed per query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from clickhouse_connect.driver.client import Client
+
+from loom.store.bm25 import K1, MAX_QUERY_TERMS, B, terms_sql
+from loom.store.rows import Column, column, named, table
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose memory: one user of one namespace, optionally narrowed to a session and/or run."""
+
+    namespace: str
+    user_id: str
+    session_id: str = ""
+    run_id: str = ""
+
+    def where(self, alias: str = "") -> str:
+        """The scope's condition (params from :meth:`params`); an empty session or run
+        does not narrow."""
+        p = f"{alias}." if alias else ""
+        parts = [f"{p}namespace = {{ns:String}}", f"{p}user_id = {{u:String}}"]
+        if self.session_id:
+            parts.append(f"{p}session_id = {{sess:String}}")
+        if self.run_id:
+            parts.append(f"{p}run_id = {{run:String}}")
+        return " AND ".join(parts)
+
+    def params(self) -> dict[str, Any]:
+        return {"ns": self.namespace, "u": self.user_id, "sess": self.session_id, "run": self.run_id}
+
+
+def _vector(vec: Any) -> list[float]:
+    if isinstance(vec, np.ndarray):
+        vec = vec.astype(np.float32, copy=False).tolist()
+    return list(vec) if vec is not None else []
+
+
+def _floats(value: Any) -> list[float]:
+    return [float(x) for x in value]
+
+
+@dataclass
+class Fact:
+    """The newest version of one fact."""
+
+    namespace: str = column("LowCardinality(String)")
+    user_id: str = column("String")
+    memory_id: str = column("String")
+    session_id: str = column("String")
+    run_id: str = column("String")
+    kind: str = column("LowCardinality(String)")
+    key: str = column("String")
+    text: str = column("String")
+    source: str = column("LowCardinality(String)")
+    evidence_ids: list[str] = column("Array(String)")
+    created_at: datetime = column("DateTime64(3, 'UTC')")
+    updated_at: datetime = column("DateTime64(3, 'UTC')")
+    tombstoned: bool = column("Bool", default=False)
+    model: str = column("LowCardinality(String)", default="")
+    embedding: list[float] = column(
+        "Array(Float32)", default_factory=list, encode=_vector, decode=_floats
+    )
+    embed_error: str = column("String", default="")
+    version: int = column("UInt64", default=0)
+
+
+# doc and doc_len: the BM25 document id and length, MATERIALIZED by the server.
+TABLE = table(
+    "memories", Fact, server=[Column("doc", "UInt64"), Column("doc_len", "UInt32")]
+)
+_READ = TABLE.read_list
+# Reads that answer a client skip the vector (1.5 KB a fact).
+_READ_NO_VECTOR = _READ.replace(", embedding,", ", [] AS embedding,")
+
+
+def insert(ch: Client, facts: Sequence[Fact]) -> None:
+    if not facts:
+        return
+    TABLE.insert(ch, facts)
+
+
+def get(
+    ch: Client, namespace: str, user_id: str, memory_ids: Sequence[str], *, with_vector: bool = False
+) -> dict[str, Fact]:
+    """The newest version of each named fact (tombstoned ones included), by id."""
+    if not memory_ids:
+        return {}
+    cols = _READ if with_vector else _READ_NO_VECTOR
+    result = ch.query(
+        f"SELECT {cols} FROM memories FINAL WHERE namespace = {{ns:String}} AND user_id = {{u:String}} "
+        "AND memory_id IN {ids:Array(String)}",
+        parameters={"ns": namespace, "u": user_id, "ids": list(memory_ids)},
+    )
+    return {f.memory_id: f for f in TABLE.rows(result)}
+
+
+def page(
+    ch: Client, scope: Scope, *, limit: int, after: tuple[int, str] | None = None, kind: str | None = None
+) -> list[Fact]:
+    """The scope's live facts, most recently updated first, after the cursor position
+    (updated_at in ms, memory_id)."""
+    params = scope.params() | {"lim": limit}
+    cond = scope.where()
+    if kind is not None:
+        cond += " AND kind = {kind:String}"
+        params["kind"] = kind
+    if after is not None:
+        cond += (
+            " AND (toUnixTimestamp64Milli(updated_at) < {ams:Int64} OR "
+            "toUnixTimestamp64Milli(updated_at) = {ams:Int64} AND memory_id < {aid:String})"
+        )
+        params |= {"ams": after[0], "aid": after[1]}
+    result = ch.query(
+        f"SELECT {_READ_NO_VECTOR} FROM memories FINAL WHERE {cond} AND NOT tombstoned "
+        "ORDER BY updated_at DESC, memory_id DESC LIMIT {lim:UInt32}",
+        parameters=params,
+    )
+    return TABLE.rows(result)
+
+
+@dataclass(frozen=True)
+class VectorHit:
+    memory_id: str
+    similarity: float
+
+
+def vector_search(
+    ch: Client, scope: Scope, vector: np.ndarray, model: str, *, limit: int, min_similarity: float
+) -> list[VectorHit]:
+    """Exact cosine ranking over the scope's live, embedded facts (one user's key range)."""
+    params = scope.params() | {
+        "q": [float(x) for x in vector],
+        "model": model,
+        "lim": limit,
+        "floor": min_similarity,
+    }
+    result = ch.query(
+        "SELECT memory_id, 1 - cosineDistance(embedding, {q:Array(Float32)}) AS sim FROM memories FINAL "
+        f"WHERE {scope.where()} AND NOT tombstoned AND model = {{model:String}} AND length(embedding) > 0 "
+        "ORDER BY sim DESC, memory_id LIMIT {lim:UInt32}",
+        parameters=params,
+    )
+    hits = (VectorHit(r["memory_id"], float(r["sim"])) for r in named(result))
+    return [h for h in hits if h.similarity >= min_similarity]
+
+
+@dataclass(frozen=True)
+class LexicalHit:
+    id: str
+    score: float
+    matched: tuple[str, ...]
+
+
+def bm25_sql(table: str, id_col: str, live: str) -> str:
+    """BM25 over `table`'s live rows in the scope (condition `{scope}` plus `live`),
+    from its postings table. N, df and avgdl are computed per query over those rows."""
+    terms_table = {"memories": "memory_terms", "memory_evidence": "evidence_terms"}[table]
+    return f"""
+WITH arraySlice(arrayDistinct({terms_sql("{q:String}")}), 1, {MAX_QUERY_TERMS}) AS qterms
+SELECT id, sum(log(1 + (n - df + 0.5) / (df + 0.5)) * tf * ({K1} + 1)
+               / (tf + {K1} * (1 - {B} + {B} * dl / avgdl))) AS score, groupArray(term) AS matched
+FROM (
+    SELECT p.term AS term, p.tf AS tf, d.id AS id, d.doc_len AS dl, d.n AS n, d.avgdl AS avgdl,
+           count() OVER (PARTITION BY p.term) AS df
+    FROM (
+        SELECT term, doc, any(tf) AS tf FROM {terms_table}
+        WHERE namespace = {{ns:String}} AND user_id = {{u:String}} AND has(qterms, term)
+        GROUP BY term, doc
+    ) AS p
+    INNER JOIN (
+        SELECT doc, {id_col} AS id, doc_len, count() OVER () AS n, avg(doc_len) OVER () AS avgdl
+        FROM {table} FINAL WHERE {{scope}} AND {live}
+    ) AS d ON p.doc = d.doc
+)
+GROUP BY id
+ORDER BY length(matched) DESC, score DESC, id
+LIMIT {{lim:UInt32}}
+"""
+
+
+def bm25(
+    ch: Client,
+    scope: Scope,
+    query: str,
+    *,
+    limit: int,
+    table: str = "memories",
+    extra: str = "",
+    extra_params: dict[str, Any] | None = None,
+) -> list[LexicalHit]:
+    id_col, live = (
+        ("memory_id", "NOT tombstoned")
+        if table == "memories"
+        else ("evidence_id", "NOT tombstoned AND NOT high_sensitivity")
+    )
+    sql = bm25_sql(table, id_col, live + extra).replace("{scope}", scope.where())
+    params = scope.params() | {"q": query, "lim": limit} | (extra_params or {})
+    result = ch.query(sql, parameters=params)
+    return [
+        LexicalHit(r["id"], float(r["score"]), tuple(r["matched"])) for r in named(result) if r["score"] > 0
+    ]
+
+
+# -- decisions ----------------------------------------------------------------------------
+
+
+@dataclass
+class DecisionRow:
+    """One decision an extraction took (add, update, delete, leave) and its evidence."""
+
+    namespace: str = column("LowCardinality(String)")
+    user_id: str = column("String")
+    extraction_id: str = column("String")
+    seq: int = column("UInt32")
+    action: str = column("LowCardinality(String)")
+    memory_id: str = column("String")
+    text: str = column("String")
+    evidence_ids: list[str] = column("Array(String)")
+    created_at: datetime = column("DateTime64(3, 'UTC')")
+
+
+DECISIONS = table("memory_decisions", DecisionRow)
+DECISION_COLUMNS = tuple(DECISIONS.read_names)
+
+
+def record_decisions(ch: Client, rows: Sequence[dict[str, Any]]) -> None:
+    if rows:
+        DECISIONS.insert(ch, [DecisionRow(**{c: r[c] for c in DECISION_COLUMNS}) for r in rows])
+
+
+def decisions(ch: Client, namespace: str, user_id: str, extraction_id: str) -> list[dict[str, Any]]:
+    found = DECISIONS.select(
+        ch,
+        "WHERE namespace = {ns:String} AND user_id = {u:String} AND extraction_id = {e:String} ORDER BY seq",
+        {"ns": namespace, "u": user_id, "e": extraction_id},
+    )
+    return [asdict(d) for d in found]

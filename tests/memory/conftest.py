@@ -1,0 +1,41 @@
+"""Fixtures of the memory tests: a Services copy with its own LLM, and an API over it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from loom.providers.llm import LLM
+
+
+@pytest.fixture
+def make_svc(services: Any) -> Callable[..., Any]:
+    """make_svc(llm=None) -> a Services copy sharing the backends (and the inline embedder)."""
+
+    def _make(llm: LLM | None = None) -> Any:
+        return dataclasses.replace(services, llm=llm or services.llm)
+
+    return _make
+
+
+@asynccontextmanager
+async def api_over(svc: Any) -> AsyncIterator[Callable[..., Any]]:
+    from loom.api.app import create_app
+
+    app = create_app(svc)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://loom.test", timeout=60
+        ) as client,
+    ):
+
+        async def call(op: str, token: str, **body: Any) -> httpx.Response:
+            return await client.post(f"/v1/{op}", json=body, headers={"Authorization": f"Bearer {token}"})
+
+        yield call

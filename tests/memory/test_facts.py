@@ -1,0 +1,147 @@
+"""memory.set, memory.search, memory.list, memory.delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loom.ops.conversation import inline_embedding
+from loom.providers.embedders import FakeEmbedder
+
+HIGH_FACT = "my SSN is 123-45-6789"
+
+
+async def _set(call: Any, token: str, ns: str, *facts: dict[str, Any], **extra: Any) -> list[dict[str, Any]]:
+    r = await call("memory.set", token, namespace=ns, facts=list(facts), **extra)
+    assert r.status_code == 200, r.text
+    return r.json()["results"]  # type: ignore[no-any-return]
+
+
+async def test_set_then_search_finds_the_fact_with_score_source_and_time(call, ns, mint):
+    w = mint(ns, "writer")
+    out = await _set(
+        call,
+        w,
+        ns,
+        {"text": "Prefers dark mode in every editor", "kind": "preference"},
+        {"text": "Works at Acme as a data engineer"},
+        user_id="u1",
+    )
+    assert [o["stored"] for o in out] == [True, True] and all(o["indexed"] for o in out)
+    r = await call("memory.search", w, namespace=ns, user_id="u1", query="dark mode editor")
+    assert r.status_code == 200, r.text
+    hits = r.json()["hits"]
+    assert hits[0]["text"] == "Prefers dark mode in every editor"
+    assert hits[0]["source"] == "set" and hits[0]["kind"] == "preference"
+    assert "lexical" in hits[0]["legs"] and hits[0]["score"] > 0 and hits[0]["created_at"].endswith("Z")
+    # Another user's memory is not searched.
+    r = await call("memory.search", w, namespace=ns, user_id="u2", query="dark mode editor")
+    assert r.json()["hits"] == []
+
+
+async def test_a_key_upserts(call, ns, mint):
+    w = mint(ns, "writer")
+    first = await _set(call, w, ns, {"text": "Lives in Berlin", "key": "home_city"}, user_id="u1")
+    second = await _set(call, w, ns, {"text": "Lives in Lisbon", "key": "home_city"}, user_id="u1")
+    assert first[0]["memory_id"] == second[0]["memory_id"]
+    assert not first[0]["updated"] and second[0]["updated"]
+    r = await call("memory.list", w, namespace=ns, user_id="u1")
+    assert [f["text"] for f in r.json()["facts"]] == ["Lives in Lisbon"]
+    r = await call("memory.search", w, namespace=ns, user_id="u1", query="Berlin")
+    assert r.json()["hits"] == []
+
+
+async def test_a_fact_that_reads_as_high_is_refused_and_not_stored(call, ns, mint, leak_spy):
+    w = mint(ns, "writer")
+    out = await _set(call, w, ns, {"text": HIGH_FACT}, {"text": "Has a cat named Miso"}, user_id="u1")
+    assert out[0] == {
+        "memory_id": None,
+        "stored": False,
+        "updated": False,
+        "indexed": False,
+        "reason": "high_sensitivity",
+    }
+    assert out[1]["stored"]
+    r = await call("memory.list", w, namespace=ns, user_id="u1")
+    assert [f["text"] for f in r.json()["facts"]] == ["Has a cat named Miso"]
+
+
+async def test_an_embed_failure_stores_the_fact_for_bm25_only(call, ns, mint, services):
+    class Broken(FakeEmbedder):
+        def embed(self, texts: Any) -> Any:
+            raise RuntimeError("model down")
+
+    w = mint(ns, "writer")
+    previous = inline_embedding.install(services, Broken())
+    try:
+        out = await _set(call, w, ns, {"text": "Takes the 7:40 train to work"}, user_id="u1")
+    finally:
+        inline_embedding.install(services, previous)
+    assert out[0]["stored"] and not out[0]["indexed"] and out[0]["reason"] == "embed_failed"
+    row = services.ch.query(
+        "SELECT embed_error, length(embedding) FROM memories FINAL WHERE namespace = {ns:String}",
+        parameters={"ns": ns},
+    ).result_rows
+    assert row[0][0].startswith("embedder_unavailable") or row[0][0].startswith("internal_error"), row
+    assert row[0][1] == 0
+    r = await call("memory.search", w, namespace=ns, user_id="u1", query="train to work")
+    assert [h["legs"] for h in r.json()["hits"]] == [["lexical"]]
+
+
+async def test_delete_forgets_and_list_pages(call, ns, mint):
+    w = mint(ns, "writer")
+    out = await _set(
+        call, w, ns, *({"text": f"Fact number {i} about gardening"} for i in range(5)), user_id="u1"
+    )
+    r = await call("memory.list", w, namespace=ns, user_id="u1", limit=2)
+    page1 = r.json()
+    assert len(page1["facts"]) == 2 and page1["next_cursor"]
+    r = await call("memory.list", w, namespace=ns, user_id="u1", limit=10, cursor=page1["next_cursor"])
+    assert len(r.json()["facts"]) == 3
+    gone = out[0]["memory_id"]
+    r = await call("memory.delete", w, namespace=ns, user_id="u1", memory_ids=[gone, "mnope"])
+    assert r.json() == {"deleted": [gone]}
+    r = await call("memory.search", w, namespace=ns, user_id="u1", query="Fact number 0 gardening", limit=10)
+    assert gone not in [h["memory_id"] for h in r.json()["hits"]] and len(r.json()["hits"]) == 4
+    r = await call("memory.delete", w, namespace=ns, user_id="u1", memory_ids=[gone])
+    assert r.json() == {"deleted": []}
+
+
+async def test_an_own_user_token_acts_as_its_user_with_at_me(call, ns, mint):
+    w = mint(ns, "writer")
+    await _set(call, w, ns, {"text": "Allergic to peanuts"}, user_id="alice")
+    await _set(call, w, ns, {"text": "Allergic to shellfish"}, user_id="bob")
+    alice = mint(ns, "viewer", read_scope="own_user", read_user_id="alice")
+    r = await call("memory.search", alice, namespace="@me", query="allergic")
+    assert [h["text"] for h in r.json()["hits"]] == ["Allergic to peanuts"]
+    r = await call("memory.search", alice, namespace="@me", user_id="bob", query="allergic")
+    assert r.status_code == 403 and r.json()["field"] == "user_id"
+    r = await call("memory.set", alice, namespace="@me", facts=[{"text": "x"}])
+    assert r.status_code == 403  # a viewer cannot write
+
+
+async def test_a_viewer_cannot_write_and_user_is_required(call, ns, mint):
+    v = mint(ns, "viewer")
+    r = await call("memory.set", v, namespace=ns, user_id="u1", facts=[{"text": "x"}])
+    assert r.status_code == 403
+    w = mint(ns, "writer")
+    r = await call("memory.set", w, namespace=ns, facts=[{"text": "x"}])
+    assert r.status_code == 422 and r.json()["field"] == "user_id"
+    r = await call("memory.set", w, namespace=ns, user_id="u1", facts=[{"text": "   "}])
+    assert r.status_code == 422 and r.json()["field"] == "facts[0].text"
+
+
+async def test_briefs_are_never_in_memory_search(call, ns, mint):
+    w = mint(ns, "writer")
+    r = await call(
+        "session.brief_save",
+        w,
+        namespace=ns,
+        brief_key="ledger",
+        sections={"goal": "Move invoices to the new ledger zebracorn"},
+    )
+    assert r.status_code == 200, r.text
+    await _set(call, w, ns, {"text": "Likes tea"}, user_id="u1")
+    for user in ("u1", ""):
+        body: dict[str, Any] = {"user_id": user} if user else {"user_id": "default"}
+        r = await call("memory.search", w, namespace=ns, query="invoices new ledger zebracorn", **body)
+        assert r.status_code == 200 and r.json()["hits"] == []
