@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 from bench.model_rate import make_text  # noqa: E402
 
 NAMESPACE = "bench"
-INGEST_BASE = 10**8   # ingest turn numbers start here (single-turn ones at 0)
+INGEST_BASE = 10**8  # ingest turn numbers start here (single-turn ones at 0)
 
 
 class Texts:
@@ -78,8 +78,9 @@ class Conn:
 
     def __init__(self, host: str, port: int, token: str) -> None:
         self.host, self.port = host, port
-        self.head = (f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
-                     "Content-Type: application/json\r\n").encode()
+        self.head = (
+            f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+        ).encode()
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -90,8 +91,16 @@ class Conn:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         assert self.reader is not None
         data = json.dumps(body).encode()
-        self.writer.write(b"POST " + path.encode() + b" HTTP/1.1\r\n" + self.head
-                          + b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+        self.writer.write(
+            b"POST "
+            + path.encode()
+            + b" HTTP/1.1\r\n"
+            + self.head
+            + b"Content-Length: "
+            + str(len(data)).encode()
+            + b"\r\n\r\n"
+            + data
+        )
         head = await self.reader.readuntil(b"\r\n\r\n")
         status = int(head[9:12])
         length = 0
@@ -126,15 +135,24 @@ class Stack:
     log_path: Path = Path("/dev/null")
 
     def start(self, log: Callable[[str], None]) -> None:
-        self.env = {**os.environ, "LOOM_HOME": str(self.home), "LOOM_PORT": str(self.port),
-                    "LOOM_EMBEDDER": self.embedder, "LOOM_LOG_LEVEL": "WARNING"}
+        self.env = {
+            **os.environ,
+            "LOOM_HOME": str(self.home),
+            "LOOM_PORT": str(self.port),
+            "LOOM_EMBEDDER": self.embedder,
+            "LOOM_LOG_LEVEL": "WARNING",
+        }
         for var in ("LOOM_CLICKHOUSE_URL", "LOOM_REDIS_URL"):
-            self.env.pop(var, None)   # embedded mode
+            self.env.pop(var, None)  # embedded mode
         t0 = time.monotonic()
         self.log_path = self.home / "serve.log"
-        self.proc = subprocess.Popen([sys.executable, "-m", "loom.cli.main", "serve", "--workers", "1"],
-                                     env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                                     stderr=self.log_path.open("wb"))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "loom.cli.main", "serve", "--workers", "1"],
+            env=self.env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log_path.open("wb"),
+        )
         import httpx
 
         deadline = time.monotonic() + 180
@@ -149,12 +167,29 @@ class Stack:
             time.sleep(0.2)
         else:
             raise RuntimeError("the API did not come up")
-        log(f"stack up in {time.monotonic() - t0:.1f}s (LOOM_HOME={self.home}, port {self.port}, "
-            f"embedder {self.embedder})")
+        log(
+            f"stack up in {time.monotonic() - t0:.1f}s (LOOM_HOME={self.home}, port {self.port}, "
+            f"embedder {self.embedder})"
+        )
 
     def mint(self) -> str:
-        out = subprocess.run([sys.executable, "-m", "loom.cli.main", "token", "mint", "--namespace", NAMESPACE,
-                              "--role", "admin"], env=self.env, cwd=ROOT, check=True, capture_output=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "loom.cli.main",
+                "token",
+                "mint",
+                "--namespace",
+                NAMESPACE,
+                "--role",
+                "admin",
+            ],
+            env=self.env,
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         return out.stdout.decode().strip().splitlines()[-1]
 
     def stop(self) -> None:
@@ -221,8 +256,14 @@ class Phase:
         return statistics.median(self.latencies) * 1000 if self.latencies else float("nan")
 
 
-async def closed_loop(name: str, conns: list[Conn], make_body: Callable[[int, int], dict[str, Any]],
-                      seconds: float, warmup: float, turns_per_call: int = 1) -> Phase:
+async def closed_loop(
+    name: str,
+    conns: list[Conn],
+    make_body: Callable[[int, int], dict[str, Any]],
+    seconds: float,
+    warmup: float,
+    turns_per_call: int = 1,
+) -> Phase:
     """Every client sends, waits for the answer, sends again; only calls started after
     the warm-up and finished before the end count."""
     loop = asyncio.get_running_loop()
@@ -270,10 +311,18 @@ async def ingest(conns: list[Conn], total: int, batch: int, texts: Callable[[int
             lo = next_start
             hi = min(total, lo + batch)
             next_start = hi
-            turns = [{"thread_id": f"ingest-{k // 50}", "role": "user" if k % 2 == 0 else "assistant",
-                      "content": texts(k)} for k in range(lo, hi)]
+            turns = [
+                {
+                    "thread_id": f"ingest-{k // 50}",
+                    "role": "user" if k % 2 == 0 else "assistant",
+                    "content": texts(k),
+                }
+                for k in range(lo, hi)
+            ]
             t0 = loop.time()
-            status, body = await conn.post("/v1/conversation.append", {"namespace": NAMESPACE, "turns": turns})
+            status, body = await conn.post(
+                "/v1/conversation.append", {"namespace": NAMESPACE, "turns": turns}
+            )
             lat.append(loop.time() - t0)
             if status != 200:
                 errors += 1
@@ -316,7 +365,7 @@ def worker_config_rate(texts: list[str], seconds: float) -> float:
                 done += 32
                 i += 64
 
-        await batcher(texts[:32])                     # warm
+        await batcher(texts[:32])  # warm
         t0 = loop.time()
         stop = t0 + seconds
         await asyncio.gather(caller(0), caller(1))
@@ -361,14 +410,18 @@ class RawRates:
             wait_idle(log)
             rate = raw_model_rate(texts, self.seconds)
             self.rates.setdefault(phase, []).append(rate)
-            log(f"raw model on the {phase} texts ({when}; MiniLM int8, 2 threads, batch 32, stack down): "
-                f"{rate:.1f} texts/s")
+            log(
+                f"raw model on the {phase} texts ({when}; MiniLM int8, 2 threads, batch 32, stack down): "
+                f"{rate:.1f} texts/s"
+            )
 
     def measure_worker(self, log: Callable[[str], None]) -> None:
         for phase, texts in self.samples.items():
             self.worker[phase] = worker_config_rate(texts, self.seconds)
-            log(f"  for reference, the worker's own model configuration (its ModelBatcher) on the {phase} "
-                f"texts: {self.worker[phase]:.1f} texts/s")
+            log(
+                f"  for reference, the worker's own model configuration (its ModelBatcher) on the {phase} "
+                f"texts: {self.worker[phase]:.1f} texts/s"
+            )
 
     def mean(self, phase: str) -> float | None:
         rates = self.rates.get(phase)
@@ -380,15 +433,18 @@ class RawRates:
 
 def show(p: Phase, raw: float | None, target: str) -> str:
     share = f" = {p.rate / raw * 100:5.1f}% of raw" if raw else ""
-    return (f"{p.name:<38} {p.rate:8.1f} turns/s{share}   median {p.median:7.1f} ms   p99 {p.pct(0.99):7.1f} ms"
-            f"   [{target}]   errors {p.errors}   {dict(sorted(p.outcomes.items()))}")
+    return (
+        f"{p.name:<38} {p.rate:8.1f} turns/s{share}   median {p.median:7.1f} ms   p99 {p.pct(0.99):7.1f} ms"
+        f"   [{target}]   errors {p.errors}   {dict(sorted(p.outcomes.items()))}"
+    )
 
 
 Row = tuple[Phase, str, str, str]  # phase, the raw-model texts it compares with ("" none), target, flushes
 
 
-async def run(args: argparse.Namespace, stack: Stack, texts: Texts, raws: RawRates,
-              log: Callable[[str], None]) -> list[Row]:
+async def run(
+    args: argparse.Namespace, stack: Stack, texts: Texts, raws: RawRates, log: Callable[[str], None]
+) -> list[Row]:
     token = stack.mint()
     admin = Conn("127.0.0.1", stack.port, token)
     status, body = await admin.post("/v1/conversation.set_logging", {"namespace": NAMESPACE, "enabled": True})
@@ -396,36 +452,68 @@ async def run(args: argparse.Namespace, stack: Stack, texts: Texts, raws: RawRat
     pool, run_id = texts.pool, texts.run_id
     conns = [Conn("127.0.0.1", stack.port, token) for _ in range(args.clients)]
     # Warm every path (model load, first parts, connections).
-    status, body = await conns[0].post("/v1/conversation.append", {
-        "namespace": NAMESPACE, "thread_id": "warm", "role": "user", "content": "warm up " + run_id})
+    status, body = await conns[0].post(
+        "/v1/conversation.append",
+        {"namespace": NAMESPACE, "thread_id": "warm", "role": "user", "content": "warm up " + run_id},
+    )
     assert status == 200 and body["stored"], body
     rows: list[Row] = []
 
     before = scrape(stack.port)
     if "tool" in args.phases:
         phase = await closed_loop(
-            "appends, no embedding (tool/system)", conns,
-            lambda c, i: {"namespace": NAMESPACE, "thread_id": f"tool-{c}", "role": "tool" if i % 2 else "system",
-                          "content": f"{c}-{i}-{run_id} tool output " + pool[i % len(pool)][:120]},
-            args.seconds, args.warmup)
-        rows.append((phase, "", "target >= 1,500/s, p99 <= 50 ms",
-                     flush_summary(before, before := scrape(stack.port))))
+            "appends, no embedding (tool/system)",
+            conns,
+            lambda c, i: {
+                "namespace": NAMESPACE,
+                "thread_id": f"tool-{c}",
+                "role": "tool" if i % 2 else "system",
+                "content": f"{c}-{i}-{run_id} tool output " + pool[i % len(pool)][:120],
+            },
+            args.seconds,
+            args.warmup,
+        )
+        rows.append(
+            (
+                phase,
+                "",
+                "target >= 1,500/s, p99 <= 50 ms",
+                flush_summary(before, before := scrape(stack.port)),
+            )
+        )
         log(show(phase, None, rows[-1][2]) + "\n    " + rows[-1][3])
 
     if "single" in args.phases:
         counter = iter(range(10**9))
         phase = await closed_loop(
-            "single-turn user/assistant appends", conns,
-            lambda c, i: {"namespace": NAMESPACE, "thread_id": f"chat-{c}", "role": "user" if i % 2 else "assistant",
-                          "content": texts(next(counter))},
-            args.seconds, args.warmup)
-        rows.append((phase, "single", "target >= 85% of raw, p99 <= 300 ms",
-                     flush_summary(before, before := scrape(stack.port))))
+            "single-turn user/assistant appends",
+            conns,
+            lambda c, i: {
+                "namespace": NAMESPACE,
+                "thread_id": f"chat-{c}",
+                "role": "user" if i % 2 else "assistant",
+                "content": texts(next(counter)),
+            },
+            args.seconds,
+            args.warmup,
+        )
+        rows.append(
+            (
+                phase,
+                "single",
+                "target >= 85% of raw, p99 <= 300 ms",
+                flush_summary(before, before := scrape(stack.port)),
+            )
+        )
         log(show(phase, raws.mean("single"), rows[-1][2]) + "\n    " + rows[-1][3])
 
     if "ingest" in args.phases and args.ingest_turns:
-        phase = await ingest(conns[: args.ingest_clients], args.ingest_turns, args.ingest_batch,
-                             lambda k: texts(INGEST_BASE + k))
+        phase = await ingest(
+            conns[: args.ingest_clients],
+            args.ingest_turns,
+            args.ingest_batch,
+            lambda k: texts(INGEST_BASE + k),
+        )
         rows.append((phase, "ingest", "target >= 90% of raw", flush_summary(before, scrape(stack.port))))
         log(show(phase, raws.mean("ingest"), rows[-1][2]) + "\n    " + rows[-1][3])
     for c in conns + [admin]:
@@ -476,15 +564,18 @@ def main() -> None:
     if minilm:
         raws.measure("after", log)
         raws.measure_worker(log)
-    print("\n== conversation.append, embedded stack, "
-          f"{args.clients} clients, {os.cpu_count()} CPUs ==")
-    print(f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}: other work on the machine "
-          "skews every figure; the shares below use the mean raw rate of this run on the phase's own texts")
+    print(f"\n== conversation.append, embedded stack, {args.clients} clients, {os.cpu_count()} CPUs ==")
+    print(
+        f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}: other work on the machine "
+        "skews every figure; the shares below use the mean raw rate of this run on the phase's own texts"
+    )
     for key, rates in raws.rates.items():
         worker = raws.worker.get(key)
-        print(f"raw model on the {key} texts: {' / '.join(f'{r:.1f}' for r in rates)} texts/s (before / after), "
-              f"mean {statistics.mean(rates):.1f}"
-              + (f"; worker's configuration {worker:.1f}" if worker else ""))
+        print(
+            f"raw model on the {key} texts: {' / '.join(f'{r:.1f}' for r in rates)} texts/s (before / after), "
+            f"mean {statistics.mean(rates):.1f}"
+            + (f"; worker's configuration {worker:.1f}" if worker else "")
+        )
     for phase, key, target, flushes in rows:
         print(show(phase, raws.mean(key) if key else None, target))
         print("    " + flushes)

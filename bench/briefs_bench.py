@@ -40,8 +40,10 @@ from loom.settings import Settings  # noqa: E402
 from loom.store.schema import prepare  # noqa: E402
 
 FILES = [f"loom/{pkg}/{name}.py" for pkg in ("api", "ops", "store", "sdk") for name in ("core", "util", "io")]
-_SAMPLE = ("the exporter retries the upload after a timeout while the ledger migration waits for the "
-           "lock so we moved the report job and added backoff with jitter to the client")
+_SAMPLE = (
+    "the exporter retries the upload after a timeout while the ledger migration waits for the "
+    "lock so we moved the report job and added backoff with jitter to the client"
+)
 WORDS = _SAMPLE.split()
 
 
@@ -61,13 +63,24 @@ def session_events(rng: random.Random, n: int) -> list[dict[str, Any]]:
         elif roll < 0.55:
             out.append({"kind": "edit", "path": rng.choice(FILES), "text": sentence(rng, 12)})
         elif roll < 0.75:
-            out.append({"kind": "command", "text": "pytest -q tests/" + rng.choice(FILES)[5:],
-                        "exit_code": rng.choice((0, 0, 0, 1))})
+            out.append(
+                {
+                    "kind": "command",
+                    "text": "pytest -q tests/" + rng.choice(FILES)[5:],
+                    "exit_code": rng.choice((0, 0, 0, 1)),
+                }
+            )
         elif roll < 0.82:
-            out.append({"kind": "error", "path": rng.choice(FILES), "text": "AssertionError: " + sentence(rng, 10)})
+            out.append(
+                {"kind": "error", "path": rng.choice(FILES), "text": "AssertionError: " + sentence(rng, 10)}
+            )
         elif roll < 0.92:
-            out.append({"kind": "tool", "text": f"web_fetch https://docs.example.test/{rng.randrange(999)} "
-                                                + sentence(rng, 6)})
+            out.append(
+                {
+                    "kind": "tool",
+                    "text": f"web_fetch https://docs.example.test/{rng.randrange(999)} " + sentence(rng, 6),
+                }
+            )
         else:
             out.append({"kind": "note", "text": sentence(rng, 20)})
     out[-1] = {"kind": "summary", "text": sentence(rng, 120)}
@@ -81,8 +94,10 @@ def pct(samples: list[float], q: float) -> float:
 
 def report(label: str, samples: list[float]) -> None:
     ms = [s * 1000 for s in samples]
-    print(f"{label:<58} n={len(ms):<4} p50={statistics.median(ms):8.1f} ms  p95={pct(ms, 0.95):8.1f} ms  "
-          f"max={max(ms):8.1f} ms")
+    print(
+        f"{label:<58} n={len(ms):<4} p50={statistics.median(ms):8.1f} ms  p95={pct(ms, 0.95):8.1f} ms  "
+        f"max={max(ms):8.1f} ms"
+    )
 
 
 async def run(rounds: int, n_events: int, home: Path) -> None:
@@ -101,9 +116,14 @@ async def run(rounds: int, n_events: int, home: Path) -> None:
             server = start_redis(home / "redis")
             started.append(server)
             redis_url = server.url
-        opts: dict[str, Any] = {"home": home, "clickhouse_url": ch_url, "redis_url": redis_url,
-                                "embedder": "fake", "llm": "fake",
-                                "clickhouse_database": f"loom_bench_{secrets.token_hex(4)}"}
+        opts: dict[str, Any] = {
+            "home": home,
+            "clickhouse_url": ch_url,
+            "redis_url": redis_url,
+            "embedder": "fake",
+            "llm": "fake",
+            "clickhouse_database": f"loom_bench_{secrets.token_hex(4)}",
+        }
         settings = Settings(**opts)
         prepare(settings, ch_url)
         svc = await open_services(settings, ch_url, redis_url)
@@ -123,14 +143,27 @@ async def bench(svc: Any, rounds: int, n_events: int) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     batches = [session_events(rng, n_events) for _ in range(4)]
     chars = sum(len(e.get("text", "")) + len(e.get("path", "")) for e in batches[0])
-    print(f"backends up; {n_events} events per save (~{chars:,} characters), fake LLM -> deterministic builder")
+    print(
+        f"backends up; {n_events} events per save (~{chars:,} characters), fake LLM -> deterministic builder"
+    )
 
     app = create_app(svc)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=120) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=120
+        ) as client,
+    ):
+
         async def save(i: int, key: str) -> float:
-            body = {"namespace": ns, "project": "bench", "branch": key, "session_id": f"s{i}",
-                    "event_cursor": f"c{i}", "events": batches[i % len(batches)]}
+            body = {
+                "namespace": ns,
+                "project": "bench",
+                "branch": key,
+                "session_id": f"s{i}",
+                "event_cursor": f"c{i}",
+                "events": batches[i % len(batches)],
+            }
             t0 = time.perf_counter()
             r = await client.post("/v1/session.brief_save", json=body, headers=headers)
             elapsed = time.perf_counter() - t0
@@ -139,8 +172,11 @@ async def bench(svc: Any, rounds: int, n_events: int) -> None:
 
         async def get(key: str, full: bool) -> float:
             t0 = time.perf_counter()
-            r = await client.post("/v1/session.brief_get", headers=headers,
-                                  json={"namespace": ns, "brief_key": f"auto/bench/{key}", "full": full})
+            r = await client.post(
+                "/v1/session.brief_get",
+                headers=headers,
+                json={"namespace": ns, "brief_key": f"auto/bench/{key}", "full": full},
+            )
             elapsed = time.perf_counter() - t0
             assert r.status_code == 200, r.text
             return elapsed
@@ -158,13 +194,23 @@ async def bench(svc: Any, rounds: int, n_events: int) -> None:
         report("HTTP session.brief_get full=true", gets_full)
 
     who = Principal("bench", (ns,), Role.writer)
-    events = [[Event(e["kind"], e.get("text", ""), e.get("path", ""), e.get("exit_code")) for e in b]
-              for b in batches]
+    events = [
+        [Event(e["kind"], e.get("text", ""), e.get("path", ""), e.get("exit_code")) for e in b]
+        for b in batches
+    ]
     op_saves = []
     for i in range(rounds):
         t0 = time.perf_counter()
-        await ops.brief_save(svc, who, ns, project="bench", branch="op", session_id=f"s{i}",
-                             event_cursor=f"c{i}", events=events[i % len(events)])
+        await ops.brief_save(
+            svc,
+            who,
+            ns,
+            project="bench",
+            branch="op",
+            session_id=f"s{i}",
+            event_cursor=f"c{i}",
+            events=events[i % len(events)],
+        )
         op_saves.append(time.perf_counter() - t0)
     report(f"op brief_save only, {n_events} events", op_saves)
     op_gets = []
@@ -176,7 +222,9 @@ async def bench(svc: Any, rounds: int, n_events: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--events", type=int, default=4_000)
     args = parser.parse_args()

@@ -73,118 +73,518 @@ Turn = dict[str, Any]
 
 TOPICS: dict[str, dict[str, list[str]]] = {
     "deploy": {
-        "nouns": ["deployment pipeline", "staging cluster", "canary release", "helm chart", "rollback plan",
-                  "blue-green switch", "container image", "build cache", "release branch", "readiness probe",
-                  "load balancer", "autoscaler", "ingress controller", "artifact registry", "feature flag"],
-        "verbs": ["rebuilt", "rolled back", "promoted", "pinned", "redeployed", "drained", "scaled up", "patched"],
+        "nouns": [
+            "deployment pipeline",
+            "staging cluster",
+            "canary release",
+            "helm chart",
+            "rollback plan",
+            "blue-green switch",
+            "container image",
+            "build cache",
+            "release branch",
+            "readiness probe",
+            "load balancer",
+            "autoscaler",
+            "ingress controller",
+            "artifact registry",
+            "feature flag",
+        ],
+        "verbs": [
+            "rebuilt",
+            "rolled back",
+            "promoted",
+            "pinned",
+            "redeployed",
+            "drained",
+            "scaled up",
+            "patched",
+        ],
         "adj": ["flaky", "stuck", "slow", "half-finished", "misconfigured", "green", "red"],
     },
     "billing": {
-        "nouns": ["invoice run", "billing service", "proration logic", "tax calculation", "refund queue",
-                  "payment webhook", "subscription plan", "usage meter", "dunning email", "credit note",
-                  "currency conversion", "ledger entry", "checkout page", "trial extension", "price table"],
-        "verbs": ["double-charged", "reconciled", "voided", "recalculated", "backfilled", "refunded", "migrated"],
+        "nouns": [
+            "invoice run",
+            "billing service",
+            "proration logic",
+            "tax calculation",
+            "refund queue",
+            "payment webhook",
+            "subscription plan",
+            "usage meter",
+            "dunning email",
+            "credit note",
+            "currency conversion",
+            "ledger entry",
+            "checkout page",
+            "trial extension",
+            "price table",
+        ],
+        "verbs": [
+            "double-charged",
+            "reconciled",
+            "voided",
+            "recalculated",
+            "backfilled",
+            "refunded",
+            "migrated",
+        ],
         "adj": ["overdue", "duplicated", "rounded", "missing", "partial", "annual", "monthly"],
     },
     "data": {
-        "nouns": ["nightly ETL job", "warehouse table", "partition key", "dbt model", "Kafka topic",
-                  "schema migration", "materialized view", "parquet export", "dedup step", "late-arriving events",
-                  "backfill window", "query planner", "sort key", "retention policy", "CDC stream"],
+        "nouns": [
+            "nightly ETL job",
+            "warehouse table",
+            "partition key",
+            "dbt model",
+            "Kafka topic",
+            "schema migration",
+            "materialized view",
+            "parquet export",
+            "dedup step",
+            "late-arriving events",
+            "backfill window",
+            "query planner",
+            "sort key",
+            "retention policy",
+            "CDC stream",
+        ],
         "verbs": ["reprocessed", "partitioned", "compacted", "vacuumed", "truncated", "replayed", "joined"],
         "adj": ["skewed", "stale", "wide", "sparse", "incremental", "out-of-order", "bloated"],
     },
     "frontend": {
-        "nouns": ["settings page", "date picker", "dark mode", "bundle size", "hydration warning",
-                  "React component", "form validation", "infinite scroll", "accessibility audit", "CSS grid",
-                  "service worker", "image carousel", "onboarding flow", "error boundary", "tooltip"],
+        "nouns": [
+            "settings page",
+            "date picker",
+            "dark mode",
+            "bundle size",
+            "hydration warning",
+            "React component",
+            "form validation",
+            "infinite scroll",
+            "accessibility audit",
+            "CSS grid",
+            "service worker",
+            "image carousel",
+            "onboarding flow",
+            "error boundary",
+            "tooltip",
+        ],
         "verbs": ["refactored", "memoized", "lazy-loaded", "restyled", "debounced", "split", "inlined"],
         "adj": ["janky", "responsive", "blank", "misaligned", "cached", "keyboard-only", "mobile"],
     },
     "auth": {
-        "nouns": ["login flow", "session cookie", "SSO integration", "OAuth callback", "refresh token rotation",
-                  "role mapping", "password reset email", "MFA prompt", "SAML assertion", "audit log",
-                  "permission check", "invite link", "rate limiter", "lockout policy", "device trust"],
+        "nouns": [
+            "login flow",
+            "session cookie",
+            "SSO integration",
+            "OAuth callback",
+            "refresh token rotation",
+            "role mapping",
+            "password reset email",
+            "MFA prompt",
+            "SAML assertion",
+            "audit log",
+            "permission check",
+            "invite link",
+            "rate limiter",
+            "lockout policy",
+            "device trust",
+        ],
         "verbs": ["revoked", "rotated", "expired", "federated", "throttled", "re-issued", "scoped"],
         "adj": ["expired", "invalid", "silent", "cross-site", "tenant-wide", "admin-only", "short-lived"],
     },
     "mobile": {
-        "nouns": ["push notification", "offline sync", "app store review", "crash report", "deep link",
-                  "battery drain", "background fetch", "in-app purchase", "splash screen", "TestFlight build",
-                  "camera permission", "widget", "biometric unlock", "release notes", "cold start time"],
+        "nouns": [
+            "push notification",
+            "offline sync",
+            "app store review",
+            "crash report",
+            "deep link",
+            "battery drain",
+            "background fetch",
+            "in-app purchase",
+            "splash screen",
+            "TestFlight build",
+            "camera permission",
+            "widget",
+            "biometric unlock",
+            "release notes",
+            "cold start time",
+        ],
         "verbs": ["crashed", "shipped", "rejected", "throttled", "symbolicated", "resubmitted", "profiled"],
         "adj": ["intermittent", "Android-only", "iOS-only", "foreground", "silent", "delayed", "duplicated"],
     },
     "ml": {
-        "nouns": ["embedding model", "training run", "eval set", "learning rate schedule", "feature store",
-                  "inference latency", "GPU quota", "tokenizer", "checkpoint", "fine-tuning job",
-                  "ranking model", "label noise", "drift monitor", "batch size", "recall metric"],
+        "nouns": [
+            "embedding model",
+            "training run",
+            "eval set",
+            "learning rate schedule",
+            "feature store",
+            "inference latency",
+            "GPU quota",
+            "tokenizer",
+            "checkpoint",
+            "fine-tuning job",
+            "ranking model",
+            "label noise",
+            "drift monitor",
+            "batch size",
+            "recall metric",
+        ],
         "verbs": ["retrained", "quantized", "distilled", "evaluated", "overfit", "warmed up", "benchmarked"],
         "adj": ["noisy", "int8", "distilled", "calibrated", "multilingual", "imbalanced", "held-out"],
     },
     "support": {
-        "nouns": ["customer escalation", "SLA breach", "support macro", "refund request", "status page",
-                  "incident review", "on-call rotation", "help center article", "chat widget", "NPS survey",
-                  "ticket backlog", "priority queue", "handoff note", "churn risk", "renewal call"],
+        "nouns": [
+            "customer escalation",
+            "SLA breach",
+            "support macro",
+            "refund request",
+            "status page",
+            "incident review",
+            "on-call rotation",
+            "help center article",
+            "chat widget",
+            "NPS survey",
+            "ticket backlog",
+            "priority queue",
+            "handoff note",
+            "churn risk",
+            "renewal call",
+        ],
         "verbs": ["escalated", "resolved", "reopened", "triaged", "merged", "assigned", "closed"],
         "adj": ["urgent", "enterprise", "repeat", "angry", "low-priority", "pending", "blocked"],
     },
     "travel": {
-        "nouns": ["flight to Lisbon", "hotel booking", "train pass", "visa appointment", "packing list",
-                  "airport transfer", "day trip", "travel insurance", "layover in Frankfurt", "car rental",
-                  "museum tickets", "restaurant reservation", "itinerary", "baggage allowance", "ferry schedule"],
+        "nouns": [
+            "flight to Lisbon",
+            "hotel booking",
+            "train pass",
+            "visa appointment",
+            "packing list",
+            "airport transfer",
+            "day trip",
+            "travel insurance",
+            "layover in Frankfurt",
+            "car rental",
+            "museum tickets",
+            "restaurant reservation",
+            "itinerary",
+            "baggage allowance",
+            "ferry schedule",
+        ],
         "verbs": ["booked", "cancelled", "rescheduled", "upgraded", "refunded", "confirmed", "moved"],
         "adj": ["overnight", "non-refundable", "cheap", "scenic", "direct", "delayed", "fully booked"],
     },
     "cooking": {
-        "nouns": ["sourdough starter", "risotto", "meal prep", "spice rub", "pizza dough", "slow cooker stew",
-                  "vegan lasagna", "knife skills", "pantry list", "birthday cake", "fermented hot sauce",
-                  "cast iron pan", "grocery budget", "lunch boxes", "dinner party menu"],
+        "nouns": [
+            "sourdough starter",
+            "risotto",
+            "meal prep",
+            "spice rub",
+            "pizza dough",
+            "slow cooker stew",
+            "vegan lasagna",
+            "knife skills",
+            "pantry list",
+            "birthday cake",
+            "fermented hot sauce",
+            "cast iron pan",
+            "grocery budget",
+            "lunch boxes",
+            "dinner party menu",
+        ],
         "verbs": ["proofed", "braised", "substituted", "doubled", "froze", "seasoned", "over-salted"],
         "adj": ["gluten-free", "crispy", "soggy", "spicy", "weeknight", "make-ahead", "dense"],
     },
     "writing": {
-        "nouns": ["blog post draft", "conference talk", "grant proposal", "cover letter", "release announcement",
-                  "style guide", "product spec", "design doc", "newsletter", "chapter outline",
-                  "executive summary", "API reference", "case study", "press release", "onboarding guide"],
+        "nouns": [
+            "blog post draft",
+            "conference talk",
+            "grant proposal",
+            "cover letter",
+            "release announcement",
+            "style guide",
+            "product spec",
+            "design doc",
+            "newsletter",
+            "chapter outline",
+            "executive summary",
+            "API reference",
+            "case study",
+            "press release",
+            "onboarding guide",
+        ],
         "verbs": ["rewrote", "shortened", "restructured", "proofread", "outlined", "expanded", "translated"],
         "adj": ["wordy", "persuasive", "technical", "informal", "half-done", "overdue", "concise"],
     },
     "finance": {
-        "nouns": ["quarterly budget", "expense report", "runway forecast", "vendor contract", "payroll run",
-                  "tax filing", "cap table", "board deck", "cash flow model", "procurement request",
-                  "cost centre", "headcount plan", "audit finding", "accrual", "revenue recognition"],
+        "nouns": [
+            "quarterly budget",
+            "expense report",
+            "runway forecast",
+            "vendor contract",
+            "payroll run",
+            "tax filing",
+            "cap table",
+            "board deck",
+            "cash flow model",
+            "procurement request",
+            "cost centre",
+            "headcount plan",
+            "audit finding",
+            "accrual",
+            "revenue recognition",
+        ],
         "verbs": ["approved", "reforecast", "trimmed", "deferred", "allocated", "signed", "audited"],
         "adj": ["unbudgeted", "quarterly", "one-off", "recurring", "over-budget", "provisional", "final"],
     },
 }
 TOPIC_NAMES = list(TOPICS)
 
-PEOPLE = ["Ana", "Bilal", "Chen", "Dara", "Elif", "Farid", "Grace", "Hugo", "Ines", "Jonas", "Kofi", "Lena",
-          "Marta", "Nikhil", "Olga", "Pedro", "Quinn", "Rosa", "Sven", "Tariq", "Uma", "Viktor", "Wen", "Yusuf"]
-SERVICES = ["ledger-api", "auth-gateway", "search-indexer", "notif-worker", "billing-core", "etl-runner",
-            "media-proxy", "report-builder", "sync-daemon", "edge-cache", "order-service", "profile-store"]
+PEOPLE = [
+    "Ana",
+    "Bilal",
+    "Chen",
+    "Dara",
+    "Elif",
+    "Farid",
+    "Grace",
+    "Hugo",
+    "Ines",
+    "Jonas",
+    "Kofi",
+    "Lena",
+    "Marta",
+    "Nikhil",
+    "Olga",
+    "Pedro",
+    "Quinn",
+    "Rosa",
+    "Sven",
+    "Tariq",
+    "Uma",
+    "Viktor",
+    "Wen",
+    "Yusuf",
+]
+SERVICES = [
+    "ledger-api",
+    "auth-gateway",
+    "search-indexer",
+    "notif-worker",
+    "billing-core",
+    "etl-runner",
+    "media-proxy",
+    "report-builder",
+    "sync-daemon",
+    "edge-cache",
+    "order-service",
+    "profile-store",
+]
 TICKET_PREFIX = ["INC", "OPS", "BILL", "PLAT", "SEC", "DATA", "WEB", "SUP", "MOB", "ML"]
-ERRORS = ["ERR_CONN_RESET", "ETIMEDOUT", "E_LOCK_TIMEOUT", "OOMKilled", "HTTP 502", "HTTP 429",
-          "deadlock detected", "NullPointerException", "KeyError: 'tenant_id'", "segfault in libssl",
-          "certificate has expired", "too many open files", "disk quota exceeded"]
+ERRORS = [
+    "ERR_CONN_RESET",
+    "ETIMEDOUT",
+    "E_LOCK_TIMEOUT",
+    "OOMKilled",
+    "HTTP 502",
+    "HTTP 429",
+    "deadlock detected",
+    "NullPointerException",
+    "KeyError: 'tenant_id'",
+    "segfault in libssl",
+    "certificate has expired",
+    "too many open files",
+    "disk quota exceeded",
+]
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "next week", "end of sprint", "tomorrow"]
-SHORT_USER = ["ok", "thanks!", "yes please", "go ahead", "perfect, thank you", "that worked", "hmm, not quite",
-              "can you shorten it?", "what about the other one?", "makes sense", "no, the second option",
-              "great", "do it", "wait, why?", "sounds good", "still failing", "👍", "ty"]
-SHORT_ASSISTANT = ["Done.", "You're welcome!", "Glad that worked.", "Sure, here it is.", "Updated.",
-                   "Good catch, fixed.", "Understood, I'll keep it short.", "Yes, that's right."]
-CONNECTORS = ["Also,", "Separately,", "On top of that,", "For context,", "To be clear,", "In practice,",
-              "As a result,", "Meanwhile,", "Before that,", "Importantly,"]
+SHORT_USER = [
+    "ok",
+    "thanks!",
+    "yes please",
+    "go ahead",
+    "perfect, thank you",
+    "that worked",
+    "hmm, not quite",
+    "can you shorten it?",
+    "what about the other one?",
+    "makes sense",
+    "no, the second option",
+    "great",
+    "do it",
+    "wait, why?",
+    "sounds good",
+    "still failing",
+    "👍",
+    "ty",
+]
+SHORT_ASSISTANT = [
+    "Done.",
+    "You're welcome!",
+    "Glad that worked.",
+    "Sure, here it is.",
+    "Updated.",
+    "Good catch, fixed.",
+    "Understood, I'll keep it short.",
+    "Yes, that's right.",
+]
+CONNECTORS = [
+    "Also,",
+    "Separately,",
+    "On top of that,",
+    "For context,",
+    "To be clear,",
+    "In practice,",
+    "As a result,",
+    "Meanwhile,",
+    "Before that,",
+    "Importantly,",
+]
 STOPWORDS = set(
-    ["a", "an", "the", "and", "or", "but", "if", "then", "so", "to", "of", "in", "on", "for", "with", "at", "by", "from", "up", "about", "into", "over", "after", "before", "is", "are", "was", "were", "be", "been", "being", "it", "its", "this", "that", "these", "those", "i", "you", "we", "they", "he", "she", "me", "my", "our", "your", "their", "them", "us", "do", "does", "did", "done", "can", "could", "should", "would", "will", "just", "not", "no", "yes", "also", "as", "than", "too", "very", "there", "here", "what", "which", "who", "how", "why", "when", "where", "all", "any", "some", "more", "most", "other", "such", "only", "own", "same", "few", "both", "each", "again", "once", "further", "while", "because", "until", "out", "off", "down", "under", "between", "through", "during", "above", "below", "let", "lets", "i'm", "it's", "we're", "don't"]
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "if",
+        "then",
+        "so",
+        "to",
+        "of",
+        "in",
+        "on",
+        "for",
+        "with",
+        "at",
+        "by",
+        "from",
+        "up",
+        "about",
+        "into",
+        "over",
+        "after",
+        "before",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "i",
+        "you",
+        "we",
+        "they",
+        "he",
+        "she",
+        "me",
+        "my",
+        "our",
+        "your",
+        "their",
+        "them",
+        "us",
+        "do",
+        "does",
+        "did",
+        "done",
+        "can",
+        "could",
+        "should",
+        "would",
+        "will",
+        "just",
+        "not",
+        "no",
+        "yes",
+        "also",
+        "as",
+        "than",
+        "too",
+        "very",
+        "there",
+        "here",
+        "what",
+        "which",
+        "who",
+        "how",
+        "why",
+        "when",
+        "where",
+        "all",
+        "any",
+        "some",
+        "more",
+        "most",
+        "other",
+        "such",
+        "only",
+        "own",
+        "same",
+        "few",
+        "both",
+        "each",
+        "again",
+        "once",
+        "further",
+        "while",
+        "because",
+        "until",
+        "out",
+        "off",
+        "down",
+        "under",
+        "between",
+        "through",
+        "during",
+        "above",
+        "below",
+        "let",
+        "lets",
+        "i'm",
+        "it's",
+        "we're",
+        "don't",
+    ]
 )
 SYNONYMS = {
-    "rebuilt": "recreated", "rolled": "reverted", "failed": "broke", "slow": "sluggish", "fix": "repair",
-    "deployment": "deploy", "cluster": "environment", "invoice": "bill", "refund": "reimbursement",
-    "customer": "client", "error": "failure", "issue": "problem", "login": "sign-in", "page": "screen",
-    "booking": "reservation", "draft": "version", "budget": "spending plan", "model": "network",
-    "stuck": "hung", "missing": "absent", "cancelled": "called off", "approved": "signed off",
-    "quarterly": "Q3", "crashed": "fell over", "nightly": "overnight", "cheap": "affordable",
+    "rebuilt": "recreated",
+    "rolled": "reverted",
+    "failed": "broke",
+    "slow": "sluggish",
+    "fix": "repair",
+    "deployment": "deploy",
+    "cluster": "environment",
+    "invoice": "bill",
+    "refund": "reimbursement",
+    "customer": "client",
+    "error": "failure",
+    "issue": "problem",
+    "login": "sign-in",
+    "page": "screen",
+    "booking": "reservation",
+    "draft": "version",
+    "budget": "spending plan",
+    "model": "network",
+    "stuck": "hung",
+    "missing": "absent",
+    "cancelled": "called off",
+    "approved": "signed off",
+    "quarterly": "Q3",
+    "crashed": "fell over",
+    "nightly": "overnight",
+    "cheap": "affordable",
 }
 
 
@@ -261,17 +661,17 @@ def _paragraph(c: _Ctx, n: int) -> str:
 _CODE = {
     "python": [
         "def {fn}({arg}: dict, retries: int = {n}) -> bool:\n"
-        "    \"\"\"Retry the {noun} until it settles.\"\"\"\n"
+        '    """Retry the {noun} until it settles."""\n'
         "    for attempt in range(retries):\n"
-        "        if {arg}.get(\"state\") == \"ready\":\n"
+        '        if {arg}.get("state") == "ready":\n'
         "            return True\n"
         "        time.sleep(2 ** attempt)\n"
-        "    log.warning(\"{ticket}: gave up after %d attempts\", retries)\n"
+        '    log.warning("{ticket}: gave up after %d attempts", retries)\n'
         "    return False\n",
         "import pandas as pd\n\n"
-        "df = pd.read_parquet(\"{path}\")\n"
-        "df = df[df[\"service\"] == \"{service}\"]\n"
-        "print(df.groupby(\"day\")[\"latency_ms\"].quantile(0.99).tail({n}))\n",
+        'df = pd.read_parquet("{path}")\n'
+        'df = df[df["service"] == "{service}"]\n'
+        'print(df.groupby("day")["latency_ms"].quantile(0.99).tail({n}))\n',
     ],
     "sql": [
         "SELECT tenant_id, count(*) AS n, max(created_at)\n"
@@ -302,9 +702,16 @@ def _code(c: _Ctx) -> str:
     r = c.rng
     lang = r.choice(list(_CODE))
     body = r.choice(_CODE[lang]).format(
-        fn=r.choice(_FN), arg=r.choice(["job", "cfg", "row", "task"]), n=r.randint(2, 30), noun=c.noun(),
-        ticket=r.choice(c.tickets), path=f"s3://exports/{c.service}/{r.randint(2023, 2025)}/part-{r.randint(0, 99)}.parquet",
-        service=c.service, table=r.choice(_TABLE), error=r.choice(ERRORS).split(":")[0], host=c.host,
+        fn=r.choice(_FN),
+        arg=r.choice(["job", "cfg", "row", "task"]),
+        n=r.randint(2, 30),
+        noun=c.noun(),
+        ticket=r.choice(c.tickets),
+        path=f"s3://exports/{c.service}/{r.randint(2023, 2025)}/part-{r.randint(0, 99)}.parquet",
+        service=c.service,
+        table=r.choice(_TABLE),
+        error=r.choice(ERRORS).split(":")[0],
+        host=c.host,
         host2=f"{c.host[:-1]}{r.randint(1, 9)}",
     )
     return f"```{lang}\n{body}```"
@@ -315,9 +722,11 @@ def _log(c: _Ctx) -> str:
     lines = []
     for i in range(r.randint(3, 14)):
         lvl = r.choice(["INFO", "INFO", "WARN", "ERROR"])
-        lines.append(f"2025-0{r.randint(1, 9)}-{r.randint(10, 28)}T{r.randint(10, 23)}:{r.randint(10, 59)}:{i + 10}Z "
-                     f"{lvl} {c.service} [{c.host}] {r.choice(ERRORS) if lvl != 'INFO' else 'request ok'} "
-                     f"latency={r.randint(3, 4000)}ms")
+        lines.append(
+            f"2025-0{r.randint(1, 9)}-{r.randint(10, 28)}T{r.randint(10, 23)}:{r.randint(10, 59)}:{i + 10}Z "
+            f"{lvl} {c.service} [{c.host}] {r.choice(ERRORS) if lvl != 'INFO' else 'request ok'} "
+            f"latency={r.randint(3, 4000)}ms"
+        )
     return "```\n" + "\n".join(lines) + "\n```"
 
 
@@ -327,7 +736,15 @@ def _user(c: _Ctx) -> str:
     if x < 0.22:
         return r.choice(SHORT_USER)
     if x < 0.77:
-        lead = r.choice(["", "Quick question: ", "Hey, ", "Following up on " + r.choice(c.tickets) + ": ", "Can you help? "])
+        lead = r.choice(
+            [
+                "",
+                "Quick question: ",
+                "Hey, ",
+                "Following up on " + r.choice(c.tickets) + ": ",
+                "Can you help? ",
+            ]
+        )
         return lead + _paragraph(c, r.randint(1, 3))
     if x < 0.95:
         paste = _code(c) if r.random() < 0.5 else _log(c)
@@ -358,7 +775,10 @@ def _assistant(c: _Ctx) -> str:
         if y < 0.55:
             parts.append(_paragraph(c, r.randint(3, 6)))
         elif y < 0.75:
-            parts.append(f"**{c.noun().capitalize()}**\n" + "\n".join(f"{i + 1}. {_sentence(c)}" for i in range(r.randint(3, 6))))
+            parts.append(
+                f"**{c.noun().capitalize()}**\n"
+                + "\n".join(f"{i + 1}. {_sentence(c)}" for i in range(r.randint(3, 6)))
+            )
         else:
             parts.append(_code(c))
     return "\n\n".join(parts)
@@ -366,22 +786,27 @@ def _assistant(c: _Ctx) -> str:
 
 def _tool_call(c: _Ctx) -> tuple[str, str]:
     r = c.rng
-    tool = r.choice(["search_tickets", "get_metrics", "run_query", "fetch_logs", "lookup_customer", "calendar"])
+    tool = r.choice(
+        ["search_tickets", "get_metrics", "run_query", "fetch_logs", "lookup_customer", "calendar"]
+    )
     call = f"Let me check that with `{tool}`."
     rows = []
     for _ in range(r.randint(1, 8)):
         rows.append(
-            "{" + f"\"id\": \"{r.choice(c.tickets) if r.random() < 0.5 else f'{r.choice(TICKET_PREFIX)}-{r.randint(100, 99999)}'}\", "
-            f"\"title\": \"{c.adj()} {c.noun()}\", \"status\": \"{r.choice(['open', 'closed', 'pending'])}\", "
-            f"\"owner\": \"{r.choice(PEOPLE)}\", \"updated\": \"2025-0{r.randint(1, 9)}-{r.randint(10, 28)}\"" + "}"
+            "{"
+            + f'"id": "{r.choice(c.tickets) if r.random() < 0.5 else f"{r.choice(TICKET_PREFIX)}-{r.randint(100, 99999)}"}", '
+            f'"title": "{c.adj()} {c.noun()}", "status": "{r.choice(["open", "closed", "pending"])}", '
+            f'"owner": "{r.choice(PEOPLE)}", "updated": "2025-0{r.randint(1, 9)}-{r.randint(10, 28)}"' + "}"
         )
-    out = "{\"tool\": \"" + tool + "\", \"ok\": true, \"results\": [\n  " + ",\n  ".join(rows) + "\n]}"
+    out = '{"tool": "' + tool + '", "ok": true, "results": [\n  ' + ",\n  ".join(rows) + "\n]}"
     return call, out
 
 
 def _system(c: _Ctx) -> str:
-    return (f"You are a helpful assistant for the {c.topic} team. Be concise, cite ticket ids, "
-            f"and prefer concrete next steps. Today the on-call is {c.person}.")
+    return (
+        f"You are a helpful assistant for the {c.topic} team. Be concise, cite ticket ids, "
+        f"and prefer concrete next steps. Today the on-call is {c.person}."
+    )
 
 
 def user_of_thread(k: int) -> str:
@@ -413,10 +838,17 @@ def thread(seed: int, namespace: str, k: int, *, user_id: str | None = None) -> 
     t = start
     for j, (role, content) in enumerate(out[:length]):
         t += timedelta(seconds=r.randint(2, 300), milliseconds=r.randint(0, 999))
-        turns.append({
-            "namespace": namespace, "thread_id": tid, "msg_id": f"{tid}-m{j:03d}", "role": role,
-            "content": content, "user_id": uid, "ts": t.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        })
+        turns.append(
+            {
+                "namespace": namespace,
+                "thread_id": tid,
+                "msg_id": f"{tid}-m{j:03d}",
+                "role": role,
+                "content": content,
+                "user_id": uid,
+                "ts": t.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            }
+        )
     return turns
 
 
@@ -446,7 +878,9 @@ def fresh_turns(n: int, seed: int, tag: str, *, roles: Sequence[str] | None = No
         for t in thread(seed, f"append:{tag}", k, user_id=f"app-{tag}"):
             if roles is not None and t["role"] not in roles:
                 continue
-            t = dict(t, namespace=MAIN_NS, thread_id=f"a{tag}-{k:06d}", msg_id=f"a{tag}-{k:06d}-{t['msg_id'][-4:]}")
+            t = dict(
+                t, namespace=MAIN_NS, thread_id=f"a{tag}-{k:06d}", msg_id=f"a{tag}-{k:06d}-{t['msg_id'][-4:]}"
+            )
             out.append(t)
             if len(out) >= n:
                 break
@@ -465,8 +899,15 @@ def saved_turns(seed: int = 42) -> list[Turn]:
                 if t["role"] not in EMBEDDED_ROLES:
                     continue
                 tid = f"s{u}-{k:06d}"
-                out.append(dict(t, namespace=SAVED_NS, thread_id=tid, msg_id=f"{tid}-{t['msg_id'][-4:]}",
-                                saved_at=t["ts"]))
+                out.append(
+                    dict(
+                        t,
+                        namespace=SAVED_NS,
+                        thread_id=tid,
+                        msg_id=f"{tid}-{t['msg_id'][-4:]}",
+                        saved_at=t["ts"],
+                    )
+                )
                 got += 1
                 if got >= count:
                     break
@@ -488,8 +929,17 @@ def embed_text(t: Turn) -> str:
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'_-]*")
 _TICKET = re.compile(r"\b(?:" + "|".join(TICKET_PREFIX) + r")-\d{3,5}\b")
-_QUERY_FRAMES = ["{}", "{}?", "what did we decide about {}", "remind me about {}", "notes on {}",
-                 "the thread where {}", "{} again", "how did we handle {}", "find {}"]
+_QUERY_FRAMES = [
+    "{}",
+    "{}?",
+    "what did we decide about {}",
+    "remind me about {}",
+    "notes on {}",
+    "the thread where {}",
+    "{} again",
+    "how did we handle {}",
+    "find {}",
+]
 
 
 def paraphrase(text: str, rng: random.Random) -> str | None:
@@ -505,7 +955,10 @@ def paraphrase(text: str, rng: random.Random) -> str | None:
         return None
     n = min(len(words), rng.randint(3, 7))
     start = rng.randrange(0, len(words) - n + 1)
-    chosen = [SYNONYMS.get(w.lower(), w.lower()) if rng.random() < 0.5 else w.lower() for w in words[start:start + n]]
+    chosen = [
+        SYNONYMS.get(w.lower(), w.lower()) if rng.random() < 0.5 else w.lower()
+        for w in words[start : start + n]
+    ]
     if len(chosen) > 3 and rng.random() < 0.4:
         i = rng.randrange(len(chosen) - 1)
         chosen[i], chosen[i + 1] = chosen[i + 1], chosen[i]
@@ -558,7 +1011,7 @@ def saved_queries(source: Sequence[Turn], n: int, seed: int) -> list[dict[str, A
             words = _WORD.findall(text[1200:])
             if len(words) >= 8:
                 j = rng.randrange(0, len(words) - 4)
-                q, kind = " ".join(words[j:j + 4]), "deep_phrase"
+                q, kind = " ".join(words[j : j + 4]), "deep_phrase"
         if q is None and len(text) >= 40:
             q, kind = paraphrase(text, rng), "paraphrase"
         if q:
@@ -592,9 +1045,19 @@ class Dataset:
         return np.array([t["namespace"] == namespace for t in self.turns], dtype=bool)
 
 
-def build_dataset(scale: int, *, seed: int = 42, n_real: int = 20_000, n_search: int = 1000,
-                  n_calibration: int = 200, n_saved: int = 500, n_erase: int = 3, derive_mode: str = "mix",
-                  embedder: Any = None, log: Callable[[str], None] = print) -> Dataset:
+def build_dataset(
+    scale: int,
+    *,
+    seed: int = 42,
+    n_real: int = 20_000,
+    n_search: int = 1000,
+    n_calibration: int = 200,
+    n_saved: int = 500,
+    n_erase: int = 3,
+    derive_mode: str = "mix",
+    embedder: Any = None,
+    log: Callable[[str], None] = print,
+) -> Dataset:
     t0 = time.perf_counter()
     main = turns(scale, seed, MAIN_NS)
     noise = [t for ns in NOISE_NS for t in turns(max(1, scale // 20), seed, ns)]
@@ -602,8 +1065,10 @@ def build_dataset(scale: int, *, seed: int = 42, n_real: int = 20_000, n_search:
     rows = main + saved + noise
     has_vec = np.array([embeddable(t) for t in rows], dtype=bool)
     emb_idx = np.flatnonzero(has_vec)
-    log(f"  generated {len(main):,} main + {len(saved):,} saved + {len(noise):,} noise turns "
-        f"({len(emb_idx):,} embeddable) in {time.perf_counter() - t0:.1f}s")
+    log(
+        f"  generated {len(main):,} main + {len(saved):,} saved + {len(noise):,} noise turns "
+        f"({len(emb_idx):,} embeddable) in {time.perf_counter() - t0:.1f}s"
+    )
 
     # Real pool: the first n_real embeddable main turns, plus the saved messages queries are made from.
     main_emb = [i for i in emb_idx if i < len(main)]
@@ -615,8 +1080,9 @@ def build_dataset(scale: int, *, seed: int = 42, n_real: int = 20_000, n_search:
     texts = [embed_text(rows[i]) for i in emb_idx]
     pos = {int(i): p for p, i in enumerate(emb_idx)}
     real_positions = [pos[int(i)] for i in pool] + [pos[int(i)] for i in pool_saved]
-    vecs, real_mask = vectors_for(texts, real=real_positions, seed=seed, mode=derive_mode, embedder=embedder,
-                                  log=log)
+    vecs, real_mask = vectors_for(
+        texts, real=real_positions, seed=seed, mode=derive_mode, embedder=embedder, log=log
+    )
     vectors = np.zeros((len(rows), DIM), dtype=np.float32)
     vectors[emb_idx] = vecs
     real = np.zeros(len(rows), dtype=bool)
@@ -631,10 +1097,23 @@ def build_dataset(scale: int, *, seed: int = 42, n_real: int = 20_000, n_search:
     # Users to erase: those nearest the median row count (deterministic), skipping the largest ones.
     med = float(np.median(list(counts.values())))
     erase = sorted(users, key=lambda u: (abs(counts[u] - med), u))[:n_erase]
-    log(f"  dataset ready in {time.perf_counter() - t0:.1f}s "
-        f"({int(real.sum()):,} real vectors, {int(has_vec.sum() - real.sum()):,} derived)")
-    return Dataset(scale, seed, rows, vectors, has_vec, real, qs[n_calibration:], qs[:n_calibration],
-                   saved_q, erase, len(main))
+    log(
+        f"  dataset ready in {time.perf_counter() - t0:.1f}s "
+        f"({int(real.sum()):,} real vectors, {int(has_vec.sum() - real.sum()):,} derived)"
+    )
+    return Dataset(
+        scale,
+        seed,
+        rows,
+        vectors,
+        has_vec,
+        real,
+        qs[n_calibration:],
+        qs[:n_calibration],
+        saved_q,
+        erase,
+        len(main),
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -691,15 +1170,24 @@ class VectorCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Raw digests as uint8 rows (a numpy "S20" array would drop trailing NUL bytes).
         keys = np.frombuffer(b"".join(self._map), dtype=np.uint8).reshape(-1, 20)
-        vecs = np.stack(list(self._map.values())).astype(np.float32) if self._map else np.zeros((0, DIM), np.float32)
+        vecs = (
+            np.stack(list(self._map.values())).astype(np.float32)
+            if self._map
+            else np.zeros((0, DIM), np.float32)
+        )
         tmp = self.path.with_suffix(".tmp.npz")
         np.savez(tmp, keys=keys, vecs=vecs)
         os.replace(tmp, self.path)
         self._dirty = False
 
 
-def embed_real(texts: Sequence[str], *, embedder: Any = None, cache_dir: Path = CACHE_DIR,
-               log: Callable[[str], None] = print) -> np.ndarray:
+def embed_real(
+    texts: Sequence[str],
+    *,
+    embedder: Any = None,
+    cache_dir: Path = CACHE_DIR,
+    log: Callable[[str], None] = print,
+) -> np.ndarray:
     """Real MiniLM vectors for ``texts``, from the cache where present; new ones are embedded and cached."""
     emb = embedder or default_embedder()
     cache = VectorCache(getattr(emb, "model_id", "embedder"), cache_dir)
@@ -712,13 +1200,15 @@ def embed_real(texts: Sequence[str], *, embedder: Any = None, cache_dir: Path = 
         else:
             out[i] = v
     if missing:
-        log(f"  embedding {len(missing):,} texts with the real model (cached afterwards in {cache.path.name}; "
-            f"{len(texts) - len(missing):,} cached)")
+        log(
+            f"  embedding {len(missing):,} texts with the real model (cached afterwards in {cache.path.name}; "
+            f"{len(texts) - len(missing):,} cached)"
+        )
         t0 = time.perf_counter()
         step = 256
         try:
             for s in range(0, len(missing), step):
-                chunk = missing[s:s + step]
+                chunk = missing[s : s + step]
                 vecs = emb.embed([texts[i] for i in chunk])
                 out[chunk] = vecs
                 cache.put([texts[i] for i in chunk], vecs)
@@ -735,8 +1225,16 @@ DERIVE_MODES = ("mix", "noise")
 DEFAULT_SIGMA = {"mix": 0.01, "noise": 0.05}
 
 
-def derive(sources: np.ndarray, n: int, *, seed: int, mode: str = "mix", sigma: float | None = None,
-           start: int = 0, chunk: int = 4096) -> np.ndarray:
+def derive(
+    sources: np.ndarray,
+    n: int,
+    *,
+    seed: int,
+    mode: str = "mix",
+    sigma: float | None = None,
+    start: int = 0,
+    chunk: int = 4096,
+) -> np.ndarray:
     """``n`` derived unit vectors from the real ``sources``.
 
     * ``mix`` (default): a random convex mixture of three real vectors (Dirichlet(1, 1, 1)
@@ -762,22 +1260,30 @@ def derive(sources: np.ndarray, n: int, *, seed: int, mode: str = "mix", sigma: 
         lo = (start + i) - g * chunk
         rows = min(chunk - lo, n - i)
         if mode == "mix":
-            idx = rng.integers(0, len(sources), size=(chunk, 3))[lo:lo + rows]
-            w = rng.dirichlet([1.0, 1.0, 1.0], size=chunk).astype(np.float32)[lo:lo + rows]
+            idx = rng.integers(0, len(sources), size=(chunk, 3))[lo : lo + rows]
+            w = rng.dirichlet([1.0, 1.0, 1.0], size=chunk).astype(np.float32)[lo : lo + rows]
             v = np.einsum("nk,nkd->nd", w, sources[idx])
         else:
-            v = sources[rng.integers(0, len(sources), size=chunk)[lo:lo + rows]].copy()
-        v += sig * rng.standard_normal((chunk, dim), dtype=np.float32)[lo:lo + rows]
+            v = sources[rng.integers(0, len(sources), size=chunk)[lo : lo + rows]].copy()
+        v += sig * rng.standard_normal((chunk, dim), dtype=np.float32)[lo : lo + rows]
         v /= np.linalg.norm(v, axis=1, keepdims=True)
-        out[i:i + rows] = v
+        out[i : i + rows] = v
         i += rows
     return out
 
 
-def vectors_for(texts: Sequence[str], n_real: int = 20_000, *, real: Sequence[int] | None = None,
-                seed: int = 42, mode: str = "mix", sigma: float | None = None, embedder: Any = None,
-                cache_dir: Path = CACHE_DIR,
-                log: Callable[[str], None] = print) -> tuple[np.ndarray, np.ndarray]:
+def vectors_for(
+    texts: Sequence[str],
+    n_real: int = 20_000,
+    *,
+    real: Sequence[int] | None = None,
+    seed: int = 42,
+    mode: str = "mix",
+    sigma: float | None = None,
+    embedder: Any = None,
+    cache_dir: Path = CACHE_DIR,
+    log: Callable[[str], None] = print,
+) -> tuple[np.ndarray, np.ndarray]:
     """Unit vectors for ``texts`` (shape ``(len(texts), 384)``) via the bulk path.
 
     The texts at positions ``real`` (default: the first ``n_real``) are embedded with the real
@@ -788,7 +1294,9 @@ def vectors_for(texts: Sequence[str], n_real: int = 20_000, *, real: Sequence[in
     mask[positions] = True
     out = np.empty((len(texts), DIM), dtype=np.float32)
     if positions:
-        out[positions] = embed_real([texts[i] for i in positions], embedder=embedder, cache_dir=cache_dir, log=log)
+        out[positions] = embed_real(
+            [texts[i] for i in positions], embedder=embedder, cache_dir=cache_dir, log=log
+        )
     rest = np.flatnonzero(~mask)
     if len(rest):
         if not positions:
@@ -802,12 +1310,18 @@ def vectors_for(texts: Sequence[str], n_real: int = 20_000, *, real: Sequence[in
 # --------------------------------------------------------------------------------------
 
 
-def exact_topk(matrix: np.ndarray, ids: Sequence[str], queries: np.ndarray, k: int = 10,
-               floor: float = MIN_SIMILARITY, block: int = 128) -> list[list[str]]:
+def exact_topk(
+    matrix: np.ndarray,
+    ids: Sequence[str],
+    queries: np.ndarray,
+    k: int = 10,
+    floor: float = MIN_SIMILARITY,
+    block: int = 128,
+) -> list[list[str]]:
     """Exact cosine top-``k`` ids per query among ``matrix`` rows (unit vectors), floored."""
     out: list[list[str]] = []
     for s in range(0, len(queries), block):
-        sims = queries[s:s + block] @ matrix.T
+        sims = queries[s : s + block] @ matrix.T
         kk = min(k, sims.shape[1])
         top = np.argpartition(-sims, kk - 1, axis=1)[:, :kk]
         for r in range(sims.shape[0]):

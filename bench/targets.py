@@ -104,8 +104,9 @@ class Target(ABC):
         """``{"total_bytes": int, "rows": int, ...detail}`` for the conversation data (text,
         vectors and their indexes), after :meth:`finish_load`."""
 
-    async def prepare_search(self, namespace: str, query_vectors: np.ndarray, truth: list[list[str]],
-                             target_recall: float) -> dict[str, Any]:
+    async def prepare_search(
+        self, namespace: str, query_vectors: np.ndarray, truth: list[list[str]], target_recall: float
+    ) -> dict[str, Any]:
         """Optional tuning so recall@10 reaches ``target_recall`` (on held-out queries). Returns notes."""
         return {}
 
@@ -149,8 +150,9 @@ class HttpTarget(Target):
         self.client_kind = kind
         if kind == "httpx":
             limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
-            self.client = httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=httpx.Timeout(120.0),
-                                            headers=headers)
+            self.client = httpx.AsyncClient(
+                base_url=self.base_url, limits=limits, timeout=httpx.Timeout(120.0), headers=headers
+            )
         else:
             self.client = LeanClient(self.base_url, headers)
 

@@ -68,10 +68,14 @@ def split_statements(sql: str) -> list[str]:
 
 
 def _ensure_table(client: Client, cluster: str) -> None:
-    client.command(render(
-        f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} {{on_cluster}} "
-        "(number UInt32, name String, applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) "
-        "ENGINE = ReplacingMergeTree ORDER BY number", cluster))
+    client.command(
+        render(
+            f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE} {{on_cluster}} "
+            "(number UInt32, name String, applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) "
+            "ENGINE = ReplacingMergeTree ORDER BY number",
+            cluster,
+        )
+    )
 
 
 def applied(client: Client) -> set[int]:
@@ -89,8 +93,12 @@ def migrate(client: Client, cluster: str = "") -> list[Migration]:
             continue
         for statement in migration.statements(cluster):
             client.command(statement)
-        client.insert(MIGRATIONS_TABLE, [[migration.number, migration.name]], column_names=["number", "name"],
-                      settings={"insert_deduplication_token": f"migration-{migration.number}"})
+        client.insert(
+            MIGRATIONS_TABLE,
+            [[migration.number, migration.name]],
+            column_names=["number", "name"],
+            settings={"insert_deduplication_token": f"migration-{migration.number}"},
+        )
         ran.append(migration)
     return ran
 
@@ -130,13 +138,19 @@ def conversations_ttl(retention_days: int, warm_days: int) -> list[str]:
     return clauses
 
 
-def apply_storage_rules(client: Client, retention_days: int, warm_days: int, cluster: str = "") -> StorageReport:
+def apply_storage_rules(
+    client: Client, retention_days: int, warm_days: int, cluster: str = ""
+) -> StorageReport:
     """Set or remove the TTL of the conversations table only (embeddings never expire)."""
     tiering = "off"
     warm = False
     if warm_days > 0:
         warm = _has_warm_volume(client, "conversations")
-        tiering = "applied" if warm else "not applicable: the conversations table's storage policy has no 'warm' volume"
+        tiering = (
+            "applied"
+            if warm
+            else "not applicable: the conversations table's storage policy has no 'warm' volume"
+        )
     clauses = conversations_ttl(retention_days, warm_days if warm else 0)
     on_cluster = render(" {on_cluster}", cluster)
     if clauses:
@@ -148,8 +162,10 @@ def apply_storage_rules(client: Client, retention_days: int, warm_days: int, clu
     # the transcript row's lifetime, keep none).
     for table in DERIVED_TEXT_TABLES:
         if retention_days > 0:
-            client.command(f"ALTER TABLE {table}{on_cluster} MODIFY TTL "
-                           f"toDateTime(ts) + INTERVAL {int(retention_days)} DAY DELETE")
+            client.command(
+                f"ALTER TABLE {table}{on_cluster} MODIFY TTL "
+                f"toDateTime(ts) + INTERVAL {int(retention_days)} DAY DELETE"
+            )
         elif _has_ttl(client, table):
             client.command(f"ALTER TABLE {table}{on_cluster} REMOVE TTL")
     return StorageReport(retention_days, warm_days, tiering)

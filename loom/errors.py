@@ -8,7 +8,7 @@ from typing import Any
 class LoomError(Exception):
     status = 422
     code = "invalid_request"
-    retry_after: int | None = None   # seconds, sent as Retry-After (the 503s)
+    retry_after: int | None = None  # seconds, sent as Retry-After (the 503s)
 
     def __init__(self, message: str, *, field: str | None = None, rule: str | None = None, **extra: Any):
         super().__init__(message)

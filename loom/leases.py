@@ -93,5 +93,7 @@ async def hold(redis: Redis, key: str, *, ttl_ms: int = 10_000, wait_s: float = 
         await lease.release()
 
 
-def thread_lease(redis: Redis, namespace: str, thread_id: str, **kw: float) -> contextlib.AbstractAsyncContextManager[Lease]:
+def thread_lease(
+    redis: Redis, namespace: str, thread_id: str, **kw: float
+) -> contextlib.AbstractAsyncContextManager[Lease]:
     return hold(redis, thread_lease_key(namespace, thread_id), **kw)  # type: ignore[arg-type]

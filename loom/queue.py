@@ -22,5 +22,5 @@ async def wake_workers(redis: Redis) -> None:
     """Tell an idle worker that a job was just enqueued (one round trip)."""
     pipe = redis.pipeline(transaction=False)
     pipe.rpush(WAKE_KEY, b"1")
-    pipe.expire(WAKE_KEY, WAKE_TTL_S)   # no worker running: the tokens do not pile up
+    pipe.expire(WAKE_KEY, WAKE_TTL_S)  # no worker running: the tokens do not pile up
     await pipe.execute()

@@ -48,8 +48,13 @@ class Services:
 
 def llm_from_settings(settings: Settings) -> LLM:
     if settings.llm == "openai":
-        return build_llm("openai", base_url=settings.llm_url, api_key=settings.llm_api_key,
-                         model=settings.llm_model, timeout=settings.llm_timeout_seconds)
+        return build_llm(
+            "openai",
+            base_url=settings.llm_url,
+            api_key=settings.llm_api_key,
+            model=settings.llm_model,
+            timeout=settings.llm_timeout_seconds,
+        )
     return build_llm("fake")
 
 
@@ -57,10 +62,15 @@ def redis_settings(url: str) -> RedisSettings:
     return RedisSettings.from_dsn(url)
 
 
-async def open_services(settings: Settings, clickhouse_url: str, redis_url: str, *,
-                        llm: LLM | None = None) -> Services:
-    ch = connect(clickhouse_url, database=settings.clickhouse_database, user=settings.clickhouse_user,
-                 password=settings.clickhouse_password)
+async def open_services(
+    settings: Settings, clickhouse_url: str, redis_url: str, *, llm: LLM | None = None
+) -> Services:
+    ch = connect(
+        clickhouse_url,
+        database=settings.clickhouse_database,
+        user=settings.clickhouse_user,
+        password=settings.clickhouse_password,
+    )
     redis = Redis.from_url(redis_url)
     pool = await create_pool(redis_settings(redis_url))
     return Services(settings, ch, redis, pool, llm or llm_from_settings(settings))

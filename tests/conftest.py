@@ -51,9 +51,15 @@ def backend_urls(tmp_home: Path) -> Iterator[tuple[str, str]]:
 @pytest.fixture(scope="session")
 def settings(tmp_home: Path, backend_urls: tuple[str, str]) -> Settings:
     ch_url, redis_url = backend_urls
-    return Settings(home=tmp_home, clickhouse_url=ch_url, redis_url=redis_url,
-                    clickhouse_database=f"loom_test_{secrets.token_hex(4)}", embedder="fake",
-                    write_batch_max_wait_ms=1.0, embed_wait_seconds=5.0)
+    return Settings(
+        home=tmp_home,
+        clickhouse_url=ch_url,
+        redis_url=redis_url,
+        clickhouse_database=f"loom_test_{secrets.token_hex(4)}",
+        embedder="fake",
+        write_batch_max_wait_ms=1.0,
+        embed_wait_seconds=5.0,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +72,8 @@ def schema(settings: Settings) -> Iterator[Settings]:
     if os.environ.get("LOOM_TEST_CLICKHOUSE_URL"):
         with contextlib.suppress(Exception):
             connect(settings.clickhouse_url, database="default").command(
-                f"DROP DATABASE IF EXISTS {settings.clickhouse_database}")
+                f"DROP DATABASE IF EXISTS {settings.clickhouse_database}"
+            )
 
 
 @pytest.fixture(scope="session")
@@ -91,8 +98,10 @@ async def api(services: Any) -> AsyncIterator[httpx.AsyncClient]:
 
     app = create_app(services)
     transport = httpx.ASGITransport(app=app)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=transport, base_url="http://loom.test", timeout=60) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://loom.test", timeout=60) as client,
+    ):
         yield client
 
 
@@ -110,8 +119,13 @@ def mint(services: Any) -> Mint:
     """mint(namespaces or ns, role, read_scope="all", read_user_id="") -> bearer token."""
     from loom.auth.tokens import mint as mint_token
 
-    def _mint(namespaces: str | list[str], role: str = "admin", read_scope: str = "all",
-              read_user_id: str = "", read_session_id: str = "") -> str:
+    def _mint(
+        namespaces: str | list[str],
+        role: str = "admin",
+        read_scope: str = "all",
+        read_user_id: str = "",
+        read_session_id: str = "",
+    ) -> str:
         names = [namespaces] if isinstance(namespaces, str) else namespaces
         return mint_token(services.ch, names, role, read_scope, read_user_id, read_session_id).token
 
@@ -147,8 +161,9 @@ async def arq_worker(services: Any) -> AsyncIterator[Any]:
     embedding.set_embedder(None)  # built from settings (the fake) at start-up
     # No cron jobs: the embedding recovery pass would call whatever embedder a test has
     # swapped in at that moment; its tests run it themselves (tests/conversation/test_recovery.py).
-    worker = build_worker(settings, settings.clickhouse_url, settings.redis_url, handle_signals=False, burst=False,
-                          cron_jobs=[])
+    worker = build_worker(
+        settings, settings.clickhouse_url, settings.redis_url, handle_signals=False, burst=False, cron_jobs=[]
+    )
     task = asyncio.create_task(worker.async_run())
     for _ in range(1000):  # until its start-up hooks ran (the embedder is in place)
         if embedding.PIPELINE in worker.ctx or task.done():

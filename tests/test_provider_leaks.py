@@ -279,14 +279,25 @@ async def drive_compact(ctx: Ctx) -> None:
     for i, text in enumerate(HIGH.values()):
         turns += [
             {"thread_id": "compact", "role": "user", "content": text},
-            {"thread_id": "compact", "role": "assistant", "content": f"{CLEAN} {i}", "reasoning": text,
-             "metadata": {"note": text}},
+            {
+                "thread_id": "compact",
+                "role": "assistant",
+                "content": f"{CLEAN} {i}",
+                "reasoning": text,
+                "metadata": {"note": text},
+            },
         ]
     turns.append({"thread_id": "compact", "role": "user", "content": LONG_TAIL})
     turns += [{"thread_id": "compact", "role": "user", "content": f"{CLEAN} recent {i}"} for i in range(2)]
     await ctx.ok("conversation.append", ctx.writer, namespace=ctx.ns, turns=turns)
-    got = await ctx.ok("conversation.compact", ctx.writer, namespace=ctx.ns, thread_id="compact", keep_recent=2,
-                       min_to_compact=1)
+    got = await ctx.ok(
+        "conversation.compact",
+        ctx.writer,
+        namespace=ctx.ns,
+        thread_id="compact",
+        keep_recent=2,
+        min_to_compact=1,
+    )
     assert got["messages_summarized"] == len(HIGH)
 
 

@@ -81,10 +81,17 @@ def embedder_from_settings(settings: Settings, *, single_threaded: bool = True) 
     """The embedder LOOM_EMBEDDER names. A worker runs MiniLM single-threaded and makes
     several calls at once (see ModelBatcher): two independent threads lose less than
     one call split over two threads when another process takes a core for a moment."""
-    extra: dict[str, Any] = {"intra_op_num_threads": 1} if settings.embedder == "minilm" and single_threaded else {}
-    return build_embedder(settings.embedder, url=settings.embedder_url, model=settings.embedder_model,
-                          api_key=settings.embedder_api_key, timeout_seconds=settings.embedder_timeout_seconds,
-                          **extra)
+    extra: dict[str, Any] = (
+        {"intra_op_num_threads": 1} if settings.embedder == "minilm" and single_threaded else {}
+    )
+    return build_embedder(
+        settings.embedder,
+        url=settings.embedder_url,
+        model=settings.embedder_model,
+        api_key=settings.embedder_api_key,
+        timeout_seconds=settings.embedder_timeout_seconds,
+        **extra,
+    )
 
 
 @dataclass
@@ -94,8 +101,8 @@ class _Request:
     vectors: list[np.ndarray | None] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     model_id: str = ""
-    taken: int = 0      # texts handed to a model call so far
-    done: int = 0       # texts answered so far
+    taken: int = 0  # texts handed to a model call so far
+    done: int = 0  # texts answered so far
 
 
 class ModelBatcher:
@@ -177,11 +184,13 @@ class ModelBatcher:
             try:
                 embedder = current_embedder()
                 model_id = embedder.model_id
-                vectors = await asyncio.get_running_loop().run_in_executor(self._executor, embedder.embed, texts)
+                vectors = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, embedder.embed, texts
+                )
                 if len(vectors) != len(texts):
                     raise RuntimeError(f"embedder returned {len(vectors)} vectors for {len(texts)} texts")
-            except Exception as exc:   # fail-open: every text of the call records the error
-                error = failures.embed_failure(exc)   # a code: the provider's own text stays in the log
+            except Exception as exc:  # fail-open: every text of the call records the error
+                error = failures.embed_failure(exc)  # a code: the provider's own text stays in the log
                 log.warning("embedding call failed", error=failures.detail(exc, sent=texts), texts=len(texts))
             self.calls += 1
             self.texts += len(texts)
@@ -212,7 +221,7 @@ async def startup(ctx: dict[str, Any]) -> None:
     if _holder["embedder"] is None:
         embedder = embedder_from_settings(svc.settings)
         load = getattr(embedder, "load", None)
-        if callable(load):   # warm the model before the first job waits on it
+        if callable(load):  # warm the model before the first job waits on it
             await asyncio.get_running_loop().run_in_executor(None, load)
         set_embedder(embedder)
     batcher = ModelBatcher(parallel=model_parallelism())
@@ -241,7 +250,7 @@ async def _refuse(ctx: dict[str, Any], payload: Any, exc: Exception) -> dict[str
     """A payload this build cannot read: logged loudly, and the awaiting API (when the
     payload names its reply list) answered at once with the error, so that it fails
     open now rather than when its wait runs out."""
-    log.error("job payload refused", error=str(exc))   # names fields and versions, never a value
+    log.error("job payload refused", error=str(exc))  # names fields and versions, never a value
     msg: dict[str, Any] = {"error": failures.failure(exc)}
     if isinstance(payload, dict) and isinstance(payload.get("reply"), str) and payload["reply"]:
         await push_reply(services(ctx), payload["reply"], {"job": str(payload.get("job", "")), **msg})
@@ -270,8 +279,9 @@ async def embed_turns(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str,
     # A job with no enqueue stamp (0) has no write deadline.
     not_after = write_deadline_ns(svc.settings, job.at) if job.at else 0
     try:
-        outcomes = await pipeline.embed_turns(turns, chunk=REPLY_PART, on_part=on_part, gate=gate,
-                                              not_after_ns=not_after)
+        outcomes = await pipeline.embed_turns(
+            turns, chunk=REPLY_PART, on_part=on_part, gate=gate, not_after_ns=not_after
+        )
         return {"outcomes": [[o.status, o.error] for o in outcomes]}
     except Exception as exc:
         log.error("embed_turns failed", error=failures.detail(exc), turns=len(turns))

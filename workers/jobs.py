@@ -42,8 +42,14 @@ async def compact_thread(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[s
     """conversation.compact's work: summarise, embed, retire (the API awaits the result)."""
     job = jobs.read(jobs.CompactThreadJob, payload)
     result = await compacting.run(
-        ctx["loom"], ctx[embedding.PIPELINE].model, job.namespace, job.agent, job.thread_id,
-        job.keep_recent, job.min_to_compact)
+        ctx["loom"],
+        ctx[embedding.PIPELINE].model,
+        job.namespace,
+        job.agent,
+        job.thread_id,
+        job.keep_recent,
+        job.min_to_compact,
+    )
     return compacting.as_job_result(result)
 
 

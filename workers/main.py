@@ -23,7 +23,7 @@ from loom.settings import Settings
 from workers import embedding
 from workers.jobs import FUNCTIONS, conversation_titler, recover_embeddings
 
-IDLE_POLL_S = 0.1   # a job enqueued without a wake-up waits at most this long
+IDLE_POLL_S = 0.1  # a job enqueued without a wake-up waits at most this long
 # On SIGTERM/SIGINT the worker takes no new job and gives its running ones this long to
 # finish (then cancels them): an append the API is still answering waits on its job.
 STOP_WAIT_S = 5
@@ -122,12 +122,21 @@ def cron_jobs(settings: Settings) -> list[CronJob]:
     (each worker enqueues it; its lease lets one run at a time), and the
     conversation_titler (when switched on; its lease too lets one pass run at a time)."""
     second, minute = every(settings.embed_recovery_interval_seconds)
-    jobs = [cron(recover_embeddings, name="recover_embeddings", second=second, minute=minute, run_at_startup=True,
-                 max_tries=1)]
+    jobs = [
+        cron(
+            recover_embeddings,
+            name="recover_embeddings",
+            second=second,
+            minute=minute,
+            run_at_startup=True,
+            max_tries=1,
+        )
+    ]
     if settings.conversation_titler_enabled:
         second, minute = every(settings.conversation_titler_interval_seconds)
-        jobs.append(cron(conversation_titler, name="conversation_titler", second=second, minute=minute,
-                         max_tries=1))
+        jobs.append(
+            cron(conversation_titler, name="conversation_titler", second=second, minute=minute, max_tries=1)
+        )
     return jobs
 
 
@@ -140,7 +149,7 @@ def build_worker(settings: Settings, clickhouse_url: str, redis_url: str, **over
         on_startup=_startup(settings, clickhouse_url, redis_url),
         on_shutdown=_shutdown,
         max_jobs=256,
-        poll_delay=0,   # the wait between polls is WakeableWorker's (woken per job)
+        poll_delay=0,  # the wait between polls is WakeableWorker's (woken per job)
         job_timeout=300,
         keep_result=60,
         handle_signals=True,

@@ -154,9 +154,14 @@ def create_app() -> FastAPI:
         state.batcher = Batcher(embedder)
         state.batcher.start()
         size = int(os.environ.get("BENCH_PG_POOL", "8"))
-        state.pool = AsyncConnectionPool(os.environ["BENCH_PG_DSN"], min_size=size, max_size=size,
-                                         configure=sql.register_vector_async, open=False,
-                                         kwargs={"autocommit": True})
+        state.pool = AsyncConnectionPool(
+            os.environ["BENCH_PG_DSN"],
+            min_size=size,
+            max_size=size,
+            configure=sql.register_vector_async,
+            open=False,
+            kwargs={"autocommit": True},
+        )
         await state.pool.open(wait=True)
         try:
             yield
@@ -223,8 +228,9 @@ def create_app() -> FastAPI:
             raise HTTPException(422, "query or vector is required")
         async with state.pool.connection() as conn:
             await tune(conn)
-            cur = await conn.execute(sql.SEARCH, {"q": q, "ns": body.namespace, "k": body.k,
-                                                  "max_d": 1.0 - MIN_SIMILARITY})
+            cur = await conn.execute(
+                sql.SEARCH, {"q": q, "ns": body.namespace, "k": body.k, "max_d": 1.0 - MIN_SIMILARITY}
+            )
             rows = await cur.fetchall()
         return {"hits": [{"thread_id": r[0], "msg_id": r[1], "score": float(r[2])} for r in rows]}
 
@@ -232,8 +238,17 @@ def create_app() -> FastAPI:
     async def search_saved(body: SavedSearchRequest) -> dict[str, Any]:
         q = await state.batcher.embed(body.query[:EMBED_CHARS])
         async with state.pool.connection() as conn:
-            cur = await conn.execute(sql.SAVED_SEARCH, {"q": q, "ns": body.namespace, "u": body.user_id,
-                                                        "text": body.query, "n": max(50, body.k * 5), "k": body.k})
+            cur = await conn.execute(
+                sql.SAVED_SEARCH,
+                {
+                    "q": q,
+                    "ns": body.namespace,
+                    "u": body.user_id,
+                    "text": body.query,
+                    "n": max(50, body.k * 5),
+                    "k": body.k,
+                },
+            )
             rows = await cur.fetchall()
         return {"hits": [{"thread_id": r[0], "msg_id": r[1], "score": float(r[2])} for r in rows]}
 

@@ -50,7 +50,9 @@ class PgInstall:
 
 def _sharedir(bindir: Path) -> Path | None:
     try:
-        out = subprocess.run([str(bindir / "pg_config"), "--sharedir"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            [str(bindir / "pg_config"), "--sharedir"], capture_output=True, text=True, timeout=10
+        )
         if out.returncode == 0 and out.stdout.strip():
             return Path(out.stdout.strip())
     except (OSError, subprocess.SubprocessError):
@@ -67,8 +69,11 @@ def _has_vector(bindir: Path) -> bool:
 
 
 def _system_bindirs() -> list[Path]:
-    dirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name)
-                  if Path(p).parent.name.isdigit() else 0, reverse=True)
+    dirs = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"),
+        key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0,
+        reverse=True,
+    )
     return [Path(d) for d in dirs if (Path(d) / "postgres").exists()]
 
 
@@ -78,7 +83,9 @@ def _apt_install(packages: list[str], log) -> bool:
     log(f"  apt-get install -y {' '.join(packages)}")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     for attempt in range(2):
-        r = subprocess.run(["apt-get", "install", "-y", "-q", *packages], capture_output=True, text=True, env=env)
+        r = subprocess.run(
+            ["apt-get", "install", "-y", "-q", *packages], capture_output=True, text=True, env=env
+        )
         if r.returncode == 0:
             return True
         if attempt == 0 and "Unable to locate package" in (r.stderr + r.stdout):
@@ -150,8 +157,11 @@ def _run_as() -> tuple[int, int] | None:
             return pw.pw_uid, pw.pw_gid
         except KeyError:
             continue
-    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "loom-bench-pg"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "loom-bench-pg"],
+        check=True,
+        capture_output=True,
+    )
     pw = pwd.getpwnam("loom-bench-pg")
     return pw.pw_uid, pw.pw_gid
 
@@ -190,8 +200,9 @@ class PostgresServer:
     """One PostgreSQL instance in a temporary directory. Use as a context manager or call
     :meth:`start` / :meth:`stop` (stop is idempotent and safe from signal handlers' finally)."""
 
-    def __init__(self, install: PgInstall, *, keep: bool = False, settings: dict[str, str] | None = None,
-                 log=print) -> None:
+    def __init__(
+        self, install: PgInstall, *, keep: bool = False, settings: dict[str, str] | None = None, log=print
+    ) -> None:
         self.install = install
         self.keep = keep
         self.log = log
@@ -235,30 +246,62 @@ class PostgresServer:
                 os.chown(p, *self._ids)
         env = dict(os.environ, LC_ALL="C", LANG="C", TZ="UTC")
         r = subprocess.run(
-            [self.install.bin("initdb"), "-D", str(self.datadir), "-U", "postgres", "-A", "trust", "-E", "UTF8",
-             "--no-locale", "--no-instructions"],
-            capture_output=True, text=True, env=env, preexec_fn=self._preexec(), cwd=str(self.tmp),
+            [
+                self.install.bin("initdb"),
+                "-D",
+                str(self.datadir),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-instructions",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            preexec_fn=self._preexec(),
+            cwd=str(self.tmp),
         )
         if r.returncode != 0:
             raise PostgresUnavailable(f"initdb failed: {r.stderr.strip() or r.stdout.strip()}")
         self.port = free_port()
-        args = [self.install.bin("postgres"), "-D", str(self.datadir), "-p", str(self.port),
-                "-k", str(self.sockdir), "-c", "listen_addresses=127.0.0.1"]
+        args = [
+            self.install.bin("postgres"),
+            "-D",
+            str(self.datadir),
+            "-p",
+            str(self.port),
+            "-k",
+            str(self.sockdir),
+            "-c",
+            "listen_addresses=127.0.0.1",
+        ]
         for k, v in self.settings.items():
             args += ["-c", f"{k}={v}"]
         logf = open(self.tmp / "postgres.log", "ab")  # noqa: SIM115 - handed to the child
         if self._ids:
             os.chown(self.tmp / "postgres.log", *self._ids)
-        self.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                     preexec_fn=self._preexec(), cwd=str(self.tmp))
+        self.proc = subprocess.Popen(
+            args,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=self._preexec(),
+            cwd=str(self.tmp),
+        )
         logf.close()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise PostgresUnavailable(f"postgres exited at start:\n{self.log_tail()}")
             if (self.sockdir / f".s.PGSQL.{self.port}").exists():
-                ready = subprocess.run([self.install.bin("pg_isready"), "-h", str(self.sockdir),
-                                        "-p", str(self.port)], capture_output=True)
+                ready = subprocess.run(
+                    [self.install.bin("pg_isready"), "-h", str(self.sockdir), "-p", str(self.port)],
+                    capture_output=True,
+                )
                 if ready.returncode == 0:
                     return
             time.sleep(0.1)

@@ -51,7 +51,17 @@ CREATE_INDEXES = [
     f"WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})",
 ]
 
-COPY_COLUMNS = ("namespace", "thread_id", "msg_id", "role", "user_id", "ts", "content", "embedding", "saved_at")
+COPY_COLUMNS = (
+    "namespace",
+    "thread_id",
+    "msg_id",
+    "role",
+    "user_id",
+    "ts",
+    "content",
+    "embedding",
+    "saved_at",
+)
 COPY_SQL = f"COPY turns ({', '.join(COPY_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 
 EXISTS = "SELECT 1 FROM turns WHERE namespace = %s AND thread_id = %s AND msg_id = %s"

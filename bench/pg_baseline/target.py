@@ -87,15 +87,36 @@ class BaselineTarget(HttpTarget):
         port = free_port()
         self.base_url = f"http://127.0.0.1:{port}"
         self.app_dir = Path(tempfile.mkdtemp(prefix="loom-bench-app-"))
-        env = dict(os.environ, BENCH_PG_DSN=self.server.dsn(), BENCH_TOKEN=self.token,
-                   BENCH_PG_POOL=str(self.pool_size), BENCH_ITERATIVE_SCAN=self.iterative_scan or "",
-                   PYTHONPATH=str(ctx.repo) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(
+            os.environ,
+            BENCH_PG_DSN=self.server.dsn(),
+            BENCH_TOKEN=self.token,
+            BENCH_PG_POOL=str(self.pool_size),
+            BENCH_ITERATIVE_SCAN=self.iterative_scan or "",
+            PYTHONPATH=str(ctx.repo) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        )
         logf = open(self.app_dir / "app.log", "ab")  # noqa: SIM115 - handed to the child
         # The same server and flags `loom serve` runs Loom's API with.
         self.app = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "bench.pg_baseline.app:create_app", "--factory",
-             "--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"],
-            cwd=str(ctx.repo), env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "bench.pg_baseline.app:create_app",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+            ],
+            cwd=str(ctx.repo),
+            env=env,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         logf.close()
         deadline = time.monotonic() + 60
@@ -145,12 +166,15 @@ class BaselineTarget(HttpTarget):
             "postgres_build": self.install.version if self.install else "",
             "pgvector": self.pgvector_version,
             "binaries": self.install.origin if self.install else "",
-            "hnsw": {"m": sql.HNSW_M, "ef_construction": sql.HNSW_EF_CONSTRUCTION,
-                     "iterative_scan": self.iterative_scan},
+            "hnsw": {
+                "m": sql.HNSW_M,
+                "ef_construction": sql.HNSW_EF_CONSTRUCTION,
+                "iterative_scan": self.iterative_scan,
+            },
             "server_settings": self.settings,
             "app": f"FastAPI on uvicorn (1 process), psycopg 3 pool of {self.pool_size}, unix socket",
             "embedder": "Loom's MiniLM (loom.providers), in the request, concurrent requests batched per call, "
-                        "batch_size 16",
+            "batch_size 16",
             "notes": [
                 "erase_user is a plain DELETE of the user's rows (dead tuples are left to autovacuum)",
                 "bytes on disk: pg_total_relation_size (heap + TOAST + all indexes) after bulk COPY, "
@@ -186,16 +210,34 @@ class BaselineTarget(HttpTarget):
                 conn.execute(sql.CREATE_TABLE)
                 conn.execute(sql.SET_VECTOR_STORAGE)
                 with conn.cursor() as cur, cur.copy(sql.COPY_SQL) as cp:
-                    cp.set_types(["text", "text", "text", "text", "text", "timestamptz", "text", "vector",
-                                  "timestamptz"])
+                    cp.set_types(
+                        [
+                            "text",
+                            "text",
+                            "text",
+                            "text",
+                            "text",
+                            "timestamptz",
+                            "text",
+                            "vector",
+                            "timestamptz",
+                        ]
+                    )
                     for i, t in enumerate(turns):
                         saved = t.get("saved_at")
-                        cp.write_row((
-                            t["namespace"], t["thread_id"], t["msg_id"], t["role"], t.get("user_id"),
-                            datetime.fromisoformat(t["ts"]), t["content"],
-                            vectors[i] if has_vec[i] else None,
-                            datetime.fromisoformat(saved) if saved else None,
-                        ))
+                        cp.write_row(
+                            (
+                                t["namespace"],
+                                t["thread_id"],
+                                t["msg_id"],
+                                t["role"],
+                                t.get("user_id"),
+                                datetime.fromisoformat(t["ts"]),
+                                t["content"],
+                                vectors[i] if has_vec[i] else None,
+                                datetime.fromisoformat(saved) if saved else None,
+                            )
+                        )
 
     async def finish_load(self) -> dict[str, Any]:
         def run() -> dict[str, Any]:
@@ -229,16 +271,21 @@ class BaselineTarget(HttpTarget):
                 ).fetchall()
             total, heap, toast, indexes, rows, vecs, text_bytes = (int(x) for x in row)
             return {
-                "total_bytes": total, "rows": rows, "vectors": vecs, "heap_bytes": heap,
-                "toast_and_maps_bytes": toast, "index_bytes": indexes,
+                "total_bytes": total,
+                "rows": rows,
+                "vectors": vecs,
+                "heap_bytes": heap,
+                "toast_and_maps_bytes": toast,
+                "index_bytes": indexes,
                 "indexes": {name: int(size) for name, size in idx},
                 "payload_bytes": text_bytes + vecs * 4 * sql.DIM,
             }
 
         return await asyncio.to_thread(run)
 
-    async def prepare_search(self, namespace: str, query_vectors: np.ndarray, truth: list[list[str]],
-                             target_recall: float) -> dict[str, Any]:
+    async def prepare_search(
+        self, namespace: str, query_vectors: np.ndarray, truth: list[list[str]], target_recall: float
+    ) -> dict[str, Any]:
         """The smallest ``hnsw.ef_search`` whose recall@10 on held-out queries reaches the target
         (queried directly, with the app's SQL); then set on the app."""
 
@@ -248,33 +295,52 @@ class BaselineTarget(HttpTarget):
                 sql.register_vector(conn)
                 if self.iterative_scan:
                     conn.execute(f"SET hnsw.iterative_scan = {self.iterative_scan}")
-                plan = "\n".join(r[0] for r in conn.execute(
-                    "EXPLAIN " + sql.SEARCH, {"q": query_vectors[0], "ns": namespace, "k": 10,
-                                              "max_d": 1 - MIN_SIMILARITY}).fetchall())
+                plan = "\n".join(
+                    r[0]
+                    for r in conn.execute(
+                        "EXPLAIN " + sql.SEARCH,
+                        {"q": query_vectors[0], "ns": namespace, "k": 10, "max_d": 1 - MIN_SIMILARITY},
+                    ).fetchall()
+                )
                 chosen = EF_CANDIDATES[-1]
                 for ef in EF_CANDIDATES:
                     conn.execute(f"SET hnsw.ef_search = {ef}")
-                    hits = [[r[1] for r in conn.execute(sql.SEARCH, {"q": q, "ns": namespace, "k": 10,
-                                                                      "max_d": 1 - MIN_SIMILARITY}).fetchall()]
-                            for q in query_vectors]
+                    hits = [
+                        [
+                            r[1]
+                            for r in conn.execute(
+                                sql.SEARCH, {"q": q, "ns": namespace, "k": 10, "max_d": 1 - MIN_SIMILARITY}
+                            ).fetchall()
+                        ]
+                        for q in query_vectors
+                    ]
                     r = recall_at_k(hits, truth)
                     curve.append((ef, round(r, 4)))
                     if r >= target_recall:
                         chosen = ef
                         break
-            return {"ef_search": chosen, "calibration_recall": curve[-1][1], "target_recall": target_recall,
-                    "curve": curve, "uses_hnsw_index": "turns_hnsw" in plan}
+            return {
+                "ef_search": chosen,
+                "calibration_recall": curve[-1][1],
+                "target_recall": target_recall,
+                "curve": curve,
+                "uses_hnsw_index": "turns_hnsw" in plan,
+            }
 
         notes = await asyncio.to_thread(run)
-        await self.post("/bench/settings", {"ef_search": notes["ef_search"],
-                                            "iterative_scan": self.iterative_scan or "off"})
+        await self.post(
+            "/bench/settings",
+            {"ef_search": notes["ef_search"], "iterative_scan": self.iterative_scan or "off"},
+        )
         self.tuning = notes
         return notes
 
     # -- timed operations -----------------------------------------------------------------
 
     async def append(self, turn: Turn, *, embed: bool) -> AppendResult:
-        body = {k: turn.get(k) for k in ("namespace", "thread_id", "msg_id", "role", "content", "user_id", "ts")}
+        body = {
+            k: turn.get(k) for k in ("namespace", "thread_id", "msg_id", "role", "content", "user_id", "ts")
+        }
         body["embed"] = embed
         r = await self.post("/v1/conversation.append", body)
         return AppendResult(bool(r["stored"]), r.get("reason"))
@@ -289,11 +355,12 @@ class BaselineTarget(HttpTarget):
         return [h["msg_id"] for h in r["hits"]]
 
     async def saved_search(self, namespace: str, user_id: str, query: str, k: int) -> list[str]:
-        r = await self.post("/v1/conversation.search_saved_messages",
-                            {"namespace": namespace, "user_id": user_id, "query": query, "k": k})
+        r = await self.post(
+            "/v1/conversation.search_saved_messages",
+            {"namespace": namespace, "user_id": user_id, "query": query, "k": k},
+        )
         return [h["msg_id"] for h in r["hits"]]
 
     async def erase_user(self, namespace: str, user_id: str) -> int:
         r = await self.post("/v1/erasure.user", {"namespace": namespace, "user_id": user_id})
         return int(r["deleted"])
-

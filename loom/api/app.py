@@ -30,14 +30,26 @@ from loom.settings import Settings, get_settings
 
 log = loom_logging.get("loom.api")
 
-ROUTERS = [namespaces.router, conversation.router, compaction.router, search.router, saved.router, briefs.router,
-           erasure.router, memory.router]
+ROUTERS = [
+    namespaces.router,
+    conversation.router,
+    compaction.router,
+    search.router,
+    saved.router,
+    briefs.router,
+    erasure.router,
+    memory.router,
+]
 
 
 class Health(BaseModel):
     status: Literal["ok", "degraded"]
-    clickhouse: str | None = Field(None, description='"ok" or "down: <kind>"; only for a caller with a valid token.')
-    redis: str | None = Field(None, description='"ok" or "down: <kind>"; only for a caller with a valid token.')
+    clickhouse: str | None = Field(
+        None, description='"ok" or "down: <kind>"; only for a caller with a valid token.'
+    )
+    redis: str | None = Field(
+        None, description='"ok" or "down: <kind>"; only for a caller with a valid token.'
+    )
 
 
 def create_app(services: Services | None = None, settings: Settings | None = None) -> FastAPI:
@@ -62,8 +74,12 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
             await svc.close()
             backends.stop()
 
-    app = FastAPI(title="Loom", version="0.1.0", lifespan=lifespan,
-                  description="The memory store for AI agents: conversation plane, session briefs, memory.")
+    app = FastAPI(
+        title="Loom",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="The memory store for AI agents: conversation plane, session briefs, memory.",
+    )
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
@@ -72,13 +88,19 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
     app.add_middleware(Gate)
     app.add_middleware(ObserveMiddleware)
 
-    @app.get("/healthz", tags=["ops"], response_model=Health,
-             responses={503: {"model": Health, "description": "A backend is down (`status: degraded`)."}})
+    @app.get(
+        "/healthz",
+        tags=["ops"],
+        response_model=Health,
+        responses={503: {"model": Health, "description": "A backend is down (`status: degraded`)."}},
+    )
     async def healthz(request: Request) -> JSONResponse:
         """`status` for anyone; each backend's state too for a caller with a valid token."""
         svc: Services = request.app.state.services
-        checks = {"clickhouse": await _check(svc.run(svc.ch.command, "SELECT 1")),
-                  "redis": await _check(svc.redis.ping())}
+        checks = {
+            "clickhouse": await _check(svc.run(svc.ch.command, "SELECT 1")),
+            "redis": await _check(svc.redis.ping()),
+        }
         ok = all(v == "ok" for v in checks.values())
         body: dict[str, str] = {"status": "ok" if ok else "degraded"}
         if await _authenticated(svc, request.headers.get("authorization", "")):
@@ -86,9 +108,17 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         headers = None if ok else {"Retry-After": str(BackendUnavailable.retry_after)}
         return JSONResponse(body, status_code=200 if ok else 503, headers=headers)
 
-    @app.get("/metrics", tags=["ops"], response_class=PlainTextResponse,
-             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
-                              "description": "Prometheus text format."}})
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        response_class=PlainTextResponse,
+        responses={
+            200: {
+                "content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+                "description": "Prometheus text format.",
+            }
+        },
+    )
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
 
@@ -111,5 +141,5 @@ async def _authenticated(svc: Services, authorization: str) -> bool:
     try:
         await asyncio.wait_for(authenticate(svc, authorization), timeout=2.0)
         return True
-    except Exception:   # no valid token, or no store to check it in: the short answer
+    except Exception:  # no valid token, or no store to check it in: the short answer
         return False

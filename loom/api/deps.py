@@ -13,7 +13,7 @@ from loom.auth.principal import Principal, Role
 from loom.errors import Forbidden, Unauthorized
 from loom.services import Services
 
-PRINCIPAL = "loom.principal"   # the scope key of the caller the gate (loom.api.gate) verified
+PRINCIPAL = "loom.principal"  # the scope key of the caller the gate (loom.api.gate) verified
 
 bearer = HTTPBearer(auto_error=False, description="A token from `loom token mint`.")
 
@@ -43,13 +43,16 @@ async def authenticate(svc: Services, authorization: str) -> Principal:
     return await verified(svc, credentials if scheme.lower() == "bearer" else None)
 
 
-async def principal(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
+async def principal(
+    request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)
+) -> Principal:
     # The gate (loom.api.gate) verified the token before the body was read.
     who: Principal | None = request.scope.get(PRINCIPAL)
     if who is None:
         svc: Services = request.app.state.services
-        who = await verified(svc, creds.credentials if creds is not None and creds.scheme.lower() == "bearer"
-                             else None)
+        who = await verified(
+            svc, creds.credentials if creds is not None and creds.scheme.lower() == "bearer" else None
+        )
     request.state.token_id = who.token_id
     return who
 
@@ -67,15 +70,19 @@ def require(role: Role, *, bounded: str = "refuse") -> Callable[..., Awaitable[P
     microseconds per request, on the API's one event loop.
     """
 
-    async def dep(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Principal:
+    async def dep(
+        request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)
+    ) -> Principal:
         who = await principal(request, creds)
         who.require_role(role)
         if who.bounded:
             if bounded == "refuse":
                 raise Forbidden("a token bound to one user or session cannot call this op", rule="read_scope")
             if bounded == "user" and who.read_scope != "own_user":
-                raise Forbidden("an own_session token cannot call this op: conversation rows have no session",
-                                rule="read_scope")
+                raise Forbidden(
+                    "an own_session token cannot call this op: conversation rows have no session",
+                    rule="read_scope",
+                )
         return who
 
     return dep

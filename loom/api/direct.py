@@ -49,13 +49,13 @@ class DirectRoute(APIRoute):
                 return await standard(request)
             try:
                 data = json.loads(await request.body())
-            except (ValueError, RecursionError):    # not JSON, or nested past the parser's depth
-                return await standard(request)      # FastAPI's answer, as on every route
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+                return await standard(request)  # FastAPI's answer, as on every route
             who = await authorize(request, await bearer(request))
             try:
                 body = model.model_validate(data)
             except ValidationError:
-                return await standard(request)      # FastAPI's 422, field by field
+                return await standard(request)  # FastAPI's 422, field by field
             result: Response = await endpoint(body=body, who=who, svc=await services(request))
             return result
 
@@ -66,9 +66,16 @@ def _shape(route: APIRoute) -> tuple[type[BaseModel], Callable[..., Awaitable[An
     """(body model, the `who` dependency) if the route is declared as this class serves."""
     dependant = route.dependant
     deps = {d.name: d.call for d in dependant.dependencies}
-    if (len(dependant.body_params) != 1 or set(deps) != {"who", "svc"} or deps["svc"] is not services
-            or dependant.query_params or dependant.path_params or dependant.header_params
-            or dependant.cookie_params or dependant.request_param_name):
+    if (
+        len(dependant.body_params) != 1
+        or set(deps) != {"who", "svc"}
+        or deps["svc"] is not services
+        or dependant.query_params
+        or dependant.path_params
+        or dependant.header_params
+        or dependant.cookie_params
+        or dependant.request_param_name
+    ):
         return None
     model = dependant.body_params[0].field_info.annotation
     authorize = deps["who"]

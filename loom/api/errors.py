@@ -35,8 +35,13 @@ BACKEND_MESSAGE = "a backend of the service (store or queue) is unavailable; ret
 _QUERY_STRING = re.compile(r"\?[^\s'\"()]*")
 
 # FastAPI answers these statuses itself; a stable code for each.
-_HTTP_CODES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-               413: "body_too_large"}
+_HTTP_CODES = {
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+}
 
 
 def _field(loc: tuple[object, ...]) -> str:
@@ -70,8 +75,16 @@ def backend_failure(exc: BaseException, path: str) -> JSONResponse:
 
 def invalid_body(errors: list[dict[str, Any]]) -> JSONResponse:
     first = errors[0] if errors else {"field": "body", "rule": "invalid"}
-    return JSONResponse({"error": "invalid_request", "message": f"{first['field']}: {first['rule']}",
-                         "field": first["field"], "rule": first["rule"], "errors": errors}, status_code=422)
+    return JSONResponse(
+        {
+            "error": "invalid_request",
+            "message": f"{first['field']}: {first['rule']}",
+            "field": first["field"],
+            "rule": first["rule"],
+            "errors": errors,
+        },
+        status_code=422,
+    )
 
 
 def install(app: FastAPI) -> None:
@@ -81,8 +94,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return invalid_body([{"field": _field(tuple(e["loc"])), "rule": e["msg"], "type": e["type"]}
-                             for e in exc.errors()])
+        return invalid_body(
+            [{"field": _field(tuple(e["loc"])), "rule": e["msg"], "type": e["type"]} for e in exc.errors()]
+        )
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
@@ -92,13 +106,24 @@ def install(app: FastAPI) -> None:
         if exc.status_code == 400:
             # FastAPI's "error parsing the body" (e.g. JSON nested past the parser's
             # depth): a body that breaks a rule is a 422 everywhere.
-            return invalid_body([{"field": "body", "rule": f"the body is not UTF-8 JSON within the parser's depth "
-                                  f"({DEPTH_RULE})", "type": "json_invalid"}])
+            return invalid_body(
+                [
+                    {
+                        "field": "body",
+                        "rule": f"the body is not UTF-8 JSON within the parser's depth ({DEPTH_RULE})",
+                        "type": "json_invalid",
+                    }
+                ]
+            )
         code = _HTTP_CODES.get(exc.status_code, "http_error")
-        return JSONResponse({"error": code, "message": str(exc.detail)}, status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        return JSONResponse(
+            {"error": code, "message": str(exc.detail)},
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
 
     for kind in BACKEND_ERRORS:
+
         @app.exception_handler(kind)
         async def backend_error(request: Request, exc: Exception) -> JSONResponse:
             return backend_failure(exc, request.url.path)
@@ -106,5 +131,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def crash(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error", path=request.url.path, error=type(exc).__name__, exc_info=exc)
-        return JSONResponse({"error": "internal", "message": "internal error; see the server log"},
-                            status_code=500)
+        return JSONResponse(
+            {"error": "internal", "message": "internal error; see the server log"}, status_code=500
+        )

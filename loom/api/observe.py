@@ -25,8 +25,12 @@ from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 REQUESTS = Counter("loom_requests_total", "API requests", ["route", "status"])
-LATENCY = Histogram("loom_request_seconds", "API request latency", ["route"],
-                    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+LATENCY = Histogram(
+    "loom_request_seconds",
+    "API request latency",
+    ["route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 
 _REQUEST_ID = b"x-request-id"
 # A new request id is this process's random prefix and a counter: unique enough to
@@ -47,7 +51,7 @@ class _RouteIndex:
         self.dynamic: list[tuple[Any, str]] = []
         for route in routes:
             template = str(getattr(route, "path", None) or "")
-            mounted = isinstance(getattr(route, "original_route", route), Mount)   # serves a whole subtree
+            mounted = isinstance(getattr(route, "original_route", route), Mount)  # serves a whole subtree
             if template and "{" not in template and not mounted:
                 self.static[template] = template
             elif template:
@@ -107,7 +111,7 @@ class ObserveMiddleware:
         request_id = _request_id(scope)
         header = (_REQUEST_ID, request_id.encode("latin-1"))
         path: str = scope.get("path", "")
-        status = 500   # what the client sees if the app raises before it answers
+        status = 500  # what the client sees if the app raises before it answers
         start = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:

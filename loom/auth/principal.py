@@ -34,17 +34,24 @@ class Principal:
 
     def require_role(self, role: Role) -> None:
         if self.role < role:
-            raise Forbidden(f"this op needs the {role.name} role; the token has {self.role.name}",
-                            rule="role")
+            raise Forbidden(
+                f"this op needs the {role.name} role; the token has {self.role.name}", rule="role"
+            )
 
     def namespace(self, requested: str) -> str:
         """Resolve a request's namespace (or `@me`) to one this token may use."""
         if requested == ME:
             if not self.bounded:
-                raise Forbidden("namespace '@me' is for tokens bound to one user", field="namespace", rule="scope")
+                raise Forbidden(
+                    "namespace '@me' is for tokens bound to one user", field="namespace", rule="scope"
+                )
             if len(self.namespaces) != 1:
-                raise Forbidden("'@me' needs a token bound to exactly one namespace", field="namespace", rule="scope")
+                raise Forbidden(
+                    "'@me' needs a token bound to exactly one namespace", field="namespace", rule="scope"
+                )
             return self.namespaces[0]
         if requested not in self.namespaces:
-            raise Forbidden(f"the token does not grant namespace {requested!r}", field="namespace", rule="scope")
+            raise Forbidden(
+                f"the token does not grant namespace {requested!r}", field="namespace", rule="scope"
+            )
         return requested

@@ -32,8 +32,15 @@ class Minted:
     token_id: str
 
 
-def mint(ch: Client, namespaces: list[str], role: str, read_scope: str = "all", read_user_id: str = "",
-         read_session_id: str = "", label: str = "") -> Minted:
+def mint(
+    ch: Client,
+    namespaces: list[str],
+    role: str,
+    read_scope: str = "all",
+    read_user_id: str = "",
+    read_session_id: str = "",
+    label: str = "",
+) -> Minted:
     if not namespaces:
         raise InvalidRequest("at least one namespace is needed", field="namespace")
     for ns in namespaces:
@@ -49,10 +56,21 @@ def mint(ch: Client, namespaces: list[str], role: str, read_scope: str = "all", 
         raise InvalidRequest("--read-scope own_session needs --read-session-id", field="read_session_id")
     token_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
-    store.insert(ch, store.TokenRow(token_id=token_id, token_hash=_hash(secret), namespaces=namespaces, role=role,
-                                    read_scope=read_scope, read_user_id=read_user_id,
-                                    read_session_id=read_session_id, label=label, created_at=utcnow(),
-                                    revoked=False))
+    store.insert(
+        ch,
+        store.TokenRow(
+            token_id=token_id,
+            token_hash=_hash(secret),
+            namespaces=namespaces,
+            role=role,
+            read_scope=read_scope,
+            read_user_id=read_user_id,
+            read_session_id=read_session_id,
+            label=label,
+            created_at=utcnow(),
+            revoked=False,
+        ),
+    )
     return Minted(f"loom_{token_id}_{secret}", token_id)
 
 
@@ -118,5 +136,11 @@ def _lookup(ch: Client, token: str) -> Principal | None:
     row = store.get(ch, m.group(1))
     if row is None or row.revoked or not hmac.compare_digest(row.token_hash, _hash(m.group(2))):
         return None
-    return Principal(row.token_id, tuple(row.namespaces), Role[row.role], row.read_scope,
-                     row.read_user_id, row.read_session_id)
+    return Principal(
+        row.token_id,
+        tuple(row.namespaces),
+        Role[row.role],
+        row.read_scope,
+        row.read_user_id,
+        row.read_session_id,
+    )

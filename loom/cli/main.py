@@ -44,8 +44,10 @@ def migrate() -> None:
     with backends_for(settings, need_redis=False) as backends:
         report = prepare(settings, backends.clickhouse_url)
     console.print(f"applied: {', '.join(report.applied) or 'nothing new'}")
-    console.print(f"retention: {report.storage.retention_days or 'keep forever'} days; "
-                  f"tiering: {report.storage.tiering}")
+    console.print(
+        f"retention: {report.storage.retention_days or 'keep forever'} days; "
+        f"tiering: {report.storage.tiering}"
+    )
 
 
 @app.command()
@@ -70,9 +72,12 @@ def worker() -> None:
 @app.command()
 def serve(
     workers: Annotated[int, typer.Option(help="arq worker processes to start (0 for none).")] = 1,
-    host: Annotated[str | None, typer.Option(help="Interface the API listens on (default LOOM_HOST).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port the API listens on (default LOOM_PORT).",
-                                             min=1, max=65535)] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Interface the API listens on (default LOOM_HOST).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port the API listens on (default LOOM_PORT).", min=1, max=65535)
+    ] = None,
 ) -> None:
     """Run Loom: with no configuration, the embedded ClickHouse endpoint and Redis,
     migrations, an arq worker and the API on 127.0.0.1:7777, each restarted if it dies
@@ -114,22 +119,27 @@ def _serve_until_stopped(sup: Supervisor, settings: Settings, workers: int, star
         console.print(f"migrations applied: {', '.join(report.applied)}")
     if settings.tiering_conversations_warm_days:
         console.print(f"tiering: {report.storage.tiering}")
-    sup.start_services(clickhouse_url, redis_url,
-                       workers if settings.clickhouse_embedded or settings.redis_embedded else 0)
+    sup.start_services(
+        clickhouse_url, redis_url, workers if settings.clickhouse_embedded or settings.redis_embedded else 0
+    )
     base = f"http://{settings.host}:{settings.port}"
     if (why := sup.wait_healthy(f"{base}/healthz")) is not None:
         return "" if sup.stop_requested else f"the API did not come up ({why}); see the log above"
-    console.print(f"[green]Loom is up[/green] in {time.monotonic() - started:.1f}s\n"
-                  f"  API        {base}/v1/<op>\n  OpenAPI    {base}/docs\n"
-                  f"  Health     {base}/healthz\n"
-                  f"  Home       {settings.home}\nPress Ctrl-C to stop.")
+    console.print(
+        f"[green]Loom is up[/green] in {time.monotonic() - started:.1f}s\n"
+        f"  API        {base}/v1/<op>\n  OpenAPI    {base}/docs\n"
+        f"  Health     {base}/healthz\n"
+        f"  Home       {settings.home}\nPress Ctrl-C to stop."
+    )
     sup.supervise()
     return sup.give_up_message()
 
 
 @app.command()
 def reembed(
-    namespace: Annotated[str, typer.Option("--namespace", help="The namespace whose conversation vectors to rebuild.")],
+    namespace: Annotated[
+        str, typer.Option("--namespace", help="The namespace whose conversation vectors to rebuild.")
+    ],
     thread_id: Annotated[str, typer.Option("--thread-id", help="Only this thread's rows.")] = "",
     page_size: Annotated[int, typer.Option(help="Rows per model call.", min=1, max=4096)] = 256,
 ) -> None:
@@ -157,13 +167,22 @@ def reembed(
         try:
             embedder = embedder_from_settings(settings, single_threaded=False)
             total = await svc.run(embeddings.count, svc.ch, namespace, thread_id or None)
-            columns = (TextColumn("[bold]re-embedding[/bold] {task.description}"), BarColumn(),
-                       MofNCompleteColumn(), TimeRemainingColumn())
+            columns = (
+                TextColumn("[bold]re-embedding[/bold] {task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+            )
             with Progress(*columns, console=console) as progress:
                 task = progress.add_task(f"{namespace} ({embedder.model_id})", total=total)
-                return await reembed_with(svc, namespace, model_from_embedder(lambda: embedder),
-                                          thread_id=thread_id or None, page_size=page_size,
-                                          progress=lambda n: progress.advance(task, n))
+                return await reembed_with(
+                    svc,
+                    namespace,
+                    model_from_embedder(lambda: embedder),
+                    thread_id=thread_id or None,
+                    page_size=page_size,
+                    progress=lambda n: progress.advance(task, n),
+                )
         finally:
             await svc.close()
 
@@ -182,7 +201,9 @@ def reembed(
 
 @token_app.command("mint")
 def token_mint(
-    namespace: Annotated[list[str], typer.Option("--namespace", help="Namespace the token grants (repeatable).")],
+    namespace: Annotated[
+        list[str], typer.Option("--namespace", help="Namespace the token grants (repeatable).")
+    ],
     role: Annotated[str, typer.Option(help="viewer | writer | admin")] = "viewer",
     read_scope: Annotated[str, typer.Option(help="all | own_user | own_session")] = "all",
     read_user_id: Annotated[str, typer.Option(help="The user an own_user token acts as.")] = "",
@@ -202,8 +223,18 @@ def token_mint(
             console.print(f"[red]{exc.message}[/red]")
             raise typer.Exit(2) from None
     if as_json:
-        print(json.dumps({"token": minted.token, "token_id": minted.token_id, "namespaces": namespace,
-                          "role": role, "read_scope": read_scope, "read_user_id": read_user_id}))
+        print(
+            json.dumps(
+                {
+                    "token": minted.token,
+                    "token_id": minted.token_id,
+                    "namespaces": namespace,
+                    "role": role,
+                    "read_scope": read_scope,
+                    "read_user_id": read_user_id,
+                }
+            )
+        )
     else:
         print(minted.token)
 
@@ -219,8 +250,16 @@ def token_list(include_revoked: bool = False) -> None:
     table = Table("namespaces", "role", "read_scope", "user", "label", "created", "revoked")
     table.add_column("token_id", no_wrap=True, min_width=16)
     for r in rows:
-        table.add_row(",".join(r.namespaces), r.role, r.read_scope, r.read_user_id or r.read_session_id,
-                      r.label, r.created_at.isoformat(timespec="seconds"), "yes" if r.revoked else "", r.token_id)
+        table.add_row(
+            ",".join(r.namespaces),
+            r.role,
+            r.read_scope,
+            r.read_user_id or r.read_session_id,
+            r.label,
+            r.created_at.isoformat(timespec="seconds"),
+            "yes" if r.revoked else "",
+            r.token_id,
+        )
     Console().print(table)
 
 
@@ -252,8 +291,12 @@ class _admin_client:
         self.backends = start_backends(self.settings, need_redis=False)
         try:
             prepare(self.settings, self.backends.clickhouse_url)
-            self.ch = connect(self.backends.clickhouse_url, database=self.settings.clickhouse_database,
-                              user=self.settings.clickhouse_user, password=self.settings.clickhouse_password)
+            self.ch = connect(
+                self.backends.clickhouse_url,
+                database=self.settings.clickhouse_database,
+                user=self.settings.clickhouse_user,
+                password=self.settings.clickhouse_password,
+            )
         except BaseException:
             self.backends.stop()
             raise

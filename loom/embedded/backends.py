@@ -112,10 +112,14 @@ def clear_orphans(settings: Settings, log: Callable[[str], None]) -> None:
             proc = psutil.Process(pid)
             parent = proc.parent()
             if parent is not None and parent.pid != 1 and _is_loom_command(parent):
-                raise BackendInUse(f"the embedded {name} on {settings.home} (pid {pid}) belongs to a running "
-                                   f"Loom command (pid {parent.pid}: {' '.join(parent.cmdline())[:120]}); "
-                                   "stop that first")
-            log(f"stopping an orphan embedded {name} (pid {pid}) left running on {settings.home} by an earlier run")
+                raise BackendInUse(
+                    f"the embedded {name} on {settings.home} (pid {pid}) belongs to a running "
+                    f"Loom command (pid {parent.pid}: {' '.join(parent.cmdline())[:120]}); "
+                    "stop that first"
+                )
+            log(
+                f"stopping an orphan embedded {name} (pid {pid}) left running on {settings.home} by an earlier run"
+            )
             proc.terminate()
             try:
                 proc.wait(ORPHAN_STOP_TIMEOUT_S)
@@ -132,4 +136,6 @@ def _is_loom_command(proc: psutil.Process) -> bool:
     except psutil.Error:
         return False
     head = [Path(a).name for a in args[:2]]
-    return "loom" in head or "loom.cli.main" in args or "loom.api.main:app" in args or "loom.api.process" in args
+    return (
+        "loom" in head or "loom.cli.main" in args or "loom.api.main:app" in args or "loom.api.process" in args
+    )

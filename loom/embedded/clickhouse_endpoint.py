@@ -137,8 +137,9 @@ class EndpointProcess:
             self.process.wait()
 
 
-def start_endpoint(data_dir: Path, port: int = 0, *, timeout: float = 30.0,
-                   die_with_parent: bool = False) -> EndpointProcess:
+def start_endpoint(
+    data_dir: Path, port: int = 0, *, timeout: float = 30.0, die_with_parent: bool = False
+) -> EndpointProcess:
     """Spawn the endpoint on `data_dir` and return once it accepts connections.
 
     Raises EndpointAlreadyRunning if another endpoint owns the directory, EndpointError
@@ -165,9 +166,11 @@ def start_endpoint(data_dir: Path, port: int = 0, *, timeout: float = 30.0,
         detail = _log_tail(log_path, log_offset)
         if proc.returncode == EXIT_ALREADY_RUNNING:
             raise EndpointAlreadyRunning(detail or f"another endpoint owns {data_dir}")
-        raise EndpointError(f"ClickHouse endpoint on {data_dir} did not start "
-                            f"(exit code {proc.returncode}): {detail or 'no output'}")
-    host, _, port_text = line[len(LISTENING_PREFIX):].rpartition(":")
+        raise EndpointError(
+            f"ClickHouse endpoint on {data_dir} did not start "
+            f"(exit code {proc.returncode}): {detail or 'no output'}"
+        )
+    host, _, port_text = line[len(LISTENING_PREFIX) :].rpartition(":")
     return EndpointProcess(proc, int(port_text), host.strip("[]"))
 
 
@@ -180,17 +183,33 @@ def spawn_endpoint(data_dir: Path, port: int, *, die_with_parent: bool = False) 
         return _popen(data_dir, port, log, log, die_with_parent)
 
 
-def _popen(data_dir: Path, port: int, stdout: Any, stderr: Any, die_with_parent: bool) -> subprocess.Popen[bytes]:
+def _popen(
+    data_dir: Path, port: int, stdout: Any, stderr: Any, die_with_parent: bool
+) -> subprocess.Popen[bytes]:
     from loom.embedded.lifeline import die_with_parent as lifeline
 
-    cmd = [sys.executable, "-m", "loom.embedded.clickhouse_endpoint",
-           "--data-dir", str(data_dir), "--port", str(port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "loom.embedded.clickhouse_endpoint",
+        "--data-dir",
+        str(data_dir),
+        "--port",
+        str(port),
+    ]
     # The child must import this package even if it is not installed (run from a checkout).
     package_root = str(Path(__file__).resolve().parents[2])
     pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "TZ": "UTC", "PYTHONPATH": pythonpath}
-    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env, close_fds=True,
-                            preexec_fn=lifeline() if die_with_parent else None)
+    return subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env=env,
+        close_fds=True,
+        preexec_fn=lifeline() if die_with_parent else None,
+    )
 
 
 def endpoint_pid(data_dir: Path) -> int | None:
@@ -231,7 +250,9 @@ def ping(url: str, timeout: float = 2.0, *, require_endpoint: bool = False) -> b
     try:
         with urllib.request.urlopen(f"{url.rstrip('/')}/ping", timeout=timeout) as resp:
             ours = resp.headers.get("X-ClickHouse-Server-Display-Name") == SERVER_DISPLAY_NAME
-            return bool(resp.status == 200 and resp.read().startswith(b"Ok.") and (ours or not require_endpoint))
+            return bool(
+                resp.status == 200 and resp.read().startswith(b"Ok.") and (ours or not require_endpoint)
+            )
     except (OSError, ValueError):
         return False
 
@@ -316,7 +337,7 @@ class ClickHouseError(Exception):
         match = _CODE_RE.search(text)
         if match is None:
             return cls.of(_UNKNOWN_EXCEPTION, f"{type(exc).__name__}: {text}")
-        return cls(int(match.group(1)), text[match.start():].strip())
+        return cls(int(match.group(1)), text[match.start() :].strip())
 
     @property
     def http_status(self) -> int:
@@ -336,13 +357,16 @@ _FIRST_WORDS_RE = re.compile(rb"([A-Za-z_]+|\()\s*([A-Za-z_]*)")
 _TRAILING_FORMAT_RE = re.compile(rb"\bFORMAT\s+([A-Za-z][A-Za-z0-9_]*)\s*;?\s*\Z", re.I)
 # "INSERT INTO <target> FORMAT <fmt>" whose data follows the format name.
 _INSERT_WITH_FORMAT_RE = re.compile(
-    rb"\A(?P<head>\s*INSERT\s+INTO\s+.*?)\bFORMAT\s+(?P<fmt>[A-Za-z][A-Za-z0-9_]*)", re.I | re.S)
+    rb"\A(?P<head>\s*INSERT\s+INTO\s+.*?)\bFORMAT\s+(?P<fmt>[A-Za-z][A-Za-z0-9_]*)", re.I | re.S
+)
 _QUOTED_RE = re.compile(rb"`[^`]*`|\"[^\"]*\"|'(?:[^'\\]|\\.)*'", re.S)
 _INLINE_SOURCE_RE = re.compile(rb"\b(?:SELECT|VALUES|WITH)\b", re.I)
 
 # Statements that return a result set (the server then sends X-ClickHouse-Format,
 # which is how clickhouse-connect's command() tells "" from a QuerySummary).
-_RESULT_KEYWORDS = frozenset({"SELECT", "WITH", "SHOW", "DESC", "DESCRIBE", "EXISTS", "EXPLAIN", "CHECK", "("})
+_RESULT_KEYWORDS = frozenset(
+    {"SELECT", "WITH", "SHOW", "DESC", "DESCRIBE", "EXISTS", "EXPLAIN", "CHECK", "("}
+)
 
 
 @dataclass(frozen=True)
@@ -498,7 +522,9 @@ def _decode_body(chunks: Iterable[bytes], encoding: str) -> Iterator[bytes]:
     except ClickHouseError:
         raise
     except Exception as exc:
-        raise ClickHouseError.of(_CANNOT_DECOMPRESS, f"Cannot decompress {encoding} request body: {exc}") from exc
+        raise ClickHouseError.of(
+            _CANNOT_DECOMPRESS, f"Cannot decompress {encoding} request body: {exc}"
+        ) from exc
     if pending:
         raise ClickHouseError.of(_CANNOT_DECOMPRESS, f"Truncated {encoding} request body")
 
@@ -520,8 +546,8 @@ def _decode_native_blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
             raw_size = int.from_bytes(buf[21:25], "little")
             if len(buf) < 16 + size:
                 break
-            payload = bytes(buf[25:16 + size])
-            del buf[:16 + size]
+            payload = bytes(buf[25 : 16 + size])
+            del buf[: 16 + size]
             if method == 0x02:
                 yield payload
             elif method == 0x82:
@@ -576,7 +602,8 @@ def _parse_multipart(body: bytes, content_type: str) -> list[tuple[str, str | No
     """(name, filename, value) per part. clickhouse-connect switches to a form when
     bound parameters are too large for the URL (e.g. an embedding vector)."""
     message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body
+    )
     parts: list[tuple[str, str | None, bytes]] = []
     for part in message.iter_parts():
         name = part.get_param("name", header="content-disposition")
@@ -592,14 +619,35 @@ def _parse_multipart(body: bytes, content_type: str) -> list[tuple[str, str | No
 
 # URL parameters that belong to the HTTP transport, never SET on the engine (chdb
 # would reject several of them as unknown settings).
-_TRANSPORT_PARAMS = frozenset({
-    "query", "database", "default_format", "user", "password", "quota_key", "role",
-    "session_id", "session_timeout", "session_check", "query_id",
-    "compress", "decompress", "buffer_size", "wait_end_of_query", "client_protocol_version",
-    "enable_http_compression", "send_progress_in_http_headers", "http_headers_progress_interval_ms",
-    "http_wait_end_of_query", "http_response_buffer_size", "cancel_http_readonly_queries_on_client_close",
-    "add_http_cors_header", "stacktrace", "http_native_compression_disable_checksumming_on_decompress",
-})
+_TRANSPORT_PARAMS = frozenset(
+    {
+        "query",
+        "database",
+        "default_format",
+        "user",
+        "password",
+        "quota_key",
+        "role",
+        "session_id",
+        "session_timeout",
+        "session_check",
+        "query_id",
+        "compress",
+        "decompress",
+        "buffer_size",
+        "wait_end_of_query",
+        "client_protocol_version",
+        "enable_http_compression",
+        "send_progress_in_http_headers",
+        "http_headers_progress_interval_ms",
+        "http_wait_end_of_query",
+        "http_response_buffer_size",
+        "cancel_http_readonly_queries_on_client_close",
+        "add_http_cors_header",
+        "stacktrace",
+        "http_native_compression_disable_checksumming_on_decompress",
+    }
+)
 _SETTING_NAME_RE = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -675,8 +723,11 @@ class _Handle:
         self.run(f"SET {name} = {value if value is not None else 'DEFAULT'}")
 
     def _capture_baseline(self, name: str) -> None:
-        result = self.run("SELECT value FROM system.settings WHERE name = {n:String} AND changed",
-                          "JSONEachRow", {"n": name})
+        result = self.run(
+            "SELECT value FROM system.settings WHERE name = {n:String} AND changed",
+            "JSONEachRow",
+            {"n": name},
+        )
         for line in result.bytes().splitlines():
             value = json.loads(line)["value"]
             # expression defaults such as 'auto(4)' come back already quoted
@@ -752,7 +803,12 @@ class _Engine:
             raise
         finally:
             with self._lock:
-                keep = reusable and not handle.discard and not self._closed and len(self._idle) < _MAX_IDLE_HANDLES
+                keep = (
+                    reusable
+                    and not handle.discard
+                    and not self._closed
+                    and len(self._idle) < _MAX_IDLE_HANDLES
+                )
                 if keep:
                     self._idle.append(handle)
             if not keep:
@@ -768,8 +824,9 @@ class _Engine:
                 session = _Session(self.open_handle(), timeout, self.default_database)
                 self._sessions[session_id] = session
             if not session.lock.acquire(blocking=False):
-                raise ClickHouseError.of(_SESSION_IS_LOCKED,
-                                         f"Session {session_id} is locked by a concurrent client")
+                raise ClickHouseError.of(
+                    _SESSION_IS_LOCKED, f"Session {session_id} is locked by a concurrent client"
+                )
         try:
             yield session
         finally:
@@ -836,10 +893,15 @@ def _request_from_params(params: dict[str, str], body: Iterator[bytes]) -> _Requ
             query_params[name[6:]] = value
         elif name not in _TRANSPORT_PARAMS:
             settings[name] = value
-    return _Request(params=params, query_param=params.get("query", "").encode(), body=body,
-                    database=params.get("database") or None,
-                    default_format=params.get("default_format") or "TabSeparated",
-                    settings=settings, query_params=query_params)
+    return _Request(
+        params=params,
+        query_param=params.get("query", "").encode(),
+        body=body,
+        database=params.get("database") or None,
+        default_format=params.get("default_format") or "TabSeparated",
+        settings=settings,
+        query_params=query_params,
+    )
 
 
 def _execute(handle: _Handle, session: _Session | None, req: _Request) -> _Reply:
@@ -847,7 +909,7 @@ def _execute(handle: _Handle, session: _Session | None, req: _Request) -> _Reply
     insert = _parse_insert_head(first) if _statement_kind(first).first == "INSERT" else None
     if insert is not None:
         _prepare(handle, session, req)
-        return _stream_insert(handle, insert, first[insert.data_start:], req.body)
+        return _stream_insert(handle, insert, first[insert.data_start :], req.body)
     sql = first + b"".join(req.body)
     if not sql.strip():
         raise ClickHouseError.of(_SYNTAX_ERROR, "Empty query")
@@ -920,25 +982,45 @@ def _stream_insert(handle: _Handle, insert: _InsertHead, inline: bytes, rest: It
             handle.discard = True  # a half-fed insert: do not trust the handle again
             with contextlib.suppress(Exception):
                 inserter.cancel()
-    summary = _summary(written_rows=result.rows_written, written_bytes=result.bytes_written,
-                       elapsed_s=result.elapsed)
+    summary = _summary(
+        written_rows=result.rows_written, written_bytes=result.bytes_written, elapsed_s=result.elapsed
+    )
     return _Reply(b"", None, summary)
 
 
 def _query_summary(result: Any) -> dict[str, str]:
-    return _summary(read_rows=result.storage_rows_read(), read_bytes=result.storage_bytes_read(),
-                    written_rows=result.rows_written(), written_bytes=result.bytes_written(),
-                    result_rows=result.rows_read(), result_bytes=result.bytes_read(),
-                    elapsed_s=result.elapsed())
+    return _summary(
+        read_rows=result.storage_rows_read(),
+        read_bytes=result.storage_bytes_read(),
+        written_rows=result.rows_written(),
+        written_bytes=result.bytes_written(),
+        result_rows=result.rows_read(),
+        result_bytes=result.bytes_read(),
+        elapsed_s=result.elapsed(),
+    )
 
 
-def _summary(*, read_rows: int = 0, read_bytes: int = 0, written_rows: int = 0, written_bytes: int = 0,
-             result_rows: int = 0, result_bytes: int = 0, elapsed_s: float = 0.0) -> dict[str, str]:
+def _summary(
+    *,
+    read_rows: int = 0,
+    read_bytes: int = 0,
+    written_rows: int = 0,
+    written_bytes: int = 0,
+    result_rows: int = 0,
+    result_bytes: int = 0,
+    elapsed_s: float = 0.0,
+) -> dict[str, str]:
     # The real server sends every number as a string.
-    return {"read_rows": str(read_rows), "read_bytes": str(read_bytes),
-            "written_rows": str(written_rows), "written_bytes": str(written_bytes),
-            "total_rows_to_read": "0", "result_rows": str(result_rows),
-            "result_bytes": str(result_bytes), "elapsed_ns": str(int(elapsed_s * 1e9))}
+    return {
+        "read_rows": str(read_rows),
+        "read_bytes": str(read_bytes),
+        "written_rows": str(written_rows),
+        "written_bytes": str(written_bytes),
+        "total_rows_to_read": "0",
+        "result_rows": str(result_rows),
+        "result_bytes": str(result_bytes),
+        "elapsed_ns": str(int(elapsed_s * 1e9)),
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -1011,7 +1093,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             url = urlsplit(self.path)
-            if url.path == "/ping" or (url.path == "/" and self.command == "GET" and "query=" not in url.query):
+            if url.path == "/ping" or (
+                url.path == "/" and self.command == "GET" and "query=" not in url.query
+            ):
                 self._send(200, [("Content-Type", "text/plain; charset=UTF-8")], b"Ok.\n")
             elif url.path == "/":
                 self._query(url.query)
@@ -1049,13 +1133,18 @@ class _Handler(BaseHTTPRequestHandler):
         """Body chunks after Content-Encoding / decompress=1; for a multipart form,
         its fields become parameters (mutating `params`) and the body is empty."""
         if params.get("compress") in ("1", "true"):
-            raise ClickHouseError.of(_NOT_IMPLEMENTED, "compress=1 (ClickHouse block-compressed responses) "
-                                     "is not supported by the embedded endpoint; use HTTP compression")
+            raise ClickHouseError.of(
+                _NOT_IMPLEMENTED,
+                "compress=1 (ClickHouse block-compressed responses) "
+                "is not supported by the embedded endpoint; use HTTP compression",
+            )
         content_type = self.headers.get("Content-Type", "")
         if content_type.lower().startswith("multipart/form-data"):
             for name, filename, value in _parse_multipart(b"".join(raw), content_type):
                 if filename is not None:
-                    raise ClickHouseError.of(_NOT_IMPLEMENTED, "External data is not supported by the embedded endpoint")
+                    raise ClickHouseError.of(
+                        _NOT_IMPLEMENTED, "External data is not supported by the embedded endpoint"
+                    )
                 params[name] = value.decode()
             return iter(())
         body: Iterator[bytes] = raw
@@ -1081,9 +1170,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_reply(self, reply: _Reply, params: dict[str, str], query_id: str) -> None:
         timezone = params.get("session_timezone") or "UTC"  # the engine runs with TZ=UTC
-        headers = [("X-ClickHouse-Query-Id", _header_safe(query_id)),
-                   ("X-ClickHouse-Timezone", _header_safe(timezone)),
-                   ("X-ClickHouse-Summary", json.dumps(reply.summary, separators=(",", ":")))]
+        headers = [
+            ("X-ClickHouse-Query-Id", _header_safe(query_id)),
+            ("X-ClickHouse-Timezone", _header_safe(timezone)),
+            ("X-ClickHouse-Summary", json.dumps(reply.summary, separators=(",", ":"))),
+        ]
         if reply.fmt is not None:
             headers.append(("X-ClickHouse-Format", reply.fmt))
             headers.append(("Content-Type", _content_type(reply.fmt)))
@@ -1097,20 +1188,26 @@ class _Handler(BaseHTTPRequestHandler):
                 headers.append(("Content-Encoding", encoding))
         self._send(200, headers, body)
 
-    def _send_error(self, exc: ClickHouseError, *, status: int | None = None, query_id: str | None = None) -> None:
-        headers = [("Content-Type", "text/plain; charset=UTF-8"),
-                   ("X-ClickHouse-Exception-Code", str(exc.code))]
+    def _send_error(
+        self, exc: ClickHouseError, *, status: int | None = None, query_id: str | None = None
+    ) -> None:
+        headers = [
+            ("Content-Type", "text/plain; charset=UTF-8"),
+            ("X-ClickHouse-Exception-Code", str(exc.code)),
+        ]
         if query_id is not None:
             headers.append(("X-ClickHouse-Query-Id", _header_safe(query_id)))
         text = exc.text if exc.text.endswith("\n") else exc.text + "\n"
         self._send(status or exc.http_status, headers, text.encode())
 
     def _send(self, status: int, headers: list[tuple[str, str]], body: bytes | memoryview) -> None:
-        lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
-                 f"X-ClickHouse-Server-Display-Name: {SERVER_DISPLAY_NAME}",
-                 *(f"{name}: {value}" for name, value in headers),
-                 f"Content-Length: {len(body)}",
-                 "Connection: close" if self.close_connection else "Connection: Keep-Alive"]
+        lines = [
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+            f"X-ClickHouse-Server-Display-Name: {SERVER_DISPLAY_NAME}",
+            *(f"{name}: {value}" for name, value in headers),
+            f"Content-Length: {len(body)}",
+            "Connection: close" if self.close_connection else "Connection: Keep-Alive",
+        ]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         # One write for the usual small response: headers and body in separate
         # writes cost a round of delayed ACK on some stacks.
@@ -1138,8 +1235,10 @@ def _session_timeout(text: str | None) -> float:
     except ValueError:
         raise ClickHouseError.of(_INVALID_SESSION_TIMEOUT, f"Invalid session timeout: '{text}'") from None
     if not 0 < value <= MAX_SESSION_TIMEOUT_S:
-        raise ClickHouseError.of(_INVALID_SESSION_TIMEOUT,
-                                 f"Session timeout {text} is out of range (0, {MAX_SESSION_TIMEOUT_S:.0f}]")
+        raise ClickHouseError.of(
+            _INVALID_SESSION_TIMEOUT,
+            f"Session timeout {text} is out of range (0, {MAX_SESSION_TIMEOUT_S:.0f}]",
+        )
     return value
 
 
@@ -1204,11 +1303,17 @@ def _reap_loop(engine: _Engine, stop: threading.Event) -> None:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m loom.embedded.clickhouse_endpoint",
-                                     description="Serve ClickHouse's HTTP interface over an embedded chdb engine.")
-    parser.add_argument("--data-dir", required=True, type=Path, help="engine data directory (one endpoint per directory)")
+    parser = argparse.ArgumentParser(
+        prog="python -m loom.embedded.clickhouse_endpoint",
+        description="Serve ClickHouse's HTTP interface over an embedded chdb engine.",
+    )
+    parser.add_argument(
+        "--data-dir", required=True, type=Path, help="engine data directory (one endpoint per directory)"
+    )
     parser.add_argument("--port", type=int, default=0, help="TCP port; 0 picks a free one")
-    parser.add_argument("--host", default="127.0.0.1", help="loopback address to bind (127.x, ::1, localhost)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="loopback address to bind (127.x, ::1, localhost)"
+    )
     return parser.parse_args(argv)
 
 
@@ -1216,8 +1321,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     if not _is_loopback(args.host):
         # chdb can read any local file (file(), INFILE): never expose it beyond this host.
-        print(f"refusing --host {args.host}: the embedded ClickHouse endpoint listens on loopback only "
-              "(127.x.x.x, ::1 or localhost)", file=sys.stderr)
+        print(
+            f"refusing --host {args.host}: the embedded ClickHouse endpoint listens on loopback only "
+            "(127.x.x.x, ::1 or localhost)",
+            file=sys.stderr,
+        )
         return EXIT_BAD_ARGS
     host = "127.0.0.1" if args.host == "localhost" else args.host
     data_dir: Path = args.data_dir.resolve()
@@ -1225,8 +1333,10 @@ def main(argv: list[str] | None = None) -> int:
 
     lock_fd = _take_lock(data_dir)
     if lock_fd is None:
-        print(f"another Loom ClickHouse endpoint already owns {data_dir} (pid {_lock_owner(data_dir)})",
-              file=sys.stderr)
+        print(
+            f"another Loom ClickHouse endpoint already owns {data_dir} (pid {_lock_owner(data_dir)})",
+            file=sys.stderr,
+        )
         return EXIT_ALREADY_RUNNING
 
     os.environ["TZ"] = "UTC"  # before chdb loads: the engine's timezone is UTC
@@ -1268,8 +1378,12 @@ def _serve(server: _Server, engine: _Engine, data_dir: Path, host: str) -> int:
     if not server.gate.close_and_wait(DRAIN_TIMEOUT_S):
         # Closing chdb under a running query is not safe; what was acknowledged is
         # already on disk, so leave without closing it.
-        print(f"in-flight requests still running after {DRAIN_TIMEOUT_S:.0f}s; exiting without "
-              "closing the engine", file=sys.stderr, flush=True)
+        print(
+            f"in-flight requests still running after {DRAIN_TIMEOUT_S:.0f}s; exiting without "
+            "closing the engine",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(EXIT_DRAIN_TIMEOUT)
     stop_reaper.set()
     engine.close()

@@ -110,7 +110,11 @@ def start_redis(redis_dir: Path, *, timeout: float = 15.0, die_with_parent: bool
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            log = (redis_dir / "redis.log").read_text(errors="replace")[-2000:] if (redis_dir / "redis.log").exists() else ""
+            log = (
+                (redis_dir / "redis.log").read_text(errors="replace")[-2000:]
+                if (redis_dir / "redis.log").exists()
+                else ""
+            )
             raise RedisStartError(f"redis-server exited with {proc.returncode}: {log}")
         if sock.exists() and ping(url):
             return RedisProcess(proc, url, redis_dir)
@@ -129,23 +133,40 @@ def spawn_redis(redis_dir: Path, *, die_with_parent: bool = False) -> subprocess
     sock.unlink(missing_ok=True)
     args = [
         redis_binary(),
-        "--port", "0",
-        "--unixsocket", str(sock),
-        "--unixsocketperm", "700",
-        "--dir", str(redis_dir),
-        "--pidfile", str(pid_path(redis_dir)),  # how the next `loom serve` finds one left running
-        "--appendonly", "yes",
-        "--appendfsync", "everysec",
-        "--save", "300 1",
+        "--port",
+        "0",
+        "--unixsocket",
+        str(sock),
+        "--unixsocketperm",
+        "700",
+        "--dir",
+        str(redis_dir),
+        "--pidfile",
+        str(pid_path(redis_dir)),  # how the next `loom serve` finds one left running
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--save",
+        "300 1",
         # loom.store.landed keeps up to ~500 fields per hash at 1M turns a namespace:
         # compact (ziplist) hashes hold them in ~10 bytes each.
-        "--hash-max-ziplist-entries", "1024",
-        "--daemonize", "no",
-        "--loglevel", "warning",
-        "--logfile", str(redis_dir / "redis.log"),
+        "--hash-max-ziplist-entries",
+        "1024",
+        "--daemonize",
+        "no",
+        "--loglevel",
+        "warning",
+        "--logfile",
+        str(redis_dir / "redis.log"),
     ]
-    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
-                            preexec_fn=lifeline() if die_with_parent else None)
+    return subprocess.Popen(
+        args,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=lifeline() if die_with_parent else None,
+    )
 
 
 def redis_pids(redis_dir: Path) -> set[int]:

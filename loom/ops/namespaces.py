@@ -21,8 +21,9 @@ async def get_config(svc: Services, who: Principal, namespace: str) -> store.Nam
     return await svc.run(store.get, svc.ch, ns)
 
 
-async def set_model_calls(svc: Services, who: Principal, namespace: str, enabled: bool,
-                          extraction_policy: str | None = None) -> store.NamespaceConfig:
+async def set_model_calls(
+    svc: Services, who: Principal, namespace: str, enabled: bool, extraction_policy: str | None = None
+) -> store.NamespaceConfig:
     """namespace.set_policy (admin): the owner's model-call switch and the operator's extraction policy."""
     who.require_role(Role.admin)
     ns = who.namespace(namespace)

@@ -43,7 +43,9 @@ LLM_KINDS = ("fake", "openai")
 # The token counts the provider reported for the last completion the current task
 # awaited: (prompt_tokens, completion_tokens), or None when it reported none. A
 # context variable, so concurrent callers each read their own call's counts.
-LAST_USAGE: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("loom_llm_usage", default=None)
+LAST_USAGE: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
+    "loom_llm_usage", default=None
+)
 
 
 class LLMError(Exception):

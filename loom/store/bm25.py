@@ -47,9 +47,11 @@ MAX_QUERY_TERMS = 64
 # out for `content` (tests/conversation/test_saved_index.py checks they match).
 _WORD = r"[^\\x00-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]+"
 _NORMALISED = "translateUTF8(lowerUTF8({x}), '“”‘’«»—–…•·', '           ')"
-TERMS = ("arrayFilter(t -> length(t) <= " + str(MAX_TERM_CHARS) + ", arrayConcat("
-         f"extractAll({_NORMALISED}, '{_WORD}'), "
-         f"extractAll({_NORMALISED}, '{_WORD}(?:[-_./:@#]{_WORD})+')))")
+TERMS = (
+    "arrayFilter(t -> length(t) <= " + str(MAX_TERM_CHARS) + ", arrayConcat("
+    f"extractAll({_NORMALISED}, '{_WORD}'), "
+    f"extractAll({_NORMALISED}, '{_WORD}(?:[-_./:@#]{_WORD})+')))"
+)
 
 
 def terms_sql(expr: str) -> str:
@@ -63,7 +65,7 @@ class LexicalHit:
     msg_id: str
     agent: str
     score: float
-    matched: tuple[str, ...]     # the query terms the message holds (for the excerpt)
+    matched: tuple[str, ...]  # the query terms the message holds (for the excerpt)
 
 
 def rank_key(matched: Sequence[str], score: float) -> tuple[int, float]:
@@ -76,7 +78,7 @@ def rank_key(matched: Sequence[str], score: float) -> tuple[int, float]:
 # saved, finds no partner). N and avgdl come from the same rows in the same pass
 # (window functions over `docs`), df from the joined postings.
 _SEARCH = f"""
-WITH arraySlice(arrayDistinct({terms_sql('{q:String}')}), 1, {MAX_QUERY_TERMS}) AS qterms
+WITH arraySlice(arrayDistinct({terms_sql("{q:String}")}), 1, {MAX_QUERY_TERMS}) AS qterms
 SELECT thread_id, msg_id, argMax(agent, score) AS agent, max(score) AS best, argMax(matched, score) AS terms
 FROM (
     SELECT any(thread_id) AS thread_id, any(msg_id) AS msg_id, any(agent) AS agent,
@@ -109,8 +111,9 @@ LIMIT {{lim:UInt32}}
 """
 
 
-def search(ch: Client, namespace: str, user_id: str, query: str, *, limit: int,
-           thread_id: str | None = None) -> list[LexicalHit]:
+def search(
+    ch: Client, namespace: str, user_id: str, query: str, *, limit: int, thread_id: str | None = None
+) -> list[LexicalHit]:
     """The user's saved messages by BM25 of `query`, best first (at most `limit`).
     A message saved under two agents counts once, by its better copy."""
     params: dict[str, Any] = {"ns": namespace, "user": user_id, "q": query, "lim": limit}
@@ -120,9 +123,17 @@ def search(ch: Client, namespace: str, user_id: str, query: str, *, limit: int,
         params["th"] = thread_id
     sql = _SEARCH.replace("{thread_filter}", thread_filter)
     rows = ch.query(sql, parameters=params)
-    return [LexicalHit(thread_id=r["thread_id"], msg_id=r["msg_id"], agent=r["agent"], score=float(r["best"]),
-                       matched=tuple(r["terms"]))
-            for r in named(rows) if r["best"] > 0]
+    return [
+        LexicalHit(
+            thread_id=r["thread_id"],
+            msg_id=r["msg_id"],
+            agent=r["agent"],
+            score=float(r["best"]),
+            matched=tuple(r["terms"]),
+        )
+        for r in named(rows)
+        if r["best"] > 0
+    ]
 
 
 def query_terms(ch: Client, texts: Sequence[str]) -> list[list[str]]:

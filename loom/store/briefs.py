@@ -25,11 +25,11 @@ class BriefRow:
     brief_key: str = column("String")
     project: str = column("String")
     branch: str = column("String")
-    session_id: str = column("String")        # the session that started the brief
-    user_id: str = column("String")           # the user of the last save
+    session_id: str = column("String")  # the session that started the brief
+    user_id: str = column("String")  # the user of the last save
     agent: str = column("LowCardinality(String)")
     revision: int = column("UInt32")
-    sections: str = column("String")          # JSON
+    sections: str = column("String")  # JSON
     author: str = column("LowCardinality(String)")  # llm | deterministic | model
     last_session_id: str = column("String")
     last_event_cursor: str = column("String")
@@ -67,14 +67,19 @@ REVISIONS = table("session_brief_revisions", RevisionRow, extra=_VERSION)
 def _scope_sql(prefix: str) -> str:
     if not prefix:
         return ""
-    return (" AND startsWith(brief_key, {prefix:String})"
-            " AND position(substring(brief_key, length({prefix:String}) + 1), '~') = 0")
+    return (
+        " AND startsWith(brief_key, {prefix:String})"
+        " AND position(substring(brief_key, length({prefix:String}) + 1), '~') = 0"
+    )
 
 
 def get(ch: Client, namespace: str, brief_key: str, *, include_deleted: bool = False) -> BriefRow | None:
     """The current row of one brief (a deleted one only when asked: it carries the revision count)."""
-    row = BRIEFS.first(ch, "WHERE namespace = {ns:String} AND brief_key = {key:String} LIMIT 1",
-                       {"ns": namespace, "key": brief_key})
+    row = BRIEFS.first(
+        ch,
+        "WHERE namespace = {ns:String} AND brief_key = {key:String} LIMIT 1",
+        {"ns": namespace, "key": brief_key},
+    )
     if row is None or (row.deleted and not include_deleted):
         return None
     return row
@@ -82,8 +87,10 @@ def get(ch: Client, namespace: str, brief_key: str, *, include_deleted: bool = F
 
 def get_revision(ch: Client, namespace: str, brief_key: str, revision: int) -> RevisionRow | None:
     return REVISIONS.first(
-        ch, "WHERE namespace = {ns:String} AND brief_key = {key:String} AND revision = {rev:UInt32} LIMIT 1",
-        {"ns": namespace, "key": brief_key, "rev": revision})
+        ch,
+        "WHERE namespace = {ns:String} AND brief_key = {key:String} AND revision = {rev:UInt32} LIMIT 1",
+        {"ns": namespace, "key": brief_key, "rev": revision},
+    )
 
 
 def newest_for_session(ch: Client, namespace: str, session_id: str, prefix: str = "") -> str | None:
@@ -91,8 +98,9 @@ def newest_for_session(ch: Client, namespace: str, session_id: str, prefix: str 
     found = scalar(
         ch,
         "SELECT brief_key FROM session_brief_revisions FINAL "
-        "WHERE namespace = {ns:String} AND session_id = {sid:String}" + _scope_sql(prefix) +
-        " AND brief_key IN (SELECT brief_key FROM session_briefs FINAL "
+        "WHERE namespace = {ns:String} AND session_id = {sid:String}"
+        + _scope_sql(prefix)
+        + " AND brief_key IN (SELECT brief_key FROM session_briefs FINAL "
         "  WHERE namespace = {ns:String} AND NOT deleted)"
         " ORDER BY version DESC LIMIT 1",
         {"ns": namespace, "sid": session_id, "prefix": prefix},
@@ -102,13 +110,25 @@ def newest_for_session(ch: Client, namespace: str, session_id: str, prefix: str 
 
 def newest_for_project(ch: Client, namespace: str, project: str, prefix: str = "") -> BriefRow | None:
     return BRIEFS.first(
-        ch, "WHERE namespace = {ns:String} AND project = {project:String} AND NOT deleted" + _scope_sql(prefix) +
-        " ORDER BY version DESC LIMIT 1",
-        {"ns": namespace, "project": project, "prefix": prefix})
+        ch,
+        "WHERE namespace = {ns:String} AND project = {project:String} AND NOT deleted"
+        + _scope_sql(prefix)
+        + " ORDER BY version DESC LIMIT 1",
+        {"ns": namespace, "project": project, "prefix": prefix},
+    )
 
 
-def list_briefs(ch: Client, namespace: str, *, prefix: str = "", project: str = "",
-                mine_user: str = "", mine_token: str = "", limit: int = 50, offset: int = 0) -> list[BriefRow]:
+def list_briefs(
+    ch: Client,
+    namespace: str,
+    *,
+    prefix: str = "",
+    project: str = "",
+    mine_user: str = "",
+    mine_token: str = "",
+    limit: int = 50,
+    offset: int = 0,
+) -> list[BriefRow]:
     """Live briefs, newest first. ``mine_user``/``mine_token``: only briefs with a revision
     written by that user (or, with no user, by that token)."""
     where = "namespace = {ns:String} AND NOT deleted" + _scope_sql(prefix)
@@ -116,12 +136,23 @@ def list_briefs(ch: Client, namespace: str, *, prefix: str = "", project: str = 
         where += " AND project = {project:String}"
     if mine_user or mine_token:
         who = "user_id = {mine_user:String}" if mine_user else "token_id = {mine_token:String}"
-        where += (" AND brief_key IN (SELECT DISTINCT brief_key FROM session_brief_revisions "
-                  "WHERE namespace = {ns:String} AND " + who + ")")
+        where += (
+            " AND brief_key IN (SELECT DISTINCT brief_key FROM session_brief_revisions "
+            "WHERE namespace = {ns:String} AND " + who + ")"
+        )
     return BRIEFS.select(
-        ch, f"WHERE {where} ORDER BY version DESC LIMIT {{limit:UInt32}} OFFSET {{offset:UInt32}}",
-        {"ns": namespace, "prefix": prefix, "project": project, "mine_user": mine_user,
-         "mine_token": mine_token, "limit": limit, "offset": offset})
+        ch,
+        f"WHERE {where} ORDER BY version DESC LIMIT {{limit:UInt32}} OFFSET {{offset:UInt32}}",
+        {
+            "ns": namespace,
+            "prefix": prefix,
+            "project": project,
+            "mine_user": mine_user,
+            "mine_token": mine_token,
+            "limit": limit,
+            "offset": offset,
+        },
+    )
 
 
 def write(ch: Client, brief: BriefRow, revision: RevisionRow) -> None:
@@ -140,11 +171,25 @@ def delete(ch: Client, current: BriefRow) -> None:
     older row of it and all its revisions removed."""
     version = next_version()
     now = utcnow()
-    tomb = replace(current, session_id="", user_id="", sections="{}", last_session_id="", last_event_cursor="",
-                   last_summary="", updated_at=now, deleted=True)
+    tomb = replace(
+        current,
+        session_id="",
+        user_id="",
+        sections="{}",
+        last_session_id="",
+        last_event_cursor="",
+        last_summary="",
+        updated_at=now,
+        deleted=True,
+    )
     BRIEFS.insert(ch, [tomb], version=version)
     params = {"ns": current.namespace, "key": current.brief_key, "v": version}
-    ch.command("DELETE FROM session_brief_revisions WHERE namespace = {ns:String} AND brief_key = {key:String}",
-               parameters=params)
-    ch.command("DELETE FROM session_briefs WHERE namespace = {ns:String} AND brief_key = {key:String} "
-               "AND version < {v:UInt64}", parameters=params)
+    ch.command(
+        "DELETE FROM session_brief_revisions WHERE namespace = {ns:String} AND brief_key = {key:String}",
+        parameters=params,
+    )
+    ch.command(
+        "DELETE FROM session_briefs WHERE namespace = {ns:String} AND brief_key = {key:String} "
+        "AND version < {v:UInt64}",
+        parameters=params,
+    )

@@ -28,16 +28,31 @@ def _shared_pool() -> Any:  # a urllib3 PoolManager (clickhouse-connect's type i
         return _pool
 
 
-def connect(url: str, *, database: str = "loom", user: str = "default", password: str = "",
-            create_database: bool = False) -> Client:
+def connect(
+    url: str,
+    *,
+    database: str = "loom",
+    user: str = "default",
+    password: str = "",
+    create_database: bool = False,
+) -> Client:
     """A thread-safe client (no session id: concurrent queries are fine)."""
     parsed = urlparse(url if "://" in url else f"http://{url}")
     host = parsed.hostname or "127.0.0.1"
     secure = parsed.scheme == "https"
     port = parsed.port or (8443 if secure else 8123)
-    common = dict(host=host, port=port, username=user, password=password, secure=secure,
-                  autogenerate_session_id=False, compress="lz4", pool_mgr=_shared_pool(),
-                  connect_timeout=10, send_receive_timeout=120)
+    common = dict(
+        host=host,
+        port=port,
+        username=user,
+        password=password,
+        secure=secure,
+        autogenerate_session_id=False,
+        compress="lz4",
+        pool_mgr=_shared_pool(),
+        connect_timeout=10,
+        send_receive_timeout=120,
+    )
     if create_database:
         bootstrap = clickhouse_connect.get_client(database="default", **common)
         bootstrap.command("CREATE DATABASE IF NOT EXISTS {db:Identifier}", parameters={"db": database})
@@ -64,11 +79,12 @@ def key_sets(keys: Sequence[Sequence[str]], **columns: int) -> dict[str, list[st
 INDEX_ON_INSERT_MIN_ROWS = 2_048
 
 
-DEFER_SETTING = "exclude_materialize_skip_indexes_on_insert"   # ClickHouse 25.10 and later
+DEFER_SETTING = "exclude_materialize_skip_indexes_on_insert"  # ClickHouse 25.10 and later
 
 
-def insert_settings(ch: Client, rows: int, deferred_indexes: Sequence[str],
-                    dedup_token: str = "") -> dict[str, str] | None:
+def insert_settings(
+    ch: Client, rows: int, deferred_indexes: Sequence[str], dedup_token: str = ""
+) -> dict[str, str] | None:
     """Settings for an INSERT of `rows` rows: `deferred_indexes` left to the merges if
     the insert is small and the server knows how (an older one would refuse the
     setting: it then builds them at insert, as it always did), and the deduplication

@@ -92,7 +92,7 @@ def insert(ch: Client, turns: Sequence[Turn], *, dedup_token: str = "") -> None:
 class Landed:
     """Which of some turns already landed, read before a flush inserts them."""
 
-    existing: set[TurnKey]                             # landed for this agent (any version)
+    existing: set[TurnKey]  # landed for this agent (any version)
     # (ns, thread, msg) that another agent's copy landed for: only such a turn can have
     # an embedding row to reuse (the embedding row is written after, and for, a
     # transcript row).
@@ -140,7 +140,7 @@ class TurnState:
     tombstoned: bool
     is_saved: bool
     saved_at: datetime | None
-    user_id: str = ""      # the owner: a save may have claimed the row since it was appended
+    user_id: str = ""  # the owner: a save may have claimed the row since it was appended
     origin: str = RECORDED
 
 
@@ -164,8 +164,16 @@ def states(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnState]:
     for r in named(rows):
         key = (r["ns"], r["ag"], r["thread_id"], r["msg_id"])
         if key in wanted and (key not in newest or r["version"] >= newest[key][0]):
-            newest[key] = (r["version"], TurnState(tombstoned=bool(r["tombstoned"]), is_saved=bool(r["is_saved"]),
-                                                   saved_at=r["saved_at"], user_id=r["user_id"], origin=r["orig"]))
+            newest[key] = (
+                r["version"],
+                TurnState(
+                    tombstoned=bool(r["tombstoned"]),
+                    is_saved=bool(r["is_saved"]),
+                    saved_at=r["saved_at"],
+                    user_id=r["user_id"],
+                    origin=r["orig"],
+                ),
+            )
     return {key: state for key, (_, state) in newest.items()}
 
 
@@ -197,11 +205,25 @@ def _metadata(raw: str) -> dict[str, Any]:
 _MESSAGE = TABLE.reader(Message, metadata=_metadata)
 
 
-def page(ch: Client, namespace: str, agent: str, thread_id: str, *, limit: int, descending: bool = False,
-         after: tuple[int, str] | None = None, run_id: str | None = None) -> list[Message]:
+def page(
+    ch: Client,
+    namespace: str,
+    agent: str,
+    thread_id: str,
+    *,
+    limit: int,
+    descending: bool = False,
+    after: tuple[int, str] | None = None,
+    run_id: str | None = None,
+) -> list[Message]:
     """A thread's live recorded turns in (ts, msg_id) order, after a keyset position (ts in µs, msg_id)."""
-    where = ["namespace = {ns:String}", "agent = {ag:String}", "thread_id = {th:String}", "NOT tombstoned",
-             IS_RECORDED]
+    where = [
+        "namespace = {ns:String}",
+        "agent = {ag:String}",
+        "thread_id = {th:String}",
+        "NOT tombstoned",
+        IS_RECORDED,
+    ]
     params: dict[str, Any] = {"ns": namespace, "ag": agent, "th": thread_id, "lim": limit}
     if run_id is not None:
         where.append("run_id = {run:String}")
@@ -235,8 +257,9 @@ def activity(ch: Client, namespace: str, agent: str, thread_id: str) -> ThreadAc
     ).first_item
     assert row is not None  # an aggregate without GROUP BY returns one row
     count = int(row["turns"])
-    return ThreadActivity(turns=count, first_ts=row["first_ts"] if count else None,
-                          last_ts=row["last_ts"] if count else None)
+    return ThreadActivity(
+        turns=count, first_ts=row["first_ts"] if count else None, last_ts=row["last_ts"] if count else None
+    )
 
 
 @dataclass(frozen=True)
@@ -244,10 +267,12 @@ class LastTurn:
     msg_id: str
     role: str
     ts: datetime
-    head: str            # the first `chars` characters of the content
+    head: str  # the first `chars` characters of the content
 
 
-def last_turns(ch: Client, namespace: str, pairs: Sequence[tuple[str, str]], chars: int) -> dict[tuple[str, str], LastTurn]:
+def last_turns(
+    ch: Client, namespace: str, pairs: Sequence[tuple[str, str]], chars: int
+) -> dict[tuple[str, str], LastTurn]:
     """The newest live recorded turn of each (agent, thread_id), with its content's first `chars` characters."""
     if not pairs:
         return {}
@@ -260,12 +285,18 @@ def last_turns(ch: Client, namespace: str, pairs: Sequence[tuple[str, str]], cha
         parameters={"ns": namespace, "n": chars, **key_sets(pairs, ag=0, th=1)},
     )
     wanted = set(pairs)
-    return {(r["ag"], r["thread_id"]): LastTurn(msg_id=r["last_msg"], role=r["last_role"], ts=r["last_ts"],
-                                                head=r["head"])
-            for r in named(rows) if (r["ag"], r["thread_id"]) in wanted}
+    return {
+        (r["ag"], r["thread_id"]): LastTurn(
+            msg_id=r["last_msg"], role=r["last_role"], ts=r["last_ts"], head=r["head"]
+        )
+        for r in named(rows)
+        if (r["ag"], r["thread_id"]) in wanted
+    }
 
 
-def copy_texts(ch: Client, keys: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str, str], list[tuple[str, bool]]]:
+def copy_texts(
+    ch: Client, keys: Iterable[tuple[str, str, str]]
+) -> dict[tuple[str, str, str], list[tuple[str, bool]]]:
     """Every agent's copy of the named turns (newest versions, tombstoned included): the
     whole content and its high mark, per (namespace, thread_id, msg_id)."""
     keys = list(keys)

@@ -28,7 +28,11 @@ def tombstone_turns(ch: Client, namespace: str, agent: str, thread_id: str, reas
     by the engine from the newest one; saved_at stays, so the revision reaches the
     saved-message indexes too). Returns how many."""
     params = {"ns": namespace, "ag": agent, "th": thread_id, "why": reason, "v": next_version()}
-    count = int(scalar(ch, f"SELECT count() FROM conversations FINAL WHERE {_THREAD_WHERE} AND NOT tombstoned", params))
+    count = int(
+        scalar(
+            ch, f"SELECT count() FROM conversations FINAL WHERE {_THREAD_WHERE} AND NOT tombstoned", params
+        )
+    )
     if not count:
         return 0
     replaced = {"tombstoned": "true", "tombstoned_at": "now64(3)", "tombstone_reason": "{why:String}"}
@@ -78,9 +82,17 @@ COPY_COLUMNS = (
 
 def copy_of(r: dict[str, Any]) -> Copy:
     return Copy(
-        agent=r["agent"], msg_id=r["msg_id"], role=r["role"], head=r["head"], user_id=r["user_id"],
-        run_id=r["run_id"], is_summary=bool(r["is_summary"]), is_saved=bool(r["is_saved"]),
-        saved_at=r["saved_at"], high_sensitivity=bool(r["high_sensitivity"]), tombstoned=bool(r["tombstoned"]),
+        agent=r["agent"],
+        msg_id=r["msg_id"],
+        role=r["role"],
+        head=r["head"],
+        user_id=r["user_id"],
+        run_id=r["run_id"],
+        is_summary=bool(r["is_summary"]),
+        is_saved=bool(r["is_saved"]),
+        saved_at=r["saved_at"],
+        high_sensitivity=bool(r["high_sensitivity"]),
+        tombstoned=bool(r["tombstoned"]),
         origin=r["origin"],
     )
 

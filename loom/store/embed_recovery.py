@@ -93,7 +93,11 @@ def _landed(rows: Any) -> list[Landed]:
     return [
         Landed(
             position=Position(
-                created_at=r["created_at"], namespace=r["ns"], agent=r["ag"], thread_id=r["thread_id"], msg_id=r["msg_id"]
+                created_at=r["created_at"],
+                namespace=r["ns"],
+                agent=r["ag"],
+                thread_id=r["thread_id"],
+                msg_id=r["msg_id"],
             ),
             role=r["role_name"],
             run_id=r["run_id"],

@@ -109,9 +109,15 @@ def states(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingState]:
     for r in named(rows):
         key = (r["ns"], r["thread_id"], r["msg_id"])
         if key in wanted:
-            out[key] = EmbeddingState(agent=r["ag"], text=r["text"], has_vector=bool(r["has_vector"]),
-                                      model=r["model_name"], error=r["error"], tombstoned=bool(r["tombstoned"]),
-                                      version=int(r["version"]))
+            out[key] = EmbeddingState(
+                agent=r["ag"],
+                text=r["text"],
+                has_vector=bool(r["has_vector"]),
+                model=r["model_name"],
+                error=r["error"],
+                tombstoned=bool(r["tombstoned"]),
+                version=int(r["version"]),
+            )
     return out
 
 
@@ -185,8 +191,9 @@ class ReembedCandidate:
         return (self.namespace, self.thread_id, self.msg_id)
 
 
-def scan(ch: Client, namespace: str, *, after: tuple[str, str] | None, limit: int,
-         thread_id: str | None = None) -> list[ReembedCandidate]:
+def scan(
+    ch: Client, namespace: str, *, after: tuple[str, str] | None, limit: int, thread_id: str | None = None
+) -> list[ReembedCandidate]:
     """A page of the namespace's embedding rows in key order (tombstoned included, so
     the caller can count them), after the (thread_id, msg_id) position `after`."""
     where = ["namespace = {ns:String}"]
@@ -202,5 +209,14 @@ def scan(ch: Client, namespace: str, *, after: tuple[str, str] | None, limit: in
         f"WHERE {' AND '.join(where)} ORDER BY thread_id, msg_id LIMIT {{lim:UInt32}}",
         parameters=params,
     )
-    return [ReembedCandidate(namespace=r["ns"], thread_id=r["thread_id"], msg_id=r["msg_id"], text=r["text"],
-                             tombstoned=bool(r["tombstoned"]), version=int(r["version"])) for r in named(found)]
+    return [
+        ReembedCandidate(
+            namespace=r["ns"],
+            thread_id=r["thread_id"],
+            msg_id=r["msg_id"],
+            text=r["text"],
+            tombstoned=bool(r["tombstoned"]),
+            version=int(r["version"]),
+        )
+        for r in named(found)
+    ]

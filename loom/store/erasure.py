@@ -128,7 +128,9 @@ def get_request(ch: Client, erasure_id: str) -> Request | None:
 def _digest(ch: Client, sql: str, params: dict[str, Any]) -> str:
     """The digest of the keys a SELECT of key columns returns (order-free: a sum of
     their hashes, which an operator can recompute from a backup)."""
-    total = scalar(ch, f"SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({sql}))", params)
+    total = scalar(
+        ch, f"SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({sql}))", params
+    )
     return format(int(total or 0), "016x")
 
 
@@ -261,7 +263,12 @@ def hand_over(ch: Client, erasure_id: str, namespace: str, rows: Sequence[emb_st
         ch,
         [
             ErasureKey(
-                erasure_id=erasure_id, namespace=namespace, kind="handed", agent="", thread_id=r.thread_id, msg_id=r.msg_id
+                erasure_id=erasure_id,
+                namespace=namespace,
+                kind="handed",
+                agent="",
+                thread_id=r.thread_id,
+                msg_id=r.msg_id,
             )
             for r in rows
         ],

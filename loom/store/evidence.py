@@ -38,9 +38,7 @@ class Evidence:
 
 
 # doc and doc_len: the BM25 document id and length, MATERIALIZED by the server.
-TABLE = table(
-    "memory_evidence", Evidence, server=[Column("doc", "UInt64"), Column("doc_len", "UInt32")]
-)
+TABLE = table("memory_evidence", Evidence, server=[Column("doc", "UInt64"), Column("doc_len", "UInt32")])
 
 
 def insert(ch: Client, rows: Sequence[Evidence]) -> None:

@@ -39,7 +39,7 @@ from redis.asyncio import Redis
 from loom import redis_keys
 from loom.store.rows import named
 
-TurnKey = tuple[str, str, str, str]     # (namespace, agent, thread_id, msg_id)
+TurnKey = tuple[str, str, str, str]  # (namespace, agent, thread_id, msg_id)
 
 BUCKETS = 4096
 REBUILD_PAGE = 20_000
@@ -90,11 +90,11 @@ return 0
 class Noted:
     """What claim_and_note() learnt of one turn."""
 
-    claimed: bool          # this flush holds the turn's claim (no concurrent writer does)
-    first_note: bool       # never noted for this agent before
-    first_any: bool        # never noted for any agent before
-    ready: bool            # its namespace's notes are complete
-    held_by_save: bool = False   # not claimed: a save holds the claim (its row may be saved-only)
+    claimed: bool  # this flush holds the turn's claim (no concurrent writer does)
+    first_note: bool  # never noted for this agent before
+    first_any: bool  # never noted for any agent before
+    ready: bool  # its namespace's notes are complete
+    held_by_save: bool = False  # not claimed: a save holds the claim (its row may be saved-only)
 
     @property
     def certainly_new(self) -> bool:
@@ -129,8 +129,9 @@ def ready_key(namespace: str) -> str:
     return redis_keys.landed_ready(namespace)
 
 
-async def claim_and_note(redis: Redis, keys: Sequence[TurnKey], claim_keys: Sequence[str], claim_value: str,
-                         claim_ttl_s: int) -> list[Noted]:
+async def claim_and_note(
+    redis: Redis, keys: Sequence[TurnKey], claim_keys: Sequence[str], claim_value: str, claim_ttl_s: int
+) -> list[Noted]:
     """In one atomic round trip: claim each turn (SET NX with a TTL) and note it."""
     if not keys:
         return []
@@ -151,7 +152,7 @@ async def note(redis: Redis, keys: Sequence[TurnKey]) -> None:
     pipe = redis.pipeline(transaction=False)
     for key in keys:
         for bucket, fld in (_this_agent(key), _any_agent(key)):
-            pipe.hsetnx(bucket, fld, "")       # type: ignore[arg-type]
+            pipe.hsetnx(bucket, fld, "")  # type: ignore[arg-type]
     await pipe.execute()
 
 

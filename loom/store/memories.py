@@ -74,17 +74,13 @@ class Fact:
     updated_at: datetime = column("DateTime64(3, 'UTC')")
     tombstoned: bool = column("Bool", default=False)
     model: str = column("LowCardinality(String)", default="")
-    embedding: list[float] = column(
-        "Array(Float32)", default_factory=list, encode=_vector, decode=_floats
-    )
+    embedding: list[float] = column("Array(Float32)", default_factory=list, encode=_vector, decode=_floats)
     embed_error: str = column("String", default="")
     version: int = column("UInt64", default=0)
 
 
 # doc and doc_len: the BM25 document id and length, MATERIALIZED by the server.
-TABLE = table(
-    "memories", Fact, server=[Column("doc", "UInt64"), Column("doc_len", "UInt32")]
-)
+TABLE = table("memories", Fact, server=[Column("doc", "UInt64"), Column("doc_len", "UInt32")])
 _READ = TABLE.read_list
 # Reads that answer a client skip the vector (1.5 KB a fact).
 _READ_NO_VECTOR = _READ.replace(", embedding,", ", [] AS embedding,")

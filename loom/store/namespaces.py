@@ -18,8 +18,12 @@ class NamespaceConfig:
     extraction_policy: str = column("String", default="")
 
 
-TABLE = table("namespaces", NamespaceConfig, extra=[Column("version", "UInt64")],
-              server=[Column("updated_at", "DateTime64(3, 'UTC')")])
+TABLE = table(
+    "namespaces",
+    NamespaceConfig,
+    extra=[Column("version", "UInt64")],
+    server=[Column("updated_at", "DateTime64(3, 'UTC')")],
+)
 
 
 def get_many(ch: Client, namespaces: list[str]) -> dict[str, NamespaceConfig]:

@@ -38,7 +38,10 @@ def tables(ch: Client) -> list[TableStorage]:
     )
     return [
         TableStorage(
-            table=r["table_name"], engine=r["engine_name"], ttl=ttl_of(r["engine_text"]), storage_policy=r["policy"],
+            table=r["table_name"],
+            engine=r["engine_name"],
+            ttl=ttl_of(r["engine_text"]),
+            storage_policy=r["policy"],
             volumes=list(r["volumes"]),
         )
         for r in named(rows)

@@ -23,10 +23,11 @@ from loom.store.clickhouse import key_sets
 from loom.store.rows import named
 
 TurnKey = conv_store.TurnKey
-Pair = tuple[str, str]   # (thread_id, msg_id)
+Pair = tuple[str, str]  # (thread_id, msg_id)
 
-_KEY_WHERE = ("namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String} "
-              "AND msg_id = {m:String}")
+_KEY_WHERE = (
+    "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String} AND msg_id = {m:String}"
+)
 
 
 def _key_params(key: TurnKey) -> dict[str, Any]:
@@ -68,8 +69,9 @@ _ROW_COLUMNS = _TRANSCRIPT.read_list
 
 
 def transcript_row(ch: Client, key: TurnKey) -> TranscriptRow | None:
-    rows = ch.query(f"SELECT {_ROW_COLUMNS} FROM conversations FINAL WHERE {_KEY_WHERE}",
-                    parameters=_key_params(key))
+    rows = ch.query(
+        f"SELECT {_ROW_COLUMNS} FROM conversations FINAL WHERE {_KEY_WHERE}", parameters=_key_params(key)
+    )
     return next(iter(_TRANSCRIPT.rows(rows)), None)
 
 
@@ -78,7 +80,8 @@ def copies(ch: Client, namespace: str, thread_id: str, msg_id: str) -> list[Tran
     rows = ch.query(
         f"SELECT {_ROW_COLUMNS} FROM conversations FINAL WHERE namespace = {{ns:String}} "
         "AND thread_id = {th:String} AND msg_id = {m:String} AND NOT tombstoned ORDER BY agent",
-        parameters={"ns": namespace, "th": thread_id, "m": msg_id})
+        parameters={"ns": namespace, "th": thread_id, "m": msg_id},
+    )
     return _TRANSCRIPT.rows(rows)
 
 
@@ -89,14 +92,16 @@ def copies(ch: Client, namespace: str, thread_id: str, msg_id: str) -> list[Tran
 _REVISABLE = [c for c in conv_store.COLUMNS if c != "version"]
 
 
-def _revise(ch: Client, key: TurnKey, replaced: dict[str, str], condition: str, params: dict[str, Any],
-            version: int) -> None:
+def _revise(
+    ch: Client, key: TurnKey, replaced: dict[str, str], condition: str, params: dict[str, Any], version: int
+) -> None:
     exprs = [replaced.get(c, c) for c in _REVISABLE]
     columns = ", ".join([*_REVISABLE, "version"])
     ch.command(
         f"INSERT INTO conversations ({columns}) SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversations FINAL "
         f"WHERE {_KEY_WHERE} AND {condition}",
-        parameters={**_key_params(key), **params, "v": version})
+        parameters={**_key_params(key), **params, "v": version},
+    )
 
 
 def claim(ch: Client, key: TurnKey, user_id: str, saved_at: datetime, version: int) -> None:
@@ -104,8 +109,18 @@ def claim(ch: Client, key: TurnKey, user_id: str, saved_at: datetime, version: i
     `user_id` does and it is live: of two users saving one unowned row under the thread
     lease the second finds it owned and writes nothing. The caller reads the row back."""
     saved_ms = int(saved_at.timestamp() * 1000)
-    _revise(ch, key, {"user_id": "{u:String}", "is_saved": "true", "saved_at": "fromUnixTimestamp64Milli({sa:Int64}, 'UTC')"},
-            "user_id IN ('', {u:String}) AND NOT tombstoned", {"u": user_id, "sa": saved_ms}, version)
+    _revise(
+        ch,
+        key,
+        {
+            "user_id": "{u:String}",
+            "is_saved": "true",
+            "saved_at": "fromUnixTimestamp64Milli({sa:Int64}, 'UTC')",
+        },
+        "user_id IN ('', {u:String}) AND NOT tombstoned",
+        {"u": user_id, "sa": saved_ms},
+        version,
+    )
 
 
 def unflag(ch: Client, key: TurnKey, user_id: str, version: int) -> None:
@@ -118,8 +133,14 @@ def unflag(ch: Client, key: TurnKey, user_id: str, version: int) -> None:
 def record(ch: Client, key: TurnKey, version: int) -> None:
     """Make a saved-only row recorded (an append of the turn while the namespace
     records): only the origin changes, and only of a live saved-only row."""
-    _revise(ch, key, {"origin": f"'{conv_store.RECORDED}'"},
-            f"origin = '{conv_store.SAVED_ONLY}' AND NOT tombstoned", {}, version)
+    _revise(
+        ch,
+        key,
+        {"origin": f"'{conv_store.RECORDED}'"},
+        f"origin = '{conv_store.SAVED_ONLY}' AND NOT tombstoned",
+        {},
+        version,
+    )
 
 
 def remove(ch: Client, key: TurnKey, user_id: str) -> None:
@@ -128,8 +149,11 @@ def remove(ch: Client, key: TurnKey, user_id: str) -> None:
     not deletes), postings first: they are found through saved_docs."""
     params = {**_key_params(key), "u": user_id}
     ch.command(f"DELETE FROM conversations WHERE {_KEY_WHERE}", parameters=params)
-    ch.command("DELETE FROM saved_terms WHERE namespace = {ns:String} AND user_id = {u:String} AND doc IN ("
-               f"SELECT doc FROM saved_docs WHERE user_id = {{u:String}} AND {_KEY_WHERE})", parameters=params)
+    ch.command(
+        "DELETE FROM saved_terms WHERE namespace = {ns:String} AND user_id = {u:String} AND doc IN ("
+        f"SELECT doc FROM saved_docs WHERE user_id = {{u:String}} AND {_KEY_WHERE})",
+        parameters=params,
+    )
     ch.command(f"DELETE FROM saved_docs WHERE user_id = {{u:String}} AND {_KEY_WHERE}", parameters=params)
 
 
@@ -146,11 +170,18 @@ class SavedEntry:
     role: str
     ts: datetime
     saved_at: datetime | None
-    sort_us: int         # the listing's order: saved_at, or ts where none was recorded (µs)
+    sort_us: int  # the listing's order: saved_at, or ts where none was recorded (µs)
 
 
-def saved_page(ch: Client, namespace: str, user_id: str, *, limit: int, thread_id: str | None = None,
-               after: tuple[int, str, str, str] | None = None) -> list[SavedEntry]:
+def saved_page(
+    ch: Client,
+    namespace: str,
+    user_id: str,
+    *,
+    limit: int,
+    thread_id: str | None = None,
+    after: tuple[int, str, str, str] | None = None,
+) -> list[SavedEntry]:
     """The user's saved rows, most recently saved first, after the keyset position
     (sort µs, thread_id, msg_id, agent). From the index: the caller verifies."""
     where = ["namespace = {ns:String}", "user_id = {u:String}", "is_saved", "NOT tombstoned"]
@@ -160,7 +191,9 @@ def saved_page(ch: Client, namespace: str, user_id: str, *, limit: int, thread_i
         params["th"] = thread_id
     having = ""
     if after is not None:
-        having = "WHERE (sort_us, thread_id, msg_id, agent) < ({at:Int64}, {ath:String}, {am:String}, {aa:String})"
+        having = (
+            "WHERE (sort_us, thread_id, msg_id, agent) < ({at:Int64}, {ath:String}, {am:String}, {aa:String})"
+        )
         params["at"], params["ath"], params["am"], params["aa"] = after
     rows = ch.query(
         "SELECT thread_id, msg_id, agent, role, ts, saved_at, sort_us FROM ("
@@ -168,9 +201,20 @@ def saved_page(ch: Client, namespace: str, user_id: str, *, limit: int, thread_i
         "toUnixTimestamp64Micro(ifNull(toDateTime64(saved_at, 6, 'UTC'), ts)) AS sort_us "
         f"FROM saved_docs FINAL WHERE {' AND '.join(where)}) {having} "
         "ORDER BY sort_us DESC, thread_id DESC, msg_id DESC, agent DESC LIMIT {lim:UInt32}",
-        parameters=params)
-    return [SavedEntry(thread_id=r["thread_id"], msg_id=r["msg_id"], agent=r["agent"], role=r["role"], ts=r["ts"],
-                       saved_at=r["saved_at"], sort_us=int(r["sort_us"])) for r in named(rows)]
+        parameters=params,
+    )
+    return [
+        SavedEntry(
+            thread_id=r["thread_id"],
+            msg_id=r["msg_id"],
+            agent=r["agent"],
+            role=r["role"],
+            ts=r["ts"],
+            saved_at=r["saved_at"],
+            sort_us=int(r["sort_us"]),
+        )
+        for r in named(rows)
+    ]
 
 
 @dataclass(frozen=True)
@@ -183,14 +227,17 @@ class Head:
     head: str
 
 
-def heads(ch: Client, namespace: str, user_id: str, keys: Iterable[TurnKey], chars: int) -> dict[TurnKey, Head]:
+def heads(
+    ch: Client, namespace: str, user_id: str, keys: Iterable[TurnKey], chars: int
+) -> dict[TurnKey, Head]:
     """For each named row that the transcript still holds saved for `user_id`, live:
     its first `chars` characters."""
     keys = list(keys)
     if not keys:
         return {}
-    rows = _confirmed(ch, namespace, user_id, [(k[2], k[3]) for k in keys], "leftUTF8(d.content, {n:UInt32})",
-                      {"n": chars})
+    rows = _confirmed(
+        ch, namespace, user_id, [(k[2], k[3]) for k in keys], "leftUTF8(d.content, {n:UInt32})", {"n": chars}
+    )
     wanted = set(keys)
     out: dict[TurnKey, Head] = {}
     for r in rows:
@@ -200,8 +247,9 @@ def heads(ch: Client, namespace: str, user_id: str, keys: Iterable[TurnKey], cha
     return out
 
 
-def _confirmed(ch: Client, namespace: str, user_id: str, pairs: Sequence[Pair], text_expr: str,
-               params: dict[str, Any]) -> list[dict[str, Any]]:
+def _confirmed(
+    ch: Client, namespace: str, user_id: str, pairs: Sequence[Pair], text_expr: str, params: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Rows of saved_docs for `pairs` that the transcript confirms are saved by
     `user_id` and live (every copy, most recently saved first), with `text_expr` of the
     text. The text comes from saved_docs, whose small granules hold only saved
@@ -217,7 +265,8 @@ def _confirmed(ch: Client, namespace: str, user_id: str, pairs: Sequence[Pair], 
         "  AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
         "  AND user_id = {u:String} AND is_saved AND NOT tombstoned) "
         "ORDER BY d.saved_at DESC",
-        parameters={"ns": namespace, "u": user_id, **key_sets(pairs, th=0, ids=1), **params})
+        parameters={"ns": namespace, "u": user_id, **key_sets(pairs, th=0, ids=1), **params},
+    )
     return list(named(rows))
 
 
@@ -227,7 +276,8 @@ def saved_ids(ch: Client, namespace: str, user_id: str, thread_id: str, msg_ids:
     rows = ch.query(
         "SELECT DISTINCT msg_id FROM conversations FINAL WHERE namespace = {ns:String} AND thread_id = {th:String} "
         "AND msg_id IN {ids:Array(String)} AND user_id = {u:String} AND is_saved AND NOT tombstoned",
-        parameters={"ns": namespace, "th": thread_id, "ids": sorted(set(msg_ids)), "u": user_id})
+        parameters={"ns": namespace, "th": thread_id, "ids": sorted(set(msg_ids)), "u": user_id},
+    )
     return {r["msg_id"] for r in named(rows)}
 
 
@@ -238,14 +288,35 @@ class VectorHit:
     similarity: float
 
 
-def vector_search(ch: Client, namespace: str, user_id: str, vector: np.ndarray, model: str, *, limit: int,
-                  min_similarity: float, thread_id: str | None = None) -> list[VectorHit]:
+def vector_search(
+    ch: Client,
+    namespace: str,
+    user_id: str,
+    vector: np.ndarray,
+    model: str,
+    *,
+    limit: int,
+    min_similarity: float,
+    thread_id: str | None = None,
+) -> list[VectorHit]:
     """The user's saved messages by cosine similarity to `vector` (vectors of the same
     model only), at least `min_similarity`, best first."""
-    where = ["namespace = {ns:String}", "user_id = {u:String}", "live", "model = {model:String}",
-             "length(vector) = {dim:UInt32}"]
-    params: dict[str, Any] = {"ns": namespace, "u": user_id, "model": model, "dim": int(vector.shape[0]),
-                              "q": vector.astype(np.float32).tolist(), "floor": min_similarity, "lim": limit}
+    where = [
+        "namespace = {ns:String}",
+        "user_id = {u:String}",
+        "live",
+        "model = {model:String}",
+        "length(vector) = {dim:UInt32}",
+    ]
+    params: dict[str, Any] = {
+        "ns": namespace,
+        "u": user_id,
+        "model": model,
+        "dim": int(vector.shape[0]),
+        "q": vector.astype(np.float32).tolist(),
+        "floor": min_similarity,
+        "lim": limit,
+    }
     if thread_id is not None:
         where.append("thread_id = {th:String}")
         params["th"] = thread_id
@@ -254,8 +325,12 @@ def vector_search(ch: Client, namespace: str, user_id: str, vector: np.ndarray, 
         "1 - cosineDistance(vector, {q:Array(Float32)}) AS sim "
         f"FROM saved_vectors FINAL WHERE {' AND '.join(where)}) WHERE sim >= {{floor:Float64}} "
         "ORDER BY sim DESC, thread_id, msg_id LIMIT {lim:UInt32}",
-        parameters=params)
-    return [VectorHit(thread_id=r["thread_id"], msg_id=r["msg_id"], similarity=float(r["sim"])) for r in named(rows)]
+        parameters=params,
+    )
+    return [
+        VectorHit(thread_id=r["thread_id"], msg_id=r["msg_id"], similarity=float(r["sim"]))
+        for r in named(rows)
+    ]
 
 
 @dataclass(frozen=True)
@@ -281,6 +356,12 @@ def verify(ch: Client, namespace: str, user_id: str, pairs: Iterable[Pair]) -> d
     for r in _confirmed(ch, namespace, user_id, pairs, "d.content", {}):
         pair = (r["th"], r["mid"])
         if pair in wanted and pair not in out:
-            out[pair] = Verified(agent=r["ag"], role=r["role_name"], ts=r["turn_ts"], saved_at=r["saved"],
-                                 content=r["body"], high_sensitivity=bool(r["high"]))
+            out[pair] = Verified(
+                agent=r["ag"],
+                role=r["role_name"],
+                ts=r["turn_ts"],
+                saved_at=r["saved"],
+                content=r["body"],
+                high_sensitivity=bool(r["high"]),
+            )
     return out

@@ -47,7 +47,7 @@ MAX_FETCH = 1000
 # 1024, for about 1 ms more per query; fetching more candidates did not raise it.
 HNSW_EF = 1024
 
-SEARCHED_ROLES = ("user", "assistant")   # plus compaction summaries (system, is_summary)
+SEARCHED_ROLES = ("user", "assistant")  # plus compaction summaries (system, is_summary)
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ class Candidate:
     agent: str
     role: str
     run_id: str
-    user_id: str         # the turn's owner and time as the row was written (migration 006;
-    ts: datetime         # '' and 1970 in rows written before it)
+    user_id: str  # the turn's owner and time as the row was written (migration 006;
+    ts: datetime  # '' and 1970 in rows written before it)
     text: str
     similarity: float
 
@@ -139,21 +139,36 @@ def counts(ch: Client, table: str, namespaces: Sequence[str], filters: Filters) 
 _SIMILARITY = f"ifNotFinite(1 - cosineDistance(embedding, {QUERY_VECTOR}), 0)"
 # Aliases other than the columns' own names: an alias that shadows a column would stand
 # for it in the WHERE too.
-_CANDIDATE_COLUMNS = ("toString(namespace) AS ns, thread_id, msg_id, version, toString(agent) AS ag, "
-                      f"toString(role) AS role_name, run_id, user_id, ts, text, {_SIMILARITY} AS sim")
+_CANDIDATE_COLUMNS = (
+    "toString(namespace) AS ns, thread_id, msg_id, version, toString(agent) AS ag, "
+    f"toString(role) AS role_name, run_id, user_id, ts, text, {_SIMILARITY} AS sim"
+)
 
 
 def _candidates(result: QueryResult) -> list[Candidate]:
-    out = [Candidate(namespace=r["ns"], thread_id=r["thread_id"], msg_id=r["msg_id"], version=int(r["version"]),
-                     agent=r["ag"], role=r["role_name"], run_id=r["run_id"], user_id=r["user_id"], ts=r["ts"],
-                     text=r["text"], similarity=float(r["sim"]))
-           for r in named(result)]
+    out = [
+        Candidate(
+            namespace=r["ns"],
+            thread_id=r["thread_id"],
+            msg_id=r["msg_id"],
+            version=int(r["version"]),
+            agent=r["ag"],
+            role=r["role_name"],
+            run_id=r["run_id"],
+            user_id=r["user_id"],
+            ts=r["ts"],
+            text=r["text"],
+            similarity=float(r["sim"]),
+        )
+        for r in named(result)
+    ]
     out.sort(key=lambda c: (-c.similarity, c.key))
     return out
 
 
-def exact(ch: Client, table: str, namespaces: Sequence[str], vector: np.ndarray, filters: Filters,
-          fetch: int) -> list[Candidate]:
+def exact(
+    ch: Client, table: str, namespaces: Sequence[str], vector: np.ndarray, filters: Filters, fetch: int
+) -> list[Candidate]:
     """The `fetch` nearest rows by an exact scan of the namespaces' (or thread's) rows."""
     params: dict[str, Any] = {"ns": list(namespaces), "qv": _vector_param(vector), "n": fetch}
     where = " AND ".join(_where(filters, params, hide_key=False))
@@ -166,8 +181,15 @@ def exact(ch: Client, table: str, namespaces: Sequence[str], vector: np.ndarray,
     return _candidates(rows)
 
 
-def nearest(ch: Client, table: str, namespaces: Sequence[str], vector: np.ndarray, filters: Filters,
-            fetch: int, multiplier: float) -> list[Candidate]:
+def nearest(
+    ch: Client,
+    table: str,
+    namespaces: Sequence[str],
+    vector: np.ndarray,
+    filters: Filters,
+    fetch: int,
+    multiplier: float,
+) -> list[Candidate]:
     """The `fetch` nearest rows by the HNSW index, post-filtered to the namespaces and
     filters; the index fetches `multiplier` times more from each part to make up for
     the rows of other namespaces (and filtered out) among its neighbours."""
@@ -185,13 +207,18 @@ def nearest(ch: Client, table: str, namespaces: Sequence[str], vector: np.ndarra
     return _candidates(rows)
 
 
-def exact_unindexed(ch: Client, namespaces: Sequence[str], vector: np.ndarray, filters: Filters,
-                    fetch: int) -> list[Candidate]:
+def exact_unindexed(
+    ch: Client, namespaces: Sequence[str], vector: np.ndarray, filters: Filters, fetch: int
+) -> list[Candidate]:
     """For a dimension with no vector table: an exact scan of conversation_embeddings
     (newest versions, live vectors of the query's length, of recorded turns only: the
     vector tables' feeds take no other, migration 007)."""
-    params: dict[str, Any] = {"ns": list(namespaces), "qv": _vector_param(vector), "n": fetch,
-                              "dim": int(np.asarray(vector).shape[0])}
+    params: dict[str, Any] = {
+        "ns": list(namespaces),
+        "qv": _vector_param(vector),
+        "n": fetch,
+        "dim": int(np.asarray(vector).shape[0]),
+    }
     where = " AND ".join(_where(filters, params, hide_key=False))
     rows = ch.query(
         f"SELECT {_CANDIDATE_COLUMNS} FROM conversation_embeddings FINAL WHERE {where} "
@@ -207,7 +234,7 @@ class EmbeddingNow:
     """The newest version of an embedding row, as far as search cares."""
 
     version: int
-    live: bool           # not tombstoned, no error, has a vector
+    live: bool  # not tombstoned, no error, has a vector
 
 
 @dataclass(frozen=True)
@@ -218,12 +245,12 @@ class TurnNow:
     run_id: str
     user_id: str
     ts: datetime
-    live: bool           # not tombstoned
-    high: bool           # high_sensitivity
-    recorded: bool = True    # origin 'recorded': part of the transcript (a saved-only row never is)
+    live: bool  # not tombstoned
+    high: bool  # high_sensitivity
+    recorded: bool = True  # origin 'recorded': part of the transcript (a saved-only row never is)
 
 
-TurnKey = tuple[str, str, str, str]   # (namespace, agent, thread_id, msg_id)
+TurnKey = tuple[str, str, str, str]  # (namespace, agent, thread_id, msg_id)
 
 
 # verify_embeddings() and verify_turns() are two statements, not one UNION ALL: run at
@@ -232,7 +259,9 @@ TurnKey = tuple[str, str, str, str]   # (namespace, agent, thread_id, msg_id)
 # the texts (leaving them out of the candidates) cost more than it saved: 2 cores.
 
 
-def verify_embeddings(ch: Client, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], EmbeddingNow]:
+def verify_embeddings(
+    ch: Client, keys: Sequence[tuple[str, str, str]]
+) -> dict[tuple[str, str, str], EmbeddingNow]:
     """The newest embedding row of each key."""
     if not keys:
         return {}
@@ -253,7 +282,9 @@ def verify_embeddings(ch: Client, keys: Sequence[tuple[str, str, str]]) -> dict[
     return out
 
 
-def verify_turns(ch: Client, keys: Sequence[tuple[str, str, str]], agents: Iterable[str]) -> dict[TurnKey, TurnNow]:
+def verify_turns(
+    ch: Client, keys: Sequence[tuple[str, str, str]], agents: Iterable[str]
+) -> dict[TurnKey, TurnNow]:
     """The newest transcript row of each (key, agent) for the named agents."""
     if not keys:
         return {}
@@ -266,10 +297,19 @@ def verify_turns(ch: Client, keys: Sequence[tuple[str, str, str]], agents: Itera
         parameters={**key_sets(keys, ns=0, th=1, ids=2), "ag": sorted(set(agents))},
     )
     wanted = set(keys)
-    return {(r["ns"], r["ag"], r["thread_id"], r["msg_id"]):
-            TurnNow(role=r["role_name"], run_id=r["run_id"], user_id=r["user_id"], ts=r["ts"], live=bool(r["live"]),
-                    high=bool(r["high"]), recorded=bool(r["recorded"]))
-            for r in named(rows) if (r["ns"], r["thread_id"], r["msg_id"]) in wanted}
+    return {
+        (r["ns"], r["ag"], r["thread_id"], r["msg_id"]): TurnNow(
+            role=r["role_name"],
+            run_id=r["run_id"],
+            user_id=r["user_id"],
+            ts=r["ts"],
+            live=bool(r["live"]),
+            high=bool(r["high"]),
+            recorded=bool(r["recorded"]),
+        )
+        for r in named(rows)
+        if (r["ns"], r["thread_id"], r["msg_id"]) in wanted
+    }
 
 
 def heads(ch: Client, keys: Sequence[TurnKey], chars: int) -> dict[TurnKey, str]:
@@ -305,17 +345,23 @@ class TextMatch:
     run_id: str
     user_id: str
     ts: datetime
-    head: str            # the first `chars` characters of the content
+    head: str  # the first `chars` characters of the content
 
 
-def substring(ch: Client, namespaces: Sequence[str], needle: str, filters: Filters, *, fetch: int,
-              chars: int) -> list[TextMatch]:
+def substring(
+    ch: Client, namespaces: Sequence[str], needle: str, filters: Filters, *, fetch: int, chars: int
+) -> list[TextMatch]:
     """Live recorded turns of the kinds search covers (user and assistant turns,
     compaction summaries) that hold `needle`, case-insensitively, newest first (a
     saved-only row is never part of the transcript). Turns marked high
     are left out here; the caller screens what it would show."""
-    params: dict[str, Any] = {"ns": list(namespaces), "needle": needle, "n": fetch, "chars": chars,
-                              "roles": list(SEARCHED_ROLES)}
+    params: dict[str, Any] = {
+        "ns": list(namespaces),
+        "needle": needle,
+        "n": fetch,
+        "chars": chars,
+        "roles": list(SEARCHED_ROLES),
+    }
     where = _where(filters, params, hide_key=False)
     rows = ch.query(
         "SELECT toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, toString(role) AS role_name, "
@@ -326,6 +372,17 @@ def substring(ch: Client, namespaces: Sequence[str], needle: str, filters: Filte
         "ORDER BY ts DESC, msg_id DESC LIMIT {n:UInt32}",
         parameters=params,
     )
-    return [TextMatch(namespace=r["ns"], agent=r["ag"], thread_id=r["thread_id"], msg_id=r["msg_id"],
-                      role=r["role_name"], run_id=r["run_id"], user_id=r["user_id"], ts=r["ts"], head=r["head"])
-            for r in named(rows)]
+    return [
+        TextMatch(
+            namespace=r["ns"],
+            agent=r["ag"],
+            thread_id=r["thread_id"],
+            msg_id=r["msg_id"],
+            role=r["role_name"],
+            run_id=r["run_id"],
+            user_id=r["user_id"],
+            ts=r["ts"],
+            head=r["head"],
+        )
+        for r in named(rows)
+    ]

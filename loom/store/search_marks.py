@@ -40,13 +40,13 @@ from loom import redis_keys
 from loom.store.rows import column, named, table
 
 CLOCK_MARGIN_NS = 2_000_000_000
-WHOLE = ""                                # thread_id of a namespace-wide mark
+WHOLE = ""  # thread_id of a namespace-wide mark
 # The cache's generation is part of its keys: a migration that raises marks in ClickHouse
 # (006, 007) cannot reach the caches of running processes, so a build that ships one
 # starts a new generation and every namespace is loaded from ClickHouse again.
 
-Run = Callable[..., Awaitable[Any]]      # runs blocking ClickHouse I/O off the loop (Services.run)
-Pair = tuple[str, str]                   # (namespace, thread_id); thread_id WHOLE = every thread
+Run = Callable[..., Awaitable[Any]]  # runs blocking ClickHouse I/O off the loop (Services.run)
+Pair = tuple[str, str]  # (namespace, thread_id); thread_id WHOLE = every thread
 
 # KEYS: the namespaces' hashes. ARGV[1]: the mode; then, per key, a count and that many
 # items: thread ids ("get"), or thread id and value pairs ("raise", "load").
@@ -94,7 +94,7 @@ def key(namespace: str) -> str:
 
 
 def _us(ns: int) -> str:
-    return str(-(-ns // 1000))            # rounded up: a cached mark is never below the true one
+    return str(-(-ns // 1000))  # rounded up: a cached mark is never below the true one
 
 
 def _by_namespace(pairs: Iterable[Pair]) -> dict[str, list[str]]:
@@ -121,9 +121,11 @@ TABLE = table("search_marks", Mark)
 
 def durable(ch: Client, namespaces: Sequence[str]) -> dict[str, dict[str, int]]:
     """Every mark of the namespaces, per thread id (WHOLE for the namespace's own)."""
-    rows = ch.query("SELECT namespace, thread_id, max(mark) AS newest FROM search_marks "
-                    "WHERE namespace IN {ns:Array(String)} GROUP BY namespace, thread_id",
-                    parameters={"ns": list(namespaces)})
+    rows = ch.query(
+        "SELECT namespace, thread_id, max(mark) AS newest FROM search_marks "
+        "WHERE namespace IN {ns:Array(String)} GROUP BY namespace, thread_id",
+        parameters={"ns": list(namespaces)},
+    )
     out: dict[str, dict[str, int]] = {ns: {} for ns in namespaces}
     for r in named(rows):
         out[str(r["namespace"])][str(r["thread_id"])] = int(r["newest"])
@@ -163,8 +165,11 @@ async def read(redis: Redis, ch: Client, run: Run, pairs: Iterable[Pair]) -> dic
     unloaded = sorted({ns for (ns, _), mark in marks.items() if mark < 0})
     if unloaded:
         truth = await run(durable, ch, unloaded)
-        await _eval(redis, "load", {ns: [x for thread, mark in truth[ns].items() for x in (thread, _us(mark))]
-                                    for ns in unloaded})
+        await _eval(
+            redis,
+            "load",
+            {ns: [x for thread, mark in truth[ns].items() for x in (thread, _us(mark))] for ns in unloaded},
+        )
         marks.update(await _get(redis, {ns: wanted[ns] for ns in unloaded}))
     return marks
 
@@ -178,8 +183,14 @@ async def raise_marks(redis: Redis, ch: Client, run: Run, pairs: Iterable[Pair])
         return
     mark = time.time_ns() + CLOCK_MARGIN_NS
     await run(record, ch, unique, mark)
-    await _eval(redis, "raise", {ns: [x for thread in threads for x in (thread, _us(mark))]
-                                 for ns, threads in _by_namespace(unique).items()})
+    await _eval(
+        redis,
+        "raise",
+        {
+            ns: [x for thread in threads for x in (thread, _us(mark))]
+            for ns, threads in _by_namespace(unique).items()
+        },
+    )
 
 
 @contextlib.asynccontextmanager

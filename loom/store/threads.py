@@ -22,12 +22,13 @@ from clickhouse_connect.driver.client import Client
 from loom.store.clickhouse import key_sets
 from loom.store.rows import column, named, table
 
-_APPEND_BASE = 2**53   # > any time in microseconds before year 2255, < any clock version in ns
+_APPEND_BASE = 2**53  # > any time in microseconds before year 2255, < any clock version in ns
 
 
 def append_version(ts: datetime) -> int:
     """The version of a thread row an append writes for a turn at `ts`."""
     return _APPEND_BASE - int(ts.timestamp() * 1_000_000)
+
 
 def _json(value: dict[str, Any]) -> str:
     return json.dumps(value, separators=(",", ":"))
@@ -81,18 +82,24 @@ _SELECT = f"SELECT {TABLE.read_list} FROM threads FINAL "
 
 def get(ch: Client, namespace: str, agent: str, thread_id: str) -> ThreadRow | None:
     """The thread's newest row, tombstoned or not (None when it has none)."""
-    rows = ch.query(_SELECT + "WHERE namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}",
-                    parameters={"ns": namespace, "ag": agent, "th": thread_id})
+    rows = ch.query(
+        _SELECT + "WHERE namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}",
+        parameters={"ns": namespace, "ag": agent, "th": thread_id},
+    )
     return next(iter(TABLE.rows(rows)), None)
 
 
-def get_many(ch: Client, namespace: str, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], ThreadRow]:
+def get_many(
+    ch: Client, namespace: str, pairs: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], ThreadRow]:
     """The newest row of each (agent, thread_id) that has one."""
     if not pairs:
         return {}
-    rows = ch.query(_SELECT + "WHERE namespace = {ns:String} AND agent IN {ag:Array(String)} "
-                    "AND thread_id IN {th:Array(String)}",
-                    parameters={"ns": namespace, **key_sets(pairs, ag=0, th=1)})
+    rows = ch.query(
+        _SELECT + "WHERE namespace = {ns:String} AND agent IN {ag:Array(String)} "
+        "AND thread_id IN {th:Array(String)}",
+        parameters={"ns": namespace, **key_sets(pairs, ag=0, th=1)},
+    )
     wanted = set(pairs)
     return {(r.agent, r.thread_id): r for r in TABLE.rows(rows) if (r.agent, r.thread_id) in wanted}
 
@@ -104,8 +111,9 @@ class RecentThread:
     last_ts: datetime
 
 
-def recent(ch: Client, namespace: str, agent: str | None, since: datetime, *, limit: int,
-           offset: int) -> list[RecentThread]:
+def recent(
+    ch: Client, namespace: str, agent: str | None, since: datetime, *, limit: int, offset: int
+) -> list[RecentThread]:
     """Threads active since `since`, newest activity first: the time of their newest live
     recorded turn, or, for a thread created up front with no turn yet, its creation.
     Saved-only rows (conversations.SAVED_ONLY) are no thread's activity."""

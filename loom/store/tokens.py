@@ -21,7 +21,7 @@ class TokenRow:
     read_user_id: str = column("String")
     read_session_id: str = column("String")
     label: str = column("String")
-    created_at: datetime = column("DateTime64(3, 'UTC')", write=False)   # the server's clock, at the insert
+    created_at: datetime = column("DateTime64(3, 'UTC')", write=False)  # the server's clock, at the insert
     revoked: bool = column("Bool")
 
 

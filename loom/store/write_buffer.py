@@ -44,8 +44,16 @@ class BatcherClosed(RuntimeError):
 class Batcher(Generic[T, R]):
     """Collects items and flushes them in batches; see the module docstring."""
 
-    def __init__(self, flush: FlushFn[T, R], *, max_items: int, max_wait_s: float, max_inflight: int = 4,
-                 quiet_s: float | None = None, name: str = "batcher") -> None:
+    def __init__(
+        self,
+        flush: FlushFn[T, R],
+        *,
+        max_items: int,
+        max_wait_s: float,
+        max_inflight: int = 4,
+        quiet_s: float | None = None,
+        name: str = "batcher",
+    ) -> None:
         if max_items < 1:
             raise ValueError("max_items must be >= 1")
         if max_inflight < 1:
@@ -59,7 +67,7 @@ class Batcher(Generic[T, R]):
         self._first_at = 0.0
         self._last_at = 0.0
         self._arrived = asyncio.Event()
-        self._wake = asyncio.Event()     # full, closed, or (with quiet_s) any arrival
+        self._wake = asyncio.Event()  # full, closed, or (with quiet_s) any arrival
         self._slots = asyncio.Semaphore(max_inflight)
         self._inflight: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -121,10 +129,10 @@ class Batcher(Generic[T, R]):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), wait)
                 if self.quiet_s is not None:
-                    continue      # an arrival moved the quiet deadline: look again
+                    continue  # an arrival moved the quiet deadline: look again
             await self._slots.acquire()
             batch = self._pending[: self.max_items]
-            self._pending = self._pending[self.max_items:]
+            self._pending = self._pending[self.max_items :]
             if self._pending:
                 self._first_at = loop.time()
             task = loop.create_task(self._flush_batch(batch), name=f"{self.name}-flush")
@@ -143,7 +151,9 @@ class Batcher(Generic[T, R]):
             try:
                 results = await self._flush([p.item for p in live])
                 if len(results) != len(live):
-                    raise RuntimeError(f"{self.name}: flush returned {len(results)} results for {len(live)} items")
+                    raise RuntimeError(
+                        f"{self.name}: flush returned {len(results)} results for {len(live)} items"
+                    )
             except BaseException as exc:
                 for p in live:
                     if not p.future.done():

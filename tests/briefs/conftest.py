@@ -22,8 +22,12 @@ def make_svc(services: Any) -> Callable[..., Any]:
     """make_svc(llm=None, **settings) -> a Services copy sharing the backends."""
 
     def _make(llm: LLM | None = None, **settings: Any) -> Any:
-        return dataclasses.replace(services, settings=services.settings.model_copy(update=settings),
-                                   llm=llm or services.llm, extras={})
+        return dataclasses.replace(
+            services,
+            settings=services.settings.model_copy(update=settings),
+            llm=llm or services.llm,
+            extras={},
+        )
 
     return _make
 
@@ -32,7 +36,9 @@ def make_svc(services: Any) -> Callable[..., Any]:
 def who() -> Callable[..., Principal]:
     """who(ns, role="writer", scope="all", user="", session="") -> a Principal."""
 
-    def _who(ns: str, role: str = "writer", scope: str = "all", user: str = "", session: str = "") -> Principal:
+    def _who(
+        ns: str, role: str = "writer", scope: str = "all", user: str = "", session: str = ""
+    ) -> Principal:
         return Principal(secrets.token_hex(8), (ns,), Role[role], scope, user, session)
 
     return _who
@@ -43,8 +49,12 @@ async def api_over(svc: Any) -> AsyncIterator[httpx.AsyncClient]:
     from loom.api.app import create_app
 
     app = create_app(svc)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://loom.test", timeout=60) as client:
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://loom.test", timeout=60
+        ) as client,
+    ):
         yield client
 
 

@@ -29,7 +29,9 @@ async def test_key_addressing_under_each_token_kind(call, mint, ns):
     # Each bounded token sees its own brief under the bare key.
     for token, goal in ((wide, "wide"), (user, "user"), (sess, "session")):
         r = await call("session.brief_get", token, namespace=ns, brief_key="plan")
-        assert r.status_code == 200 and r.json()["sections"]["goal"] == goal and r.json()["brief_key"] == "plan"
+        assert (
+            r.status_code == 200 and r.json()["sections"]["goal"] == goal and r.json()["brief_key"] == "plan"
+        )
     assert (await call("session.brief_get", user2, namespace=ns, brief_key="plan")).status_code == 404
 
     # The namespace-wide token lists them with their prefix and gets them by it.
@@ -38,10 +40,12 @@ async def test_key_addressing_under_each_token_kind(call, mint, ns):
     r = await call("session.brief_get", wide, namespace=ns, brief_key="~u1~s1~plan")
     assert r.json()["sections"]["goal"] == "session"
     # Bounded tokens list only their own, unprefixed.
-    assert [b["brief_key"] for b in (await call("session.brief_list", user, namespace=ns)).json()["briefs"]] \
-        == ["plan"]
-    assert [b["brief_key"] for b in (await call("session.brief_list", sess, namespace="@me")).json()["briefs"]] \
-        == ["plan"]
+    assert [
+        b["brief_key"] for b in (await call("session.brief_list", user, namespace=ns)).json()["briefs"]
+    ] == ["plan"]
+    assert [
+        b["brief_key"] for b in (await call("session.brief_list", sess, namespace="@me")).json()["briefs"]
+    ] == ["plan"]
 
     # A bounded token cannot send a `~` key, nor act for another user or session.
     for body in ({"brief_key": "~u1~plan"}, {"brief_key": "~u2~plan"}):
@@ -66,22 +70,26 @@ async def test_key_addressing_under_each_token_kind(call, mint, ns):
     assert (await call("session.brief_get", user, namespace=ns, brief_key="plan")).status_code == 404
     r = await call("session.brief_delete", sess, namespace=ns, brief_key="plan")
     assert r.json()["deleted"] is True
-    assert (await call("session.brief_get", wide, namespace=ns, brief_key="plan")).json()["sections"]["goal"] \
-        == "wide"
+    assert (await call("session.brief_get", wide, namespace=ns, brief_key="plan")).json()["sections"][
+        "goal"
+    ] == "wide"
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"brief_key": "bad key", "sections": {"goal": "g"}}, "brief_key"),
-    ({"brief_key": "~x~y", "sections": {"goal": "g"}}, "brief_key"),
-    ({"brief_key": "k", "sections": {"goal": "g"}, "colour": "red"}, "colour"),
-    ({"brief_key": "k", "sections": {"gaol": "g"}}, "sections.gaol"),
-    ({"brief_key": "k", "events": [{"kind": "telepathy", "text": "x"}]}, "events.0.kind"),
-    ({"brief_key": "k", "events": [{"kind": "note", "text": "x"}] * 4_001}, "events"),
-    ({"brief_key": "k"}, "events"),
-    ({"brief_key": "k", "sections": {"goal": None}}, "events"),
-    ({"sections": {"goal": "g"}}, "brief_key"),
-    ({"brief_key": "k", "sections": {"goal": "g"}, "if_revision": -1}, "if_revision"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"brief_key": "bad key", "sections": {"goal": "g"}}, "brief_key"),
+        ({"brief_key": "~x~y", "sections": {"goal": "g"}}, "brief_key"),
+        ({"brief_key": "k", "sections": {"goal": "g"}, "colour": "red"}, "colour"),
+        ({"brief_key": "k", "sections": {"gaol": "g"}}, "sections.gaol"),
+        ({"brief_key": "k", "events": [{"kind": "telepathy", "text": "x"}]}, "events.0.kind"),
+        ({"brief_key": "k", "events": [{"kind": "note", "text": "x"}] * 4_001}, "events"),
+        ({"brief_key": "k"}, "events"),
+        ({"brief_key": "k", "sections": {"goal": None}}, "events"),
+        ({"sections": {"goal": "g"}}, "brief_key"),
+        ({"brief_key": "k", "sections": {"goal": "g"}, "if_revision": -1}, "if_revision"),
+    ],
+)
 async def test_bad_input_is_a_4xx_naming_the_field(call, mint, ns, body, field):
     token = mint(ns, "writer")
     r = await save(call, token, ns, **body)
@@ -104,17 +112,39 @@ async def test_roles(call, mint, ns):
 
 async def test_conflict_retry_and_full_over_http(call, mint, ns):
     token = mint(ns, "writer")
-    r = await save(call, token, ns, brief_key="k", session_id="s", event_cursor="e1",
-                   events=[{"kind": "user", "text": "Port the CLI to typer"},
-                           {"kind": "summary", "text": "Compaction summary, verbatim."}])
+    r = await save(
+        call,
+        token,
+        ns,
+        brief_key="k",
+        session_id="s",
+        event_cursor="e1",
+        events=[
+            {"kind": "user", "text": "Port the CLI to typer"},
+            {"kind": "summary", "text": "Compaction summary, verbatim."},
+        ],
+    )
     assert r.status_code == 200 and r.json()["author"] == "deterministic" and r.json()["summary_kept"] is True
-    r = await save(call, token, ns, brief_key="k", session_id="s", event_cursor="e1",
-                   events=[{"kind": "user", "text": "Port the CLI to typer"}], if_revision=0)
+    r = await save(
+        call,
+        token,
+        ns,
+        brief_key="k",
+        session_id="s",
+        event_cursor="e1",
+        events=[{"kind": "user", "text": "Port the CLI to typer"}],
+        if_revision=0,
+    )
     assert r.status_code == 200 and r.json()["changed"] is False and r.json()["reason"] == "retry"
     r = await save(call, token, ns, brief_key="k", sections={"goal": "g"}, if_revision=0)
     assert r.status_code == 409
-    assert r.json() | {"message": ""} == {"error": "conflict", "message": "", "field": "if_revision",
-                                          "rule": "compare_and_set", "current_revision": 1}
+    assert r.json() | {"message": ""} == {
+        "error": "conflict",
+        "message": "",
+        "field": "if_revision",
+        "rule": "compare_and_set",
+        "current_revision": 1,
+    }
     r = await call("session.brief_get", token, namespace=ns, brief_key="k", full=True)
     assert r.json()["summary"] == "Compaction summary, verbatim."
     assert r.json()["text"].endswith("Compaction summary, verbatim.\n")
@@ -126,9 +156,15 @@ async def test_all_windows_failed_is_503_over_http(make_svc, mint, ns):
     svc = make_svc(llm=ScriptedLLM([LLMError("down")] * 3))
     token = mint(ns, "writer")
     async with api_over(svc) as client:
-        r = await client.post("/v1/session.brief_save", headers={"Authorization": f"Bearer {token}"},
-                              json={"namespace": ns, "brief_key": "k", "events": [{"kind": "note", "text": "x"}]})
+        r = await client.post(
+            "/v1/session.brief_save",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"namespace": ns, "brief_key": "k", "events": [{"kind": "note", "text": "x"}]},
+        )
         assert r.status_code == 503 and r.json()["error"] == "unavailable" and r.json()["windows_failed"] == 1
-        r = await client.post("/v1/session.brief_get", headers={"Authorization": f"Bearer {token}"},
-                              json={"namespace": ns, "brief_key": "k"})
+        r = await client.post(
+            "/v1/session.brief_get",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"namespace": ns, "brief_key": "k"},
+        )
         assert r.status_code == 404

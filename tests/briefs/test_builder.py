@@ -7,8 +7,11 @@ from loom.ops.briefs.events import Event
 from loom.ops.briefs.model import Sections, apply, render
 
 SESSION = [
-    Event("user", "The upload client drops files on flaky networks. Add retries with backoff to "
-                  "loom/sdk/upload.py and make the test suite cover it."),
+    Event(
+        "user",
+        "The upload client drops files on flaky networks. Add retries with backoff to "
+        "loom/sdk/upload.py and make the test suite cover it.",
+    ),
     Event("assistant", "I'll look at the upload client and its tests first."),
     Event("read", "", path="loom/sdk/upload.py"),
     Event("read", "", path="tests/sdk/test_upload.py"),
@@ -21,10 +24,16 @@ SESSION = [
     Event("command", ".venv/bin/pytest tests/sdk/test_upload.py -q", exit_code=0),
     Event("tool", "web_fetch https://datatracker.ietf.org/doc/html/rfc9110#name-retry-after."),
     Event("command", "ruff check loom/sdk", exit_code=1),
-    Event("error", "loom/sdk/upload.py:41:5: F841 local variable 'delay' is assigned to but never used",
-          path="loom/sdk/upload.py"),
-    Event("assistant", "Retries with backoff and Retry-After are in; tests pass. One ruff warning is left "
-                       "in upload.py. See https://github.com/acme/loom/pull/42 for the draft PR."),
+    Event(
+        "error",
+        "loom/sdk/upload.py:41:5: F841 local variable 'delay' is assigned to but never used",
+        path="loom/sdk/upload.py",
+    ),
+    Event(
+        "assistant",
+        "Retries with backoff and Retry-After are in; tests pass. One ruff warning is left "
+        "in upload.py. See https://github.com/acme/loom/pull/42 for the draft PR.",
+    ),
 ]
 
 
@@ -44,18 +53,27 @@ def test_realistic_coding_session() -> None:
     assert "expected 3 attempts" not in brief.status  # fixed before the passing run
     # key files: read first, edited last (newest last)
     assert brief.key_files == ["tests/sdk/test_upload.py", "loom/sdk/upload.py"]
-    assert brief.pointers == ["https://datatracker.ietf.org/doc/html/rfc9110#name-retry-after",
-                              "https://github.com/acme/loom/pull/42"]
+    assert brief.pointers == [
+        "https://datatracker.ietf.org/doc/html/rfc9110#name-retry-after",
+        "https://github.com/acme/loom/pull/42",
+    ]
     assert brief.decisions == brief.dead_ends == brief.done == []
     text = render(brief, key="auto/loom/retries", revision=1)
     assert "## Key files\n- tests/sdk/test_upload.py\n- loom/sdk/upload.py" in text
 
 
 def test_builder_carries_what_it_cannot_judge() -> None:
-    base = Sections(goal="Ship retries", key_files=["old.py"], pointers=["https://x.test/a"],
-                    next_steps=["open PR"], decisions=["use backoff"])
-    brief = apply(base, build(base, [Event("user", "now also handle timeouts please"),
-                                     Event("edit", "", path="new.py")]))
+    base = Sections(
+        goal="Ship retries",
+        key_files=["old.py"],
+        pointers=["https://x.test/a"],
+        next_steps=["open PR"],
+        decisions=["use backoff"],
+    )
+    brief = apply(
+        base,
+        build(base, [Event("user", "now also handle timeouts please"), Event("edit", "", path="new.py")]),
+    )
     assert brief.goal == "Ship retries"
     assert brief.key_files == ["old.py", "new.py"] and brief.pointers == ["https://x.test/a"]
     assert brief.next_steps == ["open PR"] and brief.decisions == ["use backoff"]

@@ -41,11 +41,13 @@ def test_an_event_longer_than_a_window_is_cut_to_fit() -> None:
 
 
 def test_high_sensitivity_events_are_withheld() -> None:
-    events = [Event("user", "fix the flaky test"),
-              Event("command", "export OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD"),
-              Event("note", "password=s3cr3tP4ss"),
-              Event("summary", "my PIN is 4821"),
-              Event("summary", "we refactored the retry loop")]
+    events = [
+        Event("user", "fix the flaky test"),
+        Event("command", "export OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD"),
+        Event("note", "password=s3cr3tP4ss"),
+        Event("summary", "my PIN is 4821"),
+        Event("summary", "we refactored the retry loop"),
+    ]
     assert [reads_as_high(e.text) for e in events] == [False, True, True, True, False]
     kept, withheld = withhold_high(events, reads_as_high)
     assert withheld == 3 and [e.text for e in kept] == ["fix the flaky test", "we refactored the retry loop"]

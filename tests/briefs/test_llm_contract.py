@@ -9,9 +9,18 @@ import pytest
 from loom.ops.briefs.llm import SYSTEM_PROMPT, ReplyError, messages_for, parse_reply
 from loom.ops.briefs.model import Sections
 
-GOOD = {"goal": "Add retries", "status": "tests pass", "next_steps": ["open PR"], "key_files": ["a.py"],
-        "open_questions": [], "constraints": ["py3.11"], "pointers": [],
-        "new_decisions": ["cap at 5"], "new_dead_ends": [], "new_done": ["retry loop"]}
+GOOD = {
+    "goal": "Add retries",
+    "status": "tests pass",
+    "next_steps": ["open PR"],
+    "key_files": ["a.py"],
+    "open_questions": [],
+    "constraints": ["py3.11"],
+    "pointers": [],
+    "new_decisions": ["cap at 5"],
+    "new_dead_ends": [],
+    "new_done": ["retry loop"],
+}
 
 
 def test_good_answer() -> None:
@@ -32,10 +41,20 @@ def test_missing_keys_leave_sections_alone() -> None:
     assert p.state == {"status": "halfway"} and not p.added
 
 
-@pytest.mark.parametrize("bad", [
-    "", "no json here", "[1, 2]", '{"goal": "x"', '{"unrelated": 1}', '{"goal": 5}',
-    '{"next_steps": "one string"}', '{"new_decisions": [{"x": 1}]}', "null",
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "no json here",
+        "[1, 2]",
+        '{"goal": "x"',
+        '{"unrelated": 1}',
+        '{"goal": 5}',
+        '{"next_steps": "one string"}',
+        '{"new_decisions": [{"x": 1}]}',
+        "null",
+    ],
+)
 def test_off_contract_answers_fail(bad: str) -> None:
     with pytest.raises(ReplyError):
         parse_reply(bad)
@@ -43,6 +62,8 @@ def test_off_contract_answers_fail(bad: str) -> None:
 
 def test_prompt_names_the_contract_and_carries_brief_and_window() -> None:
     msgs = messages_for(Sections(goal="G1"), "[user]: hello", 2, 3)
-    assert msgs[0].role == "system" and "new_decisions" in SYSTEM_PROMPT and "ONE JSON object" in SYSTEM_PROMPT
+    assert (
+        msgs[0].role == "system" and "new_decisions" in SYSTEM_PROMPT and "ONE JSON object" in SYSTEM_PROMPT
+    )
     assert '"goal": "G1"' in msgs[1].content and "window 2 of 3" in msgs[1].content
     assert "[user]: hello" in msgs[1].content

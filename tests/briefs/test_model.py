@@ -16,17 +16,39 @@ from loom.ops.briefs.model import (
 
 
 def test_state_replaced_and_accumulating_appended() -> None:
-    base = apply(Sections(), sections_patch({
-        "goal": "Add retries", "status": "started", "decisions": ["use tenacity"],
-        "dead_ends": ["urllib3 Retry: no jitter"], "done": ["read client"], "next_steps": ["write test"],
-        "key_files": ["a.py"], "constraints": ["py3.11"], "pointers": ["PR #1"], "open_questions": ["q1"]}))
-    later = apply(base, sections_patch({
-        "status": "tests pass", "decisions": ["cap at 5 attempts"], "done": ["wrote retry"],
-        "next_steps": ["open PR"], "key_files": ["b.py"]}))
-    assert later.goal == "Add retries"                       # not named: unchanged
-    assert later.status == "tests pass"                      # replaced
+    base = apply(
+        Sections(),
+        sections_patch(
+            {
+                "goal": "Add retries",
+                "status": "started",
+                "decisions": ["use tenacity"],
+                "dead_ends": ["urllib3 Retry: no jitter"],
+                "done": ["read client"],
+                "next_steps": ["write test"],
+                "key_files": ["a.py"],
+                "constraints": ["py3.11"],
+                "pointers": ["PR #1"],
+                "open_questions": ["q1"],
+            }
+        ),
+    )
+    later = apply(
+        base,
+        sections_patch(
+            {
+                "status": "tests pass",
+                "decisions": ["cap at 5 attempts"],
+                "done": ["wrote retry"],
+                "next_steps": ["open PR"],
+                "key_files": ["b.py"],
+            }
+        ),
+    )
+    assert later.goal == "Add retries"  # not named: unchanged
+    assert later.status == "tests pass"  # replaced
     assert later.next_steps == ["open PR"] and later.key_files == ["b.py"]  # replaced
-    assert later.decisions == ["use tenacity", "cap at 5 attempts"]         # accumulated
+    assert later.decisions == ["use tenacity", "cap at 5 attempts"]  # accumulated
     assert later.done == ["read client", "wrote retry"]
     assert later.dead_ends == ["urllib3 Retry: no jitter"]
     assert later.constraints == ["py3.11"] and later.pointers == ["PR #1"] and later.open_questions == ["q1"]
@@ -49,8 +71,11 @@ def test_caps_keep_the_newest() -> None:
 
 
 def test_rendered_brief_stays_under_12000_chars() -> None:
-    huge = Sections(goal="g" * 5000, status="s\n" * 5000,
-                    **{name: [f"{name} {i} " + "x" * 1000 for i in range(60)] for name in LIST_CAPS})
+    huge = Sections(
+        goal="g" * 5000,
+        status="s\n" * 5000,
+        **{name: [f"{name} {i} " + "x" * 1000 for i in range(60)] for name in LIST_CAPS},
+    )
     b = bounded(huge)
     text = render(b, key="~user-123~session-456~" + "k" * 160, revision=123456)
     assert len(text) < MAX_RENDERED_CHARS

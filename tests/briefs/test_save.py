@@ -26,7 +26,9 @@ CODING = [
 
 async def test_deterministic_builder_without_any_llm(services, ns, who):
     w = who(ns)
-    r = await ops.brief_save(services, w, ns, project="loom", branch="retries", session_id="s1", events=CODING)
+    r = await ops.brief_save(
+        services, w, ns, project="loom", branch="retries", session_id="s1", events=CODING
+    )
     assert (r.changed, r.author, r.revision, r.brief_key) == (True, "deterministic", 1, "auto/loom/retries")
     assert r.summary_kept and r.windows == 0
     got = await ops.brief_get(services, w, ns, brief_key="auto/loom/retries")
@@ -56,11 +58,14 @@ async def test_events_alone_with_no_model_to_call_are_not_revised(services, make
     r = await ops.brief_save(services, w, ns, brief_key="k", events=CODING, **kwargs)
     assert r.reason == "not-revised"
     # With the agent's sections: those are written over the brief, nothing from the events.
-    r = await ops.brief_save(svc, w, ns, brief_key="k", events=CODING, sections={"goal": "From the agent"},
-                             **kwargs)
+    r = await ops.brief_save(
+        svc, w, ns, brief_key="k", events=CODING, sections={"goal": "From the agent"}, **kwargs
+    )
     assert (r.changed, r.author, r.revision, r.summary_kept) == (True, "model", 1, False)
     got = await ops.brief_get(svc, w, ns, brief_key="k", full=True)
-    assert got.sections.goal == "From the agent" and got.sections.status == "" and got.sections.key_files == []
+    assert (
+        got.sections.goal == "From the agent" and got.sections.status == "" and got.sections.key_files == []
+    )
     assert got.summary is None and llm.calls == []
 
 
@@ -81,8 +86,13 @@ async def test_window_count_and_cap(make_svc, ns, who):
 
 
 async def test_a_failed_middle_window_is_skipped(make_svc, ns, who):
-    llm = ScriptedLLM([answer(status="after 1", new_decisions=["d1"]), LLMError("boom"),
-                       answer(status="after 3", new_decisions=["d3"])])
+    llm = ScriptedLLM(
+        [
+            answer(status="after 1", new_decisions=["d1"]),
+            LLMError("boom"),
+            answer(status="after 3", new_decisions=["d3"]),
+        ]
+    )
     svc = make_svc(llm=llm, session_brief_window_chars=2_000)
     r = await ops.brief_save(svc, who(ns), ns, brief_key="m", events=notes(50))
     assert (r.windows, r.windows_revised, r.windows_failed, r.changed) == (3, 2, 1, True)
@@ -103,7 +113,9 @@ async def test_every_window_failed_is_503_and_writes_nothing(make_svc, ns, who):
     # With sections, those are written over the brief as it was.
     llm2 = ScriptedLLM([LLMError("down")])
     svc2 = make_svc(llm=llm2)
-    r = await ops.brief_save(svc2, who(ns), ns, brief_key="f", events=CODING, sections={"next_steps": ["retry"]})
+    r = await ops.brief_save(
+        svc2, who(ns), ns, brief_key="f", events=CODING, sections={"next_steps": ["retry"]}
+    )
     assert (r.changed, r.author, r.windows_failed, r.summary_kept) == (True, "model", 1, False)
 
 
@@ -122,11 +134,19 @@ async def test_switched_off_after_a_window_keeps_it(services, make_svc, ns, who)
 
 
 async def test_accumulate_vs_replace_over_saves(make_svc, ns, who):
-    llm = ScriptedLLM([
-        answer(goal="G", status="s1", next_steps=["a", "b"], new_decisions=["d1"], new_dead_ends=["x1"],
-               new_done=["o1"]),
-        answer(status="s2", next_steps=["c"], new_decisions=["d2"], new_done=["o2"]),
-    ])
+    llm = ScriptedLLM(
+        [
+            answer(
+                goal="G",
+                status="s1",
+                next_steps=["a", "b"],
+                new_decisions=["d1"],
+                new_dead_ends=["x1"],
+                new_done=["o1"],
+            ),
+            answer(status="s2", next_steps=["c"], new_decisions=["d2"], new_done=["o2"]),
+        ]
+    )
     svc = make_svc(llm=llm)
     w = who(ns)
     await ops.brief_save(svc, w, ns, brief_key="a", events=[ev("note", "one")])
@@ -140,9 +160,17 @@ async def test_caps_hold_over_many_saves(make_svc, ns, who):
     w = who(ns)
     svc = make_svc()
     for i in range(25):
-        await ops.brief_save(svc, w, ns, brief_key="c", sections={
-            "decisions": [f"decision {i}"], "dead_ends": [f"dead end {i}"],
-            "next_steps": [f"step {i}.{j}" for j in range(10)]})
+        await ops.brief_save(
+            svc,
+            w,
+            ns,
+            brief_key="c",
+            sections={
+                "decisions": [f"decision {i}"],
+                "dead_ends": [f"dead end {i}"],
+                "next_steps": [f"step {i}.{j}" for j in range(10)],
+            },
+        )
     got = await ops.brief_get(svc, w, ns, brief_key="c")
     s = got.sections
     assert len(s.decisions) == 20 and s.decisions[0] == "decision 5" and s.decisions[-1] == "decision 24"
@@ -153,13 +181,23 @@ async def test_caps_hold_over_many_saves(make_svc, ns, who):
 
 async def test_retry_is_a_no_op(services, ns, who):
     w = who(ns)
-    r1 = await ops.brief_save(services, w, ns, brief_key="r", session_id="s1", event_cursor="c7", events=CODING)
+    r1 = await ops.brief_save(
+        services, w, ns, brief_key="r", session_id="s1", event_cursor="c7", events=CODING
+    )
     assert r1.revision == 1
-    again = await ops.brief_save(services, w, ns, brief_key="r", session_id="s1", event_cursor="c7",
-                                 events=CODING, if_revision=0)  # a retried CAS save is not a 409
+    again = await ops.brief_save(
+        services, w, ns, brief_key="r", session_id="s1", event_cursor="c7", events=CODING, if_revision=0
+    )  # a retried CAS save is not a 409
     assert (again.changed, again.reason, again.revision) == (False, "retry", 1)
-    other = await ops.brief_save(services, w, ns, brief_key="r", session_id="s2", event_cursor="c7",
-                                 events=[ev("note", "another session")])
+    other = await ops.brief_save(
+        services,
+        w,
+        ns,
+        brief_key="r",
+        session_id="s2",
+        event_cursor="c7",
+        events=[ev("note", "another session")],
+    )
     assert other.changed and other.revision == 2
 
 
@@ -174,8 +212,14 @@ async def test_if_revision_conflict_and_concurrent_saves(services, ns, who):
 
     for rev in (1, 2, 3):  # two concurrent saves with the same if_revision: exactly one wins, every round
         results = await asyncio.gather(
-            *(ops.brief_save(services, w, ns, brief_key="cas", sections={"goal": f"r{rev} writer {i}"},
-                             if_revision=rev) for i in range(2)), return_exceptions=True)
+            *(
+                ops.brief_save(
+                    services, w, ns, brief_key="cas", sections={"goal": f"r{rev} writer {i}"}, if_revision=rev
+                )
+                for i in range(2)
+            ),
+            return_exceptions=True,
+        )
         wins = [r for r in results if isinstance(r, ops.SaveResult)]
         losses = [r for r in results if isinstance(r, Conflict)]
         assert len(wins) == 1 and len(losses) == 1, results
@@ -186,16 +230,25 @@ async def test_if_revision_conflict_and_concurrent_saves(services, ns, who):
 
 async def test_concurrent_saves_without_cas_lose_nothing(services, ns, who):
     w = who(ns)
-    await asyncio.gather(*(ops.brief_save(services, w, ns, brief_key="many", sections={"done": [f"item {i}"]})
-                           for i in range(6)))
+    await asyncio.gather(
+        *(
+            ops.brief_save(services, w, ns, brief_key="many", sections={"done": [f"item {i}"]})
+            for i in range(6)
+        )
+    )
     got = await ops.brief_get(services, w, ns, brief_key="many")
     assert got.revision == 6 and sorted(got.sections.done) == [f"item {i}" for i in range(6)]
 
 
 async def test_revision_n_and_full(services, ns, who):
     w = who(ns)
-    await ops.brief_save(services, w, ns, brief_key="h", events=[
-        ev("user", "Make the exporter stream rows"), ev("summary", "SUMMARY ONE\nverbatim  spacing")])
+    await ops.brief_save(
+        services,
+        w,
+        ns,
+        brief_key="h",
+        events=[ev("user", "Make the exporter stream rows"), ev("summary", "SUMMARY ONE\nverbatim  spacing")],
+    )
     await ops.brief_save(services, w, ns, brief_key="h", sections={"goal": "Stream rows, then gzip"})
     await ops.brief_save(services, w, ns, brief_key="h", events=[ev("summary", "SUMMARY TWO")])
     first = await ops.brief_get(services, w, ns, brief_key="h", revision=1, full=True)
@@ -219,8 +272,13 @@ async def test_high_sensitivity_never_reaches_the_model(services, make_svc, ns, 
     svc = make_svc(llm=llm, session_brief_window_chars=2_000)
     w = who(ns)
     await ops.brief_save(svc, w, ns, brief_key="hs", sections={"constraints": ["password=s3cr3tP4ss"]})
-    events = [ev("user", "rotate the deploy key"), ev("command", f"export OPENAI_API_KEY={secret_key}"),
-              ev("note", "my PIN is 4821"), ev("summary", "SSN 536-90-4399"), *notes(30)]
+    events = [
+        ev("user", "rotate the deploy key"),
+        ev("command", f"export OPENAI_API_KEY={secret_key}"),
+        ev("note", "my PIN is 4821"),
+        ev("summary", "SSN 536-90-4399"),
+        *notes(30),
+    ]
     r = await ops.brief_save(svc, w, ns, brief_key="hs", events=events)
     assert r.events_withheld == 3 and r.windows_revised == r.windows == 2
     sent = json.dumps([[m.content for m in c.messages] for c in llm.calls])
@@ -229,9 +287,18 @@ async def test_high_sensitivity_never_reaches_the_model(services, make_svc, ns, 
     assert "rotate the deploy key" in sent
     assert not r.summary_kept  # the only summary read as high
     # The deterministic builder does not copy such text either.
-    r = await ops.brief_save(services, w, ns, brief_key="hs-det", events=[
-        ev("user", f"use OPENAI_API_KEY={secret_key} for the tests"), ev("user", "wire the tests to the stand-in"),
-        ev("error", "password=s3cr3tP4ss rejected"), ev("assistant", "my PIN is 4821")])
+    r = await ops.brief_save(
+        services,
+        w,
+        ns,
+        brief_key="hs-det",
+        events=[
+            ev("user", f"use OPENAI_API_KEY={secret_key} for the tests"),
+            ev("user", "wire the tests to the stand-in"),
+            ev("error", "password=s3cr3tP4ss rejected"),
+            ev("assistant", "my PIN is 4821"),
+        ],
+    )
     got = await ops.brief_get(services, w, ns, brief_key="hs-det", full=True)
     assert r.events_withheld == 3 and got.sections.goal == "wire the tests to the stand-in"
     for secret in (secret_key, "4821", "s3cr3tP4ss"):
@@ -240,11 +307,27 @@ async def test_high_sensitivity_never_reaches_the_model(services, make_svc, ns, 
 
 async def test_get_by_session_and_project_list_and_delete(services, ns, who):
     w, other = who(ns, user="u1"), who(ns, user="u2")
-    await ops.brief_save(services, w, ns, project="p1", branch="main", session_id="s-a", user_id="u1",
-                         sections={"goal": "first"})
+    await ops.brief_save(
+        services,
+        w,
+        ns,
+        project="p1",
+        branch="main",
+        session_id="s-a",
+        user_id="u1",
+        sections={"goal": "first"},
+    )
     await asyncio.sleep(0.01)
-    await ops.brief_save(services, other, ns, project="p1", branch="dev", session_id="s-b", user_id="u2",
-                         sections={"goal": "second"})
+    await ops.brief_save(
+        services,
+        other,
+        ns,
+        project="p1",
+        branch="dev",
+        session_id="s-b",
+        user_id="u2",
+        sections={"goal": "second"},
+    )
     assert (await ops.brief_get(services, w, ns, from_session="s-a")).brief_key == "auto/p1/main"
     assert (await ops.brief_get(services, w, ns, project="p1")).brief_key == "auto/p1/dev"
     with pytest.raises(NotFound):

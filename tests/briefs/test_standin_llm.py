@@ -15,8 +15,14 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def brief_model_svc(make_svc, srv: StandInServer, **extra):
-    return make_svc(session_brief_llm_model="brief-model", session_brief_llm_api_key="brief-key",
-                    llm_url=srv.url, llm_timeout_seconds=0.5, session_brief_window_chars=2_000, **extra)
+    return make_svc(
+        session_brief_llm_model="brief-model",
+        session_brief_llm_api_key="brief-key",
+        llm_url=srv.url,
+        llm_timeout_seconds=0.5,
+        session_brief_window_chars=2_000,
+        **extra,
+    )
 
 
 async def test_good_answers_from_the_brief_model(make_svc, standin, ns, who):
@@ -34,15 +40,23 @@ async def test_good_answers_from_the_brief_model(make_svc, standin, ns, who):
 
 async def test_malformed_error_and_timeout_windows_are_skipped(make_svc, standin, ns, who):
     svc = brief_model_svc(make_svc, standin)
-    standin.enqueue(standin.CHAT,
-                    standin.chat_ok(answer(status="w1", new_done=["one"])),
-                    Reply.malformed(),                                   # not JSON at all
-                    standin.chat_ok("Sure! Here is your brief: goal = faster"),  # off contract
-                    Reply.error(500, "overloaded"),
-                    standin.chat_ok(answer(status="late")).delayed(2.0),  # past the 0.5 s timeout
-                    standin.chat_ok(answer(status="w6", new_done=["six"])))
-    r = await ops.brief_save(svc, who(ns), ns, brief_key="k", events=notes(120),
-                             settings=svc.settings.model_copy(update={"session_brief_max_windows": 6}))
+    standin.enqueue(
+        standin.CHAT,
+        standin.chat_ok(answer(status="w1", new_done=["one"])),
+        Reply.malformed(),  # not JSON at all
+        standin.chat_ok("Sure! Here is your brief: goal = faster"),  # off contract
+        Reply.error(500, "overloaded"),
+        standin.chat_ok(answer(status="late")).delayed(2.0),  # past the 0.5 s timeout
+        standin.chat_ok(answer(status="w6", new_done=["six"])),
+    )
+    r = await ops.brief_save(
+        svc,
+        who(ns),
+        ns,
+        brief_key="k",
+        events=notes(120),
+        settings=svc.settings.model_copy(update={"session_brief_max_windows": 6}),
+    )
     assert (r.windows, r.windows_revised, r.windows_failed) == (6, 2, 4)
     got = await ops.brief_get(svc, who(ns), ns, brief_key="k")
     assert got.sections.status == "w6" and got.sections.done == ["one", "six"]
@@ -58,8 +72,12 @@ async def test_every_window_failing_over_http_is_503(make_svc, standin, ns, who)
 
 async def test_without_the_key_the_deployment_llm_writes(make_svc, standin, ns, who):
     deployment = ScriptedLLM(lambda msgs: answer(status="from the deployment LLM"))
-    svc = make_svc(llm=deployment, session_brief_llm_model="brief-model", session_brief_llm_api_key="",
-                   llm_url=standin.url)
+    svc = make_svc(
+        llm=deployment,
+        session_brief_llm_model="brief-model",
+        session_brief_llm_api_key="",
+        llm_url=standin.url,
+    )
     r = await ops.brief_save(svc, who(ns), ns, brief_key="k", events=[ev("note", "hello")])
     assert r.author == "llm" and len(deployment.calls) == 1 and deployment.calls[0].model is None
     assert standin.requests_to(standin.CHAT) == []

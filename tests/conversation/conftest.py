@@ -61,7 +61,9 @@ def other_services(services: Any) -> Callable[..., Any]:
     return make
 
 
-async def wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0, step: float = 0.02) -> bool:
+async def wait_for(
+    predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0, step: float = 0.02
+) -> bool:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while loop.time() < deadline:

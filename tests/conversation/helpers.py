@@ -21,18 +21,24 @@ def raise_marks(ch: Any, ns: str, thread_id: str = search_marks.WHOLE) -> None:
     (and migration 006 did for the rows of earlier builds): loom.store.search_marks."""
     search_marks.record(ch, [(ns, thread_id)], time.time_ns() + search_marks.CLOCK_MARGIN_NS)
     if marks_redis is not None:
-        marks_redis.delete(search_marks.key(ns))    # the cache reloads from ClickHouse, the truth
+        marks_redis.delete(search_marks.key(ns))  # the cache reloads from ClickHouse, the truth
 
 
 def turn_rows(ch: Any, ns: str, *, final: bool = True) -> list[dict[str, Any]]:
-    result = ch.query(f"SELECT * FROM conversations {'FINAL' if final else ''} WHERE namespace = {{ns:String}} "
-                      "ORDER BY ts, msg_id", parameters={"ns": ns})
+    result = ch.query(
+        f"SELECT * FROM conversations {'FINAL' if final else ''} WHERE namespace = {{ns:String}} "
+        "ORDER BY ts, msg_id",
+        parameters={"ns": ns},
+    )
     return [dict(zip(result.column_names, r, strict=True)) for r in result.result_rows]
 
 
 def emb_rows(ch: Any, ns: str) -> list[dict[str, Any]]:
-    result = ch.query("SELECT * FROM conversation_embeddings FINAL WHERE namespace = {ns:String} "
-                      "ORDER BY thread_id, msg_id", parameters={"ns": ns})
+    result = ch.query(
+        "SELECT * FROM conversation_embeddings FINAL WHERE namespace = {ns:String} "
+        "ORDER BY thread_id, msg_id",
+        parameters={"ns": ns},
+    )
     return [dict(zip(result.column_names, r, strict=True)) for r in result.result_rows]
 
 
@@ -44,8 +50,10 @@ def emb_row(ch: Any, ns: str, thread_id: str, msg_id: str) -> Any:
     return None
 
 
-_TURN_COLS = ("namespace, agent, thread_id, msg_id, ts, role, content, reasoning, user_id, run_id, metadata, tokens, "
-              "high_sensitivity, is_summary, is_saved, saved_at, tombstoned, tombstoned_at, tombstone_reason, origin, version")
+_TURN_COLS = (
+    "namespace, agent, thread_id, msg_id, ts, role, content, reasoning, user_id, run_id, metadata, tokens, "
+    "high_sensitivity, is_summary, is_saved, saved_at, tombstoned, tombstoned_at, tombstone_reason, origin, version"
+)
 
 
 def revise_turn(ch: Any, ns: str, agent: str, thread_id: str, msg_id: str, **changes: str) -> None:
@@ -57,12 +65,23 @@ def revise_turn(ch: Any, ns: str, agent: str, thread_id: str, msg_id: str, **cha
     ch.command(
         f"INSERT INTO conversations ({_TURN_COLS}) SELECT {', '.join(exprs.values())} FROM conversations FINAL "
         "WHERE namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String} AND msg_id = {m:String}",
-        parameters={"ns": ns, "ag": agent, "th": thread_id, "m": msg_id})
+        parameters={"ns": ns, "ag": agent, "th": thread_id, "m": msg_id},
+    )
 
 
-def tombstone_turn(ch: Any, ns: str, agent: str, thread_id: str, msg_id: str, reason: str = "deleted") -> None:
-    revise_turn(ch, ns, agent, thread_id, msg_id, tombstoned="true", tombstoned_at="now64(3)",
-                tombstone_reason=f"'{reason}'")
+def tombstone_turn(
+    ch: Any, ns: str, agent: str, thread_id: str, msg_id: str, reason: str = "deleted"
+) -> None:
+    revise_turn(
+        ch,
+        ns,
+        agent,
+        thread_id,
+        msg_id,
+        tombstoned="true",
+        tombstoned_at="now64(3)",
+        tombstone_reason=f"'{reason}'",
+    )
 
 
 def save_turn(ch: Any, ns: str, agent: str, thread_id: str, msg_id: str) -> None:
@@ -79,11 +98,17 @@ async def ok(call: Any, op: str, token: str, **body: Any) -> dict[str, Any]:
 def parts_indexed(ch: Any, table: str, ns: str) -> list[bool]:
     """Whether each part holding the namespace's rows of `table` carries its skip indexes
     (a part merged away meanwhile still reads as it was: outdated parts are listed too)."""
-    parts = [r[0] for r in ch.query(f"SELECT DISTINCT _part FROM {table} WHERE namespace = {{ns:String}}",
-                                    parameters={"ns": ns}).result_rows]
-    rows = ch.query("SELECT secondary_indices_uncompressed_bytes FROM system.parts WHERE database = currentDatabase() "
-                    "AND table = {table:String} AND name IN {parts:Array(String)}",
-                    parameters={"table": table, "parts": parts}).result_rows
+    parts = [
+        r[0]
+        for r in ch.query(
+            f"SELECT DISTINCT _part FROM {table} WHERE namespace = {{ns:String}}", parameters={"ns": ns}
+        ).result_rows
+    ]
+    rows = ch.query(
+        "SELECT secondary_indices_uncompressed_bytes FROM system.parts WHERE database = currentDatabase() "
+        "AND table = {table:String} AND name IN {parts:Array(String)}",
+        parameters={"table": table, "parts": parts},
+    ).result_rows
     assert len(rows) == len(parts)
     return [r[0] > 0 for r in rows]
 

@@ -27,14 +27,21 @@ async def test_logging_off_keeps_nothing(call, mint, ns, recording, services):
     assert body["embedding"] == "skipped:logging_disabled"
     # Switched off explicitly: the same, for the batch form too.
     recording(ns, False)
-    r = await call("conversation.append", token, namespace=ns,
-                   turns=[{"thread_id": "t", "role": "user", "content": "a"},
-                          {"thread_id": "t", "role": "tool", "content": "b"}])
+    r = await call(
+        "conversation.append",
+        token,
+        namespace=ns,
+        turns=[
+            {"thread_id": "t", "role": "user", "content": "a"},
+            {"thread_id": "t", "role": "tool", "content": "b"},
+        ],
+    )
     assert [x["reason"] for x in r.json()["results"]] == ["logging_disabled"] * 2
     assert r.json()["stored"] == 0
     # No client setting can override the owner's switch.
-    r = await call("conversation.append", token, namespace=ns, thread_id="t", role="user", content="hi",
-                   logging=True)
+    r = await call(
+        "conversation.append", token, namespace=ns, thread_id="t", role="user", content="hi", logging=True
+    )
     assert r.status_code == 422
     assert turn_rows(services.ch, ns) == [] and emb_rows(services.ch, ns) == []
     # Turned on: the same turn is stored (the refused ones left no claim behind).
@@ -44,14 +51,34 @@ async def test_logging_off_keeps_nothing(call, mint, ns, recording, services):
 
 
 async def test_user_turn_is_stored_and_embedded(call, ns, writer, services):
-    content = "the staging cluster rebuild " * 120       # 3,360 characters
-    r = await call("conversation.append", writer, namespace=ns, thread_id="t1", role="user", content=content,
-                   msg_id="m1", reasoning="because friday", user_id="u1", run_id="r1",
-                   metadata={"source": "test"}, tokens=42)
+    content = "the staging cluster rebuild " * 120  # 3,360 characters
+    r = await call(
+        "conversation.append",
+        writer,
+        namespace=ns,
+        thread_id="t1",
+        role="user",
+        content=content,
+        msg_id="m1",
+        reasoning="because friday",
+        user_id="u1",
+        run_id="r1",
+        metadata={"source": "test"},
+        tokens=42,
+    )
     body = r.json()
     assert r.status_code == 200, r.text
-    assert body == {"thread_id": "t1", "msg_id": "m1", "role": "user", "stored": True, "reason": None,
-                    "embedding": "embedded", "embedding_error": None, "namespace": ns, "agent": "default"}
+    assert body == {
+        "thread_id": "t1",
+        "msg_id": "m1",
+        "role": "user",
+        "stored": True,
+        "reason": None,
+        "embedding": "embedded",
+        "embedding_error": None,
+        "namespace": ns,
+        "agent": "default",
+    }
     [row] = turn_rows(services.ch, ns)
     assert row["content"] == content and row["reasoning"] == "because friday"
     assert (row["user_id"], row["run_id"], row["tokens"], row["agent"]) == ("u1", "r1", 42, "default")
@@ -71,9 +98,13 @@ async def test_user_turn_is_stored_and_embedded(call, ns, writer, services):
 async def test_system_and_tool_turns_are_never_embedded(call, ns, writer, services, worker_embedder):
     spy = worker_embedder(SpyEmbedder(FakeEmbedder()))
     for role in ("system", "tool"):
-        r = await call("conversation.append", writer, namespace=ns, thread_id="t", role=role, content=f"{role} says")
+        r = await call(
+            "conversation.append", writer, namespace=ns, thread_id="t", role=role, content=f"{role} says"
+        )
         assert r.json()["stored"] is True and r.json()["embedding"] == "skipped:role"
-    r = await call("conversation.append", writer, namespace=ns, thread_id="t", role="assistant", content="   ")
+    r = await call(
+        "conversation.append", writer, namespace=ns, thread_id="t", role="assistant", content="   "
+    )
     assert r.json()["stored"] is True and r.json()["embedding"] == "skipped:empty"
     assert len(turn_rows(services.ch, ns)) == 3
     assert emb_rows(services.ch, ns) == [] and spy.texts == []
@@ -87,7 +118,11 @@ async def test_duplicate_msg_id_per_agent(call, ns, writer, services):
 
     assert (await send(content="first", msg_id="m"))["stored"] is True
     again = await send(content="first", msg_id="m")
-    assert again["stored"] is False and again["reason"] == "duplicate" and again["embedding"] == "skipped:duplicate"
+    assert (
+        again["stored"] is False
+        and again["reason"] == "duplicate"
+        and again["embedding"] == "skipped:duplicate"
+    )
     changed = await send(content="other text, same id", msg_id="m")
     assert changed["reason"] == "duplicate"
     # Kept per (namespace, agent, thread): another agent's turn with that id lands.
@@ -98,26 +133,59 @@ async def test_duplicate_msg_id_per_agent(call, ns, writer, services):
 
 async def test_derived_msg_id_and_shared_embedding(call, ns, writer, services, worker_embedder):
     spy = worker_embedder(SpyEmbedder(FakeEmbedder()))
-    r1 = (await call("conversation.append", writer, namespace=ns, thread_id="t", role="assistant",
-                     content="we moved invoices to the new ledger")).json()
+    r1 = (
+        await call(
+            "conversation.append",
+            writer,
+            namespace=ns,
+            thread_id="t",
+            role="assistant",
+            content="we moved invoices to the new ledger",
+        )
+    ).json()
     assert r1["msg_id"] == derive_msg_id("t", "assistant", "we moved invoices to the new ledger")
     assert r1["embedding"] == "embedded"
     # A client re-logging the same turn does not double the transcript.
-    r2 = (await call("conversation.append", writer, namespace=ns, thread_id="t", role="assistant",
-                     content="we moved invoices to the new ledger")).json()
+    r2 = (
+        await call(
+            "conversation.append",
+            writer,
+            namespace=ns,
+            thread_id="t",
+            role="assistant",
+            content="we moved invoices to the new ledger",
+        )
+    ).json()
     assert r2["reason"] == "duplicate" and r2["msg_id"] == r1["msg_id"]
     # Another role or thread is another turn.
-    r3 = (await call("conversation.append", writer, namespace=ns, thread_id="t", role="user",
-                     content="we moved invoices to the new ledger")).json()
+    r3 = (
+        await call(
+            "conversation.append",
+            writer,
+            namespace=ns,
+            thread_id="t",
+            role="user",
+            content="we moved invoices to the new ledger",
+        )
+    ).json()
     assert r3["stored"] is True and r3["msg_id"] != r1["msg_id"]
     calls_before = len(spy.calls)
     # A second agent logging the same turn gets the same id, and reuses the one embedding row.
-    r4 = (await call("conversation.append", writer, namespace=ns, agent="bot-2", thread_id="t", role="assistant",
-                     content="we moved invoices to the new ledger")).json()
+    r4 = (
+        await call(
+            "conversation.append",
+            writer,
+            namespace=ns,
+            agent="bot-2",
+            thread_id="t",
+            role="assistant",
+            content="we moved invoices to the new ledger",
+        )
+    ).json()
     assert r4["stored"] is True and r4["msg_id"] == r1["msg_id"] and r4["embedding"] == "embedded"
-    assert len(spy.calls) == calls_before                      # no second model call
+    assert len(spy.calls) == calls_before  # no second model call
     rows = [e for e in emb_rows(services.ch, ns) if e["msg_id"] == r1["msg_id"]]
-    assert len(rows) == 1 and rows[0]["agent"] == "default"    # one shared row
+    assert len(rows) == 1 and rows[0]["agent"] == "default"  # one shared row
     assert len(turn_rows(services.ch, ns)) == 3
 
 
@@ -127,8 +195,9 @@ async def test_hundred_identical_appends_store_one_row(call, ns, writer, service
     second = other_services()
     who = Principal("t", (ns,), Role.writer)
     api_calls = [call("conversation.append", writer, **body) for _ in range(50)]
-    direct = [append(second, who, ns, "default", [TurnInput("t", "user", "exactly once please")])
-              for _ in range(50)]
+    direct = [
+        append(second, who, ns, "default", [TurnInput("t", "user", "exactly once please")]) for _ in range(50)
+    ]
     results = await asyncio.gather(*api_calls, *direct)
     from loom.ops.conversation import close_pipeline
 
@@ -136,7 +205,7 @@ async def test_hundred_identical_appends_store_one_row(call, ns, writer, service
     outcomes = [r.json() for r in results[:50]] + [r[0].__dict__ for r in results[50:]]
     assert sum(o["stored"] for o in outcomes) == 1
     assert sorted({o["reason"] for o in outcomes if not o["stored"]}) == ["duplicate"]
-    assert len(turn_rows(services.ch, ns, final=False)) == 1     # not even an unmerged copy
+    assert len(turn_rows(services.ch, ns, final=False)) == 1  # not even an unmerged copy
     assert len(emb_rows(services.ch, ns)) == 1
 
 
@@ -144,7 +213,7 @@ async def test_batch_form(call, ns, writer, services):
     turns = [
         {"thread_id": "b", "role": "user", "content": "batch one", "msg_id": "1"},
         {"thread_id": "b", "role": "assistant", "content": "batch two", "msg_id": "2", "run_id": "r"},
-        {"thread_id": "b", "role": "user", "content": "batch one again", "msg_id": "1"},   # duplicate in-batch
+        {"thread_id": "b", "role": "user", "content": "batch one again", "msg_id": "1"},  # duplicate in-batch
         {"thread_id": "b", "role": "tool", "content": "tool output", "metadata": {"tool": "grep"}},
         {"thread_id": "b2", "role": "user", "content": HIGH},
     ]
@@ -155,8 +224,13 @@ async def test_batch_form(call, ns, writer, services):
     res = body["results"]
     assert [x["stored"] for x in res] == [True, True, False, True, True]
     assert res[2]["reason"] == "duplicate"
-    assert [x["embedding"] for x in res] == ["embedded", "embedded", "skipped:duplicate", "skipped:role",
-                                             "skipped:high_sensitivity"]
+    assert [x["embedding"] for x in res] == [
+        "embedded",
+        "embedded",
+        "skipped:duplicate",
+        "skipped:role",
+        "skipped:high_sensitivity",
+    ]
     assert [x["thread_id"] for x in res] == ["b", "b", "b", "b", "b2"]
     # The batch keeps its order in the thread.
     r = await call("conversation.list", writer, namespace=ns, thread_id="b")
@@ -170,13 +244,13 @@ async def test_batch_form(call, ns, writer, services):
 async def test_batch_request_shape_is_validated(call, ns, writer):
     one = {"thread_id": "t", "role": "user", "content": "x"}
     cases: list[dict[str, Any]] = [
-        dict(turns=[one], thread_id="t"),                    # both forms
+        dict(turns=[one], thread_id="t"),  # both forms
         dict(turns=[one], content="x"),
-        dict(),                                              # neither
-        dict(thread_id="t", role="user"),                    # single turn without content
-        dict(turns=[]),                                      # empty batch
-        dict(turns=[one] * 501),                             # over 500
-        dict(turns=[{**one, "role": "robot"}]),              # bad role
+        dict(),  # neither
+        dict(thread_id="t", role="user"),  # single turn without content
+        dict(turns=[]),  # empty batch
+        dict(turns=[one] * 501),  # over 500
+        dict(turns=[{**one, "role": "robot"}]),  # bad role
         dict(thread_id="t", role="user", content="x", bogus=1),
     ]
     for body in cases:
@@ -196,11 +270,15 @@ async def test_failed_insert_releases_claims_and_a_retry_stores(call, ns, writer
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(conv_store, "insert", broken)
-    r = await call("conversation.append", writer, namespace=ns, thread_id="t", role="tool", content="retry me")
+    r = await call(
+        "conversation.append", writer, namespace=ns, thread_id="t", role="tool", content="retry me"
+    )
     assert r.status_code == 503 and r.json()["error"] == "unavailable"
     monkeypatch.setattr(conv_store, "insert", real)
     # The claim was released: the retry is not taken for a duplicate.
-    r = await call("conversation.append", writer, namespace=ns, thread_id="t", role="tool", content="retry me")
+    r = await call(
+        "conversation.append", writer, namespace=ns, thread_id="t", role="tool", content="retry me"
+    )
     assert r.status_code == 200 and r.json()["stored"] is True
     assert len(turn_rows(services.ch, ns)) == 1
 
@@ -222,11 +300,15 @@ async def test_a_retried_insert_cannot_double_rows(call, ns, writer, services, m
             raise OperationalError("connection reset after the insert")
 
     monkeypatch.setattr(conv_store, "insert", flaky)
-    r = await call("conversation.append", writer, namespace=ns,
-                   turns=[{"thread_id": "t", "role": "tool", "content": f"row {i}"} for i in range(3)])
+    r = await call(
+        "conversation.append",
+        writer,
+        namespace=ns,
+        turns=[{"thread_id": "t", "role": "tool", "content": f"row {i}"} for i in range(3)],
+    )
     assert r.status_code == 200 and r.json()["stored"] == 3
     assert len(attempts) == 2 and attempts[0] == attempts[1] and attempts[0]
-    assert len(turn_rows(services.ch, ns, final=False)) == 3      # no unmerged second copy either
+    assert len(turn_rows(services.ch, ns, final=False)) == 3  # no unmerged second copy either
 
 
 @pytest.mark.parametrize("read", ["recording", "landed"])
@@ -239,7 +321,7 @@ async def test_failed_read_releases_claims(call, ns, writer, services, monkeypat
     turn = {"thread_id": "t", "role": "tool", "content": "again"}
     module = ns_store if read == "recording" else conv_store
     real = getattr(module, read)
-    if read == "landed":   # noted by a first attempt that failed at its insert
+    if read == "landed":  # noted by a first attempt that failed at its insert
         from loom.store import landed
 
         await landed.note(services.redis, [(ns, "default", "t", derive_msg_id("t", "tool", "again"))])

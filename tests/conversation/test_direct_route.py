@@ -26,10 +26,13 @@ async def reference(services: Any) -> AsyncIterator[httpx.AsyncClient]:
     app = FastAPI()
     errors.install(app)
     app.add_middleware(Gate)
-    app.add_api_route(PATH, conversation.append, methods=["POST"],
-                      response_model=AppendResponse | AppendBatchResponse)
+    app.add_api_route(
+        PATH, conversation.append, methods=["POST"], response_model=AppendResponse | AppendBatchResponse
+    )
     app.state.services = services
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://ref.test") as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://ref.test"
+    ) as client:
         yield client
 
 
@@ -54,9 +57,17 @@ async def test_answers_match_fastapis_own_handler(api, reference, ns, writer, mi
         ("text/plain", {**auth, "Content-Type": "text/plain"}, good),
         ("empty body", {**auth, **as_json}, b""),
         ("a list", {**auth, **as_json}, "[1, 2]"),
-        ("missing content", {**auth, **as_json}, json.dumps({"namespace": ns, "thread_id": "t", "role": "user"})),
+        (
+            "missing content",
+            {**auth, **as_json},
+            json.dumps({"namespace": ns, "thread_id": "t", "role": "user"}),
+        ),
         ("unknown field", {**auth, **as_json}, json.dumps({"namespace": ns, "turns": [], "bogus": 1})),
-        ("bad role, no token", as_json, json.dumps({"namespace": ns, "thread_id": "t", "role": "x", "content": "y"})),
+        (
+            "bad role, no token",
+            as_json,
+            json.dumps({"namespace": ns, "thread_id": "t", "role": "x", "content": "y"}),
+        ),
     ]
     for name, headers, body in cases:
         got = await api.post(PATH, content=body, headers=headers)
@@ -66,9 +77,11 @@ async def test_answers_match_fastapis_own_handler(api, reference, ns, writer, mi
 
 async def test_a_stored_turn_answers_as_before(api, reference, ns, writer):
     headers = {"Authorization": f"Bearer {writer}"}
-    got = await api.post(PATH, json={"namespace": ns, "thread_id": "t", "role": "tool", "content": "one"},
-                         headers=headers)
-    want = await reference.post(PATH, json={"namespace": ns, "thread_id": "t", "role": "tool", "content": "two"},
-                                headers=headers)
+    got = await api.post(
+        PATH, json={"namespace": ns, "thread_id": "t", "role": "tool", "content": "one"}, headers=headers
+    )
+    want = await reference.post(
+        PATH, json={"namespace": ns, "thread_id": "t", "role": "tool", "content": "two"}, headers=headers
+    )
     assert got.status_code == want.status_code == 200
     assert set(got.json()) == set(want.json()) and got.json()["stored"] is want.json()["stored"] is True

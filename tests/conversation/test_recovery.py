@@ -144,7 +144,7 @@ async def test_turns_left_without_an_embedding_row_are_embedded(call, ns, writer
     rewind(ch, 60)  # looked at again: found embedded, left alone
     again = await run_pass(services, spy)
     # (the minute rewound may hold other tests' rows: only this namespace's are checked)
-    assert again.skipped_present >= 3 and not set(spy.texts[len(sent):]) & set(sent)
+    assert again.skipped_present >= 3 and not set(spy.texts[len(sent) :]) & set(sent)
     assert {r["msg_id"]: r for r in emb_rows(ch, ns)} == rows
     # The recovered turn is found by search, and a retried append is still a duplicate.
     hits = await ok(

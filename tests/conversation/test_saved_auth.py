@@ -11,7 +11,9 @@ import pytest
 from tests.conversation.helpers import emb_rows, turn_rows
 
 OPS: dict[str, dict[str, Any]] = {
-    "conversation.save_message": dict(conversation_id="c", message_id="m", role="user", content="hello there"),
+    "conversation.save_message": dict(
+        conversation_id="c", message_id="m", role="user", content="hello there"
+    ),
     "conversation.unsave_message": dict(conversation_id="c", message_id="m"),
     "conversation.list_saved_messages": {},
     "conversation.saved_status": dict(conversation_id="c", message_ids=["m"]),
@@ -73,24 +75,48 @@ async def test_own_user_token_is_bound_to_its_user_on_every_op(call, ns, mint, s
     writer = mint(ns, "writer")
     pinned = mint(ns, "writer", read_scope="own_user", read_user_id="alice")
     for user in ("alice", "bob"):
-        r = await call("conversation.save_message", writer, namespace=ns, user_id=user, conversation_id="c",
-                       message_id=f"m-{user}", role="user", content=f"note of {user} about otters")
+        r = await call(
+            "conversation.save_message",
+            writer,
+            namespace=ns,
+            user_id=user,
+            conversation_id="c",
+            message_id=f"m-{user}",
+            role="user",
+            content=f"note of {user} about otters",
+        )
         assert r.status_code == 200 and r.json()["saved"], r.text
     for op, body in OPS.items():
         if op == "conversation.list":
             continue
         r = await call(op, pinned, namespace="@me", user_id="bob", **body)
-        assert r.status_code == 403 and r.json()["field"] == "user_id" and r.json()["rule"] == "own_user", (op, r.text)
+        assert r.status_code == 403 and r.json()["field"] == "user_id" and r.json()["rule"] == "own_user", (
+            op,
+            r.text,
+        )
     # Without user_id (or naming itself) it sees only its own user's.
     r = await call("conversation.list_saved_messages", pinned, namespace="@me")
     assert [m["message_id"] for m in r.json()["messages"]] == ["m-alice"]
-    r = await call("conversation.search_saved_messages", pinned, namespace=ns, user_id="alice", query="otters",
-                   search_mode="lexical")
+    r = await call(
+        "conversation.search_saved_messages",
+        pinned,
+        namespace=ns,
+        user_id="alice",
+        query="otters",
+        search_mode="lexical",
+    )
     assert [h["message_id"] for h in r.json()["hits"]] == ["m-alice"]
-    r = await call("conversation.saved_status", pinned, namespace="@me", conversation_id="c",
-                   message_ids=["m-alice", "m-bob"])
+    r = await call(
+        "conversation.saved_status",
+        pinned,
+        namespace="@me",
+        conversation_id="c",
+        message_ids=["m-alice", "m-bob"],
+    )
     assert r.json()["saved"] == {"m-alice": True, "m-bob": False}
-    r = await call("conversation.unsave_message", pinned, namespace="@me", conversation_id="c", message_id="m-bob")
+    r = await call(
+        "conversation.unsave_message", pinned, namespace="@me", conversation_id="c", message_id="m-bob"
+    )
     assert r.json() == {"found": False, "removed": False}
     assert [x["msg_id"] for x in turn_rows(services.ch, ns) if x["is_saved"]] == ["m-alice", "m-bob"]
 

@@ -25,27 +25,73 @@ def test_the_views_and_the_queries_share_one_tokeniser() -> None:
 
 
 def test_the_tokeniser(services: Any) -> None:
-    [terms] = bm25.query_terms(services.ch, ["See INC-48213 in billing_ledger_v2 on db-01.prod, “Straße” — ok"])
-    assert terms == ["see", "inc", "48213", "in", "billing", "ledger", "v2", "on", "db", "01", "prod", "straße", "ok",
-                     "inc-48213", "billing_ledger_v2", "db-01.prod"]
+    [terms] = bm25.query_terms(
+        services.ch, ["See INC-48213 in billing_ledger_v2 on db-01.prod, “Straße” — ok"]
+    )
+    assert terms == [
+        "see",
+        "inc",
+        "48213",
+        "in",
+        "billing",
+        "ledger",
+        "v2",
+        "on",
+        "db",
+        "01",
+        "prod",
+        "straße",
+        "ok",
+        "inc-48213",
+        "billing_ledger_v2",
+        "db-01.prod",
+    ]
     [long] = bm25.query_terms(services.ch, ["a" * 65 + " b"])
-    assert long == ["b"]                                         # terms over 64 characters are not indexed
+    assert long == ["b"]  # terms over 64 characters are not indexed
 
 
 def _rows(ch: Any, table: str, ns: str, columns: str) -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in ch.query(f"SELECT {columns} FROM {table} FINAL WHERE namespace = {{ns:String}} "
-                                       "ORDER BY ALL", parameters={"ns": ns}).result_rows]
+    return [
+        tuple(r)
+        for r in ch.query(
+            f"SELECT {columns} FROM {table} FINAL WHERE namespace = {{ns:String}} ORDER BY ALL",
+            parameters={"ns": ns},
+        ).result_rows
+    ]
 
 
 def test_only_saved_rows_reach_the_index_and_revisions_retire_them(services: Any, ns: str) -> None:
     ch = services.ch
     now = datetime.now(UTC)
-    conv_store.insert(ch, [
-        conv_store.Turn(ns, "default", "t", "plain", now, "user", "not saved, never indexed", user_id="u",
-                        version=next_version()),
-        conv_store.Turn(ns, "default", "t", "kept", now, "user", "saved words here", user_id="u", is_saved=True,
-                        saved_at=now, version=next_version()),
-    ])
+    conv_store.insert(
+        ch,
+        [
+            conv_store.Turn(
+                ns,
+                "default",
+                "t",
+                "plain",
+                now,
+                "user",
+                "not saved, never indexed",
+                user_id="u",
+                version=next_version(),
+            ),
+            conv_store.Turn(
+                ns,
+                "default",
+                "t",
+                "kept",
+                now,
+                "user",
+                "saved words here",
+                user_id="u",
+                is_saved=True,
+                saved_at=now,
+                version=next_version(),
+            ),
+        ],
+    )
     assert _rows(ch, "saved_docs", ns, "msg_id, is_saved, doc_len") == [("kept", True, 3)]
     assert _rows(ch, "saved_terms", ns, "term, tf") == [("here", 1), ("saved", 1), ("words", 1)]
     assert [h.msg_id for h in bm25.search(ch, ns, "u", "words", limit=5)] == ["kept"]
@@ -67,11 +113,28 @@ def test_bm25_prefers_rare_terms_and_short_documents(services: Any, ns: str) -> 
     texts = {f"c{i}": common for i in range(6)}
     texts["rare"] = common + "zebrafish"
     texts["short"] = "export job"
-    conv_store.insert(ch, [conv_store.Turn(ns, "default", "t", m, now, "user", text, user_id="u", is_saved=True,
-                                           saved_at=now, version=next_version()) for m, text in texts.items()])
+    conv_store.insert(
+        ch,
+        [
+            conv_store.Turn(
+                ns,
+                "default",
+                "t",
+                m,
+                now,
+                "user",
+                text,
+                user_id="u",
+                is_saved=True,
+                saved_at=now,
+                version=next_version(),
+            )
+            for m, text in texts.items()
+        ],
+    )
     hits = bm25.search(ch, ns, "u", "zebrafish export", limit=10)
     assert hits[0].msg_id == "rare" and set(hits[0].matched) == {"zebrafish", "export"}
-    assert hits[1].msg_id == "short"                             # same term, shorter document
+    assert hits[1].msg_id == "short"  # same term, shorter document
     assert all(h.score > 0 for h in hits) and len(hits) == 8
     assert [h.msg_id for h in bm25.search(ch, ns, "u", "zebrafish", limit=10, thread_id="other")] == []
 
@@ -80,12 +143,28 @@ def test_the_migration_backfills_rows_saved_before_it(services: Any, ns: str) ->
     """Re-running the migration's backfill (as a second runner would) adds nothing twice."""
     ch = services.ch
     now = datetime.now(UTC)
-    conv_store.insert(ch, [conv_store.Turn(ns, "default", "t", "m", now, "user", "backfilled text", user_id="u",
-                                           is_saved=True, saved_at=now, version=next_version())])
+    conv_store.insert(
+        ch,
+        [
+            conv_store.Turn(
+                ns,
+                "default",
+                "t",
+                "m",
+                now,
+                "user",
+                "backfilled text",
+                user_id="u",
+                is_saved=True,
+                saved_at=now,
+                version=next_version(),
+            )
+        ],
+    )
     backfill = [s for s in split_statements(Path(MIGRATION).read_text()) if s.startswith("INSERT INTO")]
     assert len(backfill) == 2
     for statement in backfill:
         ch.command(statement)
     assert [h.msg_id for h in bm25.search(ch, ns, "u", "backfilled", limit=5)] == ["m"]
     assert _rows(ch, "saved_docs", ns, "msg_id") == [("m",)]
-    assert _rows(ch, "saved_vectors", ns, "msg_id") == []        # no embedding row was written
+    assert _rows(ch, "saved_vectors", ns, "msg_id") == []  # no embedding row was written

@@ -25,8 +25,10 @@ STATUS = "conversation.saved_status"
 SEARCH = "conversation.search_saved_messages"
 HIGH = "sure, the prod login is password=Tr0ub4dor&3xq"
 
-FILLER = ("We went through the deployment checklist, the helm chart values and the readiness probe timings. "
-          "Nothing unusual showed up in the staging cluster logs, and the canary stayed green all afternoon. ")
+FILLER = (
+    "We went through the deployment checklist, the helm chart values and the readiness probe timings. "
+    "Nothing unusual showed up in the staging cluster logs, and the canary stayed green all afternoon. "
+)
 
 
 @pytest.fixture
@@ -34,10 +36,28 @@ def token(ns: str, mint: Any) -> str:
     return str(mint(ns, "writer"))
 
 
-async def save(call: Any, token: str, ns: str, msg: str, content: str, *, user: str = "alice", conv: str = "c",
-               role: str = "assistant") -> dict[str, Any]:
-    body = await ok(call, SAVE, token, namespace=ns, user_id=user, conversation_id=conv, message_id=msg, role=role,
-                    content=content)
+async def save(
+    call: Any,
+    token: str,
+    ns: str,
+    msg: str,
+    content: str,
+    *,
+    user: str = "alice",
+    conv: str = "c",
+    role: str = "assistant",
+) -> dict[str, Any]:
+    body = await ok(
+        call,
+        SAVE,
+        token,
+        namespace=ns,
+        user_id=user,
+        conversation_id=conv,
+        message_id=msg,
+        role=role,
+        content=content,
+    )
     assert body["saved"] is True, body
     return body
 
@@ -69,7 +89,7 @@ class TableEmbedder:
 
 def unit(*xs: float, dim: int = 8) -> np.ndarray:
     v = np.zeros(dim, dtype=np.float32)
-    v[:len(xs)] = xs
+    v[: len(xs)] = xs
     return v
 
 
@@ -79,13 +99,20 @@ def unit(*xs: float, dim: int = 8) -> np.ndarray:
 async def test_list_pages_most_recently_saved_first(call, ns, token):
     for i in range(7):
         await save(call, token, ns, f"m{i}", f"saved message number {i}", conv="c1" if i % 2 else "c2")
-        await asyncio.sleep(0.002)   # distinct saved_at (milliseconds)
+        await asyncio.sleep(0.002)  # distinct saved_at (milliseconds)
     seen: list[str] = []
     cursor = None
     pages = []
     while True:
-        body = await ok(call, LIST, token, namespace=ns, user_id="alice", limit=3,
-                        **({"cursor": cursor} if cursor else {}))
+        body = await ok(
+            call,
+            LIST,
+            token,
+            namespace=ns,
+            user_id="alice",
+            limit=3,
+            **({"cursor": cursor} if cursor else {}),
+        )
         pages.append(len(body["messages"]))
         seen += ids(body["messages"])
         cursor = body["next_cursor"]
@@ -106,8 +133,15 @@ async def test_list_cursor_is_opaque_and_bound_to_its_listing(call, ns, token):
     for i in range(3):
         await save(call, token, ns, f"m{i}", f"text {i}")
     body = await ok(call, LIST, token, namespace=ns, user_id="alice", limit=1)
-    r = await call(LIST, token, namespace=ns, user_id="alice", limit=1, cursor=body["next_cursor"],
-                   conversation_id="other")
+    r = await call(
+        LIST,
+        token,
+        namespace=ns,
+        user_id="alice",
+        limit=1,
+        cursor=body["next_cursor"],
+        conversation_id="other",
+    )
     assert r.status_code == 422 and r.json()["field"] == "cursor" and r.json()["rule"] == "same_listing"
     r = await call(LIST, token, namespace=ns, user_id="bob", limit=1, cursor=body["next_cursor"])
     assert r.status_code == 422 and r.json()["rule"] == "same_listing"
@@ -119,12 +153,37 @@ async def test_list_cursor_is_opaque_and_bound_to_its_listing(call, ns, token):
 
 
 async def test_list_ts_is_the_save_time_else_the_message_time(call, ns, token, services):
-    await ok(call, SAVE, token, namespace=ns, user_id="alice", conversation_id="c", message_id="m", role="user",
-             content="an old message saved today", ts="2024-01-02T03:04:05Z")
+    await ok(
+        call,
+        SAVE,
+        token,
+        namespace=ns,
+        user_id="alice",
+        conversation_id="c",
+        message_id="m",
+        role="user",
+        content="an old message saved today",
+        ts="2024-01-02T03:04:05Z",
+    )
     # A row an earlier build saved without a save time.
     old = datetime(2023, 5, 6, 7, 8, 9, tzinfo=UTC)
-    conv_store.insert(services.ch, [conv_store.Turn(ns, "default", "c", "legacy", old, "user", "saved long ago",
-                                                    user_id="alice", is_saved=True, version=next_version())])
+    conv_store.insert(
+        services.ch,
+        [
+            conv_store.Turn(
+                ns,
+                "default",
+                "c",
+                "legacy",
+                old,
+                "user",
+                "saved long ago",
+                user_id="alice",
+                is_saved=True,
+                version=next_version(),
+            )
+        ],
+    )
     body = await ok(call, LIST, token, namespace=ns, user_id="alice")
     by_id = {m["message_id"]: m for m in body["messages"]}
     saved_ts = datetime.fromisoformat(by_id["m"]["ts"].replace("Z", "+00:00"))
@@ -138,11 +197,37 @@ async def test_list_shows_a_high_message_with_an_empty_excerpt(call, ns, token, 
     # Saved by an earlier build, the secret within the 240 + 1,024 characters checked.
     late = "x" * 1000 + " " + HIGH
     now = datetime.now(UTC)
-    conv_store.insert(services.ch, [
-        conv_store.Turn(ns, "default", "c", "high", now, "user", HIGH, user_id="alice", is_saved=True, saved_at=now,
-                        version=next_version()),
-        conv_store.Turn(ns, "default", "c", "late", now, "user", late, user_id="alice", is_saved=True, saved_at=now,
-                        version=next_version())])
+    conv_store.insert(
+        services.ch,
+        [
+            conv_store.Turn(
+                ns,
+                "default",
+                "c",
+                "high",
+                now,
+                "user",
+                HIGH,
+                user_id="alice",
+                is_saved=True,
+                saved_at=now,
+                version=next_version(),
+            ),
+            conv_store.Turn(
+                ns,
+                "default",
+                "c",
+                "late",
+                now,
+                "user",
+                late,
+                user_id="alice",
+                is_saved=True,
+                saved_at=now,
+                version=next_version(),
+            ),
+        ],
+    )
     body = await ok(call, LIST, token, namespace=ns, user_id="alice")
     excerpts = {m["message_id"]: m["excerpt"] for m in body["messages"]}
     assert excerpts == {"plain": "a plain saved note", "high": "", "late": ""}
@@ -152,8 +237,9 @@ async def test_list_drops_what_the_transcript_no_longer_holds(call, ns, token, s
     await save(call, token, ns, "kept", "kept")
     await save(call, token, ns, "gone", "removed behind the index's back")
     # An erasure or a TTL removes the row without passing through the index's views.
-    services.ch.command("DELETE FROM conversations WHERE namespace = {ns:String} AND msg_id = 'gone'",
-                        parameters={"ns": ns})
+    services.ch.command(
+        "DELETE FROM conversations WHERE namespace = {ns:String} AND msg_id = 'gone'", parameters={"ns": ns}
+    )
     assert ids((await ok(call, LIST, token, namespace=ns, user_id="alice"))["messages"]) == ["kept"]
 
 
@@ -165,18 +251,45 @@ async def test_saved_status(call, ns, token):
     await save(call, token, ns, "b", "second")
     await save(call, token, ns, "c", "bob's", user="bob")
     await save(call, token, ns, "d", "other conversation", conv="elsewhere")
-    await ok(call, "conversation.unsave_message", token, namespace=ns, user_id="alice", conversation_id="c",
-             message_id="b")
-    body = await ok(call, STATUS, token, namespace=ns, user_id="alice", conversation_id="c",
-                    message_ids=["a", "b", "c", "d", "nope"])
+    await ok(
+        call,
+        "conversation.unsave_message",
+        token,
+        namespace=ns,
+        user_id="alice",
+        conversation_id="c",
+        message_id="b",
+    )
+    body = await ok(
+        call,
+        STATUS,
+        token,
+        namespace=ns,
+        user_id="alice",
+        conversation_id="c",
+        message_ids=["a", "b", "c", "d", "nope"],
+    )
     assert body == {"saved": {"a": True, "b": False, "c": False, "d": False, "nope": False}}
     r = await call(STATUS, token, namespace=ns, user_id="alice", conversation_id="c", message_ids=[])
     assert r.status_code == 422 and r.json()["field"] == "message_ids"
-    r = await call(STATUS, token, namespace=ns, user_id="alice", conversation_id="c",
-                   message_ids=[f"m{i}" for i in range(501)])
+    r = await call(
+        STATUS,
+        token,
+        namespace=ns,
+        user_id="alice",
+        conversation_id="c",
+        message_ids=[f"m{i}" for i in range(501)],
+    )
     assert r.status_code == 422 and r.json()["field"] == "message_ids"
-    body = await ok(call, STATUS, token, namespace=ns, user_id="alice", conversation_id="c",
-                    message_ids=[f"m{i}" for i in range(500)])
+    body = await ok(
+        call,
+        STATUS,
+        token,
+        namespace=ns,
+        user_id="alice",
+        conversation_id="c",
+        message_ids=[f"m{i}" for i in range(500)],
+    )
     assert len(body["saved"]) == 500 and not any(body["saved"].values())
 
 
@@ -184,8 +297,12 @@ async def test_saved_status(call, ns, token):
 
 
 async def test_an_exact_rare_term_deep_in_a_long_message_ranks(call, ns, token):
-    deep = FILLER * 14 + "The outage was tracked as INC-48213 and fixed by rebuilding billing_ledger_v2. " + FILLER
-    assert len(deep) > 3000 and deep.index("INC-48213") > 2048     # beyond what the vector is built from
+    deep = (
+        FILLER * 14
+        + "The outage was tracked as INC-48213 and fixed by rebuilding billing_ledger_v2. "
+        + FILLER
+    )
+    assert len(deep) > 3000 and deep.index("INC-48213") > 2048  # beyond what the vector is built from
     await save(call, token, ns, "deep", deep)
     for i in range(8):
         await save(call, token, ns, f"other{i}", FILLER + f" Ticket INC-5821{i} was about the ledger export.")
@@ -208,11 +325,19 @@ async def test_a_phrase_deep_in_a_long_message_outranks_short_partial_matches(ca
     deep = FILLER * 14 + "In the end we had to rotate staging ledger keys by hand. " + FILLER
     assert deep.index("rotate staging ledger keys") > 2048
     await save(call, token, ns, "deep", deep)
-    for i, words in enumerate(("rotate staging keys", "staging ledger keys", "rotate ledger keys",
-                               "rotate staging ledger")):
+    for i, words in enumerate(
+        ("rotate staging keys", "staging ledger keys", "rotate ledger keys", "rotate staging ledger")
+    ):
         await save(call, token, ns, f"short{i}", f"Reminder: {words}.")
-    body = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query="rotate staging ledger keys",
-                    search_mode="lexical")
+    body = await ok(
+        call,
+        SEARCH,
+        token,
+        namespace=ns,
+        user_id="alice",
+        query="rotate staging ledger keys",
+        search_mode="lexical",
+    )
     assert ids(body["hits"])[0] == "deep", body["hits"][:3]
     assert "rotate staging ledger keys" in body["hits"][0]["excerpt"]
     # Hybrid fuses it with the vector leg (which never saw past 2,048 characters): it ranks.
@@ -225,8 +350,10 @@ async def test_lexical_reads_the_whole_text_and_statistics_are_per_user(call, ns
     await save(call, token, ns, "b", FILLER + " zanzibar zanzibar zanzibar")
     await save(call, token, ns, "c", "nothing relevant here")
     await save(call, token, ns, "bobs", "zanzibar zanzibar zanzibar zanzibar", user="bob")
-    body = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query="Zanzibar", search_mode="lexical")
-    assert ids(body["hits"]) == ["b", "a"]                          # more occurrences first; never bob's
+    body = await ok(
+        call, SEARCH, token, namespace=ns, user_id="alice", query="Zanzibar", search_mode="lexical"
+    )
+    assert ids(body["hits"]) == ["b", "a"]  # more occurrences first; never bob's
     assert all(h["legs"] == ["lexical"] for h in body["hits"])
     assert body["hits"][0]["score"] > body["hits"][1]["score"] > 0
     bob = await ok(call, SEARCH, token, namespace=ns, user_id="bob", query="zanzibar", search_mode="lexical")
@@ -241,8 +368,15 @@ async def test_only_live_saved_messages_of_this_user_in_this_namespace(call, ns,
     await save(call, token, ns, "tomb", "quokka habitat")
     await save(call, token, ns, "bob", "quokka for bob", user="bob")
     await save(call, other_token, other_ns, "far", "quokka elsewhere")
-    await ok(call, "conversation.unsave_message", token, namespace=ns, user_id="alice", conversation_id="c",
-             message_id="unsaved")
+    await ok(
+        call,
+        "conversation.unsave_message",
+        token,
+        namespace=ns,
+        user_id="alice",
+        conversation_id="c",
+        message_id="unsaved",
+    )
     tombstone_turn(services.ch, ns, "default", "c", "tomb")
     for mode in ("lexical", "hybrid", "semantic"):
         body = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query="quokka", search_mode=mode)
@@ -255,8 +389,16 @@ async def test_conversation_filter(call, ns, token):
     await save(call, token, ns, "a", "platypus one", conv="c1")
     await save(call, token, ns, "b", "platypus two", conv="c2")
     for mode in ("lexical", "hybrid"):
-        body = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query="platypus", search_mode=mode,
-                        conversation_id="c2")
+        body = await ok(
+            call,
+            SEARCH,
+            token,
+            namespace=ns,
+            user_id="alice",
+            query="platypus",
+            search_mode=mode,
+            conversation_id="c2",
+        )
         assert ids(body["hits"]) == ["b"]
 
 
@@ -281,36 +423,47 @@ async def test_a_paraphrase_finds_its_message(call, ns, token, api_embedder, min
     }
     for msg, text in texts.items():
         await save(call, token, ns, msg, text)
-    queries = {"flight": "which day is my rebooked trip to Portugal", "bread": "how often do I feed the bread culture"}
+    queries = {
+        "flight": "which day is my rebooked trip to Portugal",
+        "bread": "how often do I feed the bread culture",
+    }
     for want, query in queries.items():
         for mode in ("semantic", "hybrid"):
             body = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query=query, search_mode=mode)
             assert ids(body["hits"])[0] == want, (mode, query, body["hits"])
             assert "vector" in body["hits"][0]["legs"]
-        semantic = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query=query, search_mode="semantic")
+        semantic = await ok(
+            call, SEARCH, token, namespace=ns, user_id="alice", query=query, search_mode="semantic"
+        )
         assert all(h["legs"] == ["vector"] for h in semantic["hits"])
-        assert 0.3 <= semantic["hits"][0]["score"] <= 1.0          # cosine, at or above the floor
+        assert 0.3 <= semantic["hits"][0]["score"] <= 1.0  # cosine, at or above the floor
 
 
 async def test_lexical_weight_scales_the_lexical_leg(call, ns, token, api_embedder):
     q = unit(1, 0)
-    api_embedder(TableEmbedder({                          # the first key a text holds names its vector
-        "LEXICAL": unit(0.6, 0.8),                        # cosine 0.6 with the query: second in the vector leg
-        "SEMANTIC": unit(1, 0.05),                        # cosine ~1: first in the vector leg
-        "ledger reconciliation": q,                       # the query
-    }))
+    api_embedder(
+        TableEmbedder(
+            {  # the first key a text holds names its vector
+                "LEXICAL": unit(0.6, 0.8),  # cosine 0.6 with the query: second in the vector leg
+                "SEMANTIC": unit(1, 0.05),  # cosine ~1: first in the vector leg
+                "ledger reconciliation": q,  # the query
+            }
+        )
+    )
     await save(call, token, ns, "lex", "LEXICAL: the ledger reconciliation job, ledger reconciliation again")
     await save(call, token, ns, "sem", "SEMANTIC: matching the books at month end")
     full = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation")
     assert ids(full["hits"]) == ["lex", "sem"]
     assert full["hits"][0]["legs"] == ["vector", "lexical"] and full["hits"][1]["legs"] == ["vector"]
     assert full["hits"][0]["score"] == pytest.approx(1 / 62 + 1 / 61, abs=1e-6)
-    none = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation",
-                    lexical_weight=0.0)
+    none = await ok(
+        call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation", lexical_weight=0.0
+    )
     assert ids(none["hits"]) == ["sem", "lex"]
     assert none["hits"][1]["score"] == pytest.approx(1 / 62, abs=1e-6)
-    half = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation",
-                    lexical_weight=0.5)
+    half = await ok(
+        call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation", lexical_weight=0.5
+    )
     assert half["hits"][0]["score"] == pytest.approx(1 / 62 + 0.5 / 61, abs=1e-6)
     for bad in (-0.1, 1.5):
         r = await call(SEARCH, token, namespace=ns, user_id="alice", query="x", lexical_weight=bad)
@@ -343,36 +496,79 @@ async def test_a_saved_message_that_reads_as_high_is_never_a_hit(call, ns, token
     # live vectors of their text and postings in the index.
     now = datetime.now(UTC)
     texts = {"flagged": f"pangolin {HIGH}", "unflagged": f"pangolin note, {HIGH}"}
-    conv_store.insert(services.ch, [
-        conv_store.Turn(ns, "default", "c", m, now, "user", text, user_id="alice", is_saved=True, saved_at=now,
-                        high_sensitivity=(m == "flagged"), version=next_version()) for m, text in texts.items()])
-    emb_store.insert(services.ch, [
-        emb_store.EmbeddingRow(ns, "c", m, "default", "user", "", "alice", now, text[:2048], fake.vector(text[:2048]),
-                               fake.model_id, is_saved=True, saved_at=now, version=next_version())
-        for m, text in texts.items()])
-    plain_query = "pangolin note sure the prod login is"           # shares the high texts' words
+    conv_store.insert(
+        services.ch,
+        [
+            conv_store.Turn(
+                ns,
+                "default",
+                "c",
+                m,
+                now,
+                "user",
+                text,
+                user_id="alice",
+                is_saved=True,
+                saved_at=now,
+                high_sensitivity=(m == "flagged"),
+                version=next_version(),
+            )
+            for m, text in texts.items()
+        ],
+    )
+    emb_store.insert(
+        services.ch,
+        [
+            emb_store.EmbeddingRow(
+                ns,
+                "c",
+                m,
+                "default",
+                "user",
+                "",
+                "alice",
+                now,
+                text[:2048],
+                fake.vector(text[:2048]),
+                fake.model_id,
+                is_saved=True,
+                saved_at=now,
+                version=next_version(),
+            )
+            for m, text in texts.items()
+        ],
+    )
+    plain_query = "pangolin note sure the prod login is"  # shares the high texts' words
     for mode in ("lexical", "semantic", "hybrid"):
-        body = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query=plain_query, search_mode=mode,
-                        limit=100)
+        body = await ok(
+            call, SEARCH, token, namespace=ns, user_id="alice", query=plain_query, search_mode=mode, limit=100
+        )
         assert not set(ids(body["hits"])) & set(texts), (mode, body)
-    body = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query="pangolin", search_mode="lexical")
+    body = await ok(
+        call, SEARCH, token, namespace=ns, user_id="alice", query="pangolin", search_mode="lexical"
+    )
     assert ids(body["hits"]) == ["plain"]
     # Flag it high in the transcript afterwards: gone from the lexical leg's index too.
     revise_turn(services.ch, ns, "default", "c", "plain", high_sensitivity="true")
-    body = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query="pangolin", search_mode="lexical")
+    body = await ok(
+        call, SEARCH, token, namespace=ns, user_id="alice", query="pangolin", search_mode="lexical"
+    )
     assert ids(body["hits"]) == []
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"query": ""}, "query"),
-    ({"query": "   "}, "query"),
-    ({"query": "x", "limit": 0}, "limit"),
-    ({"query": "x", "limit": 101}, "limit"),
-    ({"query": "x", "search_mode": "fuzzy"}, "search_mode"),
-    ({"query": "x", "user_id": ""}, "user_id"),
-    ({"query": "x", "conversation_id": ""}, "conversation_id"),
-    ({"query": "x", "surprise": True}, "surprise"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"query": ""}, "query"),
+        ({"query": "   "}, "query"),
+        ({"query": "x", "limit": 0}, "limit"),
+        ({"query": "x", "limit": 101}, "limit"),
+        ({"query": "x", "search_mode": "fuzzy"}, "search_mode"),
+        ({"query": "x", "user_id": ""}, "user_id"),
+        ({"query": "x", "conversation_id": ""}, "conversation_id"),
+        ({"query": "x", "surprise": True}, "surprise"),
+    ],
+)
 async def test_search_bad_input(call, ns, token, body, field):
     r = await call(SEARCH, token, **{"namespace": ns, "user_id": "alice", **body})
     assert 400 <= r.status_code < 500 and r.json()["field"] == field, r.text
@@ -391,7 +587,7 @@ def test_centred_excerpt() -> None:
     out = centred_excerpt(text, ["inc-48213"], 100)
     assert "INC-48213" in out and len(out) <= 100
     start = text.index(out)
-    assert abs((start + 50) - text.index("INC-48213")) < 30      # centred on it
+    assert abs((start + 50) - text.index("INC-48213")) < 30  # centred on it
     # The densest cluster of distinct terms wins over a lone earlier match.
     text = "ledger " + "x " * 300 + "ledger reconciliation finished " + "y " * 300
     out = centred_excerpt(text, ["ledger", "reconciliation"], 80)

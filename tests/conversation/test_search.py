@@ -32,7 +32,9 @@ COOKING = "grandma's lasagna needs fresh basil and a slow oven"
 PIN = "my PIN is 4821"
 
 
-async def _append(call: Any, token: str, ns: str, turns: list[dict[str, Any]], agent: str = "default") -> None:
+async def _append(
+    call: Any, token: str, ns: str, turns: list[dict[str, Any]], agent: str = "default"
+) -> None:
     r = await call("conversation.append", token, namespace=ns, agent=agent, turns=turns)
     assert r.status_code == 200, r.text
     assert all(x["stored"] for x in r.json()["results"]), r.text
@@ -57,13 +59,18 @@ def _who(*namespaces: str) -> Principal:
 
 
 async def _basic(call: Any, writer: str, ns: str) -> None:
-    await _append(call, writer, ns, [
-        _turn("ops", "deploy", DEPLOY, run_id="r1"),
-        _turn("ops", "billing", BILLING, role="assistant", run_id="r2"),
-        _turn("home", "cooking", COOKING),
-        _turn("ops", "tool", "staging cluster deploy log: 42 lines", role="tool"),
-        _turn("ops", "sys", "You are the staging cluster deploy assistant", role="system"),
-    ])
+    await _append(
+        call,
+        writer,
+        ns,
+        [
+            _turn("ops", "deploy", DEPLOY, run_id="r1"),
+            _turn("ops", "billing", BILLING, role="assistant", run_id="r2"),
+            _turn("home", "cooking", COOKING),
+            _turn("ops", "tool", "staging cluster deploy log: 42 lines", role="tool"),
+            _turn("ops", "sys", "You are the staging cluster deploy assistant", role="system"),
+        ],
+    )
 
 
 # -- ranking, floor, fields -----------------------------------------------------
@@ -77,8 +84,16 @@ async def test_the_query_finds_its_turn_first(call, ns, writer, mint):
     assert body["namespaces"] == [ns]
     assert _ids(body)[0] == "deploy"
     hit = body["hits"][0]
-    assert hit == {**hit, "namespace": ns, "agent": "default", "thread_id": "ops", "role": "user", "run_id": "r1",
-                   "user_id": "", "excerpt": DEPLOY}
+    assert hit == {
+        **hit,
+        "namespace": ns,
+        "agent": "default",
+        "thread_id": "ops",
+        "role": "user",
+        "run_id": "r1",
+        "user_id": "",
+        "excerpt": DEPLOY,
+    }
     assert 0.3 <= hit["similarity"] <= 1.0
     assert datetime.fromisoformat(hit["ts"]).tzinfo is not None
     # Tool and plain system turns are never embedded, so never hits, even sharing every word.
@@ -95,17 +110,25 @@ async def test_hits_below_the_floor_are_dropped(call, ns, writer, mint, services
     # One shared word ("ledger") is enough for a low similarity, under the floor.
     low = await _search(call, viewer, query="ledger quantum chromodynamics lecture notes today")
     assert low["hits"] == []
-    relaxed = await searching.search(other_services(conversation_search_min_similarity=0.05), _who(ns),
-                                     "ledger quantum chromodynamics lecture notes today")
+    relaxed = await searching.search(
+        other_services(conversation_search_min_similarity=0.05),
+        _who(ns),
+        "ledger quantum chromodynamics lecture notes today",
+    )
     assert [h.msg_id for h in relaxed.hits] == ["billing"]
     assert relaxed.hits[0].similarity is not None and 0.05 <= relaxed.hits[0].similarity < 0.3
-    strict = await searching.search(other_services(conversation_search_min_similarity=0.99), _who(ns),
-                                    "why did the staging deploy roll back?")
+    strict = await searching.search(
+        other_services(conversation_search_min_similarity=0.99),
+        _who(ns),
+        "why did the staging deploy roll back?",
+    )
     assert strict.hits == []
 
 
 async def test_limit(call, ns, writer, mint):
-    await _append(call, writer, ns, [_turn("t", f"m{i}", f"staging deploy note number {i}") for i in range(15)])
+    await _append(
+        call, writer, ns, [_turn("t", f"m{i}", f"staging deploy note number {i}") for i in range(15)]
+    )
     viewer = mint(ns, "viewer")
     assert len((await _search(call, viewer, query="staging deploy note"))["hits"]) == 10
     assert len((await _search(call, viewer, query="staging deploy note", limit=3))["hits"]) == 3
@@ -118,12 +141,23 @@ async def test_minilm_finds_a_paraphrase(call, ns, writer, mint, api_embedder, w
     model = build_embedder("minilm")
     api_embedder(model)
     worker_embedder(model)
-    await _append(call, writer, ns, [
-        _turn("t", "deploy", "The release to the staging environment failed because the container image was "
-                             "missing from the registry, so we reverted it."),
-        _turn("t", "food", "Grandma's lasagna recipe needs fresh basil and a slow oven.", role="assistant"),
-        _turn("t", "billing", "Invoices are exported to the new accounting ledger every night."),
-    ])
+    await _append(
+        call,
+        writer,
+        ns,
+        [
+            _turn(
+                "t",
+                "deploy",
+                "The release to the staging environment failed because the container image was "
+                "missing from the registry, so we reverted it.",
+            ),
+            _turn(
+                "t", "food", "Grandma's lasagna recipe needs fresh basil and a slow oven.", role="assistant"
+            ),
+            _turn("t", "billing", "Invoices are exported to the new accounting ledger every night."),
+        ],
+    )
     body = await _search(call, mint(ns, "viewer"), query="why did the staging rollout break?")
     assert body["mode"] == "vector"
     assert _ids(body)[0] == "deploy"
@@ -135,11 +169,16 @@ async def test_minilm_finds_a_paraphrase(call, ns, writer, mint, api_embedder, w
 
 async def test_filters_thread_run_role_and_agent(call, ns, writer, mint, services):
     words = "staging cluster deploy rollback"
-    await _append(call, writer, ns, [
-        _turn("a", "a-user", f"{words} one", run_id="r1"),
-        _turn("a", "a-asst", f"{words} two", role="assistant", run_id="r2"),
-        _turn("b", "b-user", f"{words} three", run_id="r1"),
-    ])
+    await _append(
+        call,
+        writer,
+        ns,
+        [
+            _turn("a", "a-user", f"{words} one", run_id="r1"),
+            _turn("a", "a-asst", f"{words} two", role="assistant", run_id="r2"),
+            _turn("b", "b-user", f"{words} three", run_id="r1"),
+        ],
+    )
     await _append(call, writer, ns, [_turn("c", "c-bot", f"{words} four")], agent="bot-2")
     _summary(services, ns, "a", "a-sum", f"summary: {words} five")
     viewer = mint(ns, "viewer")
@@ -151,7 +190,7 @@ async def test_filters_thread_run_role_and_agent(call, ns, writer, mint, service
     assert await ids(thread_id="a") == {"a-user", "a-asst", "a-sum"}
     assert await ids(run_id="r1") == {"a-user", "b-user"}
     assert await ids(role="assistant") == {"a-asst"}
-    assert await ids(role="system") == {"a-sum"}                  # compaction summaries
+    assert await ids(role="system") == {"a-sum"}  # compaction summaries
     assert await ids(agent="bot-2") == {"c-bot"}
     assert await ids(agent="*") == await ids()
     assert await ids(agent="default", thread_id="a", role="user", run_id="r1") == {"a-user"}
@@ -164,11 +203,34 @@ def _summary(services: Any, ns: str, thread_id: str, msg_id: str, text: str) -> 
     """A compaction summary as compaction writes it: an embedded system turn."""
     now = datetime.now(UTC)
     version = next_version()
-    conv_store.insert(services.ch, [conv_store.Turn(ns, "default", thread_id, msg_id, now, "system", text,
-                                                    is_summary=True, version=version)])
-    emb_store.insert(services.ch, [emb_store.EmbeddingRow(ns, thread_id, msg_id, "default", "system", "", "", now,
-                                                          text, FakeEmbedder().vector(text), "fake-hash-384",
-                                                          is_summary=True, version=version)])
+    conv_store.insert(
+        services.ch,
+        [
+            conv_store.Turn(
+                ns, "default", thread_id, msg_id, now, "system", text, is_summary=True, version=version
+            )
+        ],
+    )
+    emb_store.insert(
+        services.ch,
+        [
+            emb_store.EmbeddingRow(
+                ns,
+                thread_id,
+                msg_id,
+                "default",
+                "system",
+                "",
+                "",
+                now,
+                text,
+                FakeEmbedder().vector(text),
+                "fake-hash-384",
+                is_summary=True,
+                version=version,
+            )
+        ],
+    )
 
 
 async def test_fans_out_over_the_tokens_namespaces(call, ns, writer, mint, recording):
@@ -180,7 +242,9 @@ async def test_fans_out_over_the_tokens_namespaces(call, ns, writer, mint, recor
     body = await _search(call, both, query="staging deploy rolled back")
     assert body["namespaces"] == [ns, other]
     assert {(h["namespace"], h["msg_id"]) for h in body["hits"]} == {(ns, "here"), (other, "there")}
-    one = await _search(call, both, query="staging deploy rolled back", namespace_scope="one", namespace=other)
+    one = await _search(
+        call, both, query="staging deploy rolled back", namespace_scope="one", namespace=other
+    )
     assert one["namespaces"] == [other]
     assert [(h["namespace"], h["msg_id"]) for h in one["hits"]] == [(other, "there")]
     # A token of one namespace searches only that one.
@@ -191,15 +255,18 @@ async def test_fans_out_over_the_tokens_namespaces(call, ns, writer, mint, recor
 # -- excerpts -----------------------------------------------------------------------
 
 
-async def test_excerpt_is_the_start_of_the_turn_and_follows_the_setting(call, ns, writer, mint, other_services):
+async def test_excerpt_is_the_start_of_the_turn_and_follows_the_setting(
+    call, ns, writer, mint, other_services
+):
     long = "staging deploy " + "é" * 300 + " tail words " + "x" * 3000
     await _append(call, writer, ns, [_turn("t", "long", long), _turn("t", "short", "staging deploy short")])
     body = await _search(call, mint(ns, "viewer"), query="staging deploy")
     excerpts = {h["msg_id"]: h["excerpt"] for h in body["hits"]}
     assert excerpts == {"long": long[:240], "short": "staging deploy short"}
-    for chars in (20, 2_000, 5_000):     # 5,000 is past the 2,048 the embedding row keeps
-        result = await searching.search(other_services(conversation_search_excerpt_chars=chars), _who(ns),
-                                        "staging deploy")
+    for chars in (20, 2_000, 5_000):  # 5,000 is past the 2,048 the embedding row keeps
+        result = await searching.search(
+            other_services(conversation_search_excerpt_chars=chars), _who(ns), "staging deploy"
+        )
         assert {h.msg_id: h.excerpt for h in result.hits}["long"] == long[:chars]
 
 
@@ -211,10 +278,12 @@ async def test_a_legacy_240_character_row_shows_the_turn(call, ns, writer, servi
     assert row is not None
     row.text, row.version = content[:240], next_version()
     emb_store.insert(services.ch, [row])
-    raise_marks(services.ch, ns)                       # as migration 006 did for rows of earlier builds
+    raise_marks(services.ch, ns)  # as migration 006 did for rows of earlier builds
     result = await searching.search(services, _who(ns), "staging deploy")
     assert [h.excerpt for h in result.hits] == [content[:240]]
-    wide = await searching.search(other_services(conversation_search_excerpt_chars=400), _who(ns), "staging deploy")
+    wide = await searching.search(
+        other_services(conversation_search_excerpt_chars=400), _who(ns), "staging deploy"
+    )
     assert [h.excerpt for h in wide.hits] == [content[:400]]
 
 
@@ -240,15 +309,39 @@ async def test_high_turns_are_never_returned(call, ns, writer, mint, services, a
     assert body["mode"] == "substring" and body["hits"] == []
 
 
-def _unmarked_embedded(services: Any, ns: str, thread_id: str, msg_id: str, text: str, high: bool = False) -> None:
+def _unmarked_embedded(
+    services: Any, ns: str, thread_id: str, msg_id: str, text: str, high: bool = False
+) -> None:
     now = datetime.now(UTC)
     version = next_version()
-    conv_store.insert(services.ch, [conv_store.Turn(ns, "default", thread_id, msg_id, now, "user", text,
-                                                    high_sensitivity=high, version=version)])
-    emb_store.insert(services.ch, [emb_store.EmbeddingRow(ns, thread_id, msg_id, "default", "user", "", "", now,
-                                                          text[:2048], FakeEmbedder().vector(text[:2048]),
-                                                          "fake-hash-384", version=version)])
-    raise_marks(services.ch, ns)                       # as migration 006 did for rows of earlier builds
+    conv_store.insert(
+        services.ch,
+        [
+            conv_store.Turn(
+                ns, "default", thread_id, msg_id, now, "user", text, high_sensitivity=high, version=version
+            )
+        ],
+    )
+    emb_store.insert(
+        services.ch,
+        [
+            emb_store.EmbeddingRow(
+                ns,
+                thread_id,
+                msg_id,
+                "default",
+                "user",
+                "",
+                "",
+                now,
+                text[:2048],
+                FakeEmbedder().vector(text[:2048]),
+                "fake-hash-384",
+                version=version,
+            )
+        ],
+    )
+    raise_marks(services.ch, ns)  # as migration 006 did for rows of earlier builds
 
 
 @pytest.mark.parametrize("query", [PIN, "staging deploy, sk-proj-4fJ9kQ2mZx8LwP1vN7bR3tY6uH0eD5sA"])
@@ -268,13 +361,13 @@ async def test_a_high_query_never_reaches_the_embedder(call, ns, writer, mint, a
 async def test_tombstoned_turns_and_embeddings_never_appear(call, ns, writer, mint, services, api_embedder):
     await _append(call, writer, ns, [_turn("t", f"m{i}", f"staging deploy report {i}") for i in range(4)])
     viewer = mint(ns, "viewer")
-    tombstone_turn(services.ch, ns, "default", "t", "m0")                       # the transcript row
-    raise_marks(services.ch, ns)                                                # as deletion does
-    row = emb_store.get(services.ch, ns, "t", "m1")                             # the embedding row, vector kept
+    tombstone_turn(services.ch, ns, "default", "t", "m0")  # the transcript row
+    raise_marks(services.ch, ns)  # as deletion does
+    row = emb_store.get(services.ch, ns, "t", "m1")  # the embedding row, vector kept
     assert row is not None
     row.tombstoned, row.version = True, next_version()
     emb_store.insert(services.ch, [row])
-    row = emb_store.get(services.ch, ns, "t", "m2")                             # ... and without its vector
+    row = emb_store.get(services.ch, ns, "t", "m2")  # ... and without its vector
     assert row is not None
     row.tombstoned, row.embedding, row.version = True, [], next_version()
     emb_store.insert(services.ch, [row])
@@ -283,7 +376,7 @@ async def test_tombstoned_turns_and_embeddings_never_appear(call, ns, writer, mi
     api_embedder(FakeEmbedder(fail=True))
     body = await _search(call, viewer, query="staging deploy report")
     assert body["mode"] == "substring"
-    assert set(_ids(body)) == {"m1", "m2", "m3"}          # the transcript rows of m1/m2 are live
+    assert set(_ids(body)) == {"m1", "m2", "m3"}  # the transcript rows of m1/m2 are live
 
 
 async def test_a_re_embedded_row_is_found_by_its_new_vector_only(call, ns, writer, mint, services):
@@ -292,13 +385,13 @@ async def test_a_re_embedded_row_is_found_by_its_new_vector_only(call, ns, write
     assert row is not None
     raise_marks(services.ch, ns)
     row.embedding, row.version = FakeEmbedder().vector("lasagna basil oven"), next_version()
-    emb_store.insert(services.ch, [row])                 # the old vector stays in the index until a merge
+    emb_store.insert(services.ch, [row])  # the old vector stays in the index until a merge
     viewer = mint(ns, "viewer")
     assert (await _search(call, viewer, query="staging deploy report"))["hits"] == []
     body = await _search(call, viewer, query="lasagna basil oven")
     assert _ids(body) == ["m"] and body["hits"][0]["similarity"] == pytest.approx(1.0, abs=1e-5)
     # Re-embedded again, close to the first text: the stale vector ranks first, the live one still counts.
-    raise_marks(services.ch, ns)                                      # as every re-embed does (loom.store.search_marks)
+    raise_marks(services.ch, ns)  # as every re-embed does (loom.store.search_marks)
     row.embedding, row.version = FakeEmbedder().vector("staging deploy report again"), next_version()
     emb_store.insert(services.ch, [row])
     body = await _search(call, viewer, query="staging deploy report")
@@ -306,8 +399,9 @@ async def test_a_re_embedded_row_is_found_by_its_new_vector_only(call, ns, write
     assert body["hits"][0]["similarity"] == pytest.approx(3 / (np.sqrt(3) * 2), abs=1e-5)
 
 
-async def test_failed_embeds_are_found_only_by_substring(call, ns, writer, mint, services, worker_embedder,
-                                                         api_embedder):
+async def test_failed_embeds_are_found_only_by_substring(
+    call, ns, writer, mint, services, worker_embedder, api_embedder
+):
     worker_embedder(FakeEmbedder(fail=True))
     await _append(call, writer, ns, [_turn("t", "failed", "staging deploy report that failed to embed")])
     assert emb_row(services.ch, ns, "t", "failed")["error"] != ""
@@ -325,9 +419,13 @@ async def test_failed_embeds_are_found_only_by_substring(call, ns, writer, mint,
 # -- the substring fallback -----------------------------------------------------------------
 
 
-async def test_an_unavailable_embedder_falls_back_to_substring(call, ns, writer, mint, api_embedder, other_services):
+async def test_an_unavailable_embedder_falls_back_to_substring(
+    call, ns, writer, mint, api_embedder, other_services
+):
     await _basic(call, writer, ns)
-    await _append(call, writer, ns, [_turn("home", "summary-like", "Staging notes", role="assistant", run_id="r9")])
+    await _append(
+        call, writer, ns, [_turn("home", "summary-like", "Staging notes", role="assistant", run_id="r9")]
+    )
     viewer = mint(ns, "viewer")
     api_embedder(FakeEmbedder(fail=True))
     body = await _search(call, viewer, query="STAGING")
@@ -340,8 +438,8 @@ async def test_an_unavailable_embedder_falls_back_to_substring(call, ns, writer,
     assert _ids(await _search(call, viewer, query="staging", role="assistant")) == ["summary-like"]
     assert _ids(await _search(call, viewer, query="staging", limit=1)) == ["summary-like"]
     assert (await _search(call, viewer, query="staging", agent="nobody"))["hits"] == []
-    assert (await _search(call, viewer, query="%"))["hits"] == []          # no LIKE pattern
-    svc = other_services(embedder_timeout_seconds=0.2)        # a process of its own: its own inline embedder
+    assert (await _search(call, viewer, query="%"))["hits"] == []  # no LIKE pattern
+    svc = other_services(embedder_timeout_seconds=0.2)  # a process of its own: its own inline embedder
     inline_embedding.install(svc, FakeEmbedder(delay_seconds=1.0))
     slow = await searching.search(svc, _who(ns), "staging")
     assert slow.mode == "substring" and slow.fallback_reason == "embedder_timeout"
@@ -352,42 +450,56 @@ async def test_an_unavailable_embedder_falls_back_to_substring(call, ns, writer,
 
 
 async def test_exact_and_index_strategies_agree(call, ns, writer, mint, other_services):
-    texts = [f"staging cluster deploy {w} {i}" for i, w in enumerate(["alpha", "beta", "gamma", "delta"] * 10)]
+    texts = [
+        f"staging cluster deploy {w} {i}" for i, w in enumerate(["alpha", "beta", "gamma", "delta"] * 10)
+    ]
     await _append(call, writer, ns, [_turn(f"t{i % 3}", f"m{i}", t) for i, t in enumerate(texts)])
     who = _who(ns)
-    exact = await searching.search(other_services(conversation_search_exact_max_rows=1_000_000), who,
-                                   "staging deploy gamma", limit=8)
-    index = await searching.search(other_services(conversation_search_exact_max_rows=0), who,
-                                   "staging deploy gamma", limit=8)
+    exact = await searching.search(
+        other_services(conversation_search_exact_max_rows=1_000_000), who, "staging deploy gamma", limit=8
+    )
+    index = await searching.search(
+        other_services(conversation_search_exact_max_rows=0), who, "staging deploy gamma", limit=8
+    )
     assert exact.plan == ["exact"] and index.plan == ["index"]
     assert len(exact.hits) == 8
     assert [(h.msg_id, h.similarity) for h in index.hits] == [(h.msg_id, h.similarity) for h in exact.hits]
     filtered = Filters(thread_id="t1", role="user")
-    a = await searching.search(other_services(conversation_search_exact_max_rows=1_000_000), who, "staging gamma",
-                               filters=filtered)
-    b = await searching.search(other_services(conversation_search_exact_max_rows=0), who, "staging gamma",
-                               filters=filtered)
+    a = await searching.search(
+        other_services(conversation_search_exact_max_rows=1_000_000), who, "staging gamma", filters=filtered
+    )
+    b = await searching.search(
+        other_services(conversation_search_exact_max_rows=0), who, "staging gamma", filters=filtered
+    )
     assert [h.msg_id for h in a.hits] == [h.msg_id for h in b.hits] and a.hits
     assert all(h.thread_id == "t1" for h in a.hits)
 
 
 @pytest.mark.parametrize("index_on_insert_min_rows", [INDEX_ON_INSERT_MIN_ROWS, 2])
 async def test_small_inserts_leave_the_index_to_merges_and_are_found_before_and_after(
-        call, ns, writer, services, other_services, monkeypatch, index_on_insert_min_rows):
+    call, ns, writer, services, other_services, monkeypatch, index_on_insert_min_rows
+):
     """Appends leave the HNSW index to merges (building it per insert cost more than the
     rest of the insert): a fresh part is scanned exactly, a merged one through the index.
     An insert of INDEX_ON_INSERT_MIN_ROWS rows or more builds its own."""
     monkeypatch.setattr(clickhouse, "INDEX_ON_INSERT_MIN_ROWS", index_on_insert_min_rows)
-    texts = [f"staging cluster deploy {w} {i}" for i, w in enumerate(["alpha", "beta", "gamma", "delta"] * 10)]
+    texts = [
+        f"staging cluster deploy {w} {i}" for i, w in enumerate(["alpha", "beta", "gamma", "delta"] * 10)
+    ]
     who = _who(ns)
 
     async def both() -> tuple[list[Any], list[Any]]:
-        exact = await searching.search(other_services(conversation_search_exact_max_rows=1_000_000), who,
-                                       "staging deploy gamma", limit=8)
-        index = await searching.search(other_services(conversation_search_exact_max_rows=0), who,
-                                       "staging deploy gamma", limit=8)
+        exact = await searching.search(
+            other_services(conversation_search_exact_max_rows=1_000_000), who, "staging deploy gamma", limit=8
+        )
+        index = await searching.search(
+            other_services(conversation_search_exact_max_rows=0), who, "staging deploy gamma", limit=8
+        )
         assert exact.plan == ["exact"] and index.plan == ["index"]
-        return ([(h.msg_id, h.similarity) for h in exact.hits], [(h.msg_id, h.similarity) for h in index.hits])
+        return (
+            [(h.msg_id, h.similarity) for h in exact.hits],
+            [(h.msg_id, h.similarity) for h in index.hits],
+        )
 
     with merges_stopped(services.ch, "conversation_vectors_384"):
         await _append(call, writer, ns, [_turn(f"t{i % 3}", f"m{i}", t) for i, t in enumerate(texts)])
@@ -405,15 +517,20 @@ async def test_both_strategies_in_one_fan_out(call, ns, writer, mint, recording,
     recording(small, True)
     await _append(call, writer, big, [_turn("t", f"b{i}", f"staging deploy big {i}") for i in range(12)])
     await _append(call, mint(small, "writer"), small, [_turn("t", "s0", "staging deploy small")])
-    result = await searching.search(other_services(conversation_search_exact_max_rows=5), _who(big, small),
-                                    "staging deploy small", limit=3)
+    result = await searching.search(
+        other_services(conversation_search_exact_max_rows=5),
+        _who(big, small),
+        "staging deploy small",
+        limit=3,
+    )
     assert result.plan == ["exact", "index"]
     assert result.hits[0].msg_id == "s0" and result.hits[0].namespace == small
     assert len(result.hits) == 3
 
 
-async def test_planner_counts_are_reused_but_an_empty_namespace_is_counted_again(call, ns, writer, services,
-                                                                               monkeypatch):
+async def test_planner_counts_are_reused_but_an_empty_namespace_is_counted_again(
+    call, ns, writer, services, monkeypatch
+):
     """The planner's counts are cached for a few seconds (a stale count only changes the
     strategy); a namespace counted empty is skipped, so that count is never reused."""
     from loom.store import search as search_store
@@ -430,39 +547,52 @@ async def test_planner_counts_are_reused_but_an_empty_namespace_is_counted_again
     assert (await searching.search(services, who, "staging deploy rolled back")).hits == []
     await _append(call, writer, ns, [_turn("t", "m", DEPLOY)])
     first = await searching.search(services, who, "staging deploy rolled back")
-    assert [h.msg_id for h in first.hits] == ["m"]          # found at once: the empty count was not reused
+    assert [h.msg_id for h in first.hits] == ["m"]  # found at once: the empty count was not reused
     n = len(calls)
     again = await searching.search(services, who, "why was the staging deploy rolled back")
-    assert [h.msg_id for h in again.hits] == ["m"] and len(calls) == n   # a non-empty count is reused
+    assert [h.msg_id for h in again.hits] == ["m"] and len(calls) == n  # a non-empty count is reused
 
 
 @pytest.mark.parametrize("exact_max_rows", [1_000_000, 0])
-async def test_dead_candidates_are_refetched(call, ns, writer, mint, services, other_services, exact_max_rows):
+async def test_dead_candidates_are_refetched(
+    call, ns, writer, mint, services, other_services, exact_max_rows
+):
     """The first fetch (limit * 2 + 10) is all tombstoned: the search fetches again."""
-    await _append(call, writer, ns, [_turn("t", f"m{i:02d}", "staging deploy report " + "word " * (i // 10))
-                                     for i in range(40)])
+    await _append(
+        call,
+        writer,
+        ns,
+        [_turn("t", f"m{i:02d}", "staging deploy report " + "word " * (i // 10)) for i in range(40)],
+    )
     for i in range(30):
         tombstone_turn(services.ch, ns, "default", "t", f"m{i:02d}")
-    result = await searching.search(other_services(conversation_search_exact_max_rows=exact_max_rows), _who(ns),
-                                    "staging deploy report", limit=2)
+    result = await searching.search(
+        other_services(conversation_search_exact_max_rows=exact_max_rows),
+        _who(ns),
+        "staging deploy report",
+        limit=2,
+    )
     assert len(result.hits) == 2
     assert all(h.msg_id >= "m30" for h in result.hits)
 
 
-async def test_dead_best_candidates_are_replaced_by_the_next_ones_in_order(call, ns, writer, mint, services,
-                                                                        other_services):
+async def test_dead_best_candidates_are_replaced_by_the_next_ones_in_order(
+    call, ns, writer, mint, services, other_services
+):
     """The best limit + VERIFY_SPARE candidates are verified first; when dead ones leave
     too few hits, the rest of the fetch is verified and the order still holds."""
     await _append(call, writer, ns, [_turn("t", f"m{i:02d}", "staging deploy report") for i in range(10)])
     for i in range(5):
         tombstone_turn(services.ch, ns, "default", "t", f"m{i:02d}")
-    result = await searching.search(other_services(conversation_search_exact_max_rows=10_000), _who(ns),
-                                    "staging deploy report", limit=3)
+    result = await searching.search(
+        other_services(conversation_search_exact_max_rows=10_000), _who(ns), "staging deploy report", limit=3
+    )
     assert [h.msg_id for h in result.hits] == ["m05", "m06", "m07"]
 
 
-async def test_a_dimension_without_a_vector_table_is_scanned_exactly(call, ns, writer, mint, api_embedder,
-                                                                     worker_embedder):
+async def test_a_dimension_without_a_vector_table_is_scanned_exactly(
+    call, ns, writer, mint, api_embedder, worker_embedder
+):
     api_embedder(FakeEmbedder(dim=64))
     worker_embedder(FakeEmbedder(dim=64))
     await _append(call, writer, ns, [_turn("t", "m", DEPLOY), _turn("t", "n", COOKING)])
@@ -474,8 +604,11 @@ async def test_a_dimension_without_a_vector_table_is_scanned_exactly(call, ns, w
 async def test_the_vector_table_follows_the_embedding_table(call, ns, writer, services):
     """Every vector written to conversation_embeddings reaches the index table, and only live ones."""
     await _append(call, writer, ns, [_turn("t", "m", DEPLOY), _turn("t", "x", "x", role="tool")])
-    rows = services.ch.query("SELECT msg_id, version, length(embedding), text FROM conversation_vectors_384 "
-                             "WHERE namespace = {ns:String}", parameters={"ns": ns}).result_rows
+    rows = services.ch.query(
+        "SELECT msg_id, version, length(embedding), text FROM conversation_vectors_384 "
+        "WHERE namespace = {ns:String}",
+        parameters={"ns": ns},
+    ).result_rows
     emb = emb_row(services.ch, ns, "t", "m")
     assert rows == [("m", emb["version"], 384, DEPLOY)]
     assert np.allclose(FakeEmbedder().vector(DEPLOY), emb["embedding"], atol=1e-6)
@@ -491,27 +624,36 @@ async def test_roles_and_scopes(call, ns, mint, recording):
         assert r.status_code == 200, (role, r.text)
     for scope, extra in (("own_user", {"read_user_id": "u1"}), ("own_session", {"read_session_id": "s1"})):
         token = mint(ns, "viewer", read_scope=scope, **extra)
-        for body in ({}, {"namespace_scope": "one", "namespace": ns}, {"namespace_scope": "one", "namespace": "@me"}):
+        for body in (
+            {},
+            {"namespace_scope": "one", "namespace": ns},
+            {"namespace_scope": "one", "namespace": "@me"},
+        ):
             r = await call("conversation.search", token, query="anything", **body)
             assert r.status_code == 403 and r.json()["rule"] == "read_scope", r.text
-    r = await call("conversation.search", mint(ns, "viewer"), query="x", namespace_scope="one", namespace=ns + "x")
+    r = await call(
+        "conversation.search", mint(ns, "viewer"), query="x", namespace_scope="one", namespace=ns + "x"
+    )
     assert r.status_code == 403 and r.json()["field"] == "namespace"
     r = await call("conversation.search", None, query="x")
     assert r.status_code == 401
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({}, "query"),
-    ({"query": ""}, "query"),
-    ({"query": "q" * 4_001}, "query"),
-    ({"query": "q", "limit": 0}, "limit"),
-    ({"query": "q", "limit": 101}, "limit"),
-    ({"query": "q", "role": "tool"}, "role"),
-    ({"query": "q", "namespace_scope": "everything"}, "namespace_scope"),
-    ({"query": "q", "agent": "bad agent"}, "agent"),
-    ({"query": "q", "thread_id": ""}, "thread_id"),
-    ({"query": "q", "surprise": 1}, "surprise"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "query"),
+        ({"query": ""}, "query"),
+        ({"query": "q" * 4_001}, "query"),
+        ({"query": "q", "limit": 0}, "limit"),
+        ({"query": "q", "limit": 101}, "limit"),
+        ({"query": "q", "role": "tool"}, "role"),
+        ({"query": "q", "namespace_scope": "everything"}, "namespace_scope"),
+        ({"query": "q", "agent": "bad agent"}, "agent"),
+        ({"query": "q", "thread_id": ""}, "thread_id"),
+        ({"query": "q", "surprise": 1}, "surprise"),
+    ],
+)
 async def test_bad_input_is_a_4xx_naming_field_and_rule(call, ns, mint, body, field):
     r = await call("conversation.search", mint(ns, "viewer"), **body)
     assert r.status_code == 422, r.text

@@ -29,7 +29,9 @@ async def _trust_all(services: Any, ns: str) -> None:
 
 
 async def _mark(services: Any, ns: str, thread_id: str = "t") -> int:
-    return (await search_marks.read(services.redis, services.ch, services.run, [(ns, thread_id)]))[(ns, thread_id)]
+    return (await search_marks.read(services.redis, services.ch, services.run, [(ns, thread_id)]))[
+        (ns, thread_id)
+    ]
 
 
 async def _raise(services: Any, ns: str, thread_id: str = search_marks.WHOLE) -> None:
@@ -55,17 +57,28 @@ def _who(ns: str, role: Role = Role.viewer) -> Principal:
 
 
 async def _append(call: Any, writer: str, ns: str, msg_id: str, content: str = TEXT, **kw: Any) -> None:
-    body = await ok(call, "conversation.append", writer, namespace=ns, thread_id="t", msg_id=msg_id, role="user",
-                    content=content, **kw)
+    body = await ok(
+        call,
+        "conversation.append",
+        writer,
+        namespace=ns,
+        thread_id="t",
+        msg_id=msg_id,
+        role="user",
+        content=content,
+        **kw,
+    )
     assert body["stored"] and body["embedding"] == "embedded", body
 
 
-async def test_fresh_rows_are_answered_as_written_without_verification(call, ns, writer, services, verifications):
+async def test_fresh_rows_are_answered_as_written_without_verification(
+    call, ns, writer, services, verifications
+):
     await _append(call, writer, ns, "m", user_id="ann", run_id="r7")
     await _trust_all(services, ns)
     fresh = await searching.search(services, _who(ns), "staging deploy rolled back")
     assert verifications == []
-    await _raise(services, ns)         # now every row so far is verified
+    await _raise(services, ns)  # now every row so far is verified
     checked = await searching.search(services, _who(ns), "staging deploy rolled back")
     assert verifications and fresh.hits == checked.hits
     hit = fresh.hits[0]
@@ -76,15 +89,23 @@ async def test_fresh_rows_are_answered_as_written_without_verification(call, ns,
 
 async def test_a_change_to_one_thread_leaves_the_others_trusted(call, ns, writer, services, verifications):
     await _append(call, writer, ns, "m")
-    await ok(call, "conversation.append", writer, namespace=ns, thread_id="u", msg_id="n", role="user",
-             content=TEXT + " again")
+    await ok(
+        call,
+        "conversation.append",
+        writer,
+        namespace=ns,
+        thread_id="u",
+        msg_id="n",
+        role="user",
+        content=TEXT + " again",
+    )
     await _trust_all(services, ns)
     await _raise(services, ns, "u")
     result = await searching.search(services, _who(ns), "staging deploy rolled back")
     assert {h.msg_id for h in result.hits} == {"m", "n"}
-    assert verifications == [1]                                    # only thread u's turn
+    assert verifications == [1]  # only thread u's turn
     verifications.clear()
-    await _raise(services, ns)                                     # the whole namespace
+    await _raise(services, ns)  # the whole namespace
     await searching.search(services, _who(ns), "staging deploy rolled back")
     assert verifications == [2]
 
@@ -92,16 +113,18 @@ async def test_a_change_to_one_thread_leaves_the_others_trusted(call, ns, writer
 async def test_the_marks_survive_a_lost_cache_or_a_redis_restart(call, ns, writer, services, verifications):
     """ClickHouse holds the marks; Redis only caches them, loaded per namespace and
     tagged with the run_id of the Redis process that loaded them."""
-    assert await _mark(services, ns) == 0                          # never changed
+    assert await _mark(services, ns) == 0  # never changed
     await _append(call, writer, ns, "m")
     before = time.time_ns()
     await _raise(services, ns, "t")
     raised = await _mark(services, ns)
     assert raised >= before + search_marks.CLOCK_MARGIN_NS
-    await services.redis.delete(search_marks.key(ns))              # evicted
+    await services.redis.delete(search_marks.key(ns))  # evicted
     assert await _mark(services, ns) >= raised
     await services.redis.delete(search_marks.key(ns))
-    await services.redis.hset(search_marks.key(ns), mapping={"@run": "a0previous0run", "t:t": "0"})  # a restart
+    await services.redis.hset(
+        search_marks.key(ns), mapping={"@run": "a0previous0run", "t:t": "0"}
+    )  # a restart
     assert await _mark(services, ns) >= raised
     await searching.search(services, _who(ns), "staging deploy rolled back")
     assert verifications
@@ -113,12 +136,14 @@ async def test_a_raise_racing_a_load_is_kept(services, ns):
     await _raise(services, ns, "t")
     first = await _mark(services, ns)
     await services.redis.delete(search_marks.key(ns))
-    await _raise(services, ns, "t")                                # lands in an unloaded cache
-    second = await _mark(services, ns)                             # the load merges the older truth
+    await _raise(services, ns, "t")  # lands in an unloaded cache
+    second = await _mark(services, ns)  # the load merges the older truth
     assert second > first
 
 
-async def test_a_save_raises_the_mark_so_search_shows_the_new_owner(call, ns, writer, services, verifications):
+async def test_a_save_raises_the_mark_so_search_shows_the_new_owner(
+    call, ns, writer, services, verifications
+):
     await _append(call, writer, ns, "m")
     await _trust_all(services, ns)
     before = time.time_ns()
@@ -139,7 +164,7 @@ async def test_a_removed_unsaved_turn_is_never_found(call, ns, mint, recording, 
     assert (await saving.save_message(services, who, ns, "alice", "c", "m", new=new)).indexed
     await _trust_all(services, ns)
     assert (await searching.search(services, _who(ns), "staging deploy")).hits == []
-    recording(ns, True)                        # the switch does not decide what unsave does
+    recording(ns, True)  # the switch does not decide what unsave does
     removed = await saving.unsave_message(services, who, ns, "alice", "c", "m")
     assert removed.found and removed.removed
     await _trust_all(services, ns)
@@ -155,8 +180,9 @@ async def test_a_reembed_raises_the_mark(call, ns, writer, mint, services):
     assert await _mark(services, ns) > before
 
 
-async def test_a_change_that_ends_before_the_marks_are_read_is_seen(call, ns, writer, services, monkeypatch,
-                                                                    verifications):
+async def test_a_change_that_ends_before_the_marks_are_read_is_seen(
+    call, ns, writer, services, monkeypatch, verifications
+):
     """The marks are read after the candidate query: a deletion that happened in
     between (after the candidates were read) raised them, and its turn is not answered."""
     await _append(call, writer, ns, "m")
@@ -167,7 +193,7 @@ async def test_a_change_that_ends_before_the_marks_are_read_is_seen(call, ns, wr
     async def read(redis: Any, ch: Any, run: Any, pairs: Any) -> dict[Any, int]:
         nonlocal reads
         reads += 1
-        tombstone_turn(services.ch, ns, "default", "t", "m")          # raises the mark first
+        tombstone_turn(services.ch, ns, "default", "t", "m")  # raises the mark first
         return await real(redis, ch, run, pairs)
 
     monkeypatch.setattr(search_marks, "read", read)
@@ -184,8 +210,10 @@ def test_trust_covers_only_fresh_single_rows_not_due_to_the_ttl():
     trust = _Trust(expires_before=now - timedelta(days=30))
     marks = {("ns", "t"): 100}
     assert trust.covers(_candidate(101, now), marks, set())
-    assert not trust.covers(_candidate(100, now), marks, set())                  # at or below the mark
-    assert not trust.covers(_candidate(101, now), marks, {("ns", "t", "m")})     # two versions among the candidates
-    assert not trust.covers(_candidate(101, now - timedelta(days=31)), marks, set())   # the TTL may have run
-    assert not trust.covers(_candidate(101, now), {}, set())                     # no mark read: verify
-    assert not trust.covers(_candidate(101, now), {("ns", "t"): -1}, set())      # not loaded: verify
+    assert not trust.covers(_candidate(100, now), marks, set())  # at or below the mark
+    assert not trust.covers(
+        _candidate(101, now), marks, {("ns", "t", "m")}
+    )  # two versions among the candidates
+    assert not trust.covers(_candidate(101, now - timedelta(days=31)), marks, set())  # the TTL may have run
+    assert not trust.covers(_candidate(101, now), {}, set())  # no mark read: verify
+    assert not trust.covers(_candidate(101, now), {("ns", "t"): -1}, set())  # not loaded: verify

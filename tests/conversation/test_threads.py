@@ -12,8 +12,16 @@ PASSWORD = "password=Tr0ub4dor&3xq"
 
 
 async def _turn(call, token, ns, thread_id, content, role="user", agent="default", **kw):
-    r = await call("conversation.append", token, namespace=ns, agent=agent, thread_id=thread_id, role=role,
-                   content=content, **kw)
+    r = await call(
+        "conversation.append",
+        token,
+        namespace=ns,
+        agent=agent,
+        thread_id=thread_id,
+        role=role,
+        content=content,
+        **kw,
+    )
     assert r.status_code == 200 and r.json()["stored"], r.text
     return r.json()
 
@@ -28,7 +36,7 @@ async def test_threads_newest_first_with_paging_and_agents(call, ns, writer, min
     r = await call("conversation.threads", viewer, namespace=ns)
     assert r.status_code == 200, r.text
     ids = [t["thread_id"] for t in r.json()["threads"]]
-    assert ids == ["t1", "t4", "t3", "t2", "t0"]                  # the caller's agent only, newest first
+    assert ids == ["t1", "t4", "t3", "t2", "t0"]  # the caller's agent only, newest first
     assert r.json()["threads"][0]["excerpt"] == "t1 again, latest"
     assert r.json()["threads"][0]["last_role"] == "tool"
     r = await call("conversation.threads", viewer, namespace=ns, agent="*")
@@ -54,7 +62,9 @@ async def test_threads_window(call, ns, writer, services, mint):
     services.ch.command(
         "INSERT INTO conversations (namespace, agent, thread_id, msg_id, ts, role, content, reasoning, user_id, "
         "run_id, metadata, tokens, high_sensitivity, version) VALUES ({ns:String}, 'default', 'old', 'm', "
-        "now64(6) - INTERVAL 10 DAY, 'user', 'old turn', '', '', '', '{}', NULL, false, 1)", parameters={"ns": ns})
+        "now64(6) - INTERVAL 10 DAY, 'user', 'old turn', '', '', '', '{}', NULL, false, 1)",
+        parameters={"ns": ns},
+    )
     r = await call("conversation.threads", writer, namespace=ns, window_days=30)
     assert [t["thread_id"] for t in r.json()["threads"]] == ["new", "old"]
     r = await call("conversation.threads", writer, namespace=ns, window_days=7)
@@ -62,7 +72,7 @@ async def test_threads_window(call, ns, writer, services, mint):
 
 
 async def test_threads_excerpts_and_titles_that_read_as_high(call, ns, writer, services):
-    shown = services.settings.conversation_search_excerpt_chars      # 240
+    shown = services.settings.conversation_search_excerpt_chars  # 240
     long_plain = "word " * 200
     await _turn(call, writer, ns, "plain", long_plain, role="tool")
     await _turn(call, writer, ns, "high", f"here you go: {PASSWORD}")
@@ -84,7 +94,7 @@ async def test_threads_excerpts_and_titles_that_read_as_high(call, ns, writer, s
     assert by_id["near"]["excerpt"] == ""
     assert by_id["far"]["excerpt"] == far[:shown]
     assert by_id["mixed"]["excerpt"] == "all good now"
-    assert by_id["mixed"]["title"] == ""                            # a title that reads as high is shown empty
+    assert by_id["mixed"]["title"] == ""  # a title that reads as high is shown empty
     # get still serves the title and the turn verbatim.
     r = await call("conversation.get", writer, namespace=ns, thread_id="mixed", include_messages=True)
     assert r.json()["thread"]["title"].startswith("creds")
@@ -92,15 +102,26 @@ async def test_threads_excerpts_and_titles_that_read_as_high(call, ns, writer, s
 
 
 async def test_create_then_append_keeps_the_title(call, ns, writer, mint):
-    r = await call("conversation.create", writer, namespace=ns, thread_id="c1", title="Billing",
-                   metadata={"project": "ledger"}, run_id="run-1")
+    r = await call(
+        "conversation.create",
+        writer,
+        namespace=ns,
+        thread_id="c1",
+        title="Billing",
+        metadata={"project": "ledger"},
+        run_id="run-1",
+    )
     assert r.status_code == 200, r.text
     assert r.json()["created"] is True and r.json()["title"] == "Billing"
     await _turn(call, writer, ns, "c1", "first turn")
     r = await call("conversation.get", mint(ns, "viewer"), namespace=ns, thread_id="c1")
     thread = r.json()["thread"]
     assert (thread["title"], thread["metadata"], thread["run_id"], thread["turns"]) == (
-        "Billing", {"project": "ledger"}, "run-1", 1)
+        "Billing",
+        {"project": "ledger"},
+        "run-1",
+        1,
+    )
     # A thread created up front is listed before it has turns.
     r = await call("conversation.create", writer, namespace=ns)
     generated = r.json()["thread_id"]
@@ -124,14 +145,17 @@ async def test_update_replaces_metadata_and_the_title_refused_mark(call, ns, wri
 
     r = await call("conversation.update", writer, namespace=ns, thread_id="u", title="Hello thread")
     assert r.status_code == 200 and r.json()["metadata"] == {"title_refused": True, "keep": 1}
-    r = await call("conversation.update", writer, namespace=ns, thread_id="u", metadata={"team": "core"},
-                   run_id="r9")
+    r = await call(
+        "conversation.update", writer, namespace=ns, thread_id="u", metadata={"team": "core"}, run_id="r9"
+    )
     assert r.json()["metadata"] == {"team": "core"} and r.json()["title"] == "Hello thread"
     stored = thread_store.get(services.ch, ns, "default", "u")
     assert stored is not None
     assert json.dumps(stored.metadata) == '{"team": "core"}' and stored.run_id == "r9"
     # A client cannot set the mark itself either.
-    r = await call("conversation.update", writer, namespace=ns, thread_id="u", metadata={"title_refused": True})
+    r = await call(
+        "conversation.update", writer, namespace=ns, thread_id="u", metadata={"title_refused": True}
+    )
     assert r.json()["metadata"] == {}
     r = await call("conversation.update", writer, namespace=ns, thread_id="nope", title="x")
     assert r.status_code == 404 and r.json()["error"] == "not_found"
@@ -148,10 +172,12 @@ async def test_tombstoned_turns_are_filtered_from_every_read(call, ns, writer, s
 
     r = await call("conversation.list", writer, namespace=ns, thread_id="t")
     assert [m["msg_id"] for m in r.json()["messages"]] == [a["msg_id"]]
-    r = await call("conversation.get", writer, namespace=ns, thread_id="t", include_messages=True, order="desc")
+    r = await call(
+        "conversation.get", writer, namespace=ns, thread_id="t", include_messages=True, order="desc"
+    )
     assert [m["msg_id"] for m in r.json()["messages"]] == [a["msg_id"]] and r.json()["thread"]["turns"] == 1
     r = await call("conversation.threads", writer, namespace=ns)
     threads = {t["thread_id"]: t for t in r.json()["threads"]}
-    assert threads["t"]["excerpt"] == "first"                      # the live last turn
+    assert threads["t"]["excerpt"] == "first"  # the live last turn
     r = await call("conversation.get", writer, namespace=ns, thread_id="gone", include_messages=True)
     assert r.json()["messages"] == []

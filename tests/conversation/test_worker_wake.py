@@ -19,5 +19,5 @@ async def _ping(services, wake: bool) -> str:
 async def test_a_woken_worker_and_an_unwoken_one_both_run_the_job(services, arq_worker):
     assert isinstance(arq_worker, WakeableWorker)
     assert await _ping(services, wake=True) == "pong"
-    assert await _ping(services, wake=False) == "pong"       # picked up by the idle poll
-    assert await services.redis.ttl(WAKE_KEY) in (-2, *range(1, 61))   # tokens expire
+    assert await _ping(services, wake=False) == "pong"  # picked up by the idle poll
+    assert await services.redis.ttl(WAKE_KEY) in (-2, *range(1, 61))  # tokens expire

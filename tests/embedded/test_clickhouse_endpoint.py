@@ -82,8 +82,9 @@ def _table() -> str:
     return f"t_{secrets.token_hex(4)}"
 
 
-def _http(port: int, method: str, path: str, body: bytes | None = None,
-          headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def _http(
+    port: int, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
         conn.request(method, path, body=body, headers=headers or {})
@@ -125,8 +126,10 @@ def test_the_engine_starts_with_its_server_settings(client: Client) -> None:
     assert engine_server_settings(2) == {"max_build_vector_similarity_index_thread_pool_size": 1}
     assert engine_server_settings(1) == {"max_build_vector_similarity_index_thread_pool_size": 1}
     assert engine_server_settings(16) == {"max_build_vector_similarity_index_thread_pool_size": 8}
-    rows = client.query("SELECT name, value FROM system.server_settings WHERE name IN {names:Array(String)}",
-                        parameters={"names": list(engine_server_settings())}).result_rows
+    rows = client.query(
+        "SELECT name, value FROM system.server_settings WHERE name IN {names:Array(String)}",
+        parameters={"names": list(engine_server_settings())},
+    ).result_rows
     assert {name: int(value) for name, value in rows} == engine_server_settings()
 
 
@@ -137,14 +140,24 @@ def test_insert_deduplication_token(make_client: MakeClient) -> None:
     client = make_client(autogenerate_session_id=False)
     session_client = make_client(session_id=f"dedup-{secrets.token_hex(4)}")
     table = _table()
-    client.command(f"CREATE TABLE {table} (id UInt64, s String) ENGINE = MergeTree ORDER BY id "
-                   "SETTINGS non_replicated_deduplication_window = 1000")
+    client.command(
+        f"CREATE TABLE {table} (id UInt64, s String) ENGINE = MergeTree ORDER BY id "
+        "SETTINGS non_replicated_deduplication_window = 1000"
+    )
     for c in (client, client, session_client):
-        c.insert(table, [[1, "a"], [2, "b"]], column_names=["id", "s"],
-                 settings={"insert_deduplication_token": "tok-1"})
+        c.insert(
+            table,
+            [[1, "a"], [2, "b"]],
+            column_names=["id", "s"],
+            settings={"insert_deduplication_token": "tok-1"},
+        )
     assert client.command(f"SELECT count() FROM {table}") == 2
-    client.insert(table, [[1, "a"], [2, "b"]], column_names=["id", "s"],
-                  settings={"insert_deduplication_token": "tok-2"})
+    client.insert(
+        table,
+        [[1, "a"], [2, "b"]],
+        column_names=["id", "s"],
+        settings={"insert_deduplication_token": "tok-2"},
+    )
     assert client.command(f"SELECT count() FROM {table}") == 4
     # The token is per request: it must not stick to the connection handle and
     # swallow the next (different) insert of the same client.
@@ -157,12 +170,18 @@ def test_other_insert_shapes(client: Client) -> None:
     table = _table()
     client.command(f"CREATE TABLE {table} (id UInt32, s String) ENGINE = MergeTree ORDER BY id")
     client.command(f"INSERT INTO {table} VALUES (1, 'values')")
-    client.command(f"INSERT INTO {table} FORMAT CSV", data="2,csv-data\n3,\"more\"\n")
+    client.command(f"INSERT INTO {table} FORMAT CSV", data='2,csv-data\n3,"more"\n')
     client.raw_insert(table, ["id", "s"], insert_block="4\ttsv\n", fmt="TabSeparated")
-    client.raw_insert(table, ["id", "s"], insert_block=lz4.frame.compress(b"5,lz4\n"), fmt="CSV",
-                      compression="lz4")
+    client.raw_insert(
+        table, ["id", "s"], insert_block=lz4.frame.compress(b"5,lz4\n"), fmt="CSV", compression="lz4"
+    )
     assert client.query(f"SELECT id, s FROM {table} ORDER BY id").result_rows == [
-        (1, "values"), (2, "csv-data"), (3, "more"), (4, "tsv"), (5, "lz4")]
+        (1, "values"),
+        (2, "csv-data"),
+        (3, "more"),
+        (4, "tsv"),
+        (5, "lz4"),
+    ]
 
 
 # 3. server-side parameters and the column types Loom uses -------------------------------
@@ -213,21 +232,27 @@ def test_types_round_trip_and_server_side_parameters(client: Client) -> None:
         for name, (ch_type, value) in TYPES.items():
             got = client.query(f"SELECT {{p:{ch_type}}} AS p", parameters={"p": value}).result_rows[0][0]
             assert _same(value, got), (name, value, got)
-            hits = client.query(f"SELECT count() FROM {table} WHERE {name} = {{p:{ch_type}}}",
-                                parameters={"p": value}).result_rows[0][0]
+            hits = client.query(
+                f"SELECT count() FROM {table} WHERE {name} = {{p:{ch_type}}}", parameters={"p": value}
+            ).result_rows[0][0]
             assert hits == (1 if name in ("ns", "ndt") else 2), name
     finally:
         clickhouse_connect.common.set_setting("dict_parameter_format", "json")
 
-    assert client.command("CREATE DATABASE IF NOT EXISTS {db:Identifier}", parameters={"db": "loom_p"}) is not None
+    assert (
+        client.command("CREATE DATABASE IF NOT EXISTS {db:Identifier}", parameters={"db": "loom_p"})
+        is not None
+    )
     assert "loom_p" in str(client.command("SHOW DATABASES"))
 
 
 def test_large_parameter_goes_as_a_form(client: Client) -> None:
     # Over 4 KB of bound parameters, clickhouse-connect posts multipart/form-data.
     vector = [i / 7 for i in range(384)]
-    result = client.query("SELECT length({v:Array(Float32)}) AS n, arraySum({v:Array(Float32)}) AS total",
-                          parameters={"v": vector}).result_rows
+    result = client.query(
+        "SELECT length({v:Array(Float32)}) AS n, arraySum({v:Array(Float32)}) AS total",
+        parameters={"v": vector},
+    ).result_rows
     assert result[0][0] == 384
     assert result[0][1] == pytest.approx(sum(vector), rel=1e-5)
 
@@ -252,16 +277,20 @@ def _vectors(n: int) -> np.ndarray:
 def test_large_compressed_insert(make_client: MakeClient, compress: str, rows: int) -> None:
     client = make_client(compress=compress)
     table = _table()
-    client.command(f"CREATE TABLE {table} (id UInt32, label String, v Array(Float32)) "
-                   "ENGINE = MergeTree ORDER BY id")
+    client.command(
+        f"CREATE TABLE {table} (id UInt32, label String, v Array(Float32)) ENGINE = MergeTree ORDER BY id"
+    )
     vectors = _vectors(rows)
     # clickhouse-connect sizes blocks from a per-row estimate that counts an array as
     # one element; the label makes it cut several blocks, i.e. several lz4/zstd frames.
     label = "x" * 200
-    summary = client.insert(table, [[i, label, vectors[i]] for i in range(rows)], column_names=["id", "label", "v"])
+    summary = client.insert(
+        table, [[i, label, vectors[i]] for i in range(rows)], column_names=["id", "label", "v"]
+    )
     assert summary.written_rows == rows
     count, total, distinct = client.query(
-        f"SELECT count(), sum(arraySum(v)), uniqExact(id) FROM {table}").result_rows[0]
+        f"SELECT count(), sum(arraySum(v)), uniqExact(id) FROM {table}"
+    ).result_rows[0]
     assert (count, distinct) == (rows, rows)  # every frame was read
     assert total == float(vectors.astype(np.float64).sum())
     # and back through a compressed response
@@ -271,12 +300,20 @@ def test_large_compressed_insert(make_client: MakeClient, compress: str, rows: i
 
 @pytest.mark.parametrize("encoding", ["lz4", "zstd", "gzip", "deflate"])
 def test_response_compression(endpoint: EndpointProcess, encoding: str) -> None:
-    status, headers, body = _http(endpoint.port, "POST", "/?enable_http_compression=1",
-                                  b"SELECT number FROM numbers(1000) FORMAT TabSeparated",
-                                  {"Accept-Encoding": encoding})
+    status, headers, body = _http(
+        endpoint.port,
+        "POST",
+        "/?enable_http_compression=1",
+        b"SELECT number FROM numbers(1000) FORMAT TabSeparated",
+        {"Accept-Encoding": encoding},
+    )
     assert status == 200 and headers["content-encoding"] == encoding
-    plain = {"lz4": lz4.frame.decompress, "zstd": zstandard.ZstdDecompressor().decompress,
-             "gzip": gzip.decompress, "deflate": zlib.decompress}[encoding](body)
+    plain = {
+        "lz4": lz4.frame.decompress,
+        "zstd": zstandard.ZstdDecompressor().decompress,
+        "gzip": gzip.decompress,
+        "deflate": zlib.decompress,
+    }[encoding](body)
     assert plain == "".join(f"{i}\n" for i in range(1000)).encode()
     assert headers["x-clickhouse-format"] == "TabSeparated"
 
@@ -362,7 +399,9 @@ def test_session_check_and_lock(endpoint: EndpointProcess) -> None:
 
     # One query at a time per session, as on the server (another process sharing it gets 373).
     sid = f"busy-{secrets.token_hex(4)}"
-    slow = threading.Thread(target=_http, args=(endpoint.port, "POST", f"/?session_id={sid}", b"SELECT sleep(1)"))
+    slow = threading.Thread(
+        target=_http, args=(endpoint.port, "POST", f"/?session_id={sid}", b"SELECT sleep(1)")
+    )
     slow.start()
     time.sleep(0.3)
     status, headers, _ = _http(endpoint.port, "POST", f"/?session_id={sid}", b"SELECT 1")
@@ -384,12 +423,18 @@ _WRITER = textwrap.dedent("""
 
 def test_two_processes_insert_at_once(endpoint: EndpointProcess, client: Client) -> None:
     table = _table()
-    client.command(f"CREATE TABLE {table} (p UInt8, b UInt32, i UInt32) ENGINE = MergeTree ORDER BY (p, b, i)")
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(endpoint.port), table, str(tag)])
-             for tag in (1, 2)]
+    client.command(
+        f"CREATE TABLE {table} (p UInt8, b UInt32, i UInt32) ENGINE = MergeTree ORDER BY (p, b, i)"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(endpoint.port), table, str(tag)])
+        for tag in (1, 2)
+    ]
     assert [p.wait(60) for p in procs] == [0, 0]
     assert client.query(f"SELECT p, count() FROM {table} GROUP BY p ORDER BY p").result_rows == [
-        (1, 10_000), (2, 10_000)]
+        (1, 10_000),
+        (2, 10_000),
+    ]
 
 
 # 8. FINAL, lightweight DELETE, OPTIMIZE FINAL -------------------------------------------
@@ -397,12 +442,17 @@ def test_two_processes_insert_at_once(endpoint: EndpointProcess, client: Client)
 
 def test_final_delete_optimize(client: Client) -> None:
     table = _table()
-    client.command(f"CREATE TABLE {table} (k UInt32, v String, version UInt64) "
-                   "ENGINE = ReplacingMergeTree(version) ORDER BY k")
+    client.command(
+        f"CREATE TABLE {table} (k UInt32, v String, version UInt64) "
+        "ENGINE = ReplacingMergeTree(version) ORDER BY k"
+    )
     client.insert(table, [[1, "a", 1], [2, "b", 1], [3, "c", 1]], column_names=["k", "v", "version"])
     client.insert(table, [[1, "a2", 2]], column_names=["k", "v", "version"])
     assert client.query(f"SELECT k, v FROM {table} FINAL ORDER BY k").result_rows == [
-        (1, "a2"), (2, "b"), (3, "c")]
+        (1, "a2"),
+        (2, "b"),
+        (3, "c"),
+    ]
     client.command(f"DELETE FROM {table} WHERE k = 2")
     assert client.query(f"SELECT k FROM {table} FINAL ORDER BY k").result_rows == [(1,), (3,)]
     client.command(f"OPTIMIZE TABLE {table} FINAL")
@@ -414,8 +464,12 @@ def test_final_delete_optimize(client: Client) -> None:
 
 def test_second_endpoint_on_same_dir_exits_at_once(endpoint: EndpointProcess, data_dir: Path) -> None:
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", ENDPOINT_MODULE, "--data-dir", str(data_dir), "--port", "0"],
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", ENDPOINT_MODULE, "--data-dir", str(data_dir), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert time.monotonic() - started < 10
     assert proc.returncode == EXIT_ALREADY_RUNNING
     assert f"another Loom ClickHouse endpoint already owns {data_dir}" in proc.stderr
@@ -530,8 +584,9 @@ def test_sigkill_mid_insert_stream_loses_no_acknowledged_row(tmp_path: Path) -> 
     again = start_endpoint(tmp_path)
     try:
         c = clickhouse_connect.get_client(host="127.0.0.1", port=again.port)
-        present: dict[int, int] = {int(b): int(n) for b, n in
-                                   c.query("SELECT batch, count() FROM acked GROUP BY batch").result_rows}
+        present: dict[int, int] = {
+            int(b): int(n) for b, n in c.query("SELECT batch, count() FROM acked GROUP BY batch").result_rows
+        }
         c.close()
     finally:
         again.stop()
@@ -544,8 +599,12 @@ def test_sigkill_mid_insert_stream_loses_no_acknowledged_row(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "example.com"])
 def test_non_loopback_host_is_refused(tmp_path: Path, host: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", ENDPOINT_MODULE, "--data-dir", str(tmp_path),
-                           "--port", "0", "--host", host], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", ENDPOINT_MODULE, "--data-dir", str(tmp_path), "--port", "0", "--host", host],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == EXIT_BAD_ARGS
     assert "loopback only" in proc.stderr
     assert not (tmp_path / PORT_FILE).exists()

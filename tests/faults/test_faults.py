@@ -223,18 +223,14 @@ def test_no_acknowledged_turn_lost_or_doubled(served, token, child):
         assert not lost, f"{thread_id}: acknowledged, then lost: {lost[:5]}"
 
 
-@pytest.mark.parametrize(
-    "child", ["worker", "api", "clickhouse", "redis"]
-)
+@pytest.mark.parametrize("child", ["worker", "api", "clickhouse", "redis"])
 def test_only_503s_meanwhile_no_500s_no_hangs(served, token, child):
     run = fault_run(served, token, child)
     bad = _bad_outcomes(run)
     assert not bad, f"{len(bad)} of {len(run.load.outcomes)} requests: {_summary(bad)}"
 
 
-@pytest.mark.parametrize(
-    "child", ["worker", "api", "clickhouse", "redis"]
-)
+@pytest.mark.parametrize("child", ["worker", "api", "clickhouse", "redis"])
 def test_every_503_says_when_to_retry(served, token, child):
     run = fault_run(served, token, child)
     unavailable = [o for o in run.load.outcomes if o.status == 503]
@@ -242,9 +238,7 @@ def test_every_503_says_when_to_retry(served, token, child):
     assert not missing, f"{len(missing)} 503s without Retry-After: {_summary(missing)}"
 
 
-@pytest.mark.parametrize(
-    "child", ["worker", "api", "clickhouse", "redis"]
-)
+@pytest.mark.parametrize("child", ["worker", "api", "clickhouse", "redis"])
 def test_every_acknowledged_turn_has_its_embedding_row(served, token, child):
     """Within the grace period: a vector for each turn whose answer said "embedded",
     and an embedding row (a vector, or the error the answer reported) for every other

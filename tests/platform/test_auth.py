@@ -44,12 +44,15 @@ async def test_role_checked_before_body(call, mint, ns):
     assert r.status_code == 403
 
 
-@pytest.mark.parametrize("body,field", [
-    ({"enabled": True}, "namespace"),
-    ({"namespace": "bad ns!", "enabled": True}, "namespace"),
-    ({"namespace": "ok", "enabled": "maybe"}, "enabled"),
-    ({"namespace": "ok", "enabled": True, "surprise": 1}, "surprise"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"enabled": True}, "namespace"),
+        ({"namespace": "bad ns!", "enabled": True}, "namespace"),
+        ({"namespace": "ok", "enabled": "maybe"}, "enabled"),
+        ({"namespace": "ok", "enabled": True, "surprise": 1}, "surprise"),
+    ],
+)
 async def test_bad_input_is_422_naming_the_field(call, mint, ns, body, field):
     r = await call("conversation.set_logging", mint(ns, "admin"), **body)
     assert r.status_code == 422
@@ -75,7 +78,7 @@ async def test_bounded_token_refused_on_admin_op(call, mint, ns):
 
 async def test_healthz_and_metrics(api, mint, ns):
     r = await api.get("/healthz")
-    assert r.status_code == 200 and r.json() == {"status": "ok"}     # no details without a token
+    assert r.status_code == 200 and r.json() == {"status": "ok"}  # no details without a token
     r = await api.get("/healthz", headers={"Authorization": f"Bearer {mint(ns, 'viewer')}"})
     assert r.status_code == 200 and r.json() == {"status": "ok", "clickhouse": "ok", "redis": "ok"}
     r = await api.get("/metrics")

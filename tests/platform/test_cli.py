@@ -37,23 +37,40 @@ def _short_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_token_mint_without_serve(tmp_path_factory):
     home = _short_home(tmp_path_factory)
-    out = subprocess.run([*LOOM, "token", "mint", "--namespace", "acme", "--role", "writer", "--json"],
-                         env=_env(home), capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [*LOOM, "token", "mint", "--namespace", "acme", "--role", "writer", "--json"],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     minted = json.loads(out.stdout)
     assert minted["token"].startswith("loom_") and minted["role"] == "writer"
-    listed = subprocess.run([*LOOM, "token", "list"], env=_env(home), capture_output=True, text=True, timeout=120)
+    listed = subprocess.run(
+        [*LOOM, "token", "list"], env=_env(home), capture_output=True, text=True, timeout=120
+    )
     assert listed.returncode == 0 and minted["token_id"] in listed.stdout
     assert minted["token"] not in listed.stdout  # secrets are never listed
-    bad = subprocess.run([*LOOM, "token", "mint", "--namespace", "acme", "--role", "root"],
-                         env=_env(home), capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [*LOOM, "token", "mint", "--namespace", "acme", "--role", "root"],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "role" in bad.stderr
 
 
 def test_bad_setting_fails_startup_naming_the_variable(tmp_path_factory):
     home = _short_home(tmp_path_factory)
-    out = subprocess.run([*LOOM, "migrate"], env=_env(home, LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY="lots"),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [*LOOM, "migrate"],
+        env=_env(home, LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY="lots"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     assert "LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY" in out.stderr
 
@@ -62,8 +79,9 @@ def test_serve_end_to_end(tmp_path_factory):
     home = _short_home(tmp_path_factory)
     port = _free_port()
     env = _env(home, LOOM_PORT=str(port))
-    serve = subprocess.Popen([*LOOM, "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+    serve = subprocess.Popen(
+        [*LOOM, "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -76,16 +94,29 @@ def test_serve_end_to_end(tmp_path_factory):
         else:
             pytest.fail("loom serve did not become healthy")
         # An admin command while serve runs uses serve's embedded endpoint (no lock clash).
-        out = subprocess.run([*LOOM, "token", "mint", "--namespace", "acme", "--role", "admin"], env=env,
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [*LOOM, "token", "mint", "--namespace", "acme", "--role", "admin"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         token = out.stdout.strip()
         headers = {"Authorization": f"Bearer {token}"}
-        r = httpx.post(f"{base}/v1/conversation.set_logging", json={"namespace": "acme", "enabled": True},
-                       headers=headers, timeout=10)
+        r = httpx.post(
+            f"{base}/v1/conversation.set_logging",
+            json={"namespace": "acme", "enabled": True},
+            headers=headers,
+            timeout=10,
+        )
         assert r.status_code == 200 and r.json()["conversation_logging_enabled"] is True
-        assert httpx.post(f"{base}/v1/conversation.set_logging", json={"namespace": "acme", "enabled": True},
-                          timeout=10).status_code == 401
+        assert (
+            httpx.post(
+                f"{base}/v1/conversation.set_logging", json={"namespace": "acme", "enabled": True}, timeout=10
+            ).status_code
+            == 401
+        )
         assert httpx.get(f"{base}/openapi.json", timeout=10).status_code == 200
     finally:
         os.killpg(serve.pid, signal.SIGINT) if serve.poll() is None else None

@@ -257,7 +257,9 @@ async def test_a_rule_the_op_checks_is_a_422_too(call, mint, ns):
         "conversation.search", mint(ns, "viewer"), query="x", namespace_scope="all_mine", namespace=ns
     )
     assert (
-        r.status_code == 422 and r.json()["error"] == "invalid_request" and r.json()["field"] == "namespace_scope"
+        r.status_code == 422
+        and r.json()["error"] == "invalid_request"
+        and r.json()["field"] == "namespace_scope"
     )
 
 

@@ -18,7 +18,7 @@ def test_embedded_redis_persists_and_stops(tmp_path_factory):
         client = redis.Redis.from_url(server.url)
         config: dict[str, str] = client.config_get("*")  # type: ignore[assignment]
         assert config["appendonly"] == "yes"
-        assert config["hash-max-ziplist-entries"] == "1024"     # loom.store.landed's hashes stay compact
+        assert config["hash-max-ziplist-entries"] == "1024"  # loom.store.landed's hashes stay compact
         client.set("k", "v")
         assert find_running_redis(d) == server.url
     finally:

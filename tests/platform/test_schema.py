@@ -16,8 +16,13 @@ def _fresh(settings: Settings, suffix: str) -> Settings:
 
 
 def _create_query(ch, table: str) -> str:
-    return str(ch.query("SELECT create_table_query FROM system.tables WHERE database = currentDatabase() "
-                        "AND name = {t:String}", parameters={"t": table}).result_rows[0][0])
+    return str(
+        ch.query(
+            "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() "
+            "AND name = {t:String}",
+            parameters={"t": table},
+        ).result_rows[0][0]
+    )
 
 
 def test_migrations_apply_once_and_are_idempotent(schema):
@@ -28,8 +33,16 @@ def test_migrations_apply_once_and_are_idempotent(schema):
     assert again.applied == []
     ch = connect(s.clickhouse_url, database=s.clickhouse_database)
     tables = {r[0] for r in ch.query("SHOW TABLES").result_rows}
-    assert {"namespaces", "conversations", "conversation_embeddings", "threads", "session_briefs",
-            "session_brief_revisions", "tokens", "schema_migrations"} <= tables
+    assert {
+        "namespaces",
+        "conversations",
+        "conversation_embeddings",
+        "threads",
+        "session_briefs",
+        "session_brief_revisions",
+        "tokens",
+        "schema_migrations",
+    } <= tables
     counts = ch.query("SELECT number, count() FROM schema_migrations FINAL GROUP BY number").result_rows
     assert all(c == 1 for _, c in counts)
 
@@ -37,8 +50,13 @@ def test_migrations_apply_once_and_are_idempotent(schema):
 def test_tables_written_per_append_flush_merge_with_less_rewriting(schema):
     """Migration 005: the merge selector's base is raised where every flush adds a part."""
     ch = connect(schema.clickhouse_url, database=schema.clickhouse_database)
-    for table in ("conversations", "conversation_embeddings", "threads", "conversation_vectors_384",
-                  "conversation_vectors_1536"):
+    for table in (
+        "conversations",
+        "conversation_embeddings",
+        "threads",
+        "conversation_vectors_384",
+        "conversation_vectors_1536",
+    ):
         assert "merge_selector_base = 10" in _create_query(ch, table), table
 
 
@@ -84,11 +102,13 @@ def test_cluster_ddl_is_replicated_on_cluster():
             if statement.startswith("CREATE TABLE"):
                 assert "ON CLUSTER loom_cluster" in statement
                 if re.search(r"ENGINE = Null\s*$", statement):
-                    continue    # keeps no rows (a feed for materialized views): nothing to replicate
+                    continue  # keeps no rows (a feed for materialized views): nothing to replicate
                 engine = re.search(r"ENGINE = (\w+)\(([^)]*)\)", statement)
                 assert engine and engine.group(1).startswith("Replicated"), statement
                 assert "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'" in engine.group(2)
-    plain = runner.render("CREATE TABLE t {on_cluster} (a UInt8) ENGINE = ReplacingMergeTree(version) ORDER BY a")
+    plain = runner.render(
+        "CREATE TABLE t {on_cluster} (a UInt8) ENGINE = ReplacingMergeTree(version) ORDER BY a"
+    )
     assert "ON CLUSTER" not in plain and "ENGINE = ReplacingMergeTree(version)" in plain
     rendered = runner.render("ENGINE = MergeTree ORDER BY a", "c")
     assert "ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')" in rendered
@@ -111,9 +131,23 @@ def test_vector_tables_upgrade_to_bfloat16_keeping_their_rows(schema, monkeypatc
     ch = connect(s.clickhouse_url, database=s.clickhouse_database)
 
     def embed_row(msg_id: str, vector: list[float]) -> None:
-        ch.insert("conversation_embeddings", [["ns", "t", msg_id, "a", "user", "", "", "hello", vector, "m", 1]],
-                  column_names=["namespace", "thread_id", "msg_id", "agent", "role", "run_id", "user_id", "text",
-                                "embedding", "model", "version"])
+        ch.insert(
+            "conversation_embeddings",
+            [["ns", "t", msg_id, "a", "user", "", "", "hello", vector, "m", 1]],
+            column_names=[
+                "namespace",
+                "thread_id",
+                "msg_id",
+                "agent",
+                "role",
+                "run_id",
+                "user_id",
+                "text",
+                "embedding",
+                "model",
+                "version",
+            ],
+        )
 
     embed_row("old", [1.0] + [0.0] * 383)
     assert "Array(Float32)" in _create_query(ch, "conversation_vectors_384")
@@ -121,16 +155,20 @@ def test_vector_tables_upgrade_to_bfloat16_keeping_their_rows(schema, monkeypatc
     assert [m.split("_")[0] for m in prepare(s, s.clickhouse_url).applied] == ["004"]
     assert "Array(BFloat16)" in _create_query(ch, "conversation_vectors_384")
     embed_row("new", [0.0, 1.0] + [0.0] * 382)
-    rows = ch.query("SELECT msg_id, round(1 - cosineDistance(embedding, [1.0] || arrayWithConstant(383, 0.0)), 3) "
-                    "FROM conversation_vectors_384 ORDER BY msg_id").result_rows
+    rows = ch.query(
+        "SELECT msg_id, round(1 - cosineDistance(embedding, [1.0] || arrayWithConstant(383, 0.0)), 3) "
+        "FROM conversation_vectors_384 ORDER BY msg_id"
+    ).result_rows
     assert rows == [("new", 0.0), ("old", 1.0)]
 
 
 def test_small_inserts_defer_their_skip_indexes_where_the_server_can(schema):
     ch = connect(schema.clickhouse_url, database=schema.clickhouse_database)
-    assert DEFER_SETTING in ch.server_settings            # the embedded engine (26.x) has it
+    assert DEFER_SETTING in ch.server_settings  # the embedded engine (26.x) has it
     assert insert_settings(ch, 32, ("idx_user", "idx_run"), "tok") == {
-        DEFER_SETTING: "idx_user,idx_run", "insert_deduplication_token": "tok"}
+        DEFER_SETTING: "idx_user,idx_run",
+        "insert_deduplication_token": "tok",
+    }
     assert insert_settings(ch, INDEX_ON_INSERT_MIN_ROWS, ("idx_user",)) is None
     assert insert_settings(ch, 32, ()) is None
     # A server before 25.10 does not know the setting and would refuse the insert.

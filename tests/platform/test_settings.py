@@ -22,13 +22,16 @@ def test_defaults_follow_the_seed(monkeypatch):
     assert s.port == 7777
 
 
-@pytest.mark.parametrize("var,value", [
-    ("LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY", "high"),
-    ("LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS", "-3"),
-    ("LOOM_RETENTION_CONVERSATIONS_DAYS", "-1"),
-    ("LOOM_CONVERSATION_TITLER_ENABLED", "perhaps"),
-    ("LOOM_PORT", "99999"),
-])
+@pytest.mark.parametrize(
+    "var,value",
+    [
+        ("LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY", "high"),
+        ("LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS", "-3"),
+        ("LOOM_RETENTION_CONVERSATIONS_DAYS", "-1"),
+        ("LOOM_CONVERSATION_TITLER_ENABLED", "perhaps"),
+        ("LOOM_PORT", "99999"),
+    ],
+)
 def test_bad_value_names_the_variable(monkeypatch, var, value):
     monkeypatch.setenv(var, value)
     with pytest.raises(SettingsError) as err:

@@ -58,11 +58,11 @@ async def test_a_pause_in_arrivals_ends_the_window_early():
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     first = asyncio.ensure_future(b.submit(1))
-    await asyncio.sleep(0.01)                   # within the quiet time: same batch
+    await asyncio.sleep(0.01)  # within the quiet time: same batch
     second = asyncio.ensure_future(b.submit(2))
     assert await asyncio.gather(first, second) == [10, 20]
     assert rec.batches == [[1, 2]]
-    assert loop.time() - t0 < 0.25              # not the 0.5 s window
+    assert loop.time() - t0 < 0.25  # not the 0.5 s window
     await b.close()
 
 
@@ -70,7 +70,7 @@ async def test_steady_arrivals_still_flush_by_the_window():
     rec = Recorder()
     b: Batcher[int, int] = Batcher(rec, max_items=1000, max_wait_s=0.1, quiet_s=0.05)
     futures = []
-    for i in range(20):                         # an arrival every 10 ms, never a 50 ms pause
+    for i in range(20):  # an arrival every 10 ms, never a 50 ms pause
         futures.append(asyncio.ensure_future(b.submit(i)))
         await asyncio.sleep(0.01)
     await asyncio.gather(*futures)

@@ -9,13 +9,22 @@ from pydantic import Field
 from loom.api.models.common import AgentId, NamespacedRequest, StrictModel, Timestamp
 from loom.ops.briefs.events import MAX_EVENT_CHARS, MAX_EVENTS, MAX_PATH_CHARS
 
-EventKind = Literal["user", "assistant", "edit", "command", "error", "read", "search", "tool", "note", "summary"]
+EventKind = Literal[
+    "user", "assistant", "edit", "command", "error", "read", "search", "tool", "note", "summary"
+]
 Author = Literal["llm", "deterministic", "model"]
 
-BriefKey = Annotated[str, Field(max_length=400, description=(
-    "The brief's key, `^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,159}$`. Empty: `auto/<project>/<branch>`, or "
-    "`session/<session_id>` when neither is known. A namespace-wide token may get or delete a bounded "
-    "token's brief by its stored key `~<user>~<key>` / `~<user>~<session>~<key>`."))]
+BriefKey = Annotated[
+    str,
+    Field(
+        max_length=400,
+        description=(
+            "The brief's key, `^[A-Za-z0-9][A-Za-z0-9_.:/@+-]{0,159}$`. Empty: `auto/<project>/<branch>`, or "
+            "`session/<session_id>` when neither is known. A namespace-wide token may get or delete a bounded "
+            "token's brief by its stored key `~<user>~<key>` / `~<user>~<session>~<key>`."
+        ),
+    ),
+]
 Ident = Annotated[str, Field(max_length=256)]
 Item = Annotated[str, Field(max_length=2_000)]
 Items = Annotated[list[Item], Field(max_length=100)]
@@ -63,15 +72,29 @@ class BriefSaveRequest(NamespacedRequest):
     project: Ident = ""
     branch: Ident = ""
     session_id: Ident = ""
-    user_id: Ident = Field("", description="The user the save is for (a bounded token's own user when empty).")
-    events: list[BriefEvent] = Field(default_factory=list, max_length=MAX_EVENTS,
-                                     description=f"What happened since the last save, at most {MAX_EVENTS}.")
+    user_id: Ident = Field(
+        "", description="The user the save is for (a bounded token's own user when empty)."
+    )
+    events: list[BriefEvent] = Field(
+        default_factory=list,
+        max_length=MAX_EVENTS,
+        description=f"What happened since the last save, at most {MAX_EVENTS}.",
+    )
     sections: BriefSectionsIn | None = None
-    use_llm: bool = Field(True, description="false: do not revise from events (an events-only save is not-revised).")
-    event_cursor: Ident = Field("", description="The client's position in its event stream; a save repeating the "
-                                                "previous save's session_id and event_cursor is a retry.")
-    if_revision: int | None = Field(None, ge=0, description="Compare-and-set: save only if the brief is at this "
-                                                             "revision (0: only if it does not exist); 409 otherwise.")
+    use_llm: bool = Field(
+        True, description="false: do not revise from events (an events-only save is not-revised)."
+    )
+    event_cursor: Ident = Field(
+        "",
+        description="The client's position in its event stream; a save repeating the "
+        "previous save's session_id and event_cursor is a retry.",
+    )
+    if_revision: int | None = Field(
+        None,
+        ge=0,
+        description="Compare-and-set: save only if the brief is at this "
+        "revision (0: only if it does not exist); 409 otherwise.",
+    )
 
 
 class BriefSaveResponse(StrictModel):
@@ -111,7 +134,9 @@ class BriefGetResponse(StrictModel):
     created_at: Timestamp
     updated_at: Timestamp
     sections: BriefSections
-    text: str = Field(description="The brief rendered as Markdown (with the summary below it when full=true).")
+    text: str = Field(
+        description="The brief rendered as Markdown (with the summary below it when full=true)."
+    )
     summary: str | None = None
 
 

@@ -10,11 +10,24 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from loom.api.models.bounds import SURROGATE_RULE, lone_surrogate_at
 from loom.errors import InvalidRequest
 
-Namespace = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^(@me|[A-Za-z0-9][A-Za-z0-9_.:-]{0,127})$",
-                                 description="A namespace the token grants, or `@me` for a token bound to one user.")]
-AgentId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127}$",
-                               description="The calling agent's identity inside the namespace.")]
-
+Namespace = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^(@me|[A-Za-z0-9][A-Za-z0-9_.:-]{0,127})$",
+        description="A namespace the token grants, or `@me` for a token bound to one user.",
+    ),
+]
+AgentId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127}$",
+        description="The calling agent's identity inside the namespace.",
+    ),
+]
 
 
 def _with_zone(dt: datetime) -> datetime:
@@ -22,8 +35,11 @@ def _with_zone(dt: datetime) -> datetime:
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 
-Timestamp = Annotated[datetime, AfterValidator(_with_zone),
-                      Field(description="RFC 3339, UTC, e.g. 2026-12-01T21:30:00.123456Z.")]
+Timestamp = Annotated[
+    datetime,
+    AfterValidator(_with_zone),
+    Field(description="RFC 3339, UTC, e.g. 2026-12-01T21:30:00.123456Z."),
+]
 
 
 class StrictModel(BaseModel):

@@ -11,19 +11,44 @@ from loom.api.models.common import AgentId, NamespacedRequest, StrictModel, Time
 from loom.ops.conversation.appending import TurnInput
 from loom.ops.conversation.common import MAX_BATCH_TURNS
 
-ThreadId = Annotated[str, Field(min_length=1, max_length=256, description="The thread's id (any string the client picks).")]
-MsgId = Annotated[str, Field(min_length=1, max_length=256,
-                             description="The turn's id; without it the server derives one from thread, role and content.")]
+ThreadId = Annotated[
+    str, Field(min_length=1, max_length=256, description="The thread's id (any string the client picks).")
+]
+MsgId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=256,
+        description="The turn's id; without it the server derives one from thread, role and content.",
+    ),
+]
 RoleName = Literal["user", "assistant", "system", "tool"]
 Content = Annotated[str, Field(max_length=1_000_000)]
 ShortText = Annotated[str, Field(max_length=256)]
 Tokens = Annotated[int, Field(ge=0, le=4_294_967_295)]
 Order = Literal["asc", "desc"]
-AgentOrAll = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127})$",
-                                  description='An agent of the namespace, or "*" for every agent.')]
+AgentOrAll = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127})$",
+        description='An agent of the namespace, or "*" for every agent.',
+    ),
+]
 Title = Annotated[str, Field(max_length=500)]
 
-_SINGLE_FIELDS = ("thread_id", "role", "content", "msg_id", "reasoning", "user_id", "run_id", "metadata", "tokens")
+_SINGLE_FIELDS = (
+    "thread_id",
+    "role",
+    "content",
+    "msg_id",
+    "reasoning",
+    "user_id",
+    "run_id",
+    "metadata",
+    "tokens",
+)
 
 
 class TurnIn(StrictModel):
@@ -38,8 +63,17 @@ class TurnIn(StrictModel):
     tokens: Tokens | None = None
 
     def to_input(self) -> TurnInput:
-        return TurnInput(self.thread_id, self.role, self.content, self.msg_id, self.reasoning, self.user_id,
-                         self.run_id, self.metadata, self.tokens)
+        return TurnInput(
+            self.thread_id,
+            self.role,
+            self.content,
+            self.msg_id,
+            self.reasoning,
+            self.user_id,
+            self.run_id,
+            self.metadata,
+            self.tokens,
+        )
 
 
 class AppendRequest(NamespacedRequest):
@@ -55,21 +89,29 @@ class AppendRequest(NamespacedRequest):
     run_id: ShortText | None = None
     metadata: JsonObject | None = None
     tokens: Tokens | None = None
-    turns: list[TurnIn] | None = Field(None, min_length=1, max_length=MAX_BATCH_TURNS,
-                                       description="The batch form, for ingest: one result per turn, in order.")
+    turns: list[TurnIn] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_BATCH_TURNS,
+        description="The batch form, for ingest: one result per turn, in order.",
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> AppendRequest:
         single = [f for f in _SINGLE_FIELDS if getattr(self, f) is not None]
         if self.turns is not None:
             if single:
-                raise ValueError("give either one turn (thread_id, role, content, ...) or turns: [...], not both "
-                                 f"(found {', '.join(single)} beside turns)")
+                raise ValueError(
+                    "give either one turn (thread_id, role, content, ...) or turns: [...], not both "
+                    f"(found {', '.join(single)} beside turns)"
+                )
         else:
             missing = [f for f in ("thread_id", "role", "content") if getattr(self, f) is None]
             if missing:
-                raise ValueError(f"one turn needs thread_id, role and content (missing {', '.join(missing)}); "
-                                 "or send turns: [...] for a batch")
+                raise ValueError(
+                    f"one turn needs thread_id, role and content (missing {', '.join(missing)}); "
+                    "or send turns: [...] for a batch"
+                )
         return self
 
     @property
@@ -80,8 +122,19 @@ class AppendRequest(NamespacedRequest):
         if self.turns is not None:
             return [t.to_input() for t in self.turns]
         assert self.thread_id is not None and self.role is not None and self.content is not None
-        return [TurnInput(self.thread_id, self.role, self.content, self.msg_id, self.reasoning or "",
-                          self.user_id or "", self.run_id or "", self.metadata or {}, self.tokens)]
+        return [
+            TurnInput(
+                self.thread_id,
+                self.role,
+                self.content,
+                self.msg_id,
+                self.reasoning or "",
+                self.user_id or "",
+                self.run_id or "",
+                self.metadata or {},
+                self.tokens,
+            )
+        ]
 
 
 class AppendTurnResult(BaseModel):
@@ -90,11 +143,17 @@ class AppendTurnResult(BaseModel):
     role: str
     stored: bool = Field(description="False when nothing was kept; `reason` says why.")
     reason: Literal["logging_disabled", "duplicate", "deleted"] | None = Field(
-        None, description="logging_disabled: the namespace does not record; duplicate: this agent's "
-                          "(thread_id, msg_id) already landed; deleted: the turn was removed while it was embedded.")
-    embedding: str = Field(description='"embedded", "failed", or "skipped:<why>" (role, high_sensitivity, empty, '
-                                       'or the reason nothing was stored).')
-    embedding_error: str | None = Field(None, description="Why the embed failed (the embedding row records it too).")
+        None,
+        description="logging_disabled: the namespace does not record; duplicate: this agent's "
+        "(thread_id, msg_id) already landed; deleted: the turn was removed while it was embedded.",
+    )
+    embedding: str = Field(
+        description='"embedded", "failed", or "skipped:<why>" (role, high_sensitivity, empty, '
+        "or the reason nothing was stored)."
+    )
+    embedding_error: str | None = Field(
+        None, description="Why the embed failed (the embedding row records it too)."
+    )
 
 
 class AppendResponse(AppendTurnResult):
@@ -121,7 +180,9 @@ class UpdateRequest(NamespacedRequest):
     agent: AgentId = "default"
     thread_id: ThreadId
     title: Title | None = None
-    metadata: JsonObject | None = Field(None, description="Replaces the thread's metadata, and so a title_refused mark.")
+    metadata: JsonObject | None = Field(
+        None, description="Replaces the thread's metadata, and so a title_refused mark."
+    )
     run_id: ShortText | None = None
 
 

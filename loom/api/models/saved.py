@@ -12,10 +12,16 @@ from loom.api.models.common import AgentId, NamespacedRequest, Timestamp
 from loom.api.models.conversation import Content, MsgId, RoleName, ShortText, ThreadId
 from loom.ops.conversation.saving import NewMessage
 
-UserId = Annotated[str, Field(min_length=1, max_length=256,
-                              description="The user whose saved messages these are. Required, except with a token "
-                                          "pinned to one user (--read-scope own_user), which acts as its user: "
-                                          "leave it out or name that user.")]
+UserId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=256,
+        description="The user whose saved messages these are. Required, except with a token "
+        "pinned to one user (--read-scope own_user), which acts as its user: "
+        "leave it out or name that user.",
+    ),
+]
 ConversationId = Annotated[ThreadId, Field(description="The conversation (thread_id) of the message.")]
 MessageId = Annotated[MsgId, Field(description="The message's id (msg_id) in its conversation.")]
 SaveReason = Literal["owner_mismatch", "deleted", "unsupported_role", "high_sensitivity", "embed_failed"]
@@ -58,13 +64,16 @@ class SaveResponse(BaseModel):
     conversation_id: str
     message_id: str
     saved: bool = Field(description="Whether the message is saved for this user now.")
-    indexed: bool = Field(description="Whether it is in the vector leg of the search (the lexical leg needs no "
-                                      "embedding).")
+    indexed: bool = Field(
+        description="Whether it is in the vector leg of the search (the lexical leg needs no embedding)."
+    )
     reason: SaveReason | None = Field(
-        None, description="owner_mismatch: another user owns the message; deleted: it was deleted; "
-                          "unsupported_role: a system or tool turn (never embedded); high_sensitivity: it reads as "
-                          "high (a new one is not stored, an existing one is not embedded); embed_failed: stored "
-                          "and saved, but the embed failed (saving again retries it).")
+        None,
+        description="owner_mismatch: another user owns the message; deleted: it was deleted; "
+        "unsupported_role: a system or tool turn (never embedded); high_sensitivity: it reads as "
+        "high (a new one is not stored, an existing one is not embedded); embed_failed: stored "
+        "and saved, but the embed failed (saving again retries it).",
+    )
     saved_at: Timestamp | None = Field(None, description="When the user saved it.")
 
 
@@ -75,24 +84,32 @@ class UnsaveRequest(SavedRequest):
 
 
 class UnsaveResponse(BaseModel):
-    found: bool = Field(description="False when this user has no such saved message (never saved, or saved by "
-                                    "another user: the answer does not say which).")
-    removed: bool = Field(description="True when the message was removed: a save alone had stored it (it was "
-                                      "never recorded), so it existed only because of the save. A recorded "
-                                      "message stays in the transcript with the flag cleared.")
+    found: bool = Field(
+        description="False when this user has no such saved message (never saved, or saved by "
+        "another user: the answer does not say which)."
+    )
+    removed: bool = Field(
+        description="True when the message was removed: a save alone had stored it (it was "
+        "never recorded), so it existed only because of the save. A recorded "
+        "message stays in the transcript with the flag cleared."
+    )
 
 
 class ListSavedRequest(SavedRequest):
     limit: int = Field(50, ge=1, le=200)
     cursor: str | None = Field(None, max_length=4096, description="next_cursor of the previous page.")
-    conversation_id: ConversationId | None = Field(None, description="Only this conversation's saved messages.")
+    conversation_id: ConversationId | None = Field(
+        None, description="Only this conversation's saved messages."
+    )
 
 
 class SavedMessageOut(BaseModel):
     conversation_id: str
     message_id: str
     role: str
-    ts: Timestamp = Field(description="When the user saved it (the message time where no save time was recorded).")
+    ts: Timestamp = Field(
+        description="When the user saved it (the message time where no save time was recorded)."
+    )
     excerpt: str = Field(description="The start of the message; empty when it reads as high.")
 
 
@@ -114,8 +131,12 @@ class SearchSavedRequest(SavedRequest):
     query: Annotated[str, Field(min_length=1, max_length=4_000)]
     limit: int = Field(10, ge=1, le=100)
     search_mode: SearchMode = "hybrid"
-    lexical_weight: float = Field(1.0, ge=0.0, le=1.0, description="Scales the lexical (BM25) leg in hybrid mode.")
-    conversation_id: ConversationId | None = Field(None, description="Only this conversation's saved messages.")
+    lexical_weight: float = Field(
+        1.0, ge=0.0, le=1.0, description="Scales the lexical (BM25) leg in hybrid mode."
+    )
+    conversation_id: ConversationId | None = Field(
+        None, description="Only this conversation's saved messages."
+    )
 
     @field_validator("query")
     @classmethod
@@ -131,14 +152,21 @@ class SavedHitOut(BaseModel):
     role: str
     ts: Timestamp = Field(description="The message time.")
     saved_at: Timestamp | None
-    score: float = Field(description="hybrid: the fused reciprocal-rank score; semantic: cosine similarity; "
-                                     "lexical: the BM25 score.")
+    score: float = Field(
+        description="hybrid: the fused reciprocal-rank score; semantic: cosine similarity; "
+        "lexical: the BM25 score."
+    )
     excerpt: str = Field(description="Centred on the matched terms for a lexical hit, else the start.")
     legs: list[Literal["vector", "lexical"]] = Field(description="The legs that found it.")
 
 
 class SearchSavedResponse(BaseModel):
-    search_mode: SearchMode = Field(description="The mode that answered: lexical when the vector leg fell back.")
+    search_mode: SearchMode = Field(
+        description="The mode that answered: lexical when the vector leg fell back."
+    )
     hits: list[SavedHitOut]
-    fallback_reason: str | None = Field(None, description="Why the vector leg did not run (the embedder failed, or "
-                                                          "the query reads as high and is never sent to it).")
+    fallback_reason: str | None = Field(
+        None,
+        description="Why the vector leg did not run (the embedder failed, or "
+        "the query reads as high and is never sent to it).",
+    )

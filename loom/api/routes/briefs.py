@@ -29,43 +29,87 @@ router = APIRouter(prefix="/v1", tags=["session"], responses=error_responses(*CO
 
 
 @router.post("/session.brief_save", response_model=BriefSaveResponse, responses=error_responses(409))
-async def brief_save(body: BriefSaveRequest, who: Principal = Depends(require(Role.writer, bounded="any")),
-                     svc: Services = Depends(services)) -> BriefSaveResponse:
+async def brief_save(
+    body: BriefSaveRequest,
+    who: Principal = Depends(require(Role.writer, bounded="any")),
+    svc: Services = Depends(services),
+) -> BriefSaveResponse:
     """Revise (or start) a brief from events, from sections the agent wrote, or both."""
     events = [Event(e.kind, e.text, e.path, e.exit_code) for e in body.events]
     sections = body.sections.model_dump() if body.sections is not None else None
-    result = await ops.save(svc, who, ops.SaveRequest(
-        namespace=body.namespace, agent=body.agent, brief_key=body.brief_key, project=body.project,
-        branch=body.branch, session_id=body.session_id, user_id=body.user_id, events=events,
-        sections=sections, use_llm=body.use_llm, event_cursor=body.event_cursor, if_revision=body.if_revision))
+    result = await ops.save(
+        svc,
+        who,
+        ops.SaveRequest(
+            namespace=body.namespace,
+            agent=body.agent,
+            brief_key=body.brief_key,
+            project=body.project,
+            branch=body.branch,
+            session_id=body.session_id,
+            user_id=body.user_id,
+            events=events,
+            sections=sections,
+            use_llm=body.use_llm,
+            event_cursor=body.event_cursor,
+            if_revision=body.if_revision,
+        ),
+    )
     return BriefSaveResponse(**asdict(result))
 
 
 @router.post("/session.brief_get", response_model=BriefGetResponse, responses=error_responses(404))
-async def brief_get(body: BriefGetRequest, who: Principal = Depends(require(Role.viewer, bounded="any")),
-                    svc: Services = Depends(services)) -> BriefGetResponse:
+async def brief_get(
+    body: BriefGetRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> BriefGetResponse:
     """Load a brief by brief_key, else the newest one a session wrote, else the newest for a project."""
-    view = await ops.brief_get(svc, who, body.namespace, brief_key=body.brief_key,
-                               from_session=body.from_session, project=body.project, revision=body.revision,
-                               full=body.full)
+    view = await ops.brief_get(
+        svc,
+        who,
+        body.namespace,
+        brief_key=body.brief_key,
+        from_session=body.from_session,
+        project=body.project,
+        revision=body.revision,
+        full=body.full,
+    )
     data = asdict(view)
     data["sections"] = BriefSections(**view.sections.to_dict())
     return BriefGetResponse(**data)
 
 
 @router.post("/session.brief_list", response_model=BriefListResponse)
-async def brief_list(body: BriefListRequest, who: Principal = Depends(require(Role.viewer, bounded="any")),
-                     svc: Services = Depends(services)) -> BriefListResponse:
+async def brief_list(
+    body: BriefListRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> BriefListResponse:
     """The namespace's briefs, newest first, one line each."""
-    items = await ops.brief_list(svc, who, body.namespace, mine_only=body.mine_only, user_id=body.user_id,
-                                 project=body.project, limit=body.limit, offset=body.offset)
-    return BriefListResponse(namespace=who.namespace(body.namespace),
-                             briefs=[BriefListItem(**asdict(i)) for i in items])
+    items = await ops.brief_list(
+        svc,
+        who,
+        body.namespace,
+        mine_only=body.mine_only,
+        user_id=body.user_id,
+        project=body.project,
+        limit=body.limit,
+        offset=body.offset,
+    )
+    return BriefListResponse(
+        namespace=who.namespace(body.namespace), briefs=[BriefListItem(**asdict(i)) for i in items]
+    )
 
 
 @router.post("/session.brief_delete", response_model=BriefDeleteResponse)
-async def brief_delete(body: BriefDeleteRequest, who: Principal = Depends(require(Role.writer, bounded="any")),
-                       svc: Services = Depends(services)) -> BriefDeleteResponse:
+async def brief_delete(
+    body: BriefDeleteRequest,
+    who: Principal = Depends(require(Role.writer, bounded="any")),
+    svc: Services = Depends(services),
+) -> BriefDeleteResponse:
     """Delete a brief (and every revision of it) when its writer asks for it to be forgotten."""
     deleted = await ops.brief_delete(svc, who, body.namespace, brief_key=body.brief_key)
-    return BriefDeleteResponse(namespace=who.namespace(body.namespace), brief_key=body.brief_key, deleted=deleted)
+    return BriefDeleteResponse(
+        namespace=who.namespace(body.namespace), brief_key=body.brief_key, deleted=deleted
+    )

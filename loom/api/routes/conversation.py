@@ -50,8 +50,9 @@ def _messages(messages: list[Message]) -> list[MessageOut]:
     return out
 
 
-async def append(body: AppendRequest, who: Principal = Depends(require(Role.writer)),
-                 svc: Services = Depends(services)) -> JSONResponse:
+async def append(
+    body: AppendRequest, who: Principal = Depends(require(Role.writer)), svc: Services = Depends(services)
+) -> JSONResponse:
     """Store one turn, or a batch (`turns`, up to 500) for ingest.
 
     The turn is kept per (namespace, **agent**, thread_id): `agent` in the body names
@@ -71,82 +72,151 @@ async def append(body: AppendRequest, who: Principal = Depends(require(Role.writ
     # The hot path: the answer is built as it is documented (AppendResponse /
     # AppendBatchResponse) and sent without a second validation pass.
     if body.is_batch:
-        return JSONResponse({"namespace": ns, "agent": body.agent, "stored": sum(r.stored for r in results),
-                             "results": [_result(r) for r in results]})
+        return JSONResponse(
+            {
+                "namespace": ns,
+                "agent": body.agent,
+                "stored": sum(r.stored for r in results),
+                "results": [_result(r) for r in results],
+            }
+        )
     return JSONResponse({"namespace": ns, "agent": body.agent, **_result(results[0])})
 
 
 # The hottest route: served by DirectRoute (same declaration and answers, without
 # FastAPI's per-request dependency resolver; see loom/api/direct.py).
-router.add_api_route("/conversation.append", append, methods=["POST"],
-                     response_model=AppendResponse | AppendBatchResponse, route_class_override=DirectRoute)
+router.add_api_route(
+    "/conversation.append",
+    append,
+    methods=["POST"],
+    response_model=AppendResponse | AppendBatchResponse,
+    route_class_override=DirectRoute,
+)
 
 
 def _result(r: AppendResult) -> dict[str, object]:
-    return {"thread_id": r.thread_id, "msg_id": r.msg_id, "role": r.role, "stored": r.stored, "reason": r.reason,
-            "embedding": r.embedding, "embedding_error": r.embedding_error}
+    return {
+        "thread_id": r.thread_id,
+        "msg_id": r.msg_id,
+        "role": r.role,
+        "stored": r.stored,
+        "reason": r.reason,
+        "embedding": r.embedding,
+        "embedding_error": r.embedding_error,
+    }
 
 
 @router.post("/conversation.create", response_model=CreateResponse)
-async def create(body: CreateRequest, who: Principal = Depends(require(Role.writer)),
-                 svc: Services = Depends(services)) -> CreateResponse:
+async def create(
+    body: CreateRequest, who: Principal = Depends(require(Role.writer)), svc: Services = Depends(services)
+) -> CreateResponse:
     """Start a thread with a title, metadata or run_id up front (appends create threads
     on their own; this only attaches those). On an existing thread the given fields are
     attached to it and `created` is false."""
-    view, created = await ops.create(svc, who, body.namespace, body.agent, body.thread_id, title=body.title,
-                                     metadata=body.metadata, run_id=body.run_id)
+    view, created = await ops.create(
+        svc,
+        who,
+        body.namespace,
+        body.agent,
+        body.thread_id,
+        title=body.title,
+        metadata=body.metadata,
+        run_id=body.run_id,
+    )
     return CreateResponse(**asdict(view), created=created)
 
 
 @router.post("/conversation.update", response_model=ThreadOut, responses=error_responses(404))
-async def update(body: UpdateRequest, who: Principal = Depends(require(Role.writer)),
-                 svc: Services = Depends(services)) -> ThreadOut:
+async def update(
+    body: UpdateRequest, who: Principal = Depends(require(Role.writer)), svc: Services = Depends(services)
+) -> ThreadOut:
     """Change a thread's title, metadata or run_id. New metadata replaces the old one,
     including the titler's `title_refused` mark."""
-    view = await ops.update(svc, who, body.namespace, body.agent, body.thread_id, title=body.title,
-                            metadata=body.metadata, run_id=body.run_id)
+    view = await ops.update(
+        svc,
+        who,
+        body.namespace,
+        body.agent,
+        body.thread_id,
+        title=body.title,
+        metadata=body.metadata,
+        run_id=body.run_id,
+    )
     return ThreadOut(**asdict(view))
 
 
 @router.post("/conversation.threads", response_model=ThreadsResponse)
-async def threads(body: ThreadsRequest, who: Principal = Depends(require(Role.viewer)),
-                  svc: Services = Depends(services)) -> ThreadsResponse:
+async def threads(
+    body: ThreadsRequest, who: Principal = Depends(require(Role.viewer)), svc: Services = Depends(services)
+) -> ThreadsResponse:
     """Recent threads, newest first, with each one's title and an excerpt of its last
     turn. `agent: "*"` lists every agent's threads. A last turn or a title that reads as
     high is shown empty."""
-    found, has_more = await ops.threads(svc, who, body.namespace, body.agent, window_days=body.window_days,
-                                        limit=body.limit, offset=body.offset)
-    return ThreadsResponse(threads=[ThreadSummaryOut(**asdict(t)) for t in found], limit=body.limit,
-                           offset=body.offset, has_more=has_more)
+    found, has_more = await ops.threads(
+        svc,
+        who,
+        body.namespace,
+        body.agent,
+        window_days=body.window_days,
+        limit=body.limit,
+        offset=body.offset,
+    )
+    return ThreadsResponse(
+        threads=[ThreadSummaryOut(**asdict(t)) for t in found],
+        limit=body.limit,
+        offset=body.offset,
+        has_more=has_more,
+    )
 
 
 @router.post("/conversation.get", response_model=GetResponse, responses=error_responses(404))
-async def get(body: GetRequest, who: Principal = Depends(require(Role.viewer)),
-              svc: Services = Depends(services)) -> GetResponse:
+async def get(
+    body: GetRequest, who: Principal = Depends(require(Role.viewer)), svc: Services = Depends(services)
+) -> GetResponse:
     """One thread's metadata; `include_messages: true` adds a page of its turns
     (`order: "desc"` for the tail, `cursor` for the next page)."""
-    view, page = await ops.get(svc, who, body.namespace, body.agent, body.thread_id,
-                               include_messages=body.include_messages, limit=body.limit, order=body.order,
-                               cursor=body.cursor)
+    view, page = await ops.get(
+        svc,
+        who,
+        body.namespace,
+        body.agent,
+        body.thread_id,
+        include_messages=body.include_messages,
+        limit=body.limit,
+        order=body.order,
+        cursor=body.cursor,
+    )
     if page is None:
         return GetResponse(thread=ThreadOut(**asdict(view)))
-    return GetResponse(thread=ThreadOut(**asdict(view)), messages=_messages(page.messages),
-                       next_cursor=page.next_cursor)
+    return GetResponse(
+        thread=ThreadOut(**asdict(view)), messages=_messages(page.messages), next_cursor=page.next_cursor
+    )
 
 
 @router.post("/conversation.list", response_model=ListResponse)
-async def list_turns(body: ListRequest, who: Principal = Depends(require(Role.viewer)),
-                     svc: Services = Depends(services)) -> ListResponse:
+async def list_turns(
+    body: ListRequest, who: Principal = Depends(require(Role.viewer)), svc: Services = Depends(services)
+) -> ListResponse:
     """A thread's turns, oldest first (`order: "desc"` for newest first), in pages of
     `limit`; pass `next_cursor` back as `cursor`. Optionally only one run's turns."""
-    page = await ops.list_turns(svc, who, body.namespace, body.agent, body.thread_id, limit=body.limit,
-                                order=body.order, cursor=body.cursor, run_id=body.run_id)
+    page = await ops.list_turns(
+        svc,
+        who,
+        body.namespace,
+        body.agent,
+        body.thread_id,
+        limit=body.limit,
+        order=body.order,
+        cursor=body.cursor,
+        run_id=body.run_id,
+    )
     return ListResponse(messages=_messages(page.messages), next_cursor=page.next_cursor)
 
 
 @router.post("/conversation.reembed", response_model=ReembedResponse)
-async def reembed(body: ReembedRequest, who: Principal = Depends(require(Role.admin)),
-                  svc: Services = Depends(services)) -> ReembedResponse:
+async def reembed(
+    body: ReembedRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
+) -> ReembedResponse:
     """Rebuild the namespace's vectors from the text each embedding row keeps (2,048
     characters, or 240 for rows of earlier builds), e.g. after a model change. Skips
     tombstoned rows and rows whose text reads as high."""

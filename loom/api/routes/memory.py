@@ -65,10 +65,7 @@ def _extraction_response(out: extraction.Extraction) -> SetFromMessagesResponse:
     return SetFromMessagesResponse(
         evidence_ids=out.evidence_ids,
         extracted=out.extracted,
-        decisions=[
-            DecisionOut(action=d.action, memory_id=d.memory_id, text=d.text)
-            for d in out.decisions
-        ],
+        decisions=[DecisionOut(action=d.action, memory_id=d.memory_id, text=d.text) for d in out.decisions],
         reason=out.reason,
         job_id=out.job_id,
         extraction_id=out.extraction_id,

@@ -22,23 +22,30 @@ router = APIRouter(prefix="/v1", tags=["namespaces"], responses=error_responses(
 
 
 @router.post("/conversation.set_logging", response_model=NamespaceConfigResponse)
-async def set_logging(body: SetLoggingRequest, who: Principal = Depends(require(Role.admin)),
-                      svc: Services = Depends(services)) -> NamespaceConfigResponse:
+async def set_logging(
+    body: SetLoggingRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
+) -> NamespaceConfigResponse:
     """Switch transcript recording for a namespace (off by default; no row = off)."""
     config = await ops.set_logging(svc, who, body.namespace, body.enabled)
     return NamespaceConfigResponse(**asdict(config))
 
 
 @router.post("/namespace.get_config", response_model=NamespaceConfigResponse)
-async def get_config(body: GetConfigRequest, who: Principal = Depends(require(Role.viewer, bounded="any")),
-                     svc: Services = Depends(services)) -> NamespaceConfigResponse:
+async def get_config(
+    body: GetConfigRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> NamespaceConfigResponse:
     config = await ops.get_config(svc, who, body.namespace)
     return NamespaceConfigResponse(**asdict(config))
 
 
 @router.post("/namespace.set_policy", response_model=NamespaceConfigResponse)
-async def set_policy(body: SetPolicyRequest, who: Principal = Depends(require(Role.admin)),
-                     svc: Services = Depends(services)) -> NamespaceConfigResponse:
+async def set_policy(
+    body: SetPolicyRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
+) -> NamespaceConfigResponse:
     """The owner's switch for server-side model calls and the operator's extraction policy."""
-    config = await ops.set_model_calls(svc, who, body.namespace, body.model_calls_enabled, body.extraction_policy)
+    config = await ops.set_model_calls(
+        svc, who, body.namespace, body.model_calls_enabled, body.extraction_policy
+    )
     return NamespaceConfigResponse(**asdict(config))

@@ -31,61 +31,106 @@ router = APIRouter(prefix="/v1", tags=["saved messages"], responses=error_respon
 
 
 @router.post("/conversation.save_message", response_model=SaveResponse)
-async def save_message(body: SaveRequest, who: Principal = Depends(require(Role.writer, bounded="user")),
-                       svc: Services = Depends(services)) -> SaveResponse:
+async def save_message(
+    body: SaveRequest,
+    who: Principal = Depends(require(Role.writer, bounded="user")),
+    svc: Services = Depends(services),
+) -> SaveResponse:
     """Save one message for a user, for conversation.search_saved_messages. Works whether
     or not the namespace records conversations (and does not turn recording on). A
     message the transcript holds is flagged in place (its run_id and content stay);
     send `role` and `content` to save one it does not hold. Ownership, deletion, role
     and sensitivity are checked on every save (`reason`); saving again is safe and
     repairs what an interrupted save left (a failed embed is retried)."""
-    result = await saving.save_message(svc, who, body.namespace, body.user_id, body.conversation_id,
-                                       body.message_id, agent=body.agent, new=body.new_message())
+    result = await saving.save_message(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        body.conversation_id,
+        body.message_id,
+        agent=body.agent,
+        new=body.new_message(),
+    )
     return SaveResponse(**asdict(result))
 
 
 @router.post("/conversation.unsave_message", response_model=UnsaveResponse)
-async def unsave_message(body: UnsaveRequest, who: Principal = Depends(require(Role.writer, bounded="user")),
-                         svc: Services = Depends(services)) -> UnsaveResponse:
+async def unsave_message(
+    body: UnsaveRequest,
+    who: Principal = Depends(require(Role.writer, bounded="user")),
+    svc: Services = Depends(services),
+) -> UnsaveResponse:
     """Withdraw a saved message from its owner's search. Where the namespace records,
     the turn stays in the transcript with the flag cleared; where it does not, it is
     removed (`removed: true`). Idempotent; saving again restores it."""
-    result = await saving.unsave_message(svc, who, body.namespace, body.user_id, body.conversation_id,
-                                         body.message_id, agent=body.agent)
+    result = await saving.unsave_message(
+        svc, who, body.namespace, body.user_id, body.conversation_id, body.message_id, agent=body.agent
+    )
     return UnsaveResponse(**asdict(result))
 
 
 @router.post("/conversation.list_saved_messages", response_model=ListSavedResponse)
-async def list_saved_messages(body: ListSavedRequest, who: Principal = Depends(require(Role.viewer, bounded="user")),
-                              svc: Services = Depends(services)) -> ListSavedResponse:
+async def list_saved_messages(
+    body: ListSavedRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="user")),
+    svc: Services = Depends(services),
+) -> ListSavedResponse:
     """One user's saved messages, most recently saved first (`ts` is when the user
     saved it), in pages of `limit`; pass `next_cursor` back as `cursor`."""
-    page = await saved_reads.list_saved_messages(svc, who, body.namespace, body.user_id, limit=body.limit,
-                                                 cursor=body.cursor, conversation_id=body.conversation_id)
-    return ListSavedResponse(messages=[SavedMessageOut(**asdict(m)) for m in page.messages],
-                             next_cursor=page.next_cursor)
+    page = await saved_reads.list_saved_messages(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        limit=body.limit,
+        cursor=body.cursor,
+        conversation_id=body.conversation_id,
+    )
+    return ListSavedResponse(
+        messages=[SavedMessageOut(**asdict(m)) for m in page.messages], next_cursor=page.next_cursor
+    )
 
 
 @router.post("/conversation.saved_status", response_model=SavedStatusResponse)
-async def saved_status(body: SavedStatusRequest, who: Principal = Depends(require(Role.viewer, bounded="user")),
-                       svc: Services = Depends(services)) -> SavedStatusResponse:
+async def saved_status(
+    body: SavedStatusRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="user")),
+    svc: Services = Depends(services),
+) -> SavedStatusResponse:
     """Which of up to 500 messages of one conversation this user has saved."""
-    saved = await saved_reads.saved_status(svc, who, body.namespace, body.user_id, body.conversation_id,
-                                           body.message_ids)
+    saved = await saved_reads.saved_status(
+        svc, who, body.namespace, body.user_id, body.conversation_id, body.message_ids
+    )
     return SavedStatusResponse(saved=saved)
 
 
 @router.post("/conversation.search_saved_messages", response_model=SearchSavedResponse)
-async def search_saved_messages(body: SearchSavedRequest,
-                                who: Principal = Depends(require(Role.viewer, bounded="user")),
-                                svc: Services = Depends(services)) -> SearchSavedResponse:
+async def search_saved_messages(
+    body: SearchSavedRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="user")),
+    svc: Services = Depends(services),
+) -> SearchSavedResponse:
     """Search one user's saved messages in one namespace. `hybrid` (default) fuses a
     vector leg (the first 2,048 characters' embedding) and a BM25 leg (the whole text)
     by reciprocal rank, `lexical_weight` scaling the BM25 leg; `semantic` and `lexical`
     run one leg. When the query cannot be embedded the answer is lexical, with
     `fallback_reason`."""
     found = await saved_reads.search_saved_messages(
-        svc, who, body.namespace, body.user_id, body.query, limit=body.limit, search_mode=body.search_mode,
-        lexical_weight=body.lexical_weight, conversation_id=body.conversation_id)
-    return SearchSavedResponse.model_validate({"search_mode": found.search_mode, "fallback_reason": found.fallback_reason,
-                                                "hits": [asdict(h) for h in found.hits]})
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        body.query,
+        limit=body.limit,
+        search_mode=body.search_mode,
+        lexical_weight=body.lexical_weight,
+        conversation_id=body.conversation_id,
+    )
+    return SearchSavedResponse.model_validate(
+        {
+            "search_mode": found.search_mode,
+            "fallback_reason": found.fallback_reason,
+            "hits": [asdict(h) for h in found.hits],
+        }
+    )

@@ -22,8 +22,12 @@ PLAN_HEADER = "x-loom-search-plan"
 
 
 @router.post("/conversation.search", response_model=SearchResponse)
-async def search(body: SearchRequest, response: Response, who: Principal = Depends(require(Role.viewer)),
-                 svc: Services = Depends(services)) -> SearchResponse:
+async def search(
+    body: SearchRequest,
+    response: Response,
+    who: Principal = Depends(require(Role.viewer)),
+    svc: Services = Depends(services),
+) -> SearchResponse:
     """Vector search over the embedded turns (user and assistant turns, compaction
     summaries) of one namespace (`namespace`), or of every namespace the token grants
     when the body names none (`namespace_scope: "all_mine"`, the default). The answer's
@@ -38,8 +42,18 @@ async def search(body: SearchRequest, response: Response, who: Principal = Depen
     """
     agent = None if body.agent in (None, ALL_AGENTS) else body.agent
     result = await searching.search(
-        svc, who, body.query, namespace_scope=body.namespace_scope, namespace=body.namespace, limit=body.limit,
-        filters=Filters(thread_id=body.thread_id, run_id=body.run_id, role=body.role, agent=agent))
+        svc,
+        who,
+        body.query,
+        namespace_scope=body.namespace_scope,
+        namespace=body.namespace,
+        limit=body.limit,
+        filters=Filters(thread_id=body.thread_id, run_id=body.run_id, role=body.role, agent=agent),
+    )
     response.headers[PLAN_HEADER] = ",".join(result.plan)
-    return SearchResponse(mode=result.mode, fallback_reason=result.fallback_reason, namespaces=result.namespaces,
-                          hits=[SearchHit(**asdict(h)) for h in result.hits])
+    return SearchResponse(
+        mode=result.mode,
+        fallback_reason=result.fallback_reason,
+        namespaces=result.namespaces,
+        hits=[SearchHit(**asdict(h)) for h in result.hits],
+    )

@@ -79,7 +79,9 @@ def build(base: Sections, events: Sequence[Event]) -> Patch:
         code = "" if last_cmd.exit_code is None else f" (exit {last_cmd.exit_code})"
         lines.append(f"Last command: {clip(one_line(last_cmd.text), 160)}{code}")
 
-    last_ok = max((i for i, ev in enumerate(events) if ev.kind == "command" and ev.exit_code == 0), default=-1)
+    last_ok = max(
+        (i for i, ev in enumerate(events) if ev.kind == "command" and ev.exit_code == 0), default=-1
+    )
     open_errors = [ev for i, ev in enumerate(events) if i > last_ok and _is_failed(ev)]
     if open_errors:
         lines.append("Open errors (after the last passing command):")

@@ -46,18 +46,26 @@ class Event:
 def check_events(events: Sequence[Event]) -> None:
     """The op-level bounds (the API model checks the same, field by field)."""
     if len(events) > MAX_EVENTS:
-        raise InvalidRequest(f"at most {MAX_EVENTS} events per save, got {len(events)}",
-                             field="events", rule="max_items")
+        raise InvalidRequest(
+            f"at most {MAX_EVENTS} events per save, got {len(events)}", field="events", rule="max_items"
+        )
     for i, ev in enumerate(events):
         if ev.kind not in KINDS:
-            raise InvalidRequest(f"event kind must be one of {', '.join(KINDS)}", field=f"events.{i}.kind",
-                                 rule="enum")
+            raise InvalidRequest(
+                f"event kind must be one of {', '.join(KINDS)}", field=f"events.{i}.kind", rule="enum"
+            )
         if len(ev.text) > MAX_EVENT_CHARS:
-            raise InvalidRequest(f"an event's text is at most {MAX_EVENT_CHARS} characters",
-                                 field=f"events.{i}.text", rule="max_length")
+            raise InvalidRequest(
+                f"an event's text is at most {MAX_EVENT_CHARS} characters",
+                field=f"events.{i}.text",
+                rule="max_length",
+            )
         if len(ev.path) > MAX_PATH_CHARS:
-            raise InvalidRequest(f"an event's path is at most {MAX_PATH_CHARS} characters",
-                                 field=f"events.{i}.path", rule="max_length")
+            raise InvalidRequest(
+                f"an event's path is at most {MAX_PATH_CHARS} characters",
+                field=f"events.{i}.path",
+                rule="max_length",
+            )
 
 
 def withhold_high(events: Sequence[Event], reads_as_high: Callable[[str], bool]) -> tuple[list[Event], int]:
@@ -86,7 +94,7 @@ def _fit(line: str, limit: int) -> str:
     marker = " … "
     keep = max(0, limit - len(marker))
     head = keep * 2 // 3
-    return line[:head] + marker + line[len(line) - (keep - head):]
+    return line[:head] + marker + line[len(line) - (keep - head) :]
 
 
 @dataclass
@@ -101,9 +109,9 @@ class Window:
 
 @dataclass
 class WindowPlan:
-    windows: list[Window]   # the windows to revise, oldest first
-    total_windows: int      # how many the events filled before the cap
-    events_dropped: int     # events in the windows beyond the cap (the oldest)
+    windows: list[Window]  # the windows to revise, oldest first
+    total_windows: int  # how many the events filled before the cap
+    events_dropped: int  # events in the windows beyond the cap (the oldest)
 
 
 def plan_windows(events: Sequence[Event], window_chars: int, max_windows: int) -> WindowPlan:
@@ -124,4 +132,4 @@ def plan_windows(events: Sequence[Event], window_chars: int, max_windows: int) -
     if total <= max_windows:
         return WindowPlan(windows, total, 0)
     dropped = windows[: total - max_windows]
-    return WindowPlan(windows[total - max_windows:], total, sum(w.events for w in dropped))
+    return WindowPlan(windows[total - max_windows :], total, sum(w.events for w in dropped))

@@ -37,13 +37,18 @@ def derive_key(brief_key: str, project: str, branch: str, session_id: str) -> st
         return f"auto/{_slug(project)}/{_slug(branch)}"[:160]
     if session_id:
         return f"session/{_slug(session_id)}"[:160]
-    raise InvalidRequest("give brief_key, or project/branch, or session_id to name the brief",
-                         field="brief_key", rule="required")
+    raise InvalidRequest(
+        "give brief_key, or project/branch, or session_id to name the brief",
+        field="brief_key",
+        rule="required",
+    )
 
 
 def check_key(key: str, field: str = "brief_key") -> str:
     if not KEY_RE.match(key):
-        raise InvalidRequest(f"brief_key {key[:200]!r} must match ^{KEY_PATTERN}$", field=field, rule="pattern")
+        raise InvalidRequest(
+            f"brief_key {key[:200]!r} must match ^{KEY_PATTERN}$", field=field, rule="pattern"
+        )
     return key
 
 
@@ -60,7 +65,9 @@ class KeyScope:
             return cls()
         user, session = who.read_user_id, who.read_session_id
         if "~" in user or "~" in session:
-            raise Forbidden("a token whose user or session id holds '~' cannot keep briefs", rule="read_scope")
+            raise Forbidden(
+                "a token whose user or session id holds '~' cannot keep briefs", rule="read_scope"
+            )
         if who.read_scope == "own_session":
             return cls(f"~{user}~{session}~", True)
         return cls(f"~{user}~")
@@ -82,23 +89,27 @@ class KeyScope:
             if self.bounded:
                 self._refuse_tilde()
             if not PREFIXED_RE.match(key):
-                raise InvalidRequest("a prefixed key is ~<user>~<key> or ~<user>~<session>~<key>",
-                                     field="brief_key", rule="pattern")
+                raise InvalidRequest(
+                    "a prefixed key is ~<user>~<key> or ~<user>~<session>~<key>",
+                    field="brief_key",
+                    rule="pattern",
+                )
             return key
         return self.prefix + check_key(key)
 
     def _refuse_tilde(self) -> None:
         if self.bounded:
-            raise Forbidden("a token bound to one user or session cannot send a '~' key",
-                            field="brief_key", rule="scope")
+            raise Forbidden(
+                "a token bound to one user or session cannot send a '~' key", field="brief_key", rule="scope"
+            )
 
     def show(self, stored: str) -> str:
         """The key as this principal sees it."""
         if self.prefix and stored.startswith(self.prefix):
-            return stored[len(self.prefix):]
+            return stored[len(self.prefix) :]
         return stored
 
     def visible(self, stored: str) -> bool:
         if not self.prefix:
             return True
-        return stored.startswith(self.prefix) and "~" not in stored[len(self.prefix):]
+        return stored.startswith(self.prefix) and "~" not in stored[len(self.prefix) :]

@@ -55,8 +55,9 @@ def pick_llm(svc: Services, settings: Settings) -> tuple[LLM | None, str | None]
         ident = (url, key, model, settings.llm_timeout_seconds)
         cached = svc.extras.get(_EXTRAS_KEY)
         if cached is None or cached[0] != ident:
-            llm = build_llm("openai", base_url=url, api_key=key, model=model,
-                            timeout=settings.llm_timeout_seconds)
+            llm = build_llm(
+                "openai", base_url=url, api_key=key, model=model, timeout=settings.llm_timeout_seconds
+            )
             cached = (ident, llm)
             svc.extras[_EXTRAS_KEY] = cached
         return cached[1], model
@@ -92,8 +93,10 @@ SYSTEM_PROMPT = _contract()
 
 def messages_for(current: Sections, window_text: str, index: int, count: int) -> list[ChatMessage]:
     brief = json.dumps(current.to_dict(), ensure_ascii=False, indent=1)
-    user = (f"Current brief:\n{brief}\n\nEvents (window {index} of {count}):\n{window_text}\n\n"
-            "Answer with the JSON object only.")
+    user = (
+        f"Current brief:\n{brief}\n\nEvents (window {index} of {count}):\n{window_text}\n\n"
+        "Answer with the JSON object only."
+    )
     return [ChatMessage("system", SYSTEM_PROMPT), ChatMessage("user", user)]
 
 
@@ -105,7 +108,7 @@ def _candidates(text: str) -> list[str]:
     out += [m.group(1).strip() for m in _FENCE.finditer(text)]
     start, end = text.find("{"), text.rfind("}")
     if 0 <= start < end:
-        out.append(text[start:end + 1])
+        out.append(text[start : end + 1])
     return out
 
 

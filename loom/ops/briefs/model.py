@@ -28,8 +28,18 @@ STATE_LISTS = ("open_questions", "next_steps", "key_files", "constraints", "poin
 ACCUMULATING = ("decisions", "dead_ends", "done")
 LIST_SECTIONS = ACCUMULATING + STATE_LISTS
 STATE_SECTIONS = TEXT_SECTIONS + STATE_LISTS
-SECTION_ORDER = ("goal", "status", "decisions", "dead_ends", "done", "open_questions", "next_steps",
-                 "key_files", "constraints", "pointers")
+SECTION_ORDER = (
+    "goal",
+    "status",
+    "decisions",
+    "dead_ends",
+    "done",
+    "open_questions",
+    "next_steps",
+    "key_files",
+    "constraints",
+    "pointers",
+)
 
 TITLES = {
     "goal": "Goal",
@@ -47,8 +57,8 @@ TITLES = {
 
 @dataclass(frozen=True)
 class ListCap:
-    items: int        # at most this many items (newest kept)
-    item_chars: int   # each item cut to this many characters
+    items: int  # at most this many items (newest kept)
+    item_chars: int  # each item cut to this many characters
     total_chars: int  # the section's items together (newest kept)
 
 
@@ -127,8 +137,10 @@ class Sections:
     pointers: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: (list(getattr(self, name)) if name in LIST_SECTIONS else getattr(self, name))
-                for name in SECTION_ORDER}
+        return {
+            name: (list(getattr(self, name)) if name in LIST_SECTIONS else getattr(self, name))
+            for name in SECTION_ORDER
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
@@ -167,7 +179,7 @@ class Sections:
 class Patch:
     """What one revision changes: state sections it replaces, items it appends."""
 
-    state: dict[str, Any] = field(default_factory=dict)       # section -> str | list[str]
+    state: dict[str, Any] = field(default_factory=dict)  # section -> str | list[str]
     added: dict[str, list[str]] = field(default_factory=dict)  # accumulating section -> new items
 
     def is_empty(self) -> bool:

@@ -93,10 +93,10 @@ class ListItem:
 class _FromEvents:
     """What a save takes from its events (before the lease)."""
 
-    patch: Patch | None = None        # the model's revision (None: nothing from a model)
+    patch: Patch | None = None  # the model's revision (None: nothing from a model)
     deterministic: list[Event] | None = None  # events for the builder, run under the lease
-    summary: str | None = None        # the client's last summary, when taken
-    refusal: str | None = None        # NOT_REVISED, or "unavailable" (503 for events alone)
+    summary: str | None = None  # the client's last summary, when taken
+    refusal: str | None = None  # NOT_REVISED, or "unavailable" (503 for events alone)
     windows: int = 0
     revised: int = 0
     failed: int = 0
@@ -138,8 +138,12 @@ def _check_cas(live: store.BriefRow | None, if_revision: int | None) -> None:
         return
     current = live.revision if live else 0
     if current != if_revision:
-        raise Conflict(f"the brief is at revision {current}, not {if_revision}", field="if_revision",
-                       rule="compare_and_set", current_revision=current)
+        raise Conflict(
+            f"the brief is at revision {current}, not {if_revision}",
+            field="if_revision",
+            rule="compare_and_set",
+            current_revision=current,
+        )
 
 
 def _for_model(sections: Sections) -> Sections:
@@ -162,8 +166,9 @@ async def _switches(svc: Services, namespace: str) -> ns_store.NamespaceConfig |
         return None
 
 
-async def _from_events(svc: Services, settings: Settings, namespace: str, base: Sections,
-                       events: Sequence[Event], use_llm: bool) -> _FromEvents:
+async def _from_events(
+    svc: Services, settings: Settings, namespace: str, base: Sections, events: Sequence[Event], use_llm: bool
+) -> _FromEvents:
     out = _FromEvents()
     if not events:
         return out
@@ -207,7 +212,8 @@ async def _from_events(svc: Services, settings: Settings, namespace: str, base: 
         msgs = messages_for(_for_model(working), window.text(), i + 1, len(plan.windows))
         try:
             reply = await asyncio.wait_for(
-                llm.complete(msgs, model=model, max_tokens=MAX_TOKENS, temperature=0.0), timeout)
+                llm.complete(msgs, model=model, max_tokens=MAX_TOKENS, temperature=0.0), timeout
+            )
             patch = parse_reply(reply)
         except ReplyError as exc:
             out.failed += 1
@@ -215,8 +221,12 @@ async def _from_events(svc: Services, settings: Settings, namespace: str, base: 
             continue
         except Exception as exc:  # the model call failed: skip the window, revise the rest
             out.failed += 1
-            log.warning("brief: window model call failed", namespace=namespace, window=i + 1,
-                        error=failures.detail(exc, sent=[m.content for m in msgs]))
+            log.warning(
+                "brief: window model call failed",
+                namespace=namespace,
+                window=i + 1,
+                error=failures.detail(exc, sent=[m.content for m in msgs]),
+            )
             continue
         combined = combined.then(patch)
         working = apply(working, patch)
@@ -254,11 +264,11 @@ class _Target:
 
     req: SaveRequest
     ns: str
-    stored: str                       # the key as stored (scoped for a bounded token)
-    shown: str                        # the key as the caller sees it
+    stored: str  # the key as stored (scoped for a bounded token)
+    shown: str  # the key as the caller sees it
     user: str
     session: str
-    agent_patch: Patch | None         # the sections the agent wrote (None: none)
+    agent_patch: Patch | None  # the sections the agent wrote (None: none)
 
 
 @dataclass(frozen=True)
@@ -267,20 +277,23 @@ class _Current:
 
     row: store.BriefRow | None
     live: store.BriefRow | None
-    retry: bool                       # this save was applied already: answer it unchanged
+    retry: bool  # this save was applied already: answer it unchanged
 
     @property
     def revision(self) -> int:
         return self.live.revision if self.live else 0
 
 
-async def brief_save(svc: Services, who: Principal, namespace: str, *, settings: Settings | None = None,
-                     **fields: Any) -> SaveResult:
+async def brief_save(
+    svc: Services, who: Principal, namespace: str, *, settings: Settings | None = None, **fields: Any
+) -> SaveResult:
     """session.brief_save with the request's fields as keywords (see SaveRequest)."""
     return await save(svc, who, SaveRequest(namespace=namespace, **fields), settings=settings)
 
 
-async def save(svc: Services, who: Principal, req: SaveRequest, *, settings: Settings | None = None) -> SaveResult:
+async def save(
+    svc: Services, who: Principal, req: SaveRequest, *, settings: Settings | None = None
+) -> SaveResult:
     """session.brief_save (writer): revise or start a brief from events, sections, or both.
 
     The retry and revision checks run on a first read, so that a save answered by them
@@ -290,12 +303,25 @@ async def save(svc: Services, who: Principal, req: SaveRequest, *, settings: Set
     cur = await _read_checked(svc, target)
     if cur.retry:
         return SaveResult(target.ns, target.shown, cur.revision, False, RETRY)
-    got = await _from_events(svc, settings or svc.settings, target.ns,
-                             Sections.from_json(cur.live.sections) if cur.live else Sections(), req.events,
-                             req.use_llm)
-    result = SaveResult(target.ns, target.shown, cur.revision, False, windows=got.windows,
-                        windows_revised=got.revised, windows_failed=got.failed,
-                        events_withheld=got.withheld, events_dropped=got.dropped)
+    got = await _from_events(
+        svc,
+        settings or svc.settings,
+        target.ns,
+        Sections.from_json(cur.live.sections) if cur.live else Sections(),
+        req.events,
+        req.use_llm,
+    )
+    result = SaveResult(
+        target.ns,
+        target.shown,
+        cur.revision,
+        False,
+        windows=got.windows,
+        windows_revised=got.revised,
+        windows_failed=got.failed,
+        events_withheld=got.withheld,
+        events_dropped=got.dropped,
+    )
     if got.refusal is not None and target.agent_patch is None:
         return _refused(got, result)
     try:
@@ -339,15 +365,20 @@ def _refused(got: _FromEvents, result: SaveResult) -> SaveResult:
     """Events alone that revised nothing: 503 when a model or a switch failed (send
     again), else not-revised."""
     if got.refusal == "unavailable":
-        raise Unavailable("no window of this save could be revised (the model failed, answered off "
-                          "contract, or the namespace's switch could not be read); send it again",
-                          rule="brief_not_revised", windows=got.windows, windows_failed=got.failed)
+        raise Unavailable(
+            "no window of this save could be revised (the model failed, answered off "
+            "contract, or the namespace's switch could not be read); send it again",
+            rule="brief_not_revised",
+            windows=got.windows,
+            windows_failed=got.failed,
+        )
     result.reason = NOT_REVISED
     return result
 
 
-async def _write(svc: Services, who: Principal, t: _Target, cur: _Current, got: _FromEvents,
-                 result: SaveResult) -> SaveResult:
+async def _write(
+    svc: Services, who: Principal, t: _Target, cur: _Current, got: _FromEvents, result: SaveResult
+) -> SaveResult:
     """Under the lease: apply the events' patch, then the agent's, and write the brief
     and its revision (nothing when the brief and its summary come out the same)."""
     req, live = t.req, cur.live
@@ -372,26 +403,55 @@ async def _write(svc: Services, who: Principal, t: _Target, cur: _Current, got: 
     now = utcnow()
     author = result.author or "model"
     brief_row = store.BriefRow(
-        namespace=t.ns, brief_key=t.stored, project=req.project or (live.project if live else ""),
+        namespace=t.ns,
+        brief_key=t.stored,
+        project=req.project or (live.project if live else ""),
         branch=req.branch or (live.branch if live else ""),
-        session_id=live.session_id if live else t.session, user_id=t.user, agent=req.agent,
-        revision=revision, sections=new.to_json(), author=author, last_session_id=t.session,
-        last_event_cursor=req.event_cursor, last_summary=summary,
-        created_at=live.created_at if live else now, updated_at=now)
+        session_id=live.session_id if live else t.session,
+        user_id=t.user,
+        agent=req.agent,
+        revision=revision,
+        sections=new.to_json(),
+        author=author,
+        last_session_id=t.session,
+        last_event_cursor=req.event_cursor,
+        last_summary=summary,
+        created_at=live.created_at if live else now,
+        updated_at=now,
+    )
     revision_row = store.RevisionRow(
-        namespace=t.ns, brief_key=t.stored, revision=revision, project=brief_row.project,
-        branch=brief_row.branch, session_id=t.session, user_id=t.user, agent=req.agent, token_id=who.token_id,
-        sections=brief_row.sections, author=author, event_cursor=req.event_cursor, last_summary=summary,
-        created_at=now)
+        namespace=t.ns,
+        brief_key=t.stored,
+        revision=revision,
+        project=brief_row.project,
+        branch=brief_row.branch,
+        session_id=t.session,
+        user_id=t.user,
+        agent=req.agent,
+        token_id=who.token_id,
+        sections=brief_row.sections,
+        author=author,
+        event_cursor=req.event_cursor,
+        last_summary=summary,
+        created_at=now,
+    )
     await svc.run(store.write, svc.ch, brief_row, revision_row)
     result.revision = revision
     result.changed = True
     return result
 
 
-async def brief_get(svc: Services, who: Principal, namespace: str, *, brief_key: str = "",
-                    from_session: str = "", project: str = "", revision: int | None = None,
-                    full: bool = False) -> BriefView:
+async def brief_get(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    *,
+    brief_key: str = "",
+    from_session: str = "",
+    project: str = "",
+    revision: int | None = None,
+    full: bool = False,
+) -> BriefView:
     """session.brief_get (viewer): by brief_key, else from_session's newest, else project's newest."""
     who.require_role(Role.viewer)
     ns = who.namespace(namespace)
@@ -419,8 +479,11 @@ async def brief_get(svc: Services, who: Principal, namespace: str, *, brief_key:
     if revision is not None and revision != row.revision:
         rev = await svc.run(store.get_revision, svc.ch, ns, row.brief_key, revision)
         if rev is None:
-            raise NotFound(f"brief {shown!r} has no revision {revision} (latest {row.revision})",
-                           field="revision", latest_revision=row.revision)
+            raise NotFound(
+                f"brief {shown!r} has no revision {revision} (latest {row.revision})",
+                field="revision",
+                latest_revision=row.revision,
+            )
         sections_json, author, summary, number = rev.sections, rev.author, rev.last_summary, rev.revision
         session, user, agent, when = rev.session_id, rev.user_id, rev.agent, rev.created_at
     sections = Sections.from_json(sections_json)
@@ -429,12 +492,36 @@ async def brief_get(svc: Services, who: Principal, namespace: str, *, brief_key:
     if full and summary:
         out_summary = summary
         text = f"{text}\n{SUMMARY_HEADING}\n\n{summary}\n"
-    return BriefView(ns, shown, number, row.revision, row.project, row.branch, author, session, user, agent,
-                     row.created_at, when, sections, text, out_summary)
+    return BriefView(
+        ns,
+        shown,
+        number,
+        row.revision,
+        row.project,
+        row.branch,
+        author,
+        session,
+        user,
+        agent,
+        row.created_at,
+        when,
+        sections,
+        text,
+        out_summary,
+    )
 
 
-async def brief_list(svc: Services, who: Principal, namespace: str, *, mine_only: bool = False,
-                     user_id: str = "", project: str = "", limit: int = 50, offset: int = 0) -> list[ListItem]:
+async def brief_list(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    *,
+    mine_only: bool = False,
+    user_id: str = "",
+    project: str = "",
+    limit: int = 50,
+    offset: int = 0,
+) -> list[ListItem]:
     """session.brief_list (viewer): newest first, one line each."""
     who.require_role(Role.viewer)
     ns = who.namespace(namespace)
@@ -444,8 +531,17 @@ async def brief_list(svc: Services, who: Principal, namespace: str, *, mine_only
         user, _ = _identity(who, user_id, "")
         mine_user = user
         mine_token = "" if user else who.token_id
-    rows = await svc.run(store.list_briefs, svc.ch, ns, prefix=scope.prefix, project=project,
-                         mine_user=mine_user, mine_token=mine_token, limit=limit, offset=offset)
+    rows = await svc.run(
+        store.list_briefs,
+        svc.ch,
+        ns,
+        prefix=scope.prefix,
+        project=project,
+        mine_user=mine_user,
+        mine_token=mine_token,
+        limit=limit,
+        offset=offset,
+    )
     items: list[ListItem] = []
     for row in rows:
         shown = scope.show(row.brief_key)

@@ -82,16 +82,23 @@ from loom.store.write_buffer import Batcher
 
 log = loom_logging.get("loom.conversation.append")
 
-FLUSH_ROWS = Histogram("loom_append_flush_rows", "Turns per append flush",
-                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048))
-FLUSH_SECONDS = Histogram("loom_append_flush_seconds", "Append flush stages", ["stage"],
-                          buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+FLUSH_ROWS = Histogram(
+    "loom_append_flush_rows",
+    "Turns per append flush",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+)
+FLUSH_SECONDS = Histogram(
+    "loom_append_flush_seconds",
+    "Append flush stages",
+    ["stage"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
 APPENDED = Counter("loom_append_turns_total", "Appended turns by outcome", ["outcome"])
 
 CLAIM_TTL_S = 3_600
 CLAIM_PREFIX = redis_keys.TURN_CLAIM
 REBUILD_LEASE_S = 600
-KNOWN_THREADS = 100_000   # threads this process remembers having written a row for
+KNOWN_THREADS = 100_000  # threads this process remembers having written a row for
 _RELEASE_CLAIM = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
@@ -131,7 +138,7 @@ class _Flushed:
     high: bool = False
     embed: asyncio.Future[Outcome] | None = None
     reused: bool = False
-    saved_only: bool = False     # a duplicate of a row that may be saved-only (see loom.ops.conversation.origin)
+    saved_only: bool = False  # a duplicate of a row that may be saved-only (see loom.ops.conversation.origin)
 
 
 def claim_key(key: conv_store.TurnKey) -> str:
@@ -147,17 +154,25 @@ class AppendPipeline:
         self.svc = svc
         cfg = svc.settings
         self.buffer: Batcher[conv_store.Turn, _Flushed] = Batcher(
-            self._flush, max_items=cfg.write_batch_max_rows, max_wait_s=cfg.write_batch_max_wait_ms / 1000.0,
-            max_inflight=4, name="conversation-append")
+            self._flush,
+            max_items=cfg.write_batch_max_rows,
+            max_wait_s=cfg.write_batch_max_wait_ms / 1000.0,
+            max_inflight=4,
+            name="conversation-append",
+        )
         # User and assistant turns have a buffer of their own with a longer window
         # (LOOM_WRITE_BATCH_EMBED_WAIT_MS): they wait for their embedding anyway, and a
         # flush that gathers all of a round's concurrent appends costs one insert and
         # one embedding job (each ~10-50 ms of the engine's CPU, which the model lacks)
         # instead of several. System and tool turns keep the short window.
         self.embed_buffer: Batcher[conv_store.Turn, _Flushed] = Batcher(
-            self._flush, max_items=cfg.write_batch_max_rows, max_wait_s=cfg.write_batch_embed_wait_ms / 1000.0,
-            quiet_s=cfg.write_batch_embed_quiet_ms / 1000.0 or None, max_inflight=4,
-            name="conversation-append-embedded")
+            self._flush,
+            max_items=cfg.write_batch_max_rows,
+            max_wait_s=cfg.write_batch_embed_wait_ms / 1000.0,
+            quiet_s=cfg.write_batch_embed_quiet_ms / 1000.0 or None,
+            max_inflight=4,
+            name="conversation-append-embedded",
+        )
         self.embedder = EmbedClient(svc)
         self._known_threads: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._rebuilding: set[str] = set()
@@ -177,7 +192,8 @@ class AppendPipeline:
         others = [i for i, t in enumerate(turns) if t.role not in EMBEDDED_ROLES]
         got_embedded, got_others = await asyncio.gather(
             self.embed_buffer.submit_many([turns[i] for i in embedded]),
-            self.buffer.submit_many([turns[i] for i in others]))
+            self.buffer.submit_many([turns[i] for i in others]),
+        )
         by_index = dict(zip(embedded + others, got_embedded + got_others, strict=True))
         return [by_index[i] for i in range(len(turns))]
 
@@ -191,7 +207,7 @@ class AppendPipeline:
         for turn, f in zip(turns, flushed, strict=True):
             res = AppendResult(turn.thread_id, turn.msg_id, turn.role, f.stored, f.reason)
             if turn.key in gone:
-                res.reason = DELETED       # an unsave removed the saved-only row first
+                res.reason = DELETED  # an unsave removed the saved-only row first
             if not f.stored:
                 res.embedding = skipped(res.reason or "not_stored")
             elif f.reused:
@@ -204,7 +220,7 @@ class AppendPipeline:
                 if outcome.status == skipped(DELETED):
                     res.stored, res.reason = False, DELETED
                 elif outcome.status == FAILED:
-                    res.embedding_error = failures.safe(outcome.error)   # a code, never a driver's text
+                    res.embedding_error = failures.safe(outcome.error)  # a code, never a driver's text
             results.append(res)
         return results
 
@@ -219,8 +235,9 @@ class AppendPipeline:
             # The store or Redis failed: nothing of the batch was kept (claims released);
             # a retry is safe (same msg_ids: nothing can land twice).
             log.warning("append flush failed", error=failures.detail(exc), turns=len(turns))
-            raise Unavailable(f"the conversation store did not take the turns ({type(exc).__name__}); "
-                              "retry the append") from exc
+            raise Unavailable(
+                f"the conversation store did not take the turns ({type(exc).__name__}); retry the append"
+            ) from exc
 
     async def _flush_batch(self, turns: list[conv_store.Turn]) -> list[_Flushed]:
         """The steps of a flush (see the module docstring): claim and note the batch's
@@ -254,9 +271,11 @@ class AppendPipeline:
         namespaces = list(dict.fromkeys(k[0] for k in unique))
         recording_or_error, noted_or_error = await asyncio.gather(
             self._recording(namespaces),
-            landed.claim_and_note(self.svc.redis, unique, [claim_key(k) for k in unique], batch.flush_id,
-                                  CLAIM_TTL_S),
-            return_exceptions=True)
+            landed.claim_and_note(
+                self.svc.redis, unique, [claim_key(k) for k in unique], batch.flush_id, CLAIM_TTL_S
+            ),
+            return_exceptions=True,
+        )
         if isinstance(noted_or_error, BaseException):
             raise noted_or_error
         noted = dict(zip(unique, noted_or_error, strict=True))
@@ -271,8 +290,13 @@ class AppendPipeline:
             raise
         return _Claimed(recording, noted, claimed, state)
 
-    async def _store(self, batch: _Batch, stored: list[int], state: conv_store.Landed, out: list[_Flushed],
-                     ) -> tuple[list[int], dict[emb_store.EmbKey, str], set[emb_store.EmbKey]]:
+    async def _store(
+        self,
+        batch: _Batch,
+        stored: list[int],
+        state: conv_store.Landed,
+        out: list[_Flushed],
+    ) -> tuple[list[int], dict[emb_store.EmbKey, str], set[emb_store.EmbKey]]:
         """Screen the stored turns, send those no other agent logged to the model behind
         the insert gate, insert the rows (reading the vectors another agent's copy may
         have, beside it), drop the turns a delete fenced, and open the gate. Returns the
@@ -291,8 +315,9 @@ class AppendPipeline:
         await self._open_gate(gate, durable=True)
         return stored, vectors, shared
 
-    async def _insert_reading(self, batch: _Batch, stored: list[int], shared: set[emb_store.EmbKey],
-                              gate: str | None) -> dict[emb_store.EmbKey, str]:
+    async def _insert_reading(
+        self, batch: _Batch, stored: list[int], shared: set[emb_store.EmbKey], gate: str | None
+    ) -> dict[emb_store.EmbKey, str]:
         """The insert; the vectors to reuse are read beside it, and only for the turns
         another agent logged too (rare): no read of embedding rows otherwise. If it
         fails, the claims are released and the gate shut."""
@@ -301,8 +326,9 @@ class AppendPipeline:
         t0 = time.perf_counter()
         try:
             if shared:
-                vectors, _ = await asyncio.gather(svc.run(emb_store.live_texts, svc.ch, sorted(shared)),
-                                                  self._insert(rows, batch.flush_id))
+                vectors, _ = await asyncio.gather(
+                    svc.run(emb_store.live_texts, svc.ch, sorted(shared)), self._insert(rows, batch.flush_id)
+                )
             else:
                 await self._insert(rows, batch.flush_id)
         except BaseException:
@@ -312,29 +338,42 @@ class AppendPipeline:
         FLUSH_SECONDS.labels("insert").observe(time.perf_counter() - t0)
         return vectors
 
-    async def _drop_fenced(self, turns: list[conv_store.Turn], stored: list[int], out: list[_Flushed]) -> list[int]:
+    async def _drop_fenced(
+        self, turns: list[conv_store.Turn], stored: list[int], out: list[_Flushed]
+    ) -> list[int]:
         """After the insert, before any vector can be written: turns of a thread that a
         conversation.delete began on before they were stamped are tombstoned here and
         answered deleted (loom.store.fences says why this closes the race)."""
-        threads = list(dict.fromkeys((turns[i].namespace, turns[i].agent, turns[i].thread_id) for i in stored))
+        threads = list(
+            dict.fromkeys((turns[i].namespace, turns[i].agent, turns[i].thread_id) for i in stored)
+        )
         try:
             found = await fences.fences(self.svc.redis, threads)
-        except Exception as exc:   # the delete's own read still covers every row that landed before it
+        except Exception as exc:  # the delete's own read still covers every row that landed before it
             log.warning("could not read the deletion fences", error=f"{type(exc).__name__}: {exc}")
             return stored
-        late = {i for i in stored
-                if turns[i].version < found.get((turns[i].namespace, turns[i].agent, turns[i].thread_id), 0)}
+        late = {
+            i
+            for i in stored
+            if turns[i].version < found.get((turns[i].namespace, turns[i].agent, turns[i].thread_id), 0)
+        }
         if not late:
             return stored
         now = utcnow()
-        rows = [replace(turns[i], tombstoned=True, tombstoned_at=now, tombstone_reason=DELETED,
-                        version=next_version()) for i in sorted(late)]
+        rows = [
+            replace(
+                turns[i], tombstoned=True, tombstoned_at=now, tombstone_reason=DELETED, version=next_version()
+            )
+            for i in sorted(late)
+        ]
         await self.svc.run(conv_store.insert, self.svc.ch, rows)
         for i in late:
             out[i] = _Flushed(False, DELETED)
         return [i for i in stored if i not in late]
 
-    def _embed(self, out: list[_Flushed], turns: list[conv_store.Turn], idxs: list[int], *, gate: str | None) -> None:
+    def _embed(
+        self, out: list[_Flushed], turns: list[conv_store.Turn], idxs: list[int], *, gate: str | None
+    ) -> None:
         """One job for the turns at `idxs`; each turn answered as its part is written."""
         if not idxs:
             return
@@ -343,7 +382,7 @@ class AppendPipeline:
             out[i].embed = fut
 
     async def _open_gate(self, gate: str | None, *, durable: bool) -> None:
-        if gate is None:             # no job waits on this flush's insert
+        if gate is None:  # no job waits on this flush's insert
             return
         try:
             await open_gate(self.svc.redis, gate, durable=durable)
@@ -364,14 +403,22 @@ class AppendPipeline:
             switches.update(fresh)
         return {ns for ns, on in switches.items() if on}
 
-    async def _landed(self, noted: dict[conv_store.TurnKey, landed.Noted], recording: set[str]) -> conv_store.Landed:
+    async def _landed(
+        self, noted: dict[conv_store.TurnKey, landed.Noted], recording: set[str]
+    ) -> conv_store.Landed:
         """Which of the claimed turns of recording namespaces already landed: from
         ClickHouse for the turns the notes cannot rule out (see loom.store.landed), none
         at all for the rest. A namespace whose notes are not complete gets them rebuilt."""
         maybe = [k for k, n in noted.items() if n.claimed and k[0] in recording and not n.certainly_new]
-        state = await self.svc.run(conv_store.landed, self.svc.ch, maybe) if maybe else conv_store.Landed(set(), set())
+        state = (
+            await self.svc.run(conv_store.landed, self.svc.ch, maybe)
+            if maybe
+            else conv_store.Landed(set(), set())
+        )
         # A turn noted before for another agent only: its copy may have a vector to reuse.
-        state.elsewhere |= {(k[0], k[2], k[3]) for k, n in noted.items() if n.certainly_new and not n.first_any}
+        state.elsewhere |= {
+            (k[0], k[2], k[3]) for k, n in noted.items() if n.certainly_new and not n.first_any
+        }
         for ns in {k[0] for k, n in noted.items() if not n.ready and k[0] in recording}:
             self._rebuild_notes(ns)
         return state
@@ -380,7 +427,9 @@ class AppendPipeline:
         if namespace in self._rebuilding:
             return
         self._rebuilding.add(namespace)
-        task = asyncio.get_running_loop().create_task(self._rebuild(namespace), name=f"landed-notes-{namespace}")
+        task = asyncio.get_running_loop().create_task(
+            self._rebuild(namespace), name=f"landed-notes-{namespace}"
+        )
         task.add_done_callback(lambda _: self._rebuilding.discard(namespace))
 
     async def _rebuild(self, namespace: str) -> None:
@@ -400,8 +449,10 @@ class AppendPipeline:
                 await landed.note(svc.redis, page)
                 after = page[-1]
             await landed.mark_ready(svc.redis, namespace, since)
-        except Exception as exc:   # the namespace keeps reading ClickHouse; the next flush retries
-            log.warning("could not rebuild the landed-turn notes", namespace=namespace, error=failures.detail(exc))
+        except Exception as exc:  # the namespace keeps reading ClickHouse; the next flush retries
+            log.warning(
+                "could not rebuild the landed-turn notes", namespace=namespace, error=failures.detail(exc)
+            )
         finally:
             with contextlib.suppress(Exception):
                 await lease.release()
@@ -425,9 +476,13 @@ class AppendPipeline:
         for t in turns:
             tkey = (t.namespace, t.agent, t.thread_id)
             if tkey not in rows and tkey not in self._known_threads:
-                rows[tkey] = thread_store.ThreadRow(namespace=t.namespace, agent=t.agent, thread_id=t.thread_id,
-                                                    created_at=t.ts,
-                                                    version=thread_store.append_version(t.ts))
+                rows[tkey] = thread_store.ThreadRow(
+                    namespace=t.namespace,
+                    agent=t.agent,
+                    thread_id=t.thread_id,
+                    created_at=t.ts,
+                    version=thread_store.append_version(t.ts),
+                )
         return list(rows.values())
 
     def _remember_threads(self, rows: list[thread_store.ThreadRow]) -> None:
@@ -450,7 +505,8 @@ class AppendPipeline:
             return
         await asyncio.gather(
             svc.run(insert_turns),
-            svc.run(_with_retry, lambda: thread_store.insert(svc.ch, threads, dedup_token=f"thr-{flush_id}")))
+            svc.run(_with_retry, lambda: thread_store.insert(svc.ch, threads, dedup_token=f"thr-{flush_id}")),
+        )
         self._remember_threads(threads)
 
 
@@ -504,15 +560,20 @@ def _sort_out(batch: _Batch, c: _Claimed) -> tuple[list[_Flushed], list[int], li
             maybe_saved = first and (t.key in c.state.saved_only or c.noted[t.key].held_by_save)
             out.append(_Flushed(False, DUPLICATE, saved_only=maybe_saved))
             if first and t.key in c.claimed:
-                release.append(t.key)   # an older row: the claim was not needed
+                release.append(t.key)  # an older row: the claim was not needed
         else:
             out.append(_Flushed(True))
             stored.append(i)
     return out, stored, release
 
 
-def _after_insert(out: list[_Flushed], turns: list[conv_store.Turn], stored: list[int],
-                  vectors: dict[emb_store.EmbKey, str], shared: set[emb_store.EmbKey]) -> list[int]:
+def _after_insert(
+    out: list[_Flushed],
+    turns: list[conv_store.Turn],
+    stored: list[int],
+    vectors: dict[emb_store.EmbKey, str],
+    shared: set[emb_store.EmbKey],
+) -> list[int]:
     """Notes each stored turn's screen on its answer; of the turns another agent's copy
     landed for, those whose vector is reused are answered, and the others returned
     (to be embedded now that their embedding rows were read)."""
@@ -523,7 +584,7 @@ def _after_insert(out: list[_Flushed], turns: list[conv_store.Turn], stored: lis
         if not _embeddable(t) or _emb_key(t) not in shared:
             continue
         if vectors.get(_emb_key(t)) == embed_text(t.content):
-            out[i].reused = True       # another agent's copy already has this vector
+            out[i].reused = True  # another agent's copy already has this vector
         else:
             later.append(i)
     return later
@@ -538,7 +599,7 @@ def _with_retry(fn: Callable[[], None], attempts: int = 3) -> None:
         except OperationalError:
             if attempt == attempts - 1:
                 raise
-            time.sleep(0.05 * 4 ** attempt)
+            time.sleep(0.05 * 4**attempt)
 
 
 def _shared_keys(turns: list[conv_store.Turn], elsewhere: set[emb_store.EmbKey]) -> set[emb_store.EmbKey]:
@@ -570,9 +631,18 @@ def _why_not_embedded(t: conv_store.Turn, high: bool) -> str:
 
 
 def _embed_turn(t: conv_store.Turn) -> EmbedTurn:
-    return EmbedTurn(namespace=t.namespace, agent=t.agent, thread_id=t.thread_id, msg_id=t.msg_id, role=t.role,
-                     run_id=t.run_id, user_id=t.user_id, ts=t.ts, text=embed_text(t.content),
-                     is_summary=t.is_summary)
+    return EmbedTurn(
+        namespace=t.namespace,
+        agent=t.agent,
+        thread_id=t.thread_id,
+        msg_id=t.msg_id,
+        role=t.role,
+        run_id=t.run_id,
+        user_id=t.user_id,
+        ts=t.ts,
+        text=embed_text(t.content),
+        is_summary=t.is_summary,
+    )
 
 
 def pipeline(svc: Services) -> AppendPipeline:
@@ -589,8 +659,9 @@ async def close_pipeline(svc: Services) -> None:
         await p.close()
 
 
-async def append(svc: Services, who: Principal, namespace: str, agent: str,
-                 turns: Sequence[TurnInput]) -> list[AppendResult]:
+async def append(
+    svc: Services, who: Principal, namespace: str, agent: str, turns: Sequence[TurnInput]
+) -> list[AppendResult]:
     """conversation.append (writer): store turns, one result per turn, in order."""
     who.require_role(Role.writer)
     ns = who.namespace(namespace)
@@ -599,12 +670,23 @@ async def append(svc: Services, who: Principal, namespace: str, agent: str,
     for i, t in enumerate(turns):
         if t.role not in ROLES:
             raise InvalidRequest(f"role must be one of {', '.join(ROLES)}", field="role")
-        rows.append(conv_store.Turn(
-            namespace=ns, agent=agent, thread_id=t.thread_id,
-            msg_id=t.msg_id or derive_msg_id(t.thread_id, t.role, t.content),
-            ts=now + timedelta(microseconds=i),  # a batch keeps its order
-            role=t.role, content=t.content, reasoning=t.reasoning, user_id=t.user_id, run_id=t.run_id,
-            metadata=dict(t.metadata), tokens=t.tokens, version=next_version()))
+        rows.append(
+            conv_store.Turn(
+                namespace=ns,
+                agent=agent,
+                thread_id=t.thread_id,
+                msg_id=t.msg_id or derive_msg_id(t.thread_id, t.role, t.content),
+                ts=now + timedelta(microseconds=i),  # a batch keeps its order
+                role=t.role,
+                content=t.content,
+                reasoning=t.reasoning,
+                user_id=t.user_id,
+                run_id=t.run_id,
+                metadata=dict(t.metadata),
+                tokens=t.tokens,
+                version=next_version(),
+            )
+        )
     return await pipeline(svc).append(rows)
 
 

@@ -12,8 +12,8 @@ from loom.errors import InvalidRequest
 
 ROLES = ("user", "assistant", "system", "tool")
 EMBEDDED_ROLES = frozenset({"user", "assistant"})
-EMBED_CHARS = 2_048          # a turn's embedding row keeps (and is built from) this many characters
-LEGACY_EMBED_CHARS = 240     # what earlier builds kept
+EMBED_CHARS = 2_048  # a turn's embedding row keeps (and is built from) this many characters
+LEGACY_EMBED_CHARS = 240  # what earlier builds kept
 MAX_BATCH_TURNS = 500
 TITLE_REFUSED = "title_refused"
 
@@ -73,6 +73,9 @@ def decode_cursor(cursor: str, *, expect: dict[str, Any]) -> dict[str, Any]:
         raise InvalidRequest("cursor is not one this server issued", field="cursor", rule="opaque") from None
     for key, value in expect.items():
         if payload.get(key) != value:
-            raise InvalidRequest("cursor belongs to another listing (thread, order or filter changed)",
-                                 field="cursor", rule="same_listing")
+            raise InvalidRequest(
+                "cursor belongs to another listing (thread, order or filter changed)",
+                field="cursor",
+                rule="same_listing",
+            )
     return payload

@@ -380,8 +380,14 @@ async def compact(
     await svc.redis.set(redis_keys.compact_job(job_id), ns, ex=_JOB_TTL_S)
     job = await svc.arq.enqueue_job(
         COMPACT_JOB,
-        jobs.build(jobs.CompactThreadJob, namespace=ns, agent=agent, thread_id=thread_id,
-                   keep_recent=keep_recent, min_to_compact=min_to_compact),
+        jobs.build(
+            jobs.CompactThreadJob,
+            namespace=ns,
+            agent=agent,
+            thread_id=thread_id,
+            keep_recent=keep_recent,
+            min_to_compact=min_to_compact,
+        ),
         _job_id=job_id,
         _queue_name=QUEUE,
     )

@@ -85,9 +85,16 @@ def handed_to(row: emb_store.EmbeddingRow, target: deletion.Copy) -> emb_store.E
     """A new version of a shared embedding row serving `target`, the live copy it passes
     to: that copy's agent, role, run, owner, saved state and origin."""
     return replace(
-        row, agent=target.agent, role=target.role, run_id=target.run_id, user_id=target.user_id,
-        is_summary=target.is_summary, is_saved=target.is_saved, saved_at=target.saved_at,
-        origin=target.origin, version=next_version(),
+        row,
+        agent=target.agent,
+        role=target.role,
+        run_id=target.run_id,
+        user_id=target.user_id,
+        is_summary=target.is_summary,
+        is_saved=target.is_saved,
+        saved_at=target.saved_at,
+        origin=target.origin,
+        version=next_version(),
     )
 
 

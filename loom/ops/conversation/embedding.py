@@ -70,7 +70,7 @@ log = loom_logging.get("loom.conversation.embedding")
 
 REPLY_TTL_S = 300
 GATE_TTL_S = 600
-RECOVERY_CLOCK_MARGIN_S = 5.0   # clock skew between API, worker and store hosts, with room to spare
+RECOVERY_CLOCK_MARGIN_S = 5.0  # clock skew between API, worker and store hosts, with room to spare
 _OPEN, _SHUT = b"ok", b"fail"
 
 
@@ -86,8 +86,8 @@ async def open_gate(redis: Redis, gate: str, *, durable: bool) -> None:
     key, wake = _gate_keys(gate)
     value = _OPEN if durable else _SHUT
     pipe = redis.pipeline(transaction=False)
-    pipe.set(key, value, ex=GATE_TTL_S)          # for a retried job or a late reader
-    pipe.rpush(wake, value)                     # wakes the one blocked reader
+    pipe.set(key, value, ex=GATE_TTL_S)  # for a retried job or a late reader
+    pipe.rpush(wake, value)  # wakes the one blocked reader
     pipe.expire(wake, GATE_TTL_S)
     await pipe.execute()
 
@@ -97,7 +97,7 @@ async def wait_gate(redis: Redis, gate: str, timeout: float) -> bool:
     False if the insert failed or no answer came within `timeout` (the API is gone)."""
     key, wake = _gate_keys(gate)
     value = await redis.get(key)
-    if value is None:   # not open yet: the wake-up carries the same value as the key
+    if value is None:  # not open yet: the wake-up carries the same value as the key
         popped = await redis.blpop([wake], timeout=timeout)  # type: ignore[misc, arg-type]
         value = popped[1] if popped is not None else None
     return bool(value == _OPEN)
@@ -105,7 +105,7 @@ async def wait_gate(redis: Redis, gate: str, timeout: float) -> bool:
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str          # "embedded" | "skipped:deleted" | "failed"
+    status: str  # "embedded" | "skipped:deleted" | "failed"
     error: str = ""
 
 
@@ -119,7 +119,7 @@ class ModelResult:
 
 
 ModelFn = Callable[[list[str]], Awaitable[ModelResult]]
-PartFn = Callable[[int, list["Outcome"]], Awaitable[None]]   # (index of the part's first turn, outcomes)
+PartFn = Callable[[int, list["Outcome"]], Awaitable[None]]  # (index of the part's first turn, outcomes)
 
 
 def model_from_embedder(get_embedder: Callable[[], Any], executor: Executor | None = None) -> ModelFn:
@@ -148,7 +148,7 @@ class _Write:
     vector: np.ndarray | None = None
     model: str = ""
     error: str = ""
-    not_after_ns: int = 0      # written only up to this wall-clock time (0: no limit)
+    not_after_ns: int = 0  # written only up to this wall-clock time (0: no limit)
 
 
 def write_deadline_ns(settings: Settings, enqueued_ns: int) -> int:
@@ -173,14 +173,21 @@ class EmbedPipeline:
         self.svc = svc
         self.model = model
         self._writes: Batcher[_Write, Outcome] = Batcher(
-            self._write_flush, max_items=5_000, max_wait_s=0.001, max_inflight=4, name="embed-write")
+            self._write_flush, max_items=5_000, max_wait_s=0.001, max_inflight=4, name="embed-write"
+        )
 
     async def close(self) -> None:
         await self._writes.close()
 
-    async def embed_turns(self, turns: Sequence[EmbedTurn], *, chunk: int = 256,
-                          on_part: PartFn | None = None, gate: Awaitable[bool] | None = None,
-                          not_after_ns: int = 0) -> list[Outcome]:
+    async def embed_turns(
+        self,
+        turns: Sequence[EmbedTurn],
+        *,
+        chunk: int = 256,
+        on_part: PartFn | None = None,
+        gate: Awaitable[bool] | None = None,
+        not_after_ns: int = 0,
+    ) -> list[Outcome]:
         """Embed and write `turns` in chunks of `chunk`, all queued at once: each chunk
         is written (and reported through `on_part`) as soon as its own model call is
         done, so the first turns of a job are answered while the rest still compute.
@@ -190,7 +197,7 @@ class EmbedPipeline:
         gated = asyncio.ensure_future(gate) if gate is not None else None
 
         async def one(lo: int) -> list[Outcome]:
-            part = turns[lo:lo + chunk]
+            part = turns[lo : lo + chunk]
             result = await self.model([t.text for t in part])
             if gated is not None and not await asyncio.shield(gated):
                 outcomes = [Outcome(skipped(DELETED))] * len(part)
@@ -198,8 +205,11 @@ class EmbedPipeline:
                     await on_part(lo, outcomes)
                 return outcomes
             outcomes = await self._writes.submit_many(
-                [_Write(t, result.vectors[j], result.model_id, result.errors[j], not_after_ns)
-                 for j, t in enumerate(part)])
+                [
+                    _Write(t, result.vectors[j], result.model_id, result.errors[j], not_after_ns)
+                    for j, t in enumerate(part)
+                ]
+            )
             if on_part is not None:
                 await on_part(lo, outcomes)
             return outcomes
@@ -208,7 +218,7 @@ class EmbedPipeline:
             parts = await asyncio.gather(*(one(lo) for lo in range(0, len(turns), chunk)))
         finally:
             if gated is not None and not gated.done():
-                gated.cancel()              # a failed job leaves no reader blocked on Redis
+                gated.cancel()  # a failed job leaves no reader blocked on Redis
         return [o for part in parts for o in part]
 
     async def _write_flush(self, items: list[_Write]) -> list[Outcome]:
@@ -237,7 +247,7 @@ class EmbedPipeline:
             t = w.turn
             st = turns.get(t.turn_key)
             if st is None or st.tombstoned:
-                out[i] = Outcome(skipped(DELETED))      # removed while its embedding ran: no late vector
+                out[i] = Outcome(skipped(DELETED))  # removed while its embedding ran: no late vector
                 continue
             if w.not_after_ns and now > w.not_after_ns:
                 # Too late: the recovery pass may have embedded the turn (under this lease).
@@ -247,18 +257,33 @@ class EmbedPipeline:
                 cur = current.get(t.emb_key)
                 if cur is not None and cur.has_vector and not cur.tombstoned:
                     # A live vector is already there (another agent's copy): never clobber it.
-                    out[i] = Outcome(EMBEDDED) if cur.text == t.text else Outcome(FAILED, failures.safe(w.error))
+                    out[i] = (
+                        Outcome(EMBEDDED) if cur.text == t.text else Outcome(FAILED, failures.safe(w.error))
+                    )
                     continue
                 out[i] = Outcome(FAILED, failures.safe(w.error))
             else:
                 out[i] = Outcome(EMBEDDED)
             rows[t.emb_key] = emb_store.EmbeddingRow(
-                namespace=t.namespace, thread_id=t.thread_id, msg_id=t.msg_id, agent=t.agent, role=t.role,
-                run_id=t.run_id, user_id=st.user_id, ts=t.ts, text=t.text,
-                embedding=w.vector if w.vector is not None and not w.error else [], model=w.model,
-                error=failures.safe(w.error) if w.error else "", is_summary=t.is_summary,
-                is_saved=st.is_saved, saved_at=st.saved_at, tombstoned=False, version=next_version(),
-                origin=st.origin)
+                namespace=t.namespace,
+                thread_id=t.thread_id,
+                msg_id=t.msg_id,
+                agent=t.agent,
+                role=t.role,
+                run_id=t.run_id,
+                user_id=st.user_id,
+                ts=t.ts,
+                text=t.text,
+                embedding=w.vector if w.vector is not None and not w.error else [],
+                model=w.model,
+                error=failures.safe(w.error) if w.error else "",
+                is_summary=t.is_summary,
+                is_saved=st.is_saved,
+                saved_at=st.saved_at,
+                tombstoned=False,
+                version=next_version(),
+                origin=st.origin,
+            )
         if rows:
             emb_store.insert(ch, list(rows.values()), dedup_token=uuid.uuid4().hex)
         return out
@@ -317,7 +342,9 @@ async def write_reembedded(svc: Services, done: Sequence[_Reembed]) -> dict[str,
 # -- the API side ---------------------------------------------------------------
 
 
-async def record_unanswered(svc: Services, turns: Sequence[EmbedTurn], version: int, error: str) -> list[Outcome]:
+async def record_unanswered(
+    svc: Services, turns: Sequence[EmbedTurn], version: int, error: str
+) -> list[Outcome]:
     """Fail-open for turns whose embedding did not come back in time: under the thread
     leases, write an error row (empty vector; `error` made safe, a code and its fixed
     message) for each turn that is still live and has no vector yet, at `version` (the
@@ -341,16 +368,31 @@ async def record_unanswered(svc: Services, turns: Sequence[EmbedTurn], version: 
             if st is None or st.tombstoned:
                 local[i] = Outcome(skipped(DELETED))
             elif cur is not None and cur.has_vector and not cur.tombstoned and cur.text == t.text:
-                local[i] = Outcome(EMBEDDED)       # the vector landed meanwhile
+                local[i] = Outcome(EMBEDDED)  # the vector landed meanwhile
             elif cur is not None and (cur.version >= version or (cur.has_vector and not cur.tombstoned)):
                 local[i] = Outcome(FAILED, error)  # the worker recorded it already, or a live vector stays
             else:
                 local[i] = Outcome(FAILED, error)
                 rows[t.emb_key] = emb_store.EmbeddingRow(
-                    namespace=t.namespace, thread_id=t.thread_id, msg_id=t.msg_id, agent=t.agent, role=t.role,
-                    run_id=t.run_id, user_id=st.user_id, ts=t.ts, text=t.text, embedding=[], model="",
-                    error=error, is_summary=t.is_summary, is_saved=st.is_saved, saved_at=st.saved_at,
-                    tombstoned=False, version=version, origin=st.origin)
+                    namespace=t.namespace,
+                    thread_id=t.thread_id,
+                    msg_id=t.msg_id,
+                    agent=t.agent,
+                    role=t.role,
+                    run_id=t.run_id,
+                    user_id=st.user_id,
+                    ts=t.ts,
+                    text=t.text,
+                    embedding=[],
+                    model="",
+                    error=error,
+                    is_summary=t.is_summary,
+                    is_saved=st.is_saved,
+                    saved_at=st.saved_at,
+                    tombstoned=False,
+                    version=version,
+                    origin=st.origin,
+                )
         if rows:
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"unanswered-{version}-{idxs[0]}")
         return local
@@ -362,7 +404,7 @@ async def record_unanswered(svc: Services, turns: Sequence[EmbedTurn], version: 
     return [out[i] for i in range(len(turns))]
 
 
-PRESENT = "present"   # the recovery pass found an embedding row in place: nothing written
+PRESENT = "present"  # the recovery pass found an embedding row in place: nothing written
 
 
 async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: ModelResult) -> list[Outcome]:
@@ -397,12 +439,25 @@ async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: Mod
             else:
                 local[i] = Outcome(EMBEDDED)
             rows[t.emb_key] = emb_store.EmbeddingRow(
-                namespace=t.namespace, thread_id=t.thread_id, msg_id=t.msg_id, agent=t.agent, role=t.role,
-                run_id=t.run_id, user_id=st.user_id, ts=t.ts, text=t.text,
+                namespace=t.namespace,
+                thread_id=t.thread_id,
+                msg_id=t.msg_id,
+                agent=t.agent,
+                role=t.role,
+                run_id=t.run_id,
+                user_id=st.user_id,
+                ts=t.ts,
+                text=t.text,
                 embedding=vector if vector is not None else [],
-                model=result.model_id if vector is not None else "", error=local[i].error,
-                is_summary=t.is_summary, is_saved=st.is_saved, saved_at=st.saved_at, tombstoned=False,
-                version=next_version(), origin=st.origin)
+                model=result.model_id if vector is not None else "",
+                error=local[i].error,
+                is_summary=t.is_summary,
+                is_saved=st.is_saved,
+                saved_at=st.saved_at,
+                tombstoned=False,
+                version=next_version(),
+                origin=st.origin,
+            )
         if rows:
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"recovered-{uuid.uuid4().hex}")
         return local
@@ -465,7 +520,7 @@ class EmbedClient:
                 item = await self.svc.redis.blpop([self.reply_key], timeout=1)  # type: ignore[misc]
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:   # Redis went away for a moment: keep listening
+            except Exception as exc:  # Redis went away for a moment: keep listening
                 log.warning("embed reply listener error", error=failures.detail(exc))
                 await asyncio.sleep(0.2)
                 continue
@@ -483,8 +538,10 @@ class EmbedClient:
                     for j, (status, error) in enumerate(msg["outcomes"]):
                         turn_future = job.futures[lo + j]
                         if not turn_future.done():
-                            turn_future.set_result(Outcome(str(status), failures.safe(str(error)) if error else ""))
-                elif "error" in msg:       # the job failed as a whole: fail open for what is left
+                            turn_future.set_result(
+                                Outcome(str(status), failures.safe(str(error)) if error else "")
+                            )
+                elif "error" in msg:  # the job failed as a whole: fail open for what is left
                     self._spawn(self._fail_open(job_id, failures.safe(str(msg["error"]))))
                 continue
             fut = self._calls.pop(job_id, None)
@@ -499,11 +556,15 @@ class EmbedClient:
     async def _enqueue(self, model: type[jobs.Replied], job_id: str, timeout: float, **fields: Any) -> None:
         payload = jobs.build(model, job=job_id, reply=self.reply_key, **fields)
         job = await self.svc.arq.enqueue_job(
-            model.JOB, payload, _job_id=job_id, _queue_name=QUEUE,
-            _expires=timedelta(seconds=max(600.0, timeout * 4)))
+            model.JOB,
+            payload,
+            _job_id=job_id,
+            _queue_name=QUEUE,
+            _expires=timedelta(seconds=max(600.0, timeout * 4)),
+        )
         if job is None:
             raise JobFailed(f"job {job_id} was not enqueued")
-        await wake_workers(self.svc.redis)   # the API awaits it: no poll interval in between
+        await wake_workers(self.svc.redis)  # the API awaits it: no poll interval in between
 
     async def call(self, model: type[jobs.Replied], timeout: float, **fields: Any) -> dict[str, Any]:
         """Enqueue the job `model` with `fields` and await its one reply; TimeoutError after `timeout` s."""
@@ -528,7 +589,9 @@ class EmbedClient:
         self._listening()
         loop = asyncio.get_running_loop()
         job_id = uuid.uuid4().hex
-        job = _Job(turns, next_version(), [loop.create_future() for _ in turns], gate)  # older than any worker write
+        job = _Job(
+            turns, next_version(), [loop.create_future() for _ in turns], gate
+        )  # older than any worker write
         self._jobs[job_id] = job
         self._spawn(self._run_job(job_id, job))
         return job.futures
@@ -537,8 +600,9 @@ class EmbedClient:
         wait = self.svc.settings.embed_wait_seconds
         try:
             # "at": the enqueue stamp, from which the worker's write deadline runs.
-            await self._enqueue(jobs.EmbedTurnsJob, job_id, wait, turns=list(job.turns), at=job.version,
-                                gate=job.gate)
+            await self._enqueue(
+                jobs.EmbedTurnsJob, job_id, wait, turns=list(job.turns), at=job.version, gate=job.gate
+            )
         except Exception as exc:
             log.warning("could not enqueue an embedding job", error=failures.detail(exc))
             await self._fail_open(job_id, failures.failure(exc))

@@ -56,9 +56,14 @@ class _Holder:
             if self.embedder is None:
                 s = self.svc.settings
                 extra: dict[str, Any] = {"intra_op_num_threads": 1} if s.embedder == "minilm" else {}
-                self.embedder = build_embedder(s.embedder, url=s.embedder_url, model=s.embedder_model,
-                                               api_key=s.embedder_api_key, timeout_seconds=s.embedder_timeout_seconds,
-                                               **extra)
+                self.embedder = build_embedder(
+                    s.embedder,
+                    url=s.embedder_url,
+                    model=s.embedder_model,
+                    api_key=s.embedder_api_key,
+                    timeout_seconds=s.embedder_timeout_seconds,
+                    **extra,
+                )
             return self.embedder
 
     def embed(self, texts: list[str]) -> tuple[list[np.ndarray], str]:
@@ -98,7 +103,9 @@ async def embed(svc: Services, texts: list[str], *, timeout: float | None = None
     wait = timeout if timeout is not None else svc.settings.embedder_timeout_seconds
     loop = asyncio.get_running_loop()
     try:
-        vectors, model_id = await asyncio.wait_for(loop.run_in_executor(holder.executor, holder.embed, texts), wait)
+        vectors, model_id = await asyncio.wait_for(
+            loop.run_in_executor(holder.executor, holder.embed, texts), wait
+        )
     except TimeoutError:
         return InlineResult(None, "", failures.text(failures.EMBEDDER_TIMEOUT))
     except Exception as exc:  # fail-open: the caller decides what an unavailable embedder means

@@ -22,8 +22,14 @@ from loom.leases import _RELEASE, _RENEW, Lease, LeaseTimeout, thread_lease_key
 Pair = tuple[str, str]  # (namespace, thread_id)
 
 
-async def under_thread_leases(redis: Redis, pairs: Iterable[Pair], work: Callable[[set[Pair]], Awaitable[None]], *,
-                              ttl_ms: int = 10_000, wait_s: float = 10.0) -> None:
+async def under_thread_leases(
+    redis: Redis,
+    pairs: Iterable[Pair],
+    work: Callable[[set[Pair]], Awaitable[None]],
+    *,
+    ttl_ms: int = 10_000,
+    wait_s: float = 10.0,
+) -> None:
     """Run `work(held)` for every pair, each call holding the thread leases of `held`.
 
     `work` may be called more than once with disjoint sets that together cover `pairs`.
@@ -56,7 +62,9 @@ async def under_thread_leases(redis: Redis, pairs: Iterable[Pair], work: Callabl
         remaining -= held
         if remaining:
             if loop.time() > deadline:
-                raise LeaseTimeout(f"{len(remaining)} thread lease(s) still held by another writer after {wait_s}s")
+                raise LeaseTimeout(
+                    f"{len(remaining)} thread lease(s) still held by another writer after {wait_s}s"
+                )
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.02)
 

@@ -55,8 +55,15 @@ class ReembedReport:
             setattr(self, k, getattr(self, k) + v)
 
 
-async def reembed_namespace(svc: Services, namespace: str, run_page: RunPage, *, thread_id: str | None = None,
-                            page_size: int = PAGE, progress: Progress | None = None) -> ReembedReport:
+async def reembed_namespace(
+    svc: Services,
+    namespace: str,
+    run_page: RunPage,
+    *,
+    thread_id: str | None = None,
+    page_size: int = PAGE,
+    progress: Progress | None = None,
+) -> ReembedReport:
     """Walk the namespace's embedding rows in key order, `IN_FLIGHT` pages at a time."""
     report = ReembedReport(namespace)
     slots = asyncio.Semaphore(IN_FLIGHT)
@@ -67,7 +74,7 @@ async def reembed_namespace(svc: Services, namespace: str, run_page: RunPage, *,
             if items:
                 try:
                     report.add(await run_page(items))
-                except Exception as exc:   # the report carries a code; the detail goes to the log
+                except Exception as exc:  # the report carries a code; the detail goes to the log
                     report.failed += len(items)
                     report.errors.append(str(exc) if isinstance(exc, JobFailed) else failures.failure(exc))
                     log.warning("re-embed page failed", namespace=namespace, error=failures.detail(exc))
@@ -78,7 +85,9 @@ async def reembed_namespace(svc: Services, namespace: str, run_page: RunPage, *,
 
     after: tuple[str, str] | None = None
     while True:
-        page = await svc.run(emb_store.scan, svc.ch, namespace, after=after, limit=page_size, thread_id=thread_id)
+        page = await svc.run(
+            emb_store.scan, svc.ch, namespace, after=after, limit=page_size, thread_id=thread_id
+        )
         if not page:
             break
         after = (page[-1].thread_id, page[-1].msg_id)
@@ -89,8 +98,11 @@ async def reembed_namespace(svc: Services, namespace: str, run_page: RunPage, *,
         high = await svc.run(_reading_high, svc, live)
         for row in live:
             if row.key not in high:
-                items.append(ReembedItem(namespace=row.namespace, thread_id=row.thread_id, msg_id=row.msg_id,
-                                         text=row.text))
+                items.append(
+                    ReembedItem(
+                        namespace=row.namespace, thread_id=row.thread_id, msg_id=row.msg_id, text=row.text
+                    )
+                )
         if high:
             report.skipped_high += len(high)
             await tombstone_rows(svc, [row for row in live if row.key in high])
@@ -123,8 +135,11 @@ async def tombstone_rows(svc: Services, rows: Sequence[emb_store.ReembedCandidat
     def write(batch: list[emb_store.ReembedCandidate]) -> None:
         current = emb_store.rows(svc.ch, [r.key for r in batch])
         scanned = {r.key: r.version for r in batch}
-        dead = [replace(now, text="", embedding=[], model="", error="", tombstoned=True, version=next_version())
-                for key, now in current.items() if now.version == scanned[key] and not now.tombstoned]
+        dead = [
+            replace(now, text="", embedding=[], model="", error="", tombstoned=True, version=next_version())
+            for key, now in current.items()
+            if now.version == scanned[key] and not now.tombstoned
+        ]
         if dead:
             emb_store.insert(svc.ch, dead)
 
@@ -136,7 +151,9 @@ async def tombstone_rows(svc: Services, rows: Sequence[emb_store.ReembedCandidat
         await under_thread_leases(svc.redis, by_pair, work)
 
 
-async def reembed(svc: Services, who: Principal, namespace: str, *, thread_id: str | None = None) -> ReembedReport:
+async def reembed(
+    svc: Services, who: Principal, namespace: str, *, thread_id: str | None = None
+) -> ReembedReport:
     """conversation.reembed (admin): re-embed through the worker pool."""
     from loom.ops.conversation.appending import pipeline
 
@@ -147,8 +164,21 @@ async def reembed(svc: Services, who: Principal, namespace: str, *, thread_id: s
     return await reembed_namespace(svc, ns, lambda items: client.reembed(items, timeout), thread_id=thread_id)
 
 
-async def reembed_with(svc: Services, namespace: str, model: ModelFn, *, thread_id: str | None = None,
-                       progress: Progress | None = None, page_size: int = PAGE) -> ReembedReport:
+async def reembed_with(
+    svc: Services,
+    namespace: str,
+    model: ModelFn,
+    *,
+    thread_id: str | None = None,
+    progress: Progress | None = None,
+    page_size: int = PAGE,
+) -> ReembedReport:
     """Re-embed in this process with `model` (the `loom reembed` CLI: no worker needed)."""
-    return await reembed_namespace(svc, namespace, lambda items: reembed_items(svc, model, items),
-                                   thread_id=thread_id, page_size=page_size, progress=progress)
+    return await reembed_namespace(
+        svc,
+        namespace,
+        lambda items: reembed_items(svc, model, items),
+        thread_id=thread_id,
+        page_size=page_size,
+        progress=progress,
+    )

@@ -57,7 +57,7 @@ class SavedItem:
     conversation_id: str
     message_id: str
     role: str
-    ts: datetime          # when the user saved it (the message time where no save time was recorded)
+    ts: datetime  # when the user saved it (the message time where no save time was recorded)
     excerpt: str
 
 
@@ -67,9 +67,16 @@ class SavedPage:
     next_cursor: str | None = None
 
 
-async def list_saved_messages(svc: Services, who: Principal, namespace: str, user_id: str | None, *,
-                              limit: int = 50, cursor: str | None = None,
-                              conversation_id: str | None = None) -> SavedPage:
+async def list_saved_messages(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    user_id: str | None,
+    *,
+    limit: int = 50,
+    cursor: str | None = None,
+    conversation_id: str | None = None,
+) -> SavedPage:
     """conversation.list_saved_messages (viewer): one user's saved messages, most
     recently saved first, in pages of `limit` (pass `next_cursor` back as `cursor`)."""
     who.require_role(Role.viewer)
@@ -77,8 +84,9 @@ async def list_saved_messages(svc: Services, who: Principal, namespace: str, use
     user = acting_user(who, user_id)
     expect = {"k": "saved", "n": ns, "u": user, "c": conversation_id}
     after = _position(decode_cursor(cursor, expect=expect)) if cursor else None
-    entries = await svc.run(saved_store.saved_page, svc.ch, ns, user, limit=limit + 1, thread_id=conversation_id,
-                            after=after)
+    entries = await svc.run(
+        saved_store.saved_page, svc.ch, ns, user, limit=limit + 1, thread_id=conversation_id, after=after
+    )
     more = len(entries) > limit
     entries = entries[:limit]
     shown = svc.settings.conversation_search_excerpt_chars
@@ -87,14 +95,17 @@ async def list_saved_messages(svc: Services, who: Principal, namespace: str, use
     page = SavedPage()
     for key, e in zip(keys, entries, strict=True):
         head = found.get(key)
-        if head is None:      # the index still had it; the transcript no longer does
+        if head is None:  # the index still had it; the transcript no longer does
             continue
         excerpt = "" if window_reads_as_high(head.head, shown) else head.head[:shown]
-        page.messages.append(SavedItem(e.thread_id, e.msg_id, head.role, as_utc(head.saved_at or head.ts), excerpt))
+        page.messages.append(
+            SavedItem(e.thread_id, e.msg_id, head.role, as_utc(head.saved_at or head.ts), excerpt)
+        )
     if more and entries:
         tail = entries[-1]
-        page.next_cursor = encode_cursor({**expect, "t": tail.sort_us, "th": tail.thread_id, "m": tail.msg_id,
-                                          "a": tail.agent})
+        page.next_cursor = encode_cursor(
+            {**expect, "t": tail.sort_us, "th": tail.thread_id, "m": tail.msg_id, "a": tail.agent}
+        )
     return page
 
 
@@ -108,8 +119,14 @@ def _position(payload: dict[str, Any]) -> tuple[int, str, str, str]:
 # -- status ----------------------------------------------------------------------------
 
 
-async def saved_status(svc: Services, who: Principal, namespace: str, user_id: str | None, conversation_id: str,
-                       message_ids: Sequence[str]) -> dict[str, bool]:
+async def saved_status(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    user_id: str | None,
+    conversation_id: str,
+    message_ids: Sequence[str],
+) -> dict[str, bool]:
     """conversation.saved_status (viewer): which of `message_ids` (in one conversation)
     this user has saved."""
     who.require_role(Role.viewer)
@@ -136,7 +153,7 @@ class SavedHit:
 
 @dataclass
 class SavedSearch:
-    search_mode: str          # the mode that answered (lexical when the vector leg fell back)
+    search_mode: str  # the mode that answered (lexical when the vector leg fell back)
     hits: list[SavedHit]
     fallback_reason: str | None = None
 
@@ -151,25 +168,36 @@ class _Candidate:
     lexical_rank: int | None = None
 
 
-async def search_saved_messages(svc: Services, who: Principal, namespace: str, user_id: str | None, query: str, *,
-                                limit: int = 10, search_mode: str = HYBRID, lexical_weight: float = 1.0,
-                                conversation_id: str | None = None) -> SavedSearch:
+async def search_saved_messages(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    user_id: str | None,
+    query: str,
+    *,
+    limit: int = 10,
+    search_mode: str = HYBRID,
+    lexical_weight: float = 1.0,
+    conversation_id: str | None = None,
+) -> SavedSearch:
     """conversation.search_saved_messages (viewer): this user's saved, live messages
     ranked for `query` (see the module's docstring)."""
     who.require_role(Role.viewer)
     ns = who.namespace(namespace)
     user = acting_user(who, user_id)
     if search_mode not in SEARCH_MODES:
-        raise InvalidRequest(f"search_mode must be one of {', '.join(SEARCH_MODES)}", field="search_mode",
-                             rule="one_of")
-    depth = max(50, limit * 3)   # candidates per leg: fusion needs more than the page
+        raise InvalidRequest(
+            f"search_mode must be one of {', '.join(SEARCH_MODES)}", field="search_mode", rule="one_of"
+        )
+    depth = max(50, limit * 3)  # candidates per leg: fusion needs more than the page
 
     def lexical() -> asyncio.Future[list[bm25.LexicalHit]]:
-        return asyncio.ensure_future(svc.run(bm25.search, svc.ch, ns, user, query, limit=depth,
-                                             thread_id=conversation_id))
+        return asyncio.ensure_future(
+            svc.run(bm25.search, svc.ch, ns, user, query, limit=depth, thread_id=conversation_id)
+        )
 
     mode, fallback = search_mode, None
-    lex_job = lexical() if mode in (HYBRID, LEXICAL) else None   # runs while the query is embedded
+    lex_job = lexical() if mode in (HYBRID, LEXICAL) else None  # runs while the query is embedded
     vector_hits: list[saved_store.VectorHit] = []
     if mode in (HYBRID, SEMANTIC):
         vector_hits, fallback = await _vector_leg(svc, ns, user, query, depth, conversation_id)
@@ -184,12 +212,18 @@ async def search_saved_messages(svc: Services, who: Principal, namespace: str, u
     return SavedSearch(mode, hits, fallback)
 
 
-VERIFY_MARGIN = 5   # candidates verified beyond the page, so a dropped one rarely costs a second read
+VERIFY_MARGIN = 5  # candidates verified beyond the page, so a dropped one rarely costs a second read
 
 
-async def _verified_top(svc: Services, ns: str, user: str, candidates: list[_Candidate], mode: str,
-                        lexical_weight: float, limit: int) -> tuple[list[tuple[_Candidate, float]],
-                                                                    dict[saved_store.Pair, saved_store.Verified]]:
+async def _verified_top(
+    svc: Services,
+    ns: str,
+    user: str,
+    candidates: list[_Candidate],
+    mode: str,
+    lexical_weight: float,
+    limit: int,
+) -> tuple[list[tuple[_Candidate, float]], dict[saved_store.Pair, saved_store.Verified]]:
     """The page of hits, each confirmed by the transcript: saved by this user, live, and
     not reading as high (whatever its stored flag says). A candidate that fails is out
     of both legs, so the legs are ranked again without it; only the page (and a small
@@ -200,7 +234,7 @@ async def _verified_top(svc: Services, ns: str, user: str, candidates: list[_Can
         ranked = _fuse([c for c in candidates if c.pair not in dropped], mode, lexical_weight)
         if all(c.pair in verified for c, _ in ranked[:limit]):
             return ranked[:limit], verified
-        todo = [c.pair for c, _ in ranked[:limit + VERIFY_MARGIN] if c.pair not in verified]
+        todo = [c.pair for c, _ in ranked[: limit + VERIFY_MARGIN] if c.pair not in verified]
         found = await svc.run(saved_store.verify, svc.ch, ns, user, todo)
         for pair in todo:
             v = found.get(pair)
@@ -210,22 +244,32 @@ async def _verified_top(svc: Services, ns: str, user: str, candidates: list[_Can
                 verified[pair] = v
 
 
-async def _vector_leg(svc: Services, ns: str, user: str, query: str, depth: int,
-                      thread_id: str | None) -> tuple[list[saved_store.VectorHit], str | None]:
+async def _vector_leg(
+    svc: Services, ns: str, user: str, query: str, depth: int, thread_id: str | None
+) -> tuple[list[saved_store.VectorHit], str | None]:
     """The vector leg's hits, or why it could not run (the caller falls back to lexical)."""
     if reads_as_high(query):
-        return [], QUERY_HIGH      # never sent to the embedder
+        return [], QUERY_HIGH  # never sent to the embedder
     embedded = await inline_embedding.embed(svc, [query])
     if not embedded.ok or not embedded.vectors:
         return [], f"{EMBEDDER_UNAVAILABLE}: {embedded.error or 'no vector'}"[:500]
-    hits = await svc.run(saved_store.vector_search, svc.ch, ns, user, embedded.vectors[0], embedded.model_id,
-                         limit=depth, min_similarity=svc.settings.conversation_search_min_similarity,
-                         thread_id=thread_id)
+    hits = await svc.run(
+        saved_store.vector_search,
+        svc.ch,
+        ns,
+        user,
+        embedded.vectors[0],
+        embedded.model_id,
+        limit=depth,
+        min_similarity=svc.settings.conversation_search_min_similarity,
+        thread_id=thread_id,
+    )
     return hits, None
 
 
-def _candidates(vector_hits: Sequence[saved_store.VectorHit],
-                lexical_hits: Sequence[bm25.LexicalHit]) -> dict[saved_store.Pair, _Candidate]:
+def _candidates(
+    vector_hits: Sequence[saved_store.VectorHit], lexical_hits: Sequence[bm25.LexicalHit]
+) -> dict[saved_store.Pair, _Candidate]:
     out: dict[saved_store.Pair, _Candidate] = {}
     for v in vector_hits:
         out.setdefault((v.thread_id, v.msg_id), _Candidate((v.thread_id, v.msg_id))).similarity = v.similarity
@@ -238,9 +282,13 @@ def _candidates(vector_hits: Sequence[saved_store.VectorHit],
 def _fuse(kept: list[_Candidate], mode: str, lexical_weight: float) -> list[tuple[_Candidate, float]]:
     """Rank each leg among `kept`, score (see _score) and order: best first; on a tie, a
     hit of both legs, then the better rank."""
-    by_vector = sorted((c for c in kept if c.similarity is not None), key=lambda c: (-(c.similarity or 0.0), c.pair))
-    by_lexical = sorted((c for c in kept if c.bm25 is not None),
-                        key=lambda c: (*bm25.rank_key(c.matched, c.bm25 or 0.0), c.pair))
+    by_vector = sorted(
+        (c for c in kept if c.similarity is not None), key=lambda c: (-(c.similarity or 0.0), c.pair)
+    )
+    by_lexical = sorted(
+        (c for c in kept if c.bm25 is not None),
+        key=lambda c: (*bm25.rank_key(c.matched, c.bm25 or 0.0), c.pair),
+    )
     for c in kept:
         c.vector_rank = c.lexical_rank = None
     for i, c in enumerate(by_vector, 1):
@@ -252,7 +300,7 @@ def _fuse(kept: list[_Candidate], mode: str, lexical_weight: float) -> list[tupl
     if mode == HYBRID:
         scored.sort(key=lambda cs: (-cs[1], -_legs_count(cs[0]), _best_rank(cs[0]), cs[0].pair))
     else:
-        scored.sort(key=lambda cs: (_best_rank(cs[0]), cs[0].pair))   # the one leg's own order
+        scored.sort(key=lambda cs: (_best_rank(cs[0]), cs[0].pair))  # the one leg's own order
     return scored
 
 
@@ -278,10 +326,20 @@ def _best_rank(c: _Candidate) -> int:
 
 
 def _hit(c: _Candidate, score: float, v: saved_store.Verified, shown: int) -> SavedHit:
-    legs = [leg for leg, rank in ((VECTOR_LEG, c.vector_rank), (LEXICAL_LEG, c.lexical_rank)) if rank is not None]
+    legs = [
+        leg for leg, rank in ((VECTOR_LEG, c.vector_rank), (LEXICAL_LEG, c.lexical_rank)) if rank is not None
+    ]
     excerpt = centred_excerpt(v.content, c.matched, shown) if c.matched else v.content[:shown]
-    return SavedHit(c.pair[0], c.pair[1], v.role, as_utc(v.ts), as_utc(v.saved_at) if v.saved_at else None,
-                    round(score, 6), excerpt, legs)
+    return SavedHit(
+        c.pair[0],
+        c.pair[1],
+        v.role,
+        as_utc(v.ts),
+        as_utc(v.saved_at) if v.saved_at else None,
+        round(score, 6),
+        excerpt,
+        legs,
+    )
 
 
 # -- excerpts --------------------------------------------------------------------------
@@ -306,14 +364,14 @@ def centred_excerpt(content: str, terms: Sequence[str], chars: int) -> str:
     spans = _spans(content, terms) if terms else []
     if not spans:
         return content[:chars]
-    best: tuple[int, int, int] | None = None   # (-distinct, -occurrences, i)
+    best: tuple[int, int, int] | None = None  # (-distinct, -occurrences, i)
     best_span = (spans[0][0], spans[0][1])
     j = 0
     for i in range(len(spans)):
         j = max(j, i)
         while j + 1 < len(spans) and spans[j + 1][1] - spans[i][0] <= chars:
             j += 1
-        window = spans[i:j + 1]
+        window = spans[i : j + 1]
         rank = (-len({s[2] for s in window}), -len(window), i)
         if best is None or rank < best:
             best, best_span = rank, (spans[i][0], window[-1][1])
@@ -324,10 +382,20 @@ def centred_excerpt(content: str, terms: Sequence[str], chars: int) -> str:
         gap = content.find(" ", start, min(start + 24, best_span[0]))
         if gap != -1:
             start = gap + 1
-    return content[start:start + chars]
+    return content[start : start + chars]
 
 
 __all__ = [
-    "HYBRID", "LEXICAL", "SEARCH_MODES", "SEMANTIC", "SavedHit", "SavedItem", "SavedPage", "SavedSearch",
-    "centred_excerpt", "list_saved_messages", "saved_status", "search_saved_messages",
+    "HYBRID",
+    "LEXICAL",
+    "SEARCH_MODES",
+    "SEMANTIC",
+    "SavedHit",
+    "SavedItem",
+    "SavedPage",
+    "SavedSearch",
+    "centred_excerpt",
+    "list_saved_messages",
+    "saved_status",
+    "search_saved_messages",
 ]

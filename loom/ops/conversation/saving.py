@@ -65,8 +65,8 @@ UNSUPPORTED_ROLE = "unsupported_role"
 HIGH_SENSITIVITY = "high_sensitivity"
 EMBED_FAILED = "embed_failed"
 
-MAX_ROUNDS = 4                 # re-reads when the message changed under a computed vector
-APPEND_LANDING_WAIT_S = 2.0    # how long a save waits for a racing append's row to land
+MAX_ROUNDS = 4  # re-reads when the message changed under a computed vector
+APPEND_LANDING_WAIT_S = 2.0  # how long a save waits for a racing append's row to land
 
 
 def acting_user(who: Principal, user_id: str | None) -> str:
@@ -74,15 +74,20 @@ def acting_user(who: Principal, user_id: str | None) -> str:
     user only (a body naming another is refused); any other token must name one."""
     if who.read_scope == "own_user":
         if user_id is not None and user_id != who.read_user_id:
-            raise Forbidden("this token acts for one user only; user_id must be that user or left out",
-                            field="user_id", rule="own_user")
+            raise Forbidden(
+                "this token acts for one user only; user_id must be that user or left out",
+                field="user_id",
+                rule="own_user",
+            )
         return who.read_user_id
-    if who.bounded:   # own_session: the routes refuse it first; never act for no user
-        raise Forbidden("an own_session token cannot call this op: conversation rows have no session",
-                        rule="read_scope")
+    if who.bounded:  # own_session: the routes refuse it first; never act for no user
+        raise Forbidden(
+            "an own_session token cannot call this op: conversation rows have no session", rule="read_scope"
+        )
     if not user_id:
-        raise InvalidRequest("user_id is required (the user whose saved messages these are)",
-                             field="user_id", rule="required")
+        raise InvalidRequest(
+            "user_id is required (the user whose saved messages these are)", field="user_id", rule="required"
+        )
     return user_id
 
 
@@ -135,28 +140,38 @@ def _read_state(svc: Services, key: conv_store.TurnKey) -> _State:
 
 
 def _has_live_vector(emb: emb_store.EmbeddingRow | None, text: str) -> bool:
-    return (emb is not None and not emb.tombstoned and not emb.error and len(emb.embedding) > 0
-            and emb.text == text)
+    return (
+        emb is not None
+        and not emb.tombstoned
+        and not emb.error
+        and len(emb.embedding) > 0
+        and emb.text == text
+    )
 
 
 # -- the checks ------------------------------------------------------------------------
 
 
-def _refusal(key: conv_store.TurnKey, row: saved_store.TranscriptRow | None, user: str,
-             new: NewMessage | None) -> SaveResult | None:
+def _refusal(
+    key: conv_store.TurnKey, row: saved_store.TranscriptRow | None, user: str, new: NewMessage | None
+) -> SaveResult | None:
     """Why this message cannot be saved for `user` (None: it can). Applies as well to a
     message that is already saved; the answer says whether it stays saved."""
     _, _, thread_id, msg_id = key
     if row is None:
         for name in ("content", "role"):
             if new is None or getattr(new, name) is None:
-                raise InvalidRequest(f"the transcript does not hold this message; send role and content to save it "
-                                     f"({name} is missing)", field=name, rule="required_for_new_message")
+                raise InvalidRequest(
+                    f"the transcript does not hold this message; send role and content to save it "
+                    f"({name} is missing)",
+                    field=name,
+                    rule="required_for_new_message",
+                )
         assert new is not None and new.content is not None
         if new.role not in EMBEDDED_ROLES:
             return SaveResult(thread_id, msg_id, False, False, UNSUPPORTED_ROLE)
         if reads_as_high(new.content):
-            return SaveResult(thread_id, msg_id, False, False, HIGH_SENSITIVITY)   # not stored
+            return SaveResult(thread_id, msg_id, False, False, HIGH_SENSITIVITY)  # not stored
         return None
     # Another user's message: say nothing more about it (not whether it is deleted).
     if row.user_id not in ("", user):
@@ -175,8 +190,17 @@ def _refusal(key: conv_store.TurnKey, row: saved_store.TranscriptRow | None, use
 # -- save ------------------------------------------------------------------------------
 
 
-async def save_message(svc: Services, who: Principal, namespace: str, user_id: str | None, conversation_id: str,
-                       message_id: str, *, agent: str = "default", new: NewMessage | None = None) -> SaveResult:
+async def save_message(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    user_id: str | None,
+    conversation_id: str,
+    message_id: str,
+    *,
+    agent: str = "default",
+    new: NewMessage | None = None,
+) -> SaveResult:
     """conversation.save_message (writer): flag one message saved for the acting user,
     storing it first when the transcript does not hold it."""
     who.require_role(Role.writer)
@@ -189,7 +213,9 @@ async def save_message(svc: Services, who: Principal, namespace: str, user_id: s
         refused = _refusal(key, state.row, user, new)
         if refused is not None:
             return refused
-        text = embed_text(state.row.content if state.row is not None else new.content if new and new.content else "")
+        text = embed_text(
+            state.row.content if state.row is not None else new.content if new and new.content else ""
+        )
         if (vector is None or vector.text != text) and not _has_live_vector(state.emb, text):
             # Provider work before the lease; screened above (never text that reads as high).
             vector = _Vector(text, await inline_embedding.embed(svc, [text]))
@@ -197,12 +223,14 @@ async def save_message(svc: Services, who: Principal, namespace: str, user_id: s
             done = await _save_under_lease(svc, key, user, new, vector)
         if done is not None:
             return done
-    raise Unavailable("the message kept changing while it was being saved; retry the save", field="message_id",
-                      rule="retry")
+    raise Unavailable(
+        "the message kept changing while it was being saved; retry the save", field="message_id", rule="retry"
+    )
 
 
-async def _save_under_lease(svc: Services, key: conv_store.TurnKey, user: str, new: NewMessage | None,
-                            vector: _Vector | None) -> SaveResult | None:
+async def _save_under_lease(
+    svc: Services, key: conv_store.TurnKey, user: str, new: NewMessage | None, vector: _Vector | None
+) -> SaveResult | None:
     """One round under the thread lease. None: start again (the message changed so that
     the round cannot finish: a racing append's row landed, or a vector is missing)."""
     state = await svc.run(_read_state, svc, key)
@@ -211,7 +239,7 @@ async def _save_under_lease(svc: Services, key: conv_store.TurnKey, user: str, n
         return refused
     row = state.row
     if row is None:
-        assert new is not None   # _refusal raised otherwise
+        assert new is not None  # _refusal raised otherwise
         row = await _store_new(svc, key, user, new, state.emb)
         if row is None:
             return None
@@ -238,9 +266,12 @@ async def _lease(svc: Services, namespace: str, thread_id: str) -> AsyncIterator
         try:
             await stack.enter_async_context(thread_lease(svc.redis, namespace, thread_id))
         except LeaseTimeout:
-            raise Unavailable("the conversation is busy with another write; retry", field="conversation_id",
-                              rule="retry") from None
-        await stack.enter_async_context(search_marks.changing(svc.redis, svc.ch, svc.run, [(namespace, thread_id)]))
+            raise Unavailable(
+                "the conversation is busy with another write; retry", field="conversation_id", rule="retry"
+            ) from None
+        await stack.enter_async_context(
+            search_marks.changing(svc.redis, svc.ch, svc.run, [(namespace, thread_id)])
+        )
         yield
 
 
@@ -259,8 +290,9 @@ def _dedup_token(key: conv_store.TurnKey, generation: int) -> str:
     return "save-" + h.hexdigest()[:40]
 
 
-async def _store_new(svc: Services, key: conv_store.TurnKey, user: str, new: NewMessage,
-                     emb: emb_store.EmbeddingRow | None) -> saved_store.TranscriptRow | None:
+async def _store_new(
+    svc: Services, key: conv_store.TurnKey, user: str, new: NewMessage, emb: emb_store.EmbeddingRow | None
+) -> saved_store.TranscriptRow | None:
     """Insert a new message, saved. Returns the row as it reads back, or None when a
     racing append's row landed instead (the caller starts the round again)."""
     # A removal by unsave leaves a tombstoned embedding row; its version starts a new
@@ -269,14 +301,27 @@ async def _store_new(svc: Services, key: conv_store.TurnKey, user: str, new: New
     token = _dedup_token(key, generation)
     if not await _claim_turn(svc, key, token):
         return None
-    await landed.note(svc.redis, [key])     # before the insert: append's flush must not take it for new
+    await landed.note(svc.redis, [key])  # before the insert: append's flush must not take it for new
     now = _now_ms()
     ts = as_utc(new.ts) if new.ts is not None else utcnow()
-    assert new.role is not None and new.content is not None   # _refusal checked
-    turn = conv_store.Turn(namespace=key[0], agent=key[1], thread_id=key[2], msg_id=key[3], ts=ts, role=new.role,
-                           content=new.content, user_id=user, run_id=new.run_id, metadata=dict(new.metadata),
-                           high_sensitivity=False, is_saved=True, saved_at=now, origin=conv_store.SAVED_ONLY,
-                           version=next_version())
+    assert new.role is not None and new.content is not None  # _refusal checked
+    turn = conv_store.Turn(
+        namespace=key[0],
+        agent=key[1],
+        thread_id=key[2],
+        msg_id=key[3],
+        ts=ts,
+        role=new.role,
+        content=new.content,
+        user_id=user,
+        run_id=new.run_id,
+        metadata=dict(new.metadata),
+        high_sensitivity=False,
+        is_saved=True,
+        saved_at=now,
+        origin=conv_store.SAVED_ONLY,
+        version=next_version(),
+    )
     for attempt in range(2):
         # The first insert's token is the message's: a concurrent save of it inserts
         # nothing more. A row that does not read back (a delete that was not an unsave
@@ -286,8 +331,9 @@ async def _store_new(svc: Services, key: conv_store.TurnKey, user: str, new: New
         row = await svc.run(saved_store.transcript_row, svc.ch, key)
         if row is not None:
             return row
-    raise Unavailable("the saved message did not land in the store; retry the save", field="message_id",
-                      rule="retry")
+    raise Unavailable(
+        "the saved message did not land in the store; retry the save", field="message_id", rule="retry"
+    )
 
 
 async def _claim_turn(svc: Services, key: conv_store.TurnKey, token: str) -> bool:
@@ -300,20 +346,21 @@ async def _claim_turn(svc: Services, key: conv_store.TurnKey, token: str) -> boo
         return True
     holder = await svc.redis.get(ck)
     if holder is not None and holder.decode() == mine:
-        return True        # this same save, retried or concurrent: the token dedups the insert
+        return True  # this same save, retried or concurrent: the token dedups the insert
     loop = asyncio.get_running_loop()
     deadline = loop.time() + APPEND_LANDING_WAIT_S
     while loop.time() < deadline:
         if await svc.run(saved_store.transcript_row, svc.ch, key) is not None:
-            return False   # the append's row landed: save it in place
+            return False  # the append's row landed: save it in place
         await asyncio.sleep(0.02)
     # A claim whose row never landed (its flush failed and could not release it).
     await svc.redis.set(ck, mine, ex=CLAIM_TTL_S)
     return True
 
 
-def _write_embedding(svc: Services, row: saved_store.TranscriptRow, emb: emb_store.EmbeddingRow | None,
-                     vector: _Vector | None) -> SaveResult | None:
+def _write_embedding(
+    svc: Services, row: saved_store.TranscriptRow, emb: emb_store.EmbeddingRow | None, vector: _Vector | None
+) -> SaveResult | None:
     """Under the lease, once the transcript row reads back as the caller's: make the
     embedding row a flagged copy of it (a live vector of the same text is kept, a failed
     or missing one is written from `vector`). None: a vector is needed and `vector`
@@ -321,14 +368,25 @@ def _write_embedding(svc: Services, row: saved_store.TranscriptRow, emb: emb_sto
     text = embed_text(row.content)
     saved_at = row.saved_at
     result = SaveResult(row.thread_id, row.msg_id, True, True, None, as_utc(saved_at) if saved_at else None)
-    flags: dict[str, Any] = dict(agent=row.agent, role=row.role, run_id=row.run_id, user_id=row.user_id,
-                                 ts=row.ts, is_saved=True, saved_at=saved_at, tombstoned=False, origin=row.origin)
+    flags: dict[str, Any] = dict(
+        agent=row.agent,
+        role=row.role,
+        run_id=row.run_id,
+        user_id=row.user_id,
+        ts=row.ts,
+        is_saved=True,
+        saved_at=saved_at,
+        tombstoned=False,
+        origin=row.origin,
+    )
     if emb is not None and _has_live_vector(emb, text):
         if row.saved_only and emb.origin == conv_store.RECORDED and emb.agent != row.agent:
             # The vector serves another agent's recorded copy of the same text: it keeps
             # serving that copy in conversation.search (a saved-only copy never would),
             # and is flagged for the saver's own search as well.
-            flags.update(agent=emb.agent, role=emb.role, run_id=emb.run_id, ts=emb.ts, origin=conv_store.RECORDED)
+            flags.update(
+                agent=emb.agent, role=emb.role, run_id=emb.run_id, ts=emb.ts, origin=conv_store.RECORDED
+            )
         if any(getattr(emb, k) != v for k, v in flags.items()):
             emb_store.insert(svc.ch, [replace(emb, **flags, version=next_version())])
         return result
@@ -336,16 +394,30 @@ def _write_embedding(svc: Services, row: saved_store.TranscriptRow, emb: emb_sto
         return None
     if vector.result.ok:
         assert vector.result.vectors is not None
-        fresh = emb_store.EmbeddingRow(namespace=row.namespace, thread_id=row.thread_id, msg_id=row.msg_id, text=text,
-                                       embedding=vector.result.vectors[0], model=vector.result.model_id,
-                                       version=next_version(), **flags)
+        fresh = emb_store.EmbeddingRow(
+            namespace=row.namespace,
+            thread_id=row.thread_id,
+            msg_id=row.msg_id,
+            text=text,
+            embedding=vector.result.vectors[0],
+            model=vector.result.model_id,
+            version=next_version(),
+            **flags,
+        )
         emb_store.insert(svc.ch, [fresh])
         return result
     # Fail-open: stored and saved; the error is recorded and a later save retries it.
-    failed = emb_store.EmbeddingRow(namespace=row.namespace, thread_id=row.thread_id, msg_id=row.msg_id, text=text,
-                                    embedding=[], model="",
-                                    error=failures.safe(vector.result.error),
-                                    version=next_version(), **flags)
+    failed = emb_store.EmbeddingRow(
+        namespace=row.namespace,
+        thread_id=row.thread_id,
+        msg_id=row.msg_id,
+        text=text,
+        embedding=[],
+        model="",
+        error=failures.safe(vector.result.error),
+        version=next_version(),
+        **flags,
+    )
     emb_store.insert(svc.ch, [failed])
     result.indexed, result.reason = False, EMBED_FAILED
     return result
@@ -354,8 +426,16 @@ def _write_embedding(svc: Services, row: saved_store.TranscriptRow, emb: emb_sto
 # -- unsave ----------------------------------------------------------------------------
 
 
-async def unsave_message(svc: Services, who: Principal, namespace: str, user_id: str | None, conversation_id: str,
-                         message_id: str, *, agent: str = "default") -> UnsaveResult:
+async def unsave_message(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    user_id: str | None,
+    conversation_id: str,
+    message_id: str,
+    *,
+    agent: str = "default",
+) -> UnsaveResult:
     """conversation.unsave_message (writer): withdraw a saved message from its owner's
     search: a saved-only row is removed (removed: true), a recorded one keeps its place
     in the transcript with the flag cleared. found: false for a message this user has
@@ -395,30 +475,84 @@ def _unsave_embedding(svc: Services, row: saved_store.TranscriptRow, *, removed:
     older one cannot come back over."""
     ch = svc.ch
     emb = emb_store.get(ch, row.namespace, row.thread_id, row.msg_id)
-    others = [c for c in saved_store.copies(ch, row.namespace, row.thread_id, row.msg_id) if c.agent != row.agent]
+    others = [
+        c for c in saved_store.copies(ch, row.namespace, row.thread_id, row.msg_id) if c.agent != row.agent
+    ]
     version = next_version()
     if others:
         if emb is None:
             return
         other = max(others, key=lambda c: (c.is_saved, c.saved_at or datetime.min))
-        emb_store.insert(ch, [replace(emb, agent=other.agent, role=other.role, run_id=other.run_id,
-                                      user_id=other.user_id, is_saved=other.is_saved, saved_at=other.saved_at,
-                                      origin=other.origin, version=version)])
+        emb_store.insert(
+            ch,
+            [
+                replace(
+                    emb,
+                    agent=other.agent,
+                    role=other.role,
+                    run_id=other.run_id,
+                    user_id=other.user_id,
+                    is_saved=other.is_saved,
+                    saved_at=other.saved_at,
+                    origin=other.origin,
+                    version=version,
+                )
+            ],
+        )
     elif not removed:
         if emb is not None:
             emb_store.insert(ch, [replace(emb, is_saved=False, version=version)])
     elif emb is not None:
         # saved_at stays so the revision reaches the per-user vector index.
-        emb_store.insert(ch, [replace(emb, text="", embedding=[], model="", error="", is_saved=False,
-                                      tombstoned=True, version=version)])
+        emb_store.insert(
+            ch,
+            [
+                replace(
+                    emb,
+                    text="",
+                    embedding=[],
+                    model="",
+                    error="",
+                    is_saved=False,
+                    tombstoned=True,
+                    version=version,
+                )
+            ],
+        )
     else:
-        emb_store.insert(ch, [emb_store.EmbeddingRow(
-            namespace=row.namespace, thread_id=row.thread_id, msg_id=row.msg_id, agent=row.agent, role=row.role,
-            run_id=row.run_id, user_id=row.user_id, ts=row.ts, text="", embedding=[], model="",
-            saved_at=row.saved_at or datetime.now(UTC), tombstoned=True, version=version)])
+        emb_store.insert(
+            ch,
+            [
+                emb_store.EmbeddingRow(
+                    namespace=row.namespace,
+                    thread_id=row.thread_id,
+                    msg_id=row.msg_id,
+                    agent=row.agent,
+                    role=row.role,
+                    run_id=row.run_id,
+                    user_id=row.user_id,
+                    ts=row.ts,
+                    text="",
+                    embedding=[],
+                    model="",
+                    saved_at=row.saved_at or datetime.now(UTC),
+                    tombstoned=True,
+                    version=version,
+                )
+            ],
+        )
 
 
 __all__ = [
-    "DELETED", "EMBED_FAILED", "HIGH_SENSITIVITY", "OWNER_MISMATCH", "UNSUPPORTED_ROLE", "NewMessage", "SaveResult",
-    "UnsaveResult", "acting_user", "save_message", "unsave_message",
+    "DELETED",
+    "EMBED_FAILED",
+    "HIGH_SENSITIVITY",
+    "OWNER_MISMATCH",
+    "UNSUPPORTED_ROLE",
+    "NewMessage",
+    "SaveResult",
+    "UnsaveResult",
+    "acting_user",
+    "save_message",
+    "unsave_message",
 ]

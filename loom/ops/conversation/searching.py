@@ -69,7 +69,7 @@ log = loom_logging.get("loom.conversation.search")
 SCOPES = ("all_mine", "one")
 MAX_QUERY_CHARS = 4_000
 MAX_LIMIT = 100
-SCREEN_PAST = 1_024          # characters past the excerpt that must not read as high either
+SCREEN_PAST = 1_024  # characters past the excerpt that must not read as high either
 
 VECTOR: Final = "vector"
 SUBSTRING: Final = "substring"
@@ -83,13 +83,13 @@ EXACT = "exact"
 INDEX = "index"
 UNINDEXED = "exact_unindexed"
 
-_LAST_DIM = "conversation.search.last_dim"   # svc.extras: the dimension of the last query's vector
-_PLAN_COUNTS = "conversation.search.plan_counts"   # svc.extras: recent planner counts (see _count)
+_LAST_DIM = "conversation.search.last_dim"  # svc.extras: the dimension of the last query's vector
+_PLAN_COUNTS = "conversation.search.plan_counts"  # svc.extras: recent planner counts (see _count)
 _PLAN_COUNTS_MAX = 10_000
 PLAN_TTL_S = 10.0
 
-VERIFY_SPARE = 3             # candidates verified beyond `limit` in the first lookup
-RETRIES = 3                  # re-fetches (4x more each time) before an index search is redone exactly
+VERIFY_SPARE = 3  # candidates verified beyond `limit` in the first lookup
+RETRIES = 3  # re-fetches (4x more each time) before an index search is redone exactly
 GROWTH = 4
 
 
@@ -116,7 +116,7 @@ class SearchResult:
     fallback_reason: str | None
     namespaces: list[str]
     hits: list[Hit]
-    plan: list[str] = field(default_factory=list)   # strategies used, e.g. ["index"] or ["exact", "index"]
+    plan: list[str] = field(default_factory=list)  # strategies used, e.g. ["index"] or ["exact", "index"]
 
 
 @dataclass(frozen=True)
@@ -150,12 +150,18 @@ class _Trust:
     candidates), not due to the retention TTL, and the only version of their turn
     among the candidates."""
 
-    expires_before: datetime | None = None     # turns older than this may be gone (TTL)
+    expires_before: datetime | None = None  # turns older than this may be gone (TTL)
 
-    def covers(self, c: Candidate, marks: dict[search_marks.Pair, int], repeated: set[tuple[str, str, str]]) -> bool:
+    def covers(
+        self, c: Candidate, marks: dict[search_marks.Pair, int], repeated: set[tuple[str, str, str]]
+    ) -> bool:
         mark = marks.get((c.namespace, c.thread_id))
-        return (mark is not None and 0 <= mark < c.version and c.key not in repeated
-                and (self.expires_before is None or as_utc(c.ts) > self.expires_before))
+        return (
+            mark is not None
+            and 0 <= mark < c.version
+            and c.key not in repeated
+            and (self.expires_before is None or as_utc(c.ts) > self.expires_before)
+        )
 
 
 def _trust(svc: Services) -> _Trust:
@@ -168,8 +174,10 @@ async def _read_marks(svc: Services, pairs: set[search_marks.Pair]) -> dict[sear
     try:
         return await search_marks.read(svc.redis, svc.ch, svc.run, sorted(pairs))
     except Exception as exc:  # noqa: BLE001 - search still answers, only slower
-        log.warning("conversation.search: search marks unreadable, verifying every candidate",
-                    error=failures.detail(exc))
+        log.warning(
+            "conversation.search: search marks unreadable, verifying every candidate",
+            error=failures.detail(exc),
+        )
         return {}
 
 
@@ -178,30 +186,47 @@ def resolve_namespaces(who: Principal, scope: str | None, namespace: str | None)
     if scope is None:
         scope = "all_mine" if namespace is None else "one"
     if scope not in SCOPES:
-        raise InvalidRequest(f"namespace_scope must be one of {', '.join(SCOPES)}", field="namespace_scope",
-                             rule="one_of")
+        raise InvalidRequest(
+            f"namespace_scope must be one of {', '.join(SCOPES)}", field="namespace_scope", rule="one_of"
+        )
     if scope == "one":
         if not namespace:
-            raise InvalidRequest('namespace is required with namespace_scope "one"', field="namespace",
-                                 rule="required_with_scope_one")
+            raise InvalidRequest(
+                'namespace is required with namespace_scope "one"',
+                field="namespace",
+                rule="required_with_scope_one",
+            )
         return (who.namespace(namespace),)
     if namespace is not None:
-        raise ConflictingFields('namespace_scope "all_mine" searches every namespace the token grants and takes '
-                                'no namespace: drop namespace, or drop namespace_scope (or set it to "one") to '
-                                "search only that namespace", fields=["namespace_scope", "namespace"],
-                                rule="namespace_with_all_mine")
+        raise ConflictingFields(
+            'namespace_scope "all_mine" searches every namespace the token grants and takes '
+            'no namespace: drop namespace, or drop namespace_scope (or set it to "one") to '
+            "search only that namespace",
+            fields=["namespace_scope", "namespace"],
+            rule="namespace_with_all_mine",
+        )
     return tuple(dict.fromkeys(who.namespaces))
 
 
 def _check(query: str, limit: int) -> None:
     if not query or len(query) > MAX_QUERY_CHARS:
-        raise InvalidRequest(f"query must hold 1 to {MAX_QUERY_CHARS:,} characters", field="query", rule="length")
+        raise InvalidRequest(
+            f"query must hold 1 to {MAX_QUERY_CHARS:,} characters", field="query", rule="length"
+        )
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}", field="limit", rule="range")
 
 
-async def search(svc: Services, who: Principal, query: str, *, namespace_scope: str | None = None,
-                 namespace: str | None = None, limit: int = 10, filters: Filters | None = None) -> SearchResult:
+async def search(
+    svc: Services,
+    who: Principal,
+    query: str,
+    *,
+    namespace_scope: str | None = None,
+    namespace: str | None = None,
+    limit: int = 10,
+    filters: Filters | None = None,
+) -> SearchResult:
     """conversation.search (viewer)."""
     who.require_role(Role.viewer)
     namespaces = resolve_namespaces(who, namespace_scope, namespace)
@@ -209,8 +234,13 @@ async def search(svc: Services, who: Principal, query: str, *, namespace_scope: 
     if not namespaces:
         return SearchResult(VECTOR, None, [], [])
     s = svc.settings
-    ask = _Ask(namespaces, filters or Filters(), limit, s.conversation_search_min_similarity,
-               s.conversation_search_excerpt_chars)
+    ask = _Ask(
+        namespaces,
+        filters or Filters(),
+        limit,
+        s.conversation_search_min_similarity,
+        s.conversation_search_excerpt_chars,
+    )
     if reads_as_high(query):
         return await _by_substring(svc, ask, query, QUERY_HIGH)
     # The planner's row counts do not need the vector: read them while the query is embedded.
@@ -218,7 +248,11 @@ async def search(svc: Services, who: Principal, query: str, *, namespace_scope: 
     embedded = await inline_embedding.embed(svc, [query])
     if not embedded.ok or not embedded.vectors:
         await _discard(counting)
-        reason = EMBEDDER_TIMEOUT if failures.code_of(embedded.error) == failures.EMBEDDER_TIMEOUT else EMBEDDER_ERROR
+        reason = (
+            EMBEDDER_TIMEOUT
+            if failures.code_of(embedded.error) == failures.EMBEDDER_TIMEOUT
+            else EMBEDDER_ERROR
+        )
         log.warning("conversation.search fell back to substring", reason=reason)
         return await _by_substring(svc, ask, query, reason)
     return await _by_vector(svc, ask, embedded.vectors[0], counting, _trust(svc))
@@ -247,11 +281,17 @@ async def _count(svc: Services, table: str, ask: _Ask) -> Counted:
     fetches again, then scans), so a stale count costs speed, never a hit. A namespace
     counted empty is not searched at all, so that count is never reused: its first
     turns must be found at once."""
-    cache: dict[tuple[str, tuple[str, ...], Filters], tuple[float, Counted]] = svc.extras.setdefault(_PLAN_COUNTS, {})
+    cache: dict[tuple[str, tuple[str, ...], Filters], tuple[float, Counted]] = svc.extras.setdefault(
+        _PLAN_COUNTS, {}
+    )
     key = (table, ask.namespaces, ask.filters)
     now = time.monotonic()
     got = cache.get(key)
-    if got is not None and now - got[0] < PLAN_TTL_S and all(got[1][0].get(ns, 0) > 0 for ns in ask.namespaces):
+    if (
+        got is not None
+        and now - got[0] < PLAN_TTL_S
+        and all(got[1][0].get(ns, 0) > 0 for ns in ask.namespaces)
+    ):
         return got[1]
     counted = await svc.run(store.counts, svc.ch, table, ask.namespaces, ask.filters)
     if len(cache) >= _PLAN_COUNTS_MAX:
@@ -275,11 +315,12 @@ async def _counts(svc: Services, ask: _Ask, table: str, counting: _Counting | No
 
 # -- vector mode --------------------------------------------------------------------
 
-Fetch = Callable[[int, int], Awaitable[list[Candidate]]]   # (fetch, attempt) -> candidates, best first
+Fetch = Callable[[int, int], Awaitable[list[Candidate]]]  # (fetch, attempt) -> candidates, best first
 
 
-async def _by_vector(svc: Services, ask: _Ask, raw: np.ndarray, counting: _Counting | None,
-                     trust: _Trust) -> SearchResult:
+async def _by_vector(
+    svc: Services, ask: _Ask, raw: np.ndarray, counting: _Counting | None, trust: _Trust
+) -> SearchResult:
     vector = np.asarray(raw, dtype=np.float32)
     svc.extras[_LAST_DIM] = int(vector.shape[0])
     table = store.VECTOR_TABLES.get(int(vector.shape[0]))
@@ -302,8 +343,9 @@ async def _by_vector(svc: Services, ask: _Ask, raw: np.ndarray, counting: _Count
     return SearchResult(VECTOR, None, list(ask.namespaces), _best(found, ask.limit), plan)
 
 
-def _split(namespaces: Sequence[str], per_ns: dict[str, int], exact_max_rows: int
-           ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _split(
+    namespaces: Sequence[str], per_ns: dict[str, int], exact_max_rows: int
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Namespaces to scan exactly (few rows after the filters) and to search by index;
     a namespace with no matching row is not searched at all."""
     small = tuple(ns for ns in namespaces if 0 < per_ns.get(ns, 0) <= exact_max_rows)
@@ -316,8 +358,9 @@ def _best(hits: list[Hit], limit: int) -> list[Hit]:
     return hits[:limit]
 
 
-async def _exact(svc: Services, ask: _Ask, table: str, namespaces: tuple[str, ...], vector: np.ndarray,
-                 trust: _Trust) -> list[Hit]:
+async def _exact(
+    svc: Services, ask: _Ask, table: str, namespaces: tuple[str, ...], vector: np.ndarray, trust: _Trust
+) -> list[Hit]:
     async def fetch(n: int, attempt: int) -> list[Candidate]:
         return await svc.run(store.exact, svc.ch, table, namespaces, vector, ask.filters, n)
 
@@ -333,16 +376,24 @@ async def _unindexed(svc: Services, ask: _Ask, vector: np.ndarray, trust: _Trust
     return hits
 
 
-async def _indexed(svc: Services, ask: _Ask, table: str, namespaces: tuple[str, ...], vector: np.ndarray,
-                   trust: _Trust, share: float) -> list[Hit]:
+async def _indexed(
+    svc: Services,
+    ask: _Ask,
+    table: str,
+    namespaces: tuple[str, ...],
+    vector: np.ndarray,
+    trust: _Trust,
+    share: float,
+) -> list[Hit]:
     """By the HNSW index; the index fetches 1.5 / share times more than asked from each
     part, since only `share` of the table's rows pass the namespace and filters. Each
     retry asks 4x more; if that never suffices, the namespaces are scanned exactly."""
     base = 1.5 / max(share, 1e-6)
 
     async def fetch(n: int, attempt: int) -> list[Candidate]:
-        return await svc.run(store.nearest, svc.ch, table, namespaces, vector, ask.filters, n,
-                             base * GROWTH ** attempt)
+        return await svc.run(
+            store.nearest, svc.ch, table, namespaces, vector, ask.filters, n, base * GROWTH**attempt
+        )
 
     hits, complete = await _collect(svc, ask, fetch, trust, cap=store.MAX_FETCH)
     if complete:
@@ -351,8 +402,9 @@ async def _indexed(svc: Services, ask: _Ask, table: str, namespaces: tuple[str, 
     return await _exact(svc, ask, table, namespaces, vector, trust)
 
 
-async def _collect(svc: Services, ask: _Ask, fetch: Fetch, trust: _Trust, *, cap: int | None
-                   ) -> tuple[list[Hit], bool]:
+async def _collect(
+    svc: Services, ask: _Ask, fetch: Fetch, trust: _Trust, *, cap: int | None
+) -> tuple[list[Hit], bool]:
     """Fetch candidates, verify them, and fetch again (GROWTH times more) while
     verification left fewer than `limit` hits and more could exist. Returns the hits and
     whether they are complete (False: an index search ran out of retries)."""
@@ -390,11 +442,12 @@ async def _verified(svc: Services, ask: _Ask, candidates: list[Candidate], trust
     return hits
 
 
-_Kept = tuple[Candidate, str, str, str, datetime]     # a candidate and its turn's role, run, owner, time
+_Kept = tuple[Candidate, str, str, str, datetime]  # a candidate and its turn's role, run, owner, time
 
 
-async def _verified_slice(svc: Services, ask: _Ask, fresh: list[Candidate], trust: _Trust,
-                          repeated: set[tuple[str, str, str]]) -> list[Hit]:
+async def _verified_slice(
+    svc: Services, ask: _Ask, fresh: list[Candidate], trust: _Trust, repeated: set[tuple[str, str, str]]
+) -> list[Hit]:
     """The slice's hits: trusted candidates as their rows say, the others verified."""
     if not fresh:
         return []
@@ -416,16 +469,18 @@ async def _checked(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[_Ke
     if not fresh:
         return []
     keys = [c.key for c in fresh]
-    emb, turns = await asyncio.gather(svc.run(store.verify_embeddings, svc.ch, keys),
-                                      svc.run(store.verify_turns, svc.ch, keys, {c.agent for c in fresh}))
+    emb, turns = await asyncio.gather(
+        svc.run(store.verify_embeddings, svc.ch, keys),
+        svc.run(store.verify_turns, svc.ch, keys, {c.agent for c in fresh}),
+    )
     kept: list[_Kept] = []
     for c in fresh:
         now = emb.get(c.key)
         if now is None or not now.live or now.version != c.version:
-            continue                       # tombstoned, failed, or re-embedded since this vector
+            continue  # tombstoned, failed, or re-embedded since this vector
         turn = turns.get((c.namespace, c.agent, c.thread_id, c.msg_id))
         if turn is None or not turn.live or turn.high or not turn.recorded:
-            continue                       # a saved-only row belongs to its user, not to search
+            continue  # a saved-only row belongs to its user, not to search
         kept.append((c, turn.role, turn.run_id, turn.user_id, turn.ts))
     return kept
 
@@ -439,8 +494,20 @@ async def _hits(svc: Services, ask: _Ask, kept: list[_Kept]) -> list[Hit]:
         head = heads.get(c.key, c.text)
         if window_reads_as_high(head, ask.shown, SCREEN_PAST):
             continue
-        hits.append(Hit(c.namespace, c.agent, c.thread_id, c.msg_id, role, run_id, user_id, as_utc(ts),
-                        round(c.similarity, 6), head[: ask.shown]))
+        hits.append(
+            Hit(
+                c.namespace,
+                c.agent,
+                c.thread_id,
+                c.msg_id,
+                role,
+                run_id,
+                user_id,
+                as_utc(ts),
+                round(c.similarity, 6),
+                head[: ask.shown],
+            )
+        )
     return hits
 
 
@@ -468,8 +535,9 @@ async def _heads(svc: Services, ask: _Ask, candidates: list[Candidate]) -> dict[
     short = [c for c in candidates if not _text_covers(c.text, ask.window)]
     if not short:
         return {}
-    found = await svc.run(store.heads, svc.ch, [(c.namespace, c.agent, c.thread_id, c.msg_id) for c in short],
-                          ask.window)
+    found = await svc.run(
+        store.heads, svc.ch, [(c.namespace, c.agent, c.thread_id, c.msg_id) for c in short], ask.window
+    )
     return {(k[0], k[2], k[3]): head for k, head in found.items()}
 
 
@@ -481,10 +549,25 @@ async def _by_substring(svc: Services, ask: _Ask, query: str, reason: str) -> Se
     n = ask.first_fetch
     hits: list[Hit] = []
     for _ in range(RETRIES + 1):
-        rows = await svc.run(store.substring, svc.ch, ask.namespaces, query, ask.filters, fetch=n, chars=ask.window)
-        hits = [Hit(r.namespace, r.agent, r.thread_id, r.msg_id, r.role, r.run_id, r.user_id, as_utc(r.ts), None,
-                    r.head[: ask.shown])
-                for r in rows if not window_reads_as_high(r.head, ask.shown, SCREEN_PAST)]
+        rows = await svc.run(
+            store.substring, svc.ch, ask.namespaces, query, ask.filters, fetch=n, chars=ask.window
+        )
+        hits = [
+            Hit(
+                r.namespace,
+                r.agent,
+                r.thread_id,
+                r.msg_id,
+                r.role,
+                r.run_id,
+                r.user_id,
+                as_utc(r.ts),
+                None,
+                r.head[: ask.shown],
+            )
+            for r in rows
+            if not window_reads_as_high(r.head, ask.shown, SCREEN_PAST)
+        ]
         if len(hits) >= ask.limit or len(rows) < n:
             break
         n *= GROWTH

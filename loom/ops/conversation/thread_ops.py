@@ -68,16 +68,30 @@ def _client_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
 
 
 def _view(row: thread_store.ThreadRow, activity: conv_store.ThreadActivity | None = None) -> ThreadView:
-    return ThreadView(row.thread_id, row.agent, row.title, row.metadata, row.run_id,
-                      as_utc(row.created_at) if row.created_at else None,
-                      as_utc(row.updated_at) if row.updated_at else None,
-                      activity.turns if activity else 0,
-                      as_utc(activity.last_ts) if activity and activity.last_ts else None)
+    return ThreadView(
+        row.thread_id,
+        row.agent,
+        row.title,
+        row.metadata,
+        row.run_id,
+        as_utc(row.created_at) if row.created_at else None,
+        as_utc(row.updated_at) if row.updated_at else None,
+        activity.turns if activity else 0,
+        as_utc(activity.last_ts) if activity and activity.last_ts else None,
+    )
 
 
-async def create(svc: Services, who: Principal, namespace: str, agent: str, thread_id: str | None, *,
-                 title: str | None = None, metadata: dict[str, Any] | None = None,
-                 run_id: str | None = None) -> tuple[ThreadView, bool]:
+async def create(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    agent: str,
+    thread_id: str | None,
+    *,
+    title: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    run_id: str | None = None,
+) -> tuple[ThreadView, bool]:
     """conversation.create (writer): a thread with its title, metadata or run_id up front.
     On a thread that exists, the given fields are attached to it (created: false)."""
     who.require_role(Role.writer)
@@ -87,7 +101,11 @@ async def create(svc: Services, who: Principal, namespace: str, agent: str, thre
         current = await svc.run(thread_store.get, svc.ch, ns, agent, thread_id)
         created = current is None or current.tombstoned
         now = utcnow()
-        row = thread_store.ThreadRow(namespace=ns, agent=agent, thread_id=thread_id, created_at=now) if created else current
+        row = (
+            thread_store.ThreadRow(namespace=ns, agent=agent, thread_id=thread_id, created_at=now)
+            if created
+            else current
+        )
         assert row is not None
         if title is not None:
             row.title = title
@@ -102,25 +120,41 @@ async def create(svc: Services, who: Principal, namespace: str, agent: str, thre
     return _view(row), created
 
 
-async def update(svc: Services, who: Principal, namespace: str, agent: str, thread_id: str, *,
-                 title: str | None = None, metadata: dict[str, Any] | None = None,
-                 run_id: str | None = None) -> ThreadView:
+async def update(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    agent: str,
+    thread_id: str,
+    *,
+    title: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    run_id: str | None = None,
+) -> ThreadView:
     """conversation.update (writer): change a thread's title, metadata or run_id. New
     metadata replaces the old, including a title_refused mark."""
     who.require_role(Role.writer)
     ns = who.namespace(namespace)
     if title is None and metadata is None and run_id is None:
-        raise InvalidRequest("nothing to update: give title, metadata or run_id", field="title", rule="one_of")
+        raise InvalidRequest(
+            "nothing to update: give title, metadata or run_id", field="title", rule="one_of"
+        )
     async with thread_lease(svc.redis, ns, thread_id):
         current, activity = await asyncio.gather(
             svc.run(thread_store.get, svc.ch, ns, agent, thread_id),
-            svc.run(conv_store.activity, svc.ch, ns, agent, thread_id))
+            svc.run(conv_store.activity, svc.ch, ns, agent, thread_id),
+        )
         live = current is not None and not current.tombstoned
         if not live and activity.turns == 0:
             raise NotFound(f"no thread {thread_id!r} for agent {agent!r}", field="thread_id")
         now = utcnow()
-        row = current if live and current is not None else thread_store.ThreadRow(
-            namespace=ns, agent=agent, thread_id=thread_id, created_at=activity.first_ts or now)
+        row = (
+            current
+            if live and current is not None
+            else thread_store.ThreadRow(
+                namespace=ns, agent=agent, thread_id=thread_id, created_at=activity.first_ts or now
+            )
+        )
         if title is not None:
             row.title = title
         if metadata is not None:
@@ -133,21 +167,30 @@ async def update(svc: Services, who: Principal, namespace: str, agent: str, thre
     return _view(row, activity)
 
 
-async def threads(svc: Services, who: Principal, namespace: str, agent: str, *, window_days: int, limit: int,
-                  offset: int) -> tuple[list[ThreadSummary], bool]:
+async def threads(
+    svc: Services, who: Principal, namespace: str, agent: str, *, window_days: int, limit: int, offset: int
+) -> tuple[list[ThreadSummary], bool]:
     """conversation.threads (viewer): recent threads, newest first; `agent="*"` for all."""
     who.require_role(Role.viewer)
     ns = who.namespace(namespace)
     since = utcnow() - timedelta(days=window_days)
-    recent = await svc.run(thread_store.recent, svc.ch, ns, None if agent == ALL_AGENTS else agent, since,
-                           limit=limit + 1, offset=offset)
+    recent = await svc.run(
+        thread_store.recent,
+        svc.ch,
+        ns,
+        None if agent == ALL_AGENTS else agent,
+        since,
+        limit=limit + 1,
+        offset=offset,
+    )
     has_more = len(recent) > limit
     recent = recent[:limit]
     pairs = [(r.agent, r.thread_id) for r in recent]
     shown = svc.settings.conversation_search_excerpt_chars
     last, rows = await asyncio.gather(
         svc.run(conv_store.last_turns, svc.ch, ns, pairs, shown + 1024),
-        svc.run(thread_store.get_many, svc.ch, ns, pairs))
+        svc.run(thread_store.get_many, svc.ch, ns, pairs),
+    )
     out = []
     for r in recent:
         pair = (r.agent, r.thread_id)
@@ -159,15 +202,34 @@ async def threads(svc: Services, who: Principal, namespace: str, agent: str, *, 
         title = row.title if row is not None and not row.tombstoned else ""
         if title and reads_as_high(title):
             title = ""
-        out.append(ThreadSummary(
-            r.thread_id, r.agent, title, excerpt, as_utc(r.last_ts), turn.role if turn else "",
-            turn.msg_id if turn else "", row.run_id if row is not None else "",
-            as_utc(row.created_at) if row is not None and row.created_at else None))
+        out.append(
+            ThreadSummary(
+                r.thread_id,
+                r.agent,
+                title,
+                excerpt,
+                as_utc(r.last_ts),
+                turn.role if turn else "",
+                turn.msg_id if turn else "",
+                row.run_id if row is not None else "",
+                as_utc(row.created_at) if row is not None and row.created_at else None,
+            )
+        )
     return out, has_more
 
 
-async def _page(svc: Services, ns: str, agent: str, thread_id: str, *, kind: str, limit: int, order: str,
-                cursor: str | None, run_id: str | None) -> Page:
+async def _page(
+    svc: Services,
+    ns: str,
+    agent: str,
+    thread_id: str,
+    *,
+    kind: str,
+    limit: int,
+    order: str,
+    cursor: str | None,
+    run_id: str | None,
+) -> Page:
     expect = {"k": kind, "th": thread_id, "ag": agent, "o": order, "r": run_id}
     after = None
     if cursor:
@@ -175,9 +237,20 @@ async def _page(svc: Services, ns: str, agent: str, thread_id: str, *, kind: str
         try:
             after = (int(pos["t"]), str(pos["m"]))
         except (KeyError, TypeError, ValueError):
-            raise InvalidRequest("cursor is not one this server issued", field="cursor", rule="opaque") from None
-    messages = await svc.run(conv_store.page, svc.ch, ns, agent, thread_id, limit=limit + 1,
-                             descending=order == "desc", after=after, run_id=run_id)
+            raise InvalidRequest(
+                "cursor is not one this server issued", field="cursor", rule="opaque"
+            ) from None
+    messages = await svc.run(
+        conv_store.page,
+        svc.ch,
+        ns,
+        agent,
+        thread_id,
+        limit=limit + 1,
+        descending=order == "desc",
+        after=after,
+        run_id=run_id,
+    )
     next_cursor = None
     if len(messages) > limit:
         messages = messages[:limit]
@@ -186,31 +259,54 @@ async def _page(svc: Services, ns: str, agent: str, thread_id: str, *, kind: str
     return Page(messages, next_cursor)
 
 
-async def get(svc: Services, who: Principal, namespace: str, agent: str, thread_id: str, *,
-              include_messages: bool = False, limit: int = 50, order: str = "asc",
-              cursor: str | None = None) -> tuple[ThreadView, Page | None]:
+async def get(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    agent: str,
+    thread_id: str,
+    *,
+    include_messages: bool = False,
+    limit: int = 50,
+    order: str = "asc",
+    cursor: str | None = None,
+) -> tuple[ThreadView, Page | None]:
     """conversation.get (viewer): a thread's metadata; with include_messages, a page of its turns."""
     who.require_role(Role.viewer)
     ns = who.namespace(namespace)
     row, activity = await asyncio.gather(
         svc.run(thread_store.get, svc.ch, ns, agent, thread_id),
-        svc.run(conv_store.activity, svc.ch, ns, agent, thread_id))
+        svc.run(conv_store.activity, svc.ch, ns, agent, thread_id),
+    )
     if (row is None or row.tombstoned) and activity.turns == 0:
         raise NotFound(f"no thread {thread_id!r} for agent {agent!r}", field="thread_id")
     if row is None or row.tombstoned:
-        row = thread_store.ThreadRow(namespace=ns, agent=agent, thread_id=thread_id, created_at=activity.first_ts)
+        row = thread_store.ThreadRow(
+            namespace=ns, agent=agent, thread_id=thread_id, created_at=activity.first_ts
+        )
     page = None
     if include_messages:
-        page = await _page(svc, ns, agent, thread_id, kind="get", limit=limit, order=order, cursor=cursor,
-                           run_id=None)
+        page = await _page(
+            svc, ns, agent, thread_id, kind="get", limit=limit, order=order, cursor=cursor, run_id=None
+        )
     return _view(row, activity), page
 
 
-async def list_turns(svc: Services, who: Principal, namespace: str, agent: str, thread_id: str, *,
-                     limit: int = 50, order: str = "asc", cursor: str | None = None,
-                     run_id: str | None = None) -> Page:
+async def list_turns(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    agent: str,
+    thread_id: str,
+    *,
+    limit: int = 50,
+    order: str = "asc",
+    cursor: str | None = None,
+    run_id: str | None = None,
+) -> Page:
     """conversation.list (viewer): a thread's turns, cursor-paginated, optionally by run_id."""
     who.require_role(Role.viewer)
     ns = who.namespace(namespace)
-    return await _page(svc, ns, agent, thread_id, kind="list", limit=limit, order=order, cursor=cursor,
-                       run_id=run_id)
+    return await _page(
+        svc, ns, agent, thread_id, kind="list", limit=limit, order=order, cursor=cursor, run_id=run_id
+    )

@@ -92,8 +92,14 @@ async def request(
             )
         nss = _principal_namespaces(who, namespace_list)
         req = store.Request(
-            erasure_id=eid, token_id=who.token_id, kind=NAMESPACES, user_id="", namespaces=nss, purge=True,
-            state=REMOVING, created_at=now,
+            erasure_id=eid,
+            token_id=who.token_id,
+            kind=NAMESPACES,
+            user_id="",
+            namespaces=nss,
+            purge=True,
+            state=REMOVING,
+            created_at=now,
         )
         tables = await _hide_namespaces(svc, nss)
     else:
@@ -102,8 +108,14 @@ async def request(
             raise InvalidRequest("user_id must not be empty", field="user_id", rule="non_empty")
         nss = _principal_namespaces(who, namespaces)
         req = store.Request(
-            erasure_id=eid, token_id=who.token_id, kind=USER, user_id=user_id, namespaces=nss, purge=purge,
-            state=REMOVING, created_at=now,
+            erasure_id=eid,
+            token_id=who.token_id,
+            kind=USER,
+            user_id=user_id,
+            namespaces=nss,
+            purge=purge,
+            state=REMOVING,
+            created_at=now,
         )
         tables = {}
         for ns in nss:

@@ -149,8 +149,14 @@ def build_evidence(scope: Scope, messages: list[Message], source: str) -> list[E
 
 
 def _payload(scope: Scope, ids: list[str]) -> dict[str, Any]:
-    return jobs.build(jobs.MemoryExtractJob, namespace=scope.namespace, user_id=scope.user_id,
-                      session_id=scope.session_id, run_id=scope.run_id, evidence_ids=ids)
+    return jobs.build(
+        jobs.MemoryExtractJob,
+        namespace=scope.namespace,
+        user_id=scope.user_id,
+        session_id=scope.session_id,
+        run_id=scope.run_id,
+        evidence_ids=ids,
+    )
 
 
 async def run_job(svc: Services, payload: dict[str, Any]) -> dict[str, Any]:
