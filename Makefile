@@ -21,6 +21,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy loom workers clickhouse_schema
 
 bench: $(STAMP)
