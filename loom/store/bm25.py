@@ -17,7 +17,7 @@ the 2,048 characters the vector is built from.
 Hits are ranked by how many distinct query terms they hold, then by score
 (:func:`rank_key`): BM25's length normalisation alone lets a short message holding
 three common words of a phrase outrank the long answer that holds the whole phrase deep
-inside (the seed: "a phrase deep in a long saved answer still ranks").
+inside (a phrase deep in a long saved answer still ranks).
 
 The index is a candidate generator, never the truth: callers re-check hits against
 loom.conversations (see loom.store.saved.verify).
