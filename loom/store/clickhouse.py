@@ -1,4 +1,4 @@
-"""The one ClickHouse code path: a clickhouse-connect client (its HTTP interface, for a server and for the embedded endpoint alike).
+"""The one ClickHouse code path: a clickhouse-connect client over HTTP (a server or the embedded endpoint).
 
 Whether the URL points at a real server or at the embedded endpoint makes no
 difference below this module.
