@@ -351,10 +351,6 @@ async def record_unanswered(
     job's enqueue stamp, older than any row the worker writes for the job, so a vector
     that lands later still wins)."""
     error = failures.safe(error)
-    out: dict[int, Outcome] = {}
-    by_pair: dict[tuple[str, str], list[int]] = {}
-    for i, t in enumerate(turns):
-        by_pair.setdefault((t.namespace, t.thread_id), []).append(i)
 
     def write(idxs: list[int]) -> dict[int, Outcome]:
         batch = [turns[i] for i in idxs]
@@ -397,6 +393,19 @@ async def record_unanswered(
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"unanswered-{version}-{idxs[0]}")
         return local
 
+    return await _write_under_leases(svc, turns, write)
+
+
+async def _write_under_leases(
+    svc: Services, turns: Sequence[EmbedTurn], write: Callable[[list[int]], dict[int, Outcome]]
+) -> list[Outcome]:
+    """Run `write` (blocking, on the store's thread pool) for the indexes of `turns`
+    whose threads' leases are held, thread by thread, and answer one outcome per turn."""
+    out: dict[int, Outcome] = {}
+    by_pair: dict[tuple[str, str], list[int]] = {}
+    for i, t in enumerate(turns):
+        by_pair.setdefault((t.namespace, t.thread_id), []).append(i)
+
     async def work(held: set[tuple[str, str]]) -> None:
         out.update(await svc.run(write, [i for p in held for i in by_pair[p]]))
 
@@ -413,10 +422,6 @@ async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: Mod
     a row with its vector, or with its error (fail-open, as an append's embed). A row
     that landed meanwhile (a late append job, a save, another pass) is kept as it is:
     the pass never writes over an embedding row, so it needs no search marks."""
-    out: dict[int, Outcome] = {}
-    by_pair: dict[tuple[str, str], list[int]] = {}
-    for i, t in enumerate(turns):
-        by_pair.setdefault((t.namespace, t.thread_id), []).append(i)
 
     def write(idxs: list[int]) -> dict[int, Outcome]:
         batch = [turns[i] for i in idxs]
@@ -462,11 +467,7 @@ async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: Mod
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"recovered-{uuid.uuid4().hex}")
         return local
 
-    async def work(held: set[tuple[str, str]]) -> None:
-        out.update(await svc.run(write, [i for p in held for i in by_pair[p]]))
-
-    await under_thread_leases(svc.redis, by_pair, work)
-    return [out[i] for i in range(len(turns))]
+    return await _write_under_leases(svc, turns, write)
 
 
 class JobFailed(RuntimeError):
