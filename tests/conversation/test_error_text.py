@@ -9,11 +9,8 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
-from urllib.parse import urlparse
 
 import structlog
 
@@ -22,63 +19,20 @@ from loom.providers.embedders import EmbedderError, FakeEmbedder
 from loom.providers.embedders.base import Vectors
 from loom.store.clickhouse import connect
 from tests.conversation.helpers import emb_rows, ok
+from tests.relay import Relay
 
 UNAVAILABLE = "embedder_unavailable: the embedding provider could not embed the text"
 BACKEND = "backend_unavailable: the store or the queue was unavailable"
 
 
-class _Proxy:
-    """A TCP forwarder in front of the suite's ClickHouse endpoint: stopping it plays the
-    endpoint's death for the clients connected through it (connection refused)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.sockets: list[socket.socket] = []
-        self.stopped = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.stopped:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            self.sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                dst.sendall(data)
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
-
-    def stop(self) -> None:
-        self.stopped = True
-        with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept (a close alone does not)
-        self.listener.close()
-        for s in self.sockets:  # shutdown first: a close alone leaves a blocked recv's socket open
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                s.close()
-
-
 @contextlib.contextmanager
-def worker_endpoint_killed(arq_worker: Any) -> Iterator[_Proxy]:
-    """The worker's ClickHouse client talks through a proxy that is then stopped."""
+def worker_endpoint_killed(arq_worker: Any) -> Iterator[Relay]:
+    """The worker's ClickHouse client talks through a relay that is then killed."""
     wsvc = arq_worker.ctx["loom"]
-    url = urlparse(wsvc.settings.clickhouse_url)
-    proxy = _Proxy(url.hostname or "127.0.0.1", url.port or 8123)
+    proxy = Relay(wsvc.settings.clickhouse_url)
     original = wsvc.ch
     wsvc.ch = connect(f"http://127.0.0.1:{proxy.port}", database=wsvc.settings.clickhouse_database)
-    proxy.stop()
+    proxy.kill()
     try:
         yield proxy
     finally:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlparse
 
 import httpx
 import pytest
@@ -24,6 +22,7 @@ from loom.api.app import create_app
 from loom.providers.llm import build_llm
 from loom.services import Services
 from loom.store.clickhouse import connect
+from tests.relay import Relay
 
 # A minimal valid body per op (namespace filled in by the test).
 BODIES: dict[str, dict[str, Any]] = {
@@ -60,45 +59,6 @@ def _dead_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])  # closed on exit: nothing listens there
-
-
-class Relay:
-    """A TCP relay to `target` on a port of its own, until `kill()`: then that port
-    refuses connections and the ones it carried are cut."""
-
-    def __init__(self, target: str) -> None:
-        parsed = urlparse(target)
-        self.target = (parsed.hostname or "127.0.0.1", parsed.port or 8123)
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.server.getsockname()[1])
-        self.open: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                client, _ = self.server.accept()
-                upstream = socket.create_connection(self.target)
-                self.open += [client, upstream]
-                for a, b in ((client, upstream), (upstream, client)):
-                    threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                dst.sendall(data)
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_RDWR)
-
-    def kill(self) -> None:
-        with contextlib.suppress(OSError):
-            self.server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(): the port closes
-        self.server.close()
-        for s in self.open:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
 
 
 @contextlib.asynccontextmanager
