@@ -238,6 +238,68 @@ def tombstone_turns(ch: Client, erasure_id: str, namespace: str, user_id: str) -
     return count
 
 
+_THREAD_KEYS = (
+    "SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} "
+    "AND namespace = {ns:String} AND kind = {tk:String}"
+)
+THREAD_GONE, THREAD_KEPT = "thread", "thread_kept"
+
+
+def settle_threads(ch: Client, erasure_id: str, namespace: str) -> int:
+    """The user's thread rows: those of every (agent, thread) the user has a turn in.
+    Call it once the user's turns are tombstoned. A thread with no live turn left (the
+    user's own) is tombstoned, title and metadata emptied (keys kind "thread"); one
+    where other users' turns live on keeps its row with the title emptied, since a
+    title is written from the thread's text (keys kind "thread_kept"). Returns how many
+    thread rows were rewritten; running it again rewrites none."""
+    params = {"e": erasure_id, "ns": namespace, "v": next_version()}
+    ch.command(
+        "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
+        f"SELECT {{e:String}}, {{ns:String}}, if(live = 0, '{THREAD_GONE}', '{THREAD_KEPT}'), agent, thread_id, "
+        # a kept thread's key notes the version its title was emptied at: the removal
+        # takes the versions below it
+        "toString({v:UInt64}) "
+        "FROM (SELECT toString(agent) AS agent, thread_id, countIf(NOT tombstoned) AS live FROM conversations FINAL "
+        "WHERE namespace = {ns:String} AND (agent, thread_id) IN ("
+        "  SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} AND namespace = {ns:String} "
+        "  AND kind = 'turn') GROUP BY agent, thread_id) "
+        "WHERE (agent, thread_id) NOT IN (SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} "
+        f"AND namespace = {{ns:String}} AND kind IN ('{THREAD_GONE}', '{THREAD_KEPT}'))",
+        parameters=params,
+    )
+    gone = {**params, "tk": THREAD_GONE}
+    kept = {**params, "tk": THREAD_KEPT}
+    rewritten = 0
+    for where, exprs, p in (
+        (
+            "NOT tombstoned OR title != '' OR metadata != '{}'",
+            "'', '{}', run_id, created_at, now64(3), true",
+            gone,
+        ),
+        ("title != ''", "'', metadata, run_id, created_at, now64(3), tombstoned", kept),
+    ):
+        cond = f"namespace = {{ns:String}} AND (agent, thread_id) IN ({_THREAD_KEYS}) AND ({where})"
+        n = int(scalar(ch, f"SELECT count() FROM threads FINAL WHERE {cond}", p))
+        if n:
+            ch.command(
+                "INSERT INTO threads (namespace, agent, thread_id, title, metadata, run_id, created_at, updated_at, "
+                f"tombstoned, version) SELECT namespace, agent, thread_id, {exprs}, {{v:UInt64}} "
+                f"FROM threads FINAL WHERE {cond}",
+                parameters=p,
+            )
+        rewritten += n
+    return rewritten
+
+
+def thread_digest(ch: Client, erasure_id: str, namespace: str) -> str:
+    return _digest(
+        ch,
+        "SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} AND namespace = {ns:String} "
+        f"AND kind IN ('{THREAD_GONE}', '{THREAD_KEPT}')",
+        {"e": erasure_id, "ns": namespace},
+    )
+
+
 def other_copies(
     ch: Client, erasure_id: str, namespace: str, user_id: str, chars: int
 ) -> list[tuple[str, deletion.Copy]]:
@@ -401,6 +463,20 @@ class Step:
     apply_mask: bool = False  # rows already hidden by a lightweight DELETE: rewrite the parts without them
 
 
+_GONE_THREADS = (
+    "SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} "
+    f"AND namespace = {{ns:String}} AND kind = '{THREAD_GONE}'"
+)
+_KEPT_THREADS = (
+    "SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} "
+    f"AND namespace = {{ns:String}} AND kind = '{THREAD_KEPT}'"
+)
+_KEPT_AT = (
+    "SELECT max(toUInt64OrZero(msg_id)) FROM erasure_keys WHERE erasure_id = {e:String} "
+    f"AND namespace = {{ns:String}} AND kind = '{THREAD_KEPT}'"
+)
+
+
 def user_steps(purge: bool) -> list[Step]:
     """What the worker removes for a user erasure, per namespace, in order."""
     steps = [
@@ -420,6 +496,14 @@ def user_steps(purge: bool) -> list[Step]:
             for t in VECTOR_TABLES
         ),
         *(Step(t, t, "namespace = {ns:String} AND user_id = {u:String}") for t in SAVED_TABLES),
+        Step(
+            "threads",
+            "threads",
+            # every version of a thread left with no live turn; the versions of a kept
+            # thread from before its title was emptied
+            f"namespace = {{ns:String}} AND ((agent, thread_id) IN ({_GONE_THREADS}) "
+            f"OR (agent, thread_id) IN ({_KEPT_THREADS}) AND version < ({_KEPT_AT}))",
+        ),
         Step(
             "session_briefs", "session_briefs", f"namespace = {{ns:String}} AND brief_key IN ({_BRIEF_KEYS})"
         ),

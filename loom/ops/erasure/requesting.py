@@ -36,7 +36,7 @@ from redis.asyncio import Redis
 
 from loom import jobs, redis_keys
 from loom.auth.principal import Principal, Role
-from loom.clock import utcnow
+from loom.clock import next_version, utcnow
 from loom.errors import Forbidden, InvalidRequest, NotFound, Unavailable
 from loom.leases import LeaseTimeout
 from loom.ops.conversation.common import EMBED_CHARS
@@ -182,12 +182,31 @@ async def _enqueue(svc: Services, erasure_id: str) -> None:
 # -- a user: nothing readable -----------------------------------------------------------
 
 
+# How far ahead of its start an erasure's fence first reaches (it is lowered to the
+# answer's version once the rows are tombstoned; the thread leases wait at most 30 s).
+FENCE_HORIZON_NS = 120 * 1_000_000_000
+
+
 async def _hide_user(svc: Services, eid: str, ns: str, user: str, purge: bool) -> dict[str, store.TableCount]:
+    """The user's rows of one namespace tombstoned, under the user's erasure fence: an
+    append of the user stamped before the answer that lands after the reads erases its
+    own turns (loom.store.fences)."""
+    await fences.set_user_fence(svc.redis, ns, user, next_version() + FENCE_HORIZON_NS)
+    try:
+        return await _tombstone_user(svc, eid, ns, user, purge)
+    finally:
+        await fences.set_user_fence(svc.redis, ns, user, next_version())
+
+
+async def _tombstone_user(
+    svc: Services, eid: str, ns: str, user: str, purge: bool
+) -> dict[str, store.TableCount]:
     threads = await svc.run(store.fix_user_keys, svc.ch, eid, ns, user, purge=purge)
     counts: dict[str, store.TableCount] = {
         "conversations": store.TableCount(),
         "conversation_embeddings": store.TableCount(),
         "handed_over": store.TableCount(),
+        "threads": store.TableCount(),
     }
 
     def embeddings() -> None:
@@ -196,6 +215,7 @@ async def _hide_user(svc: Services, eid: str, ns: str, user: str, purge: bool) -
 
     def turns() -> None:
         counts["conversations"].tombstoned += store.tombstone_turns(svc.ch, eid, ns, user)
+        counts["threads"].tombstoned += store.settle_threads(svc.ch, eid, ns)
 
     async def work(_: set[tuple[str, str]]) -> None:
         # Run once per set of thread leases won (usually once); each pass re-reads, so one
@@ -217,12 +237,14 @@ async def _hide_user(svc: Services, eid: str, ns: str, user: str, purge: bool) -
         raise Unavailable(
             "the user's conversations are busy with other writes; retry the erasure", rule="retry"
         ) from None
-    turn_digest, emb_digest = await asyncio.gather(
+    turn_digest, emb_digest, thread_digest = await asyncio.gather(
         svc.run(store.key_digest, svc.ch, eid, ns, "turn"),
         svc.run(store.key_digest, svc.ch, eid, ns, "embedding"),
+        svc.run(store.thread_digest, svc.ch, eid, ns),
     )
     counts["conversations"].digest = turn_digest
     counts["conversation_embeddings"].digest = emb_digest
+    counts["threads"].digest = thread_digest
     counts["session_briefs"] = store.TableCount(tombstoned=n_briefs, digest=brief_digest)
     counts["session_brief_revisions"] = store.TableCount(removed=revisions, digest=brief_digest)
     counts.update(await svc.run(store.hide_user_memory, svc.ch, ns, user))
