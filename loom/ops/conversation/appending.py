@@ -61,9 +61,9 @@ from loom.ops.conversation import origin
 from loom.ops.conversation.common import (
     DELETED,
     DUPLICATE,
-    ERASED,
     EMBEDDED,
     EMBEDDED_ROLES,
+    ERASED,
     FAILED,
     LOGGING_DISABLED,
     ROLES,
@@ -349,7 +349,9 @@ class AppendPipeline:
         threads = list(
             dict.fromkeys((turns[i].namespace, turns[i].agent, turns[i].thread_id) for i in stored)
         )
-        users = list(dict.fromkeys((turns[i].namespace, turns[i].user_id) for i in stored if turns[i].user_id))
+        users = list(
+            dict.fromkeys((turns[i].namespace, turns[i].user_id) for i in stored if turns[i].user_id)
+        )
         try:
             found, erased = await fences.all_fences(self.svc.redis, threads, users)
         except Exception as exc:  # the delete's own read still covers every row that landed before it
