@@ -110,14 +110,26 @@ def bulk_load(
 
     url = urlparse(clickhouse_url)
     ch = clickhouse_connect.get_client(
-        host=url.hostname, port=url.port, database="loom", send_receive_timeout=1800, autogenerate_session_id=False
+        host=url.hostname,
+        port=url.port,
+        database="loom",
+        send_receive_timeout=1800,
+        autogenerate_session_id=False,
     )
     per_user = max(1, turns // users)
     base = int((datetime.now(UTC) - timedelta(days=30)).timestamp())
     t0 = time.perf_counter()
     for lo in range(0, turns, LOAD_BATCH):
         n = min(turns, lo + LOAD_BATCH) - lo
-        params = {"ns": namespace, "lo": lo, "n": n, "per": per_user, "base": base, "v": next_version(), "s": seed}
+        params = {
+            "ns": namespace,
+            "lo": lo,
+            "n": n,
+            "per": per_user,
+            "base": base,
+            "v": next_version(),
+            "s": seed,
+        }
         src = (
             "SELECT number, concat('u', leftPad(toString(intDiv(number, {per:UInt64})), 4, '0')) AS u, "
             "concat(u, '-t', leftPad(toString(intDiv(number % {per:UInt64}, 20)), 3, '0')) AS th, "
@@ -145,6 +157,9 @@ def bulk_load(
                 f"saved, if(saved, toDateTime64(ts, 3, 'UTC'), NULL), {{v:UInt64}} + number FROM ({src}) "
                 "WHERE role != 'tool'",
                 parameters=params,
+                # The vector tables' HNSW indexes are left to their merges (as an append's
+                # small inserts leave them): built at insert, 100k turns took 10 minutes.
+                settings={"exclude_materialize_skip_indexes_on_insert": "ann"},
             )
     took = time.perf_counter() - t0
     for table in ("conversations", "conversation_embeddings"):

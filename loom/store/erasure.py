@@ -432,22 +432,22 @@ def tombstone_briefs(ch: Client, erasure_id: str, namespace: str, user_id: str) 
     return count, removed, digest
 
 
-def hide_user_memory(ch: Client, namespace: str, user_id: str) -> dict[str, TableCount]:
-    """The user's facts, evidence, postings and extraction decisions, every version,
-    hidden at once by lightweight DELETEs (the removal job then rewrites the parts
-    without them). Returns per table the rows hidden and the digest of their keys."""
+def hide_user_memory(ch: Client, namespace: str, user_id: str, table: str) -> TableCount:
+    """The user's facts, evidence, postings or extraction decisions (one memory table),
+    every version, hidden at once by a lightweight DELETE (the removal job then rewrites
+    the parts without them). Returns the rows hidden and the digest of their keys (one
+    read for both)."""
     params = {"ns": namespace, "u": user_id}
     where = "namespace = {ns:String} AND user_id = {u:String}"
-    counts: dict[str, TableCount] = {}
-    for table in MEMORY_TABLES:
-        n = int(scalar(ch, f"SELECT count() FROM {table} WHERE {where}", params))
-        digest = _digest(
-            ch, f"SELECT {', '.join(NAMESPACE_TABLES[table])} FROM {table} WHERE {where}", params
-        )
-        if n:
-            ch.command(f"DELETE FROM {table} WHERE {where}", parameters=params)
-        counts[table] = TableCount(tombstoned=n, digest=digest)
-    return counts
+    keys = f"SELECT {', '.join(NAMESPACE_TABLES[table])} FROM {table} WHERE {where}"
+    rows, total = ch.query(
+        f"SELECT (SELECT count() FROM {table} WHERE {where}), "
+        f"(SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({keys})))",
+        parameters=params,
+    ).result_rows[0]
+    if rows:
+        ch.command(f"DELETE FROM {table} WHERE {where}", parameters=params)
+    return TableCount(tombstoned=rows, digest=format(int(total or 0), "016x"))
 
 
 # -- a user erasure: removal from disk ------------------------------------------------
