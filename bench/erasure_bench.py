@@ -39,7 +39,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 import httpx
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -193,19 +192,32 @@ def mint(stack: LoomStack) -> str:
 
 
 def gone(clickhouse_url: str, user: str) -> dict[str, int]:
-    """Rows of the user still on disk (lightweight-delete masks ignored), per table."""
+    """Rows of the user still in the part files, per table (lightweight-delete masks
+    ignored: a masked row is still on disk), and the inactive parts still on disk (a
+    rewritten part's old files, which the engine deletes after old_parts_lifetime)."""
     from loom.store.clickhouse import connect
 
     ch = connect(clickhouse_url, database="loom")
     out = {}
-    for table in ("conversations", "saved_docs", "saved_terms", "saved_vectors"):
+    params = {"ns": MAIN_NS, "u": user, "p": f"{user}-"}
+    for table, where in (
+        ("conversations", "user_id = {u:String}"),
+        ("saved_docs", "user_id = {u:String}"),
+        ("saved_terms", "user_id = {u:String}"),
+        ("saved_vectors", "user_id = {u:String}"),
+        ("conversation_vectors_384", "startsWith(thread_id, {p:String})"),
+        ("threads", "startsWith(thread_id, {p:String})"),
+    ):
         out[table] = int(
             ch.query(
-                f"SELECT count() FROM {table} WHERE namespace = {{ns:String}} AND user_id = "
-                "{u:String} SETTINGS apply_deleted_mask = 0",
-                parameters={"ns": MAIN_NS, "u": user},
+                f"SELECT count() FROM {table} WHERE namespace = {{ns:String}} AND {where} "
+                "SETTINGS apply_deleted_mask = 0",
+                parameters=params,
             ).result_rows[0][0]
         )
+    out["inactive_parts"] = int(
+        ch.query("SELECT count() FROM system.parts WHERE database = 'loom' AND NOT active").result_rows[0][0]
+    )
     ch.close()
     return out
 
@@ -274,6 +286,67 @@ async def measure(port: int, token: str, users: list[str], rounds: int) -> dict[
     return {"erase": erased, "export": exports}
 
 
+def baseline_dataset(turns: int, users: int, seed: int) -> tuple[list[dict[str, Any]], Any, Any]:
+    """The same turns the Loom namespace holds (users, threads, roles, saved flags; texts
+    and vectors of the same kind), for the Postgres baseline's COPY."""
+    import numpy as np
+
+    rng = random.Random(seed)
+    per_user = max(1, turns // users)
+    base = datetime.now(UTC) - timedelta(days=30)
+    rows: list[dict[str, Any]] = []
+    for i in range(turns):
+        user = f"u{i // per_user:04d}"
+        role = ("user", "assistant", "tool")[i % 3]
+        ts = (base + timedelta(seconds=i)).isoformat()
+        saved = role == "user" and i % 10 == 0
+        rows.append(
+            {
+                "namespace": MAIN_NS,
+                "thread_id": f"{user}-t{(i % per_user) // 20:03d}",
+                "msg_id": f"m{i:07d}",
+                "role": role,
+                "user_id": user,
+                "ts": ts,
+                "content": " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 80))),
+                "saved_at": ts if saved else None,
+            }
+        )
+    vectors = np.random.default_rng(seed).standard_normal((turns, 384), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    has_vec = np.array([r["role"] != "tool" for r in rows])
+    return rows, vectors, has_vec
+
+
+async def baseline_erase(turns: int, users_total: int, users: list[str], seed: int) -> dict[str, Any]:
+    """The Postgres baseline (bench/pg_baseline) with the same namespace, its indexes
+    built as for search, then /v1/erasure.user for the same users, timed over HTTP."""
+    from bench.pg_baseline.target import BaselineTarget
+    from bench.targets import RunContext
+
+    target = BaselineTarget()
+    ctx = RunContext(quick=True, concurrency=4, seed=seed, repo=ROOT, log=log)
+    await target.start(ctx)
+    try:
+        rows, vectors, has_vec = baseline_dataset(turns, users_total, seed)
+        t0 = time.perf_counter()
+        await target.bulk_load(rows, vectors, has_vec)
+        built = await target.finish_load()
+        log(
+            f"  baseline: {turns:,} turns loaded and indexed in {time.perf_counter() - t0:.1f}s {built['seconds']}"
+        )
+        erased = []
+        for u in users:
+            t0 = time.perf_counter()
+            n = await target.erase_user(MAIN_NS, u)
+            took = time.perf_counter() - t0
+            log(f"  baseline erase {u}: {took * 1000:.0f} ms ({n} rows; load {load_avg()})")
+            erased.append({"user": u, "seconds": took, "rows": n})
+        return {"erase": erased, "postgres": target.facts()}
+    finally:
+        await target.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=100_000)
@@ -283,6 +356,7 @@ def main() -> None:
     ap.add_argument("--export-rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the Postgres baseline")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
 
@@ -299,9 +373,20 @@ def main() -> None:
         result["left_on_disk"] = {u: gone(stack.clickhouse_url, u) for u in users}
     finally:
         stack.stop()
+    if not args.no_baseline:
+        # After Loom's stack is gone: the two never share the machine while measured.
+        result["baseline"] = asyncio.run(baseline_erase(args.turns, args.users, users, args.seed))
     unread = [e["unreadable_s"] for e in result["erase"]]
     done = [e["gone_s"] for e in result["erase"]]
     rates = [e["rows_per_s"] for e in result["export"]]
+    base = [e["seconds"] for e in result.get("baseline", {}).get("erase", [])]
+    ratios = {}
+    if base:
+        ratios = {
+            "baseline_erase_p50_ms": statistics.median(base) * 1000,
+            "unreadable_over_baseline": statistics.median(unread) / statistics.median(base),
+            "gone_over_baseline": statistics.median(done) / statistics.median(base),
+        }
     summary = {
         "turns": args.turns,
         "users": args.users,
@@ -310,10 +395,12 @@ def main() -> None:
         "erase_gone_p50_s": statistics.median(done),
         "export_rows": args.export_turns,
         "export_rows_per_s_median": statistics.median(rates),
+        **ratios,
         "cores": os.cpu_count(),
         "load_avg_end": load_avg(),
     }
     log(json.dumps(summary, indent=2))
+    log(f"left on disk after done: {json.dumps(result['left_on_disk'])}")
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{datetime.now(UTC):%Y-%m-%d-%H%M}-erasure.json"
     path.write_text(json.dumps({"summary": summary, **result}, indent=2))
