@@ -9,6 +9,13 @@ worker pool: the transcript rows (every version), their rows in the vector table
 the saved-message indexes, the briefs; with ``purge: true`` the embedding rows as well
 (otherwise they stay, as tombstones).
 
+The user's thread rows go with them: a thread (agent, thread_id) the user has a turn in
+and that is left with no live turn is tombstoned (title and metadata emptied) and removed;
+one where other users' turns live on keeps its row with its title emptied (a title is
+written from the thread's text), and its earlier versions are removed. An append of the
+user racing the erasure is fenced (loom.store.fences): a turn stamped before the answer
+erases itself wherever it lands; one stamped after it is new.
+
 By ``namespace_list`` (``purge: true`` required): every row of those namespaces, in
 every table, embedding rows included, is hidden at once (lightweight DELETE) and every
 Redis key of those namespaces removed (turn claims, landed notes, search marks, the
