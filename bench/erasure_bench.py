@@ -331,7 +331,14 @@ async def baseline_erase(turns: int, users_total: int, users: list[str], seed: i
         rows, vectors, has_vec = baseline_dataset(turns, users_total, seed)
         t0 = time.perf_counter()
         await target.bulk_load(rows, vectors, has_vec)
-        built = await target.finish_load()
+        try:
+            built = await target.finish_load()
+        except Exception:
+            # The server's own words on why (a crash shows as a closed connection here).
+            log(
+                f"  baseline: index build failed; postgres log:\n{target.server.log_tail(40) if target.server else ''}"
+            )
+            raise
         log(
             f"  baseline: {turns:,} turns loaded and indexed in {time.perf_counter() - t0:.1f}s {built['seconds']}"
         )

@@ -245,12 +245,13 @@ async def _tombstone_user(
 
     # Every independent statement at the same time: the tombstones, the digests of the
     # keys just fixed, the memory tables (named by the user alone).
+    memory_tables = [svc.run(store.hide_user_memory, svc.ch, ns, user, t) for t in store.MEMORY_TABLES]
     try:
-        (n_briefs, revisions, brief_digest), turn_digest, emb_digest, *memory = await asyncio.gather(
+        briefs, turn_digest, emb_digest, memory = await asyncio.gather(
             tombstoned(),
             svc.run(store.key_digest, svc.ch, eid, ns, "turn"),
             svc.run(store.key_digest, svc.ch, eid, ns, "embedding"),
-            *(svc.run(store.hide_user_memory, svc.ch, ns, user, t) for t in store.MEMORY_TABLES),
+            asyncio.gather(*memory_tables),
         )
     except LeaseTimeout:
         raise Unavailable(
@@ -258,6 +259,7 @@ async def _tombstone_user(
         ) from None
     counts["conversations"].digest = turn_digest
     counts["conversation_embeddings"].digest = emb_digest
+    n_briefs, revisions, brief_digest = briefs
     counts["session_briefs"] = store.TableCount(tombstoned=n_briefs, digest=brief_digest)
     counts["session_brief_revisions"] = store.TableCount(removed=revisions, digest=brief_digest)
     counts.update(zip(store.MEMORY_TABLES, memory, strict=True))
