@@ -216,14 +216,15 @@ async def _tombstone_user(
         "threads": store.TableCount(),
     }
 
+    stamped: dict[str, list[int]] = {t: [] for t in store.WRITTEN_TABLES}
+
     def embeddings() -> None:
         counts["handed_over"].tombstoned += _hand_over(svc, eid, ns, user)
-        counts["conversation_embeddings"].tombstoned += store.tombstone_embeddings(svc.ch, eid, ns, user)
+        stamped["conversation_embeddings"].append(store.tombstone_embeddings(svc.ch, eid, ns, user))
 
     def turns() -> None:
-        counts["conversations"].tombstoned += store.tombstone_turns(svc.ch, eid, ns, user)
-        counts["threads"].tombstoned += store.settle_threads(svc.ch, eid, ns)
-        counts["threads"].digest = store.thread_digest(svc.ch, eid, ns)
+        stamped["conversations"].append(store.tombstone_turns(svc.ch, eid, ns, user))
+        stamped["threads"].append(store.settle_threads(svc.ch, eid, ns))
 
     async def work(_: set[tuple[str, str]]) -> None:
         # Run once per set of thread leases won (usually once); each pass re-reads, so one
@@ -241,7 +242,15 @@ async def _tombstone_user(
             else:
                 leased = work(set())
             got, _ = await asyncio.gather(briefs, leased)
-            return got
+        # Counted once written (the statements that wrote them did not count first).
+        written, thread_digest = await asyncio.gather(
+            asyncio.gather(*(svc.run(store.written, svc.ch, t, ns, v) for t, v in stamped.items())),
+            svc.run(store.thread_digest, svc.ch, eid, ns),
+        )
+        for table, n in zip(stamped, written, strict=True):
+            counts[table].tombstoned += n
+        counts["threads"].digest = thread_digest
+        return got
 
     # Every independent statement at the same time: the tombstones, the digests of the
     # keys just fixed, the memory tables (named by the user alone).
