@@ -354,6 +354,78 @@ async def baseline_erase(turns: int, users_total: int, users: list[str], seed: i
         await target.stop()
 
 
+PLAIN_TABLE = """
+CREATE TABLE turns (
+    namespace text NOT NULL, thread_id text NOT NULL, msg_id text NOT NULL, role text NOT NULL,
+    user_id text, ts timestamptz NOT NULL, content text NOT NULL, embedding bytea, saved_at timestamptz,
+    tsv tsvector GENERATED ALWAYS AS
+        (CASE WHEN saved_at IS NOT NULL THEN to_tsvector('english', content) END) STORED
+)
+"""
+
+
+def plain_baseline_erase(
+    turns: int, users_total: int, users: list[str], seed: int, why: str
+) -> dict[str, Any]:
+    """The baseline's table and DELETE without pgvector, when its pgvector cannot run
+    here: the system PostgreSQL, the vector kept as 1,536 bytes (the same row width),
+    every index but the HNSW one (pgvector leaves a DELETE's index work to VACUUM, so the
+    DELETE itself costs the same). Timed as the baseline's /v1/erasure.user runs it."""
+    import psycopg
+
+    from bench.pg_baseline import sql
+    from bench.pg_baseline.postgres import PgInstall, PostgresServer, _system_bindirs, server_settings
+    from bench.pg_baseline.target import _mem_bytes
+
+    bindirs = _system_bindirs()
+    if not bindirs:
+        raise RuntimeError("no system PostgreSQL for the plain baseline")
+    server = PostgresServer(
+        PgInstall(bindirs[0], "system"), settings=server_settings(_mem_bytes(), os.cpu_count() or 2), log=log
+    )
+    server.start()
+    try:
+        rows, vectors, _ = baseline_dataset(turns, users_total, seed)
+        t0 = time.perf_counter()
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute(PLAIN_TABLE)
+            cols = "namespace, thread_id, msg_id, role, user_id, ts, content, embedding, saved_at"
+            with conn.cursor() as cur, cur.copy(f"COPY turns ({cols}) FROM STDIN") as cp:
+                for i, r in enumerate(rows):
+                    cp.write_row(
+                        (
+                            r["namespace"],
+                            r["thread_id"],
+                            r["msg_id"],
+                            r["role"],
+                            r["user_id"],
+                            r["ts"],
+                            r["content"],
+                            vectors[i].tobytes() if r["role"] != "tool" else None,
+                            r["saved_at"],
+                        )
+                    )
+            for stmt in sql.CREATE_INDEXES:
+                if "hnsw" not in stmt:
+                    conn.execute(stmt)
+            conn.execute("VACUUM (ANALYZE) turns")
+            version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
+            log(
+                f"  baseline (plain PostgreSQL {version}): {turns:,} turns loaded and indexed in "
+                f"{time.perf_counter() - t0:.1f}s"
+            )
+            erased = []
+            for u in users:
+                t0 = time.perf_counter()
+                n = conn.execute(sql.ERASE_USER, (MAIN_NS, u)).rowcount
+                took = time.perf_counter() - t0
+                log(f"  baseline erase {u}: {took * 1000:.0f} ms ({n} rows; load {load_avg()})")
+                erased.append({"user": u, "seconds": took, "rows": n})
+        return {"erase": erased, "postgres": {"version": version, "mode": "plain", "why": why}}
+    finally:
+        server.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=100_000)
@@ -382,7 +454,12 @@ def main() -> None:
         stack.stop()
     if not args.no_baseline:
         # After Loom's stack is gone: the two never share the machine while measured.
-        result["baseline"] = asyncio.run(baseline_erase(args.turns, args.users, users, args.seed))
+        try:
+            result["baseline"] = asyncio.run(baseline_erase(args.turns, args.users, users, args.seed))
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            log(f"  baseline with pgvector failed ({why.splitlines()[0]}); the plain baseline instead")
+            result["baseline"] = plain_baseline_erase(args.turns, args.users, users, args.seed, why)
     unread = [e["unreadable_s"] for e in result["erase"]]
     done = [e["gone_s"] for e in result["erase"]]
     rates = [e["rows_per_s"] for e in result["export"]]
