@@ -445,11 +445,16 @@ def hide_user_memory(ch: Client, namespace: str, user_id: str, table: str) -> Ta
     params = {"ns": namespace, "u": user_id}
     where = "namespace = {ns:String} AND user_id = {u:String}"
     keys = f"SELECT {', '.join(NAMESPACE_TABLES[table])} FROM {table} WHERE {where}"
-    rows, total = ch.query(
-        f"SELECT (SELECT count() FROM {table} WHERE {where}), "
-        f"(SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({keys})))",
-        parameters=params,
-    ).result_rows[0]
+    found = next(
+        named(
+            ch.query(
+                f"SELECT (SELECT count() FROM {table} WHERE {where}) AS rows, "
+                f"(SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({keys}))) AS total",
+                parameters=params,
+            )
+        )
+    )
+    rows, total = int(found["rows"]), found["total"]
     if rows:
         ch.command(f"DELETE FROM {table} WHERE {where}", parameters=params)
     return TableCount(tombstoned=rows, digest=format(int(total or 0), "016x"))
