@@ -326,8 +326,8 @@ async def baseline_erase(turns: int, users_total: int, users: list[str], seed: i
 
     target = BaselineTarget()
     ctx = RunContext(quick=True, concurrency=4, seed=seed, repo=ROOT, log=log)
-    await target.start(ctx)
     try:
+        await target.start(ctx)
         rows, vectors, has_vec = baseline_dataset(turns, users_total, seed)
         t0 = time.perf_counter()
         await target.bulk_load(rows, vectors, has_vec)
@@ -351,7 +351,7 @@ async def baseline_erase(turns: int, users_total: int, users: list[str], seed: i
             erased.append({"user": u, "seconds": took, "rows": n})
         return {"erase": erased, "postgres": target.facts()}
     finally:
-        await target.stop()
+        await target.stop()  # also after a start that failed: it stops the server it began
 
 
 PLAIN_TABLE = """
