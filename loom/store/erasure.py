@@ -220,22 +220,89 @@ _TURN_COLUMNS = [c for c in conv_store.COLUMNS if c != "version"]
 
 def tombstone_turns(ch: Client, erasure_id: str, namespace: str, user_id: str) -> int:
     """Tombstone (reason "erased") every live transcript row of the fixed keys that the
-    user still owns. Returns how many."""
-    params = {"e": erasure_id, "ns": namespace, "u": user_id, "v": next_version()}
+    user still owns, in one statement. Returns the version the tombstones carry (count
+    them with :func:`written`: a count first would be one more statement on the way to
+    the answer)."""
+    version = next_version()
+    params = {"e": erasure_id, "ns": namespace, "u": user_id, "v": version}
     where = (
         f"namespace = {{ns:String}} AND (agent, thread_id, msg_id) IN ({_TURN_KEYS}) "
         "AND user_id = {u:String} AND NOT tombstoned"
     )
-    count = int(scalar(ch, f"SELECT count() FROM conversations FINAL WHERE {where}", params))
-    if count:
-        replaced = {"tombstoned": "true", "tombstoned_at": "now64(3)", "tombstone_reason": "'erased'"}
-        exprs = [replaced.get(c, c) for c in _TURN_COLUMNS]
-        ch.command(
-            f"INSERT INTO conversations ({', '.join([*_TURN_COLUMNS, 'version'])}) "
-            f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversations FINAL WHERE {where}",
-            parameters=params,
+    replaced = {"tombstoned": "true", "tombstoned_at": "now64(3)", "tombstone_reason": "'erased'"}
+    exprs = [replaced.get(c, c) for c in _TURN_COLUMNS]
+    ch.command(
+        f"INSERT INTO conversations ({', '.join([*_TURN_COLUMNS, 'version'])}) "
+        f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversations FINAL WHERE {where}",
+        parameters=params,
+    )
+    return version
+
+
+WRITTEN_TABLES = ("conversations", "conversation_embeddings", "threads")
+
+
+def written(ch: Client, table: str, namespace: str, versions: Sequence[int]) -> int:
+    """How many rows of the namespace the erasure's statements stamped with `versions`."""
+    if table not in WRITTEN_TABLES:
+        raise ValueError(f"not a table an erasure tombstones: {table}")
+    if not versions:
+        return 0
+    return int(
+        scalar(
+            ch,
+            f"SELECT count() FROM {table} WHERE namespace = {{ns:String}} AND version IN {{vs:Array(UInt64)}}",
+            {"ns": namespace, "vs": list(versions)},
         )
-    return count
+    )
+
+
+THREAD_GONE, THREAD_KEPT = "thread", "thread_kept"
+
+
+def settle_threads(ch: Client, erasure_id: str, namespace: str) -> int:
+    """The user's thread rows: those of every (agent, thread) the user has a turn in.
+    Call it once the user's turns are tombstoned. A thread with no live turn left (the
+    user's own) is tombstoned, title and metadata emptied (keys kind "thread"); one
+    where other users' turns live on keeps its row with the title emptied, since a
+    title is written from the thread's text (keys kind "thread_kept"). Returns the
+    version of the rows written (:func:`written` counts them); running it again
+    rewrites none."""
+    version = next_version()
+    params = {"e": erasure_id, "ns": namespace, "v": version}
+    ch.command(
+        "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
+        f"SELECT {{e:String}}, {{ns:String}}, if(live = 0, '{THREAD_GONE}', '{THREAD_KEPT}'), agent, thread_id, "
+        # a kept thread's key notes the version its title was emptied at: the removal
+        # takes the versions below it
+        "toString({v:UInt64}) "
+        "FROM (SELECT toString(agent) AS agent, thread_id, countIf(NOT tombstoned) AS live FROM conversations FINAL "
+        "WHERE namespace = {ns:String} AND (agent, thread_id) IN ("
+        "  SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} AND namespace = {ns:String} "
+        "  AND kind = 'turn') GROUP BY agent, thread_id) "
+        "WHERE (agent, thread_id) NOT IN (SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} "
+        f"AND namespace = {{ns:String}} AND kind IN ('{THREAD_GONE}', '{THREAD_KEPT}'))",
+        parameters=params,
+    )
+    gone = f"(agent, thread_id) IN ({_GONE_THREADS})"
+    ch.command(
+        "INSERT INTO threads (namespace, agent, thread_id, title, metadata, run_id, created_at, updated_at, "
+        f"tombstoned, version) SELECT namespace, agent, thread_id, '', if({gone}, '{{}}', metadata), run_id, "
+        f"created_at, now64(3), {gone} OR tombstoned, {{v:UInt64}} FROM threads FINAL "
+        f"WHERE namespace = {{ns:String}} AND ({gone} AND (NOT tombstoned OR title != '' OR metadata != '{{}}') "
+        f"OR (agent, thread_id) IN ({_KEPT_THREADS}) AND title != '')",
+        parameters=params,
+    )
+    return version
+
+
+def thread_digest(ch: Client, erasure_id: str, namespace: str) -> str:
+    return _digest(
+        ch,
+        "SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} AND namespace = {ns:String} "
+        f"AND kind IN ('{THREAD_GONE}', '{THREAD_KEPT}')",
+        {"e": erasure_id, "ns": namespace},
+    )
 
 
 def other_copies(
@@ -280,29 +347,29 @@ _EMB_COLUMNS = [c for c in emb_store.COLUMNS if c != "version"]
 
 def tombstone_embeddings(ch: Client, erasure_id: str, namespace: str, user_id: str) -> int:
     """Tombstone every live embedding row of the fixed keys the user still owns (text
-    and vector emptied; saved_at stays so the per-user vector index takes it)."""
-    params = {"e": erasure_id, "ns": namespace, "u": user_id, "v": next_version()}
+    and vector emptied; saved_at stays so the per-user vector index takes it), in one
+    statement. Returns the version the tombstones carry (:func:`written` counts them)."""
+    version = next_version()
+    params = {"e": erasure_id, "ns": namespace, "u": user_id, "v": version}
     where = (
         f"namespace = {{ns:String}} AND (thread_id, msg_id) IN ({_EMB_KEYS}) "
         "AND user_id = {u:String} AND NOT tombstoned"
     )
-    count = int(scalar(ch, f"SELECT count() FROM conversation_embeddings FINAL WHERE {where}", params))
-    if count:
-        replaced = {
-            "text": "''",
-            "embedding": "CAST([] AS Array(Float32))",
-            "model": "''",
-            "error": "''",
-            "is_saved": "false",
-            "tombstoned": "true",
-        }
-        exprs = [replaced.get(c, c) for c in _EMB_COLUMNS]
-        ch.command(
-            f"INSERT INTO conversation_embeddings ({', '.join([*_EMB_COLUMNS, 'version'])}) "
-            f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversation_embeddings FINAL WHERE {where}",
-            parameters=params,
-        )
-    return count
+    replaced = {
+        "text": "''",
+        "embedding": "CAST([] AS Array(Float32))",
+        "model": "''",
+        "error": "''",
+        "is_saved": "false",
+        "tombstoned": "true",
+    }
+    exprs = [replaced.get(c, c) for c in _EMB_COLUMNS]
+    ch.command(
+        f"INSERT INTO conversation_embeddings ({', '.join([*_EMB_COLUMNS, 'version'])}) "
+        f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversation_embeddings FINAL WHERE {where}",
+        parameters=params,
+    )
+    return version
 
 
 def live_embedding_rows(
@@ -370,22 +437,27 @@ def tombstone_briefs(ch: Client, erasure_id: str, namespace: str, user_id: str) 
     return count, removed, digest
 
 
-def hide_user_memory(ch: Client, namespace: str, user_id: str) -> dict[str, TableCount]:
-    """The user's facts, evidence, postings and extraction decisions, every version,
-    hidden at once by lightweight DELETEs (the removal job then rewrites the parts
-    without them). Returns per table the rows hidden and the digest of their keys."""
+def hide_user_memory(ch: Client, namespace: str, user_id: str, table: str) -> TableCount:
+    """The user's facts, evidence, postings or extraction decisions (one memory table),
+    every version, hidden at once by a lightweight DELETE (the removal job then rewrites
+    the parts without them). Returns the rows hidden and the digest of their keys (one
+    read for both)."""
     params = {"ns": namespace, "u": user_id}
     where = "namespace = {ns:String} AND user_id = {u:String}"
-    counts: dict[str, TableCount] = {}
-    for table in MEMORY_TABLES:
-        n = int(scalar(ch, f"SELECT count() FROM {table} WHERE {where}", params))
-        digest = _digest(
-            ch, f"SELECT {', '.join(NAMESPACE_TABLES[table])} FROM {table} WHERE {where}", params
+    keys = f"SELECT {', '.join(NAMESPACE_TABLES[table])} FROM {table} WHERE {where}"
+    found = next(
+        named(
+            ch.query(
+                f"SELECT (SELECT count() FROM {table} WHERE {where}) AS rows, "
+                f"(SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({keys}))) AS total",
+                parameters=params,
+            )
         )
-        if n:
-            ch.command(f"DELETE FROM {table} WHERE {where}", parameters=params)
-        counts[table] = TableCount(tombstoned=n, digest=digest)
-    return counts
+    )
+    rows, total = int(found["rows"]), found["total"]
+    if rows:
+        ch.command(f"DELETE FROM {table} WHERE {where}", parameters=params)
+    return TableCount(tombstoned=rows, digest=format(int(total or 0), "016x"))
 
 
 # -- a user erasure: removal from disk ------------------------------------------------
@@ -399,6 +471,25 @@ class Step:
     table: str
     where: str
     apply_mask: bool = False  # rows already hidden by a lightweight DELETE: rewrite the parts without them
+    # Removed first, in a mutation of its own: the rows of `where` that are not the
+    # erasure's tombstones. A mutation rewrites one part after another, so removing a
+    # tombstone while an older live version still sits in a part not yet rewritten would
+    # make that version readable again for a moment; the tombstones go last.
+    first: str = ""
+
+
+_GONE_THREADS = (
+    "SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} "
+    f"AND namespace = {{ns:String}} AND kind = '{THREAD_GONE}'"
+)
+_KEPT_THREADS = (
+    "SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} "
+    f"AND namespace = {{ns:String}} AND kind = '{THREAD_KEPT}'"
+)
+_KEPT_AT = (
+    "SELECT max(toUInt64OrZero(msg_id)) FROM erasure_keys WHERE erasure_id = {e:String} "
+    f"AND namespace = {{ns:String}} AND kind = '{THREAD_KEPT}'"
+)
 
 
 def user_steps(purge: bool) -> list[Step]:
@@ -408,6 +499,7 @@ def user_steps(purge: bool) -> list[Step]:
             "conversations",
             "conversations",
             f"namespace = {{ns:String}} AND (agent, thread_id, msg_id) IN ({_TURN_KEYS})",
+            first="NOT tombstoned",
         ),
         *(
             Step(
@@ -421,7 +513,19 @@ def user_steps(purge: bool) -> list[Step]:
         ),
         *(Step(t, t, "namespace = {ns:String} AND user_id = {u:String}") for t in SAVED_TABLES),
         Step(
-            "session_briefs", "session_briefs", f"namespace = {{ns:String}} AND brief_key IN ({_BRIEF_KEYS})"
+            "threads",
+            "threads",
+            # every version of a thread left with no live turn; the versions of a kept
+            # thread from before its title was emptied
+            f"namespace = {{ns:String}} AND ((agent, thread_id) IN ({_GONE_THREADS}) "
+            f"OR (agent, thread_id) IN ({_KEPT_THREADS}) AND version < ({_KEPT_AT}))",
+            first="NOT tombstoned",
+        ),
+        Step(
+            "session_briefs",
+            "session_briefs",
+            f"namespace = {{ns:String}} AND brief_key IN ({_BRIEF_KEYS})",
+            first="NOT deleted",
         ),
         # Hidden at once by a lightweight DELETE (counted then): the parts are rewritten without them.
         Step("session_brief_revisions", "session_brief_revisions", "", apply_mask=True),
@@ -438,6 +542,7 @@ def user_steps(purge: bool) -> list[Step]:
                 f"namespace = {{ns:String}} AND ((thread_id, msg_id) IN ({_EMB_KEYS}) "
                 f"AND (thread_id, msg_id) NOT IN ({_HANDED_KEYS}) AND (thread_id, msg_id) NOT IN ({_EXPIRED_KEYS}) "
                 f"OR (thread_id, msg_id) IN ({_HANDED_KEYS}) AND user_id = {{u:String}})",
+                first="NOT tombstoned",
             ),
         )
     return steps
@@ -461,11 +566,12 @@ def remove(ch: Client, step: Step, params: dict[str, Any]) -> None:
     if step.apply_mask:
         ch.command(f"ALTER TABLE {step.table} APPLY DELETED MASK", settings={"mutations_sync": 2})
         return
-    ch.command(
-        f"ALTER TABLE {step.table} DELETE WHERE {step.where}",
-        parameters=params,
-        settings={"mutations_sync": 2},
-    )
+    for where in ([f"({step.where}) AND ({step.first})"] if step.first else []) + [step.where]:
+        ch.command(
+            f"ALTER TABLE {step.table} DELETE WHERE {where}",
+            parameters=params,
+            settings={"mutations_sync": 2},
+        )
 
 
 # -- a namespace erasure ---------------------------------------------------------------

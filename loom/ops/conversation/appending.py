@@ -63,6 +63,7 @@ from loom.ops.conversation.common import (
     DUPLICATE,
     EMBEDDED,
     EMBEDDED_ROLES,
+    ERASED,
     FAILED,
     LOGGING_DISABLED,
     ROLES,
@@ -342,34 +343,40 @@ class AppendPipeline:
         self, turns: list[conv_store.Turn], stored: list[int], out: list[_Flushed]
     ) -> list[int]:
         """After the insert, before any vector can be written: turns of a thread that a
-        conversation.delete began on before they were stamped are tombstoned here and
-        answered deleted (loom.store.fences says why this closes the race)."""
+        conversation.delete began on before they were stamped, and turns of a user whose
+        erasure began before they were stamped, are tombstoned here and answered deleted
+        (loom.store.fences says why this closes both races)."""
         threads = list(
             dict.fromkeys((turns[i].namespace, turns[i].agent, turns[i].thread_id) for i in stored)
         )
+        users = list(
+            dict.fromkeys((turns[i].namespace, turns[i].user_id) for i in stored if turns[i].user_id)
+        )
         try:
-            found = await fences.fences(self.svc.redis, threads)
+            found, erased = await fences.all_fences(self.svc.redis, threads, users)
         except Exception as exc:  # the delete's own read still covers every row that landed before it
             log.warning("could not read the deletion fences", error=f"{type(exc).__name__}: {exc}")
             return stored
-        late = {
-            i
-            for i in stored
-            if turns[i].version < found.get((turns[i].namespace, turns[i].agent, turns[i].thread_id), 0)
-        }
-        if not late:
+        reasons: dict[int, str] = {}
+        for i in stored:
+            t = turns[i]
+            if t.version < found.get((t.namespace, t.agent, t.thread_id), 0):
+                reasons[i] = DELETED
+            elif t.user_id and t.version < erased.get((t.namespace, t.user_id), 0):
+                reasons[i] = ERASED
+        if not reasons:
             return stored
         now = utcnow()
         rows = [
             replace(
-                turns[i], tombstoned=True, tombstoned_at=now, tombstone_reason=DELETED, version=next_version()
+                turns[i], tombstoned=True, tombstoned_at=now, tombstone_reason=reason, version=next_version()
             )
-            for i in sorted(late)
+            for i, reason in sorted(reasons.items())
         ]
         await self.svc.run(conv_store.insert, self.svc.ch, rows)
-        for i in late:
+        for i in reasons:
             out[i] = _Flushed(False, DELETED)
-        return [i for i in stored if i not in late]
+        return [i for i in stored if i not in reasons]
 
     def _embed(
         self, out: list[_Flushed], turns: list[conv_store.Turn], idxs: list[int], *, gate: str | None

@@ -21,6 +21,7 @@ TITLE_REFUSED = "title_refused"
 LOGGING_DISABLED = "logging_disabled"
 DUPLICATE = "duplicate"
 DELETED = "deleted"
+ERASED = "erased"  # the tombstone reason of a user erasure
 
 # Embedding outcomes an append answers with.
 EMBEDDED = "embedded"

@@ -9,6 +9,13 @@ worker pool: the transcript rows (every version), their rows in the vector table
 the saved-message indexes, the briefs; with ``purge: true`` the embedding rows as well
 (otherwise they stay, as tombstones).
 
+The user's thread rows go with them: a thread (agent, thread_id) the user has a turn in
+and that is left with no live turn is tombstoned (title and metadata emptied) and removed;
+one where other users' turns live on keeps its row with its title emptied (a title is
+written from the thread's text), and its earlier versions are removed. An append of the
+user racing the erasure is fenced (loom.store.fences): a turn stamped before the answer
+erases itself wherever it lands; one stamped after it is new.
+
 By ``namespace_list`` (``purge: true`` required): every row of those namespaces, in
 every table, embedding rows included, is hidden at once (lightweight DELETE) and every
 Redis key of those namespaces removed (turn claims, landed notes, search marks, the
@@ -36,7 +43,7 @@ from redis.asyncio import Redis
 
 from loom import jobs, redis_keys
 from loom.auth.principal import Principal, Role
-from loom.clock import utcnow
+from loom.clock import next_version, utcnow
 from loom.errors import Forbidden, InvalidRequest, NotFound, Unavailable
 from loom.leases import LeaseTimeout
 from loom.ops.conversation.common import EMBED_CHARS
@@ -182,20 +189,42 @@ async def _enqueue(svc: Services, erasure_id: str) -> None:
 # -- a user: nothing readable -----------------------------------------------------------
 
 
+# How far ahead of its start an erasure's fence first reaches (it is lowered to the
+# answer's version once the rows are tombstoned; the thread leases wait at most 30 s).
+FENCE_HORIZON_NS = 120 * 1_000_000_000
+
+
 async def _hide_user(svc: Services, eid: str, ns: str, user: str, purge: bool) -> dict[str, store.TableCount]:
+    """The user's rows of one namespace tombstoned, under the user's erasure fence: an
+    append of the user stamped before the answer that lands after the reads erases its
+    own turns (loom.store.fences)."""
+    await fences.set_user_fence(svc.redis, ns, user, next_version() + FENCE_HORIZON_NS)
+    try:
+        return await _tombstone_user(svc, eid, ns, user, purge)
+    finally:
+        await fences.set_user_fence(svc.redis, ns, user, next_version())
+
+
+async def _tombstone_user(
+    svc: Services, eid: str, ns: str, user: str, purge: bool
+) -> dict[str, store.TableCount]:
     threads = await svc.run(store.fix_user_keys, svc.ch, eid, ns, user, purge=purge)
     counts: dict[str, store.TableCount] = {
         "conversations": store.TableCount(),
         "conversation_embeddings": store.TableCount(),
         "handed_over": store.TableCount(),
+        "threads": store.TableCount(),
     }
+
+    stamped: dict[str, list[int]] = {t: [] for t in store.WRITTEN_TABLES}
 
     def embeddings() -> None:
         counts["handed_over"].tombstoned += _hand_over(svc, eid, ns, user)
-        counts["conversation_embeddings"].tombstoned += store.tombstone_embeddings(svc.ch, eid, ns, user)
+        stamped["conversation_embeddings"].append(store.tombstone_embeddings(svc.ch, eid, ns, user))
 
     def turns() -> None:
-        counts["conversations"].tombstoned += store.tombstone_turns(svc.ch, eid, ns, user)
+        stamped["conversations"].append(store.tombstone_turns(svc.ch, eid, ns, user))
+        stamped["threads"].append(store.settle_threads(svc.ch, eid, ns))
 
     async def work(_: set[tuple[str, str]]) -> None:
         # Run once per set of thread leases won (usually once); each pass re-reads, so one
@@ -203,7 +232,7 @@ async def _hide_user(svc: Services, eid: str, ns: str, user: str, purge: bool) -
         # transcript and the embedding rows are independent writes: at the same time.
         await asyncio.gather(svc.run(turns), svc.run(embeddings))
 
-    try:
+    async def tombstoned() -> tuple[int, int, str]:
         # The user's threads' leases (append's embedding writes, saves and deletes take
         # them too) and search's change window for the whole namespace.
         async with search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, search_marks.WHOLE)]):
@@ -212,20 +241,37 @@ async def _hide_user(svc: Services, eid: str, ns: str, user: str, purge: bool) -
                 leased = under_thread_leases(svc.redis, [(ns, t) for t in threads], work, wait_s=30.0)
             else:
                 leased = work(set())
-            (n_briefs, revisions, brief_digest), _ = await asyncio.gather(briefs, leased)
+            got, _ = await asyncio.gather(briefs, leased)
+        # Counted once written (the statements that wrote them did not count first).
+        written, thread_digest = await asyncio.gather(
+            asyncio.gather(*(svc.run(store.written, svc.ch, t, ns, v) for t, v in stamped.items())),
+            svc.run(store.thread_digest, svc.ch, eid, ns),
+        )
+        for table, n in zip(stamped, written, strict=True):
+            counts[table].tombstoned += n
+        counts["threads"].digest = thread_digest
+        return got
+
+    # Every independent statement at the same time: the tombstones, the digests of the
+    # keys just fixed, the memory tables (named by the user alone).
+    memory_tables = [svc.run(store.hide_user_memory, svc.ch, ns, user, t) for t in store.MEMORY_TABLES]
+    try:
+        briefs, turn_digest, emb_digest, memory = await asyncio.gather(
+            tombstoned(),
+            svc.run(store.key_digest, svc.ch, eid, ns, "turn"),
+            svc.run(store.key_digest, svc.ch, eid, ns, "embedding"),
+            asyncio.gather(*memory_tables),
+        )
     except LeaseTimeout:
         raise Unavailable(
             "the user's conversations are busy with other writes; retry the erasure", rule="retry"
         ) from None
-    turn_digest, emb_digest = await asyncio.gather(
-        svc.run(store.key_digest, svc.ch, eid, ns, "turn"),
-        svc.run(store.key_digest, svc.ch, eid, ns, "embedding"),
-    )
     counts["conversations"].digest = turn_digest
     counts["conversation_embeddings"].digest = emb_digest
+    n_briefs, revisions, brief_digest = briefs
     counts["session_briefs"] = store.TableCount(tombstoned=n_briefs, digest=brief_digest)
     counts["session_brief_revisions"] = store.TableCount(removed=revisions, digest=brief_digest)
-    counts.update(await svc.run(store.hide_user_memory, svc.ch, ns, user))
+    counts.update(zip(store.MEMORY_TABLES, memory, strict=True))
     return counts
 
 
@@ -298,35 +344,25 @@ async def purge_redis(redis: Redis, namespace: str) -> int:
 
 
 async def run_removal(svc: Services, erasure_id: str, *, crash_after: int | None = None) -> store.Request:
-    """The job: every step not yet recorded done, a namespace's steps at the same time
-    (they are independent: each names rows by the keys fixed at the request), each
-    recorded after it ran, so a killed job resumes where it stopped and counts each row
-    once. `crash_after` stops it once that many steps are recorded (tests of a kill)."""
+    """The job: every step not yet recorded done, all at the same time (they are
+    independent: each names rows by the keys fixed at the request), each recorded after
+    it ran, so a killed job resumes where it stopped and counts each row once.
+    `crash_after` stops it once that many steps are recorded (tests of a kill)."""
     req = await svc.run(store.get_request, svc.ch, erasure_id)
     if req is None:
         raise NotFound(f"no erasure {erasure_id!r}", field="erasure_id")
     if req.state == DONE:
         return req
     progress: dict[str, Any] = req.receipt.setdefault("progress", {})
+    steps = [(ns, step) for ns in req.namespaces for step in _steps(req)]
+    await _plan(svc, req, steps)
     lock = asyncio.Lock()
 
     async def one(ns: str, step: store.Step) -> None:
-        slot = f"{ns}/{step.name}"
-        params = store.step_params(erasure_id, ns, req.user_id)
-        entry = progress.get(slot)
-        if entry is None:
-            # Counted once, before the removal, and recorded: a retry after a crash between
-            # the removal and its record keeps the first count.
-            if step.apply_mask:
-                planned = int(req.receipt["tables"].get(step.table, {}).get("hidden", {}).get(ns, 0))
-            else:
-                planned = await svc.run(store.count_rows, svc.ch, step, params)
-            async with lock:
-                entry = progress[slot] = {"rows": planned, "done": False}
-                await svc.run(store.save_request, svc.ch, req)
+        entry = progress[f"{ns}/{step.name}"]
         if entry["done"]:
             return
-        await svc.run(store.remove, svc.ch, step, params)
+        await svc.run(store.remove, svc.ch, step, store.step_params(erasure_id, ns, req.user_id))
         async with lock:
             if crash_after is not None and req.steps_done >= crash_after:
                 raise _Crash(f"stopped after {req.steps_done} step(s)")
@@ -338,17 +374,37 @@ async def run_removal(svc: Services, erasure_id: str, *, crash_after: int | None
             req.steps_done = sum(1 for e in progress.values() if e["done"])
             await svc.run(store.save_request, svc.ch, req)
 
-    for ns in req.namespaces:
-        results = await asyncio.gather(*(one(ns, step) for step in _steps(req)), return_exceptions=True)
-        failed = [r for r in results if isinstance(r, BaseException)]
-        if failed:
-            raise failed[0]
+    results = await asyncio.gather(*(one(ns, step) for ns, step in steps), return_exceptions=True)
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        raise failed[0]
     if req.kind == USER:
         await svc.run(store.drop_keys, svc.ch, erasure_id)
     req.state = DONE
     req.receipt["removed_at"] = utcnow().isoformat()
     await svc.run(store.save_request, svc.ch, req)
     return req
+
+
+async def _plan(svc: Services, req: store.Request, steps: list[tuple[str, store.Step]]) -> None:
+    """Count each step's rows once, before any removal, and record the counts (one
+    write): a retry after a crash between a removal and its record keeps the first
+    count. Rows a lightweight DELETE hid at the request were counted then."""
+    progress: dict[str, Any] = req.receipt["progress"]
+    todo = [(ns, step) for ns, step in steps if f"{ns}/{step.name}" not in progress]
+    if not todo:
+        return
+
+    async def count(ns: str, step: store.Step) -> int:
+        if step.apply_mask:
+            return int(req.receipt["tables"].get(step.table, {}).get("hidden", {}).get(ns, 0))
+        params = store.step_params(req.erasure_id, ns, req.user_id)
+        return await svc.run(store.count_rows, svc.ch, step, params)
+
+    counted = await asyncio.gather(*(count(ns, step) for ns, step in todo))
+    for (ns, step), rows in zip(todo, counted, strict=True):
+        progress[f"{ns}/{step.name}"] = {"rows": rows, "done": False}
+    await svc.run(store.save_request, svc.ch, req)
 
 
 class _Crash(RuntimeError):
