@@ -39,6 +39,7 @@ from loom.services import open_services  # noqa: E402
 from loom.settings import Settings  # noqa: E402
 from loom.store import namespaces  # noqa: E402
 from loom.store.schema import prepare  # noqa: E402
+from bench.compaction_profile import STEPS, Profiler, steps_of  # noqa: E402
 from tests.providers.standin import StandInServer  # noqa: E402
 
 MODEL_DELAY_S = 0.05
@@ -131,6 +132,9 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     timed = TimedLLM(worker.ctx["loom"].llm)
     worker.ctx["loom"].llm = timed
+    profiler = Profiler()
+    profiler.install(worker.ctx["loom"])
+    steps: dict[str, dict[str, float]] = {}
     app = create_app(svc)
     async with (
         app.router.lifespan_context(app),
@@ -160,9 +164,12 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
                 headers=headers,
                 json={"namespace": ns, "thread_id": th, "keep_recent": 10},
             )
-            elapsed = time.perf_counter() - t0
+            t1 = time.perf_counter()
             assert r.status_code == 200 and r.json()["summary_msg_id"], r.text
-            return elapsed
+            rec = profiler.jobs.get(th)
+            if rec is not None and "_end" in rec:
+                steps[th] = steps_of(rec, t0, t1)
+            return t1 - t0
 
         async def append_one(th: str, i: int) -> float:
             t0 = time.perf_counter()
@@ -189,6 +196,12 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
         )
         report("conversation.compact end to end", e2e)
         report("conversation.compact, everything but the model", rest)
+        profiled = [steps[f"r{i}"] for i in range(args.rounds) if f"r{i}" in steps]
+        print("steps (median ms over the rounds):")
+        for step in STEPS:
+            vals = [p.get(step, 0.0) for p in profiled]
+            if vals:
+                print(f"  {step:<18} {statistics.median(vals):8.1f}")
 
         async def appends(tag: str, n: int) -> list[float]:
             out: list[float] = []

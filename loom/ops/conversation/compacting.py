@@ -48,20 +48,21 @@ failed run's summary, which the next run replaces unread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from loom import failures, jobs, redis_keys
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
-from loom.clock import next_version
+from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest, LoomError, NotFound, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
 from loom.ops.conversation.common import embed_text
-from loom.ops.conversation.deleting import settle
+from loom.ops.conversation.deleting import read_thread, settle_writes
 from loom.ops.conversation.embedding import ModelFn
 from loom.providers.llm import LAST_USAGE, ChatMessage, LLMError
 from loom.queue import QUEUE, wake_workers
@@ -256,20 +257,64 @@ def _summary_turn(p: Plan, ns: str, agent: str, thread_id: str, text: str, token
     )
 
 
-def _retire_sync(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_store.EmbeddingRow) -> bool:
-    """Under the thread lease: the window re-read, then the summary, tombstones, settling."""
-    now = {t.msg_id: t for t in store.live_turns(svc.ch, summary.namespace, summary.agent, summary.thread_id)}
+def _current(p: Plan, turns: list[conv_store.Turn]) -> list[conv_store.Turn] | None:
+    """The replaced turns as they read now, or None when one of them was saved, deleted,
+    compacted or rewritten since the window was read."""
+    now = {t.msg_id: t for t in turns}
+    out = []
     for t in p.replaced:
         cur = now.get(t.msg_id)
         if cur is None or cur.is_saved or cur.high_sensitivity or cur.content != t.content:
-            return False
-    conv_store.insert(svc.ch, [summary])
-    emb_store.insert(svc.ch, [row])
-    store.tombstone_msgs(
-        svc.ch, summary.namespace, summary.agent, summary.thread_id, [t.msg_id for t in p.replaced], COMPACTED
-    )
-    settle(svc, summary.namespace, summary.thread_id)
-    return True
+            return None
+        out.append(cur)
+    return out
+
+
+def _tombstoned(turns: list[conv_store.Turn]) -> list[conv_store.Turn]:
+    """A tombstoned version of each turn, from its newest version as read under the lease
+    (saved_at stays, so the revision reaches the saved-message indexes too)."""
+    at, version = utcnow(), next_version()
+    return [
+        replace(t, tombstoned=True, tombstoned_at=at, tombstone_reason=COMPACTED, version=version)
+        for t in turns
+    ]
+
+
+async def _retire(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_store.EmbeddingRow) -> bool:
+    """Under the thread lease and inside search's change window: the window re-read, then
+    the summary (and its embedding row), the tombstones, the embedding rows settled.
+
+    The reads run while the marks are raised (no write starts before they are), and the
+    summary's two rows are written at once: it is on the critical path of every
+    compaction, and each statement costs the embedded engine milliseconds. The order of
+    the writes is what a crash relies on: the summary before the tombstones (a crash in
+    between leaves a failed run's summary, replaced unread by the next run), the
+    tombstones before the embedding rows are settled (as conversation.delete does)."""
+    ns, agent, th = summary.namespace, summary.agent, summary.thread_id
+    async with thread_lease(svc.redis, ns, th, wait_s=30.0):
+        reads = asyncio.gather(
+            svc.run(store.live_turns, svc.ch, ns, agent, th), svc.run(read_thread, svc, ns, th)
+        )
+        try:
+            async with search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, th)]):
+                turns, state = await reads
+                current = _current(p, turns)
+                if current is None:
+                    return False
+                await asyncio.gather(
+                    svc.run(conv_store.insert, svc.ch, [summary]), svc.run(emb_store.insert, svc.ch, [row])
+                )
+                await svc.run(conv_store.insert, svc.ch, _tombstoned(current))
+                state.retired(agent, [t.msg_id for t in current])
+                writes, _ = settle_writes(state)
+                if writes:
+                    await svc.run(emb_store.insert, svc.ch, writes)
+                return True
+        finally:
+            if not reads.done():
+                reads.cancel()
+                with contextlib.suppress(BaseException):
+                    await reads
 
 
 async def run(
@@ -320,11 +365,7 @@ async def run(
         version=next_version(),
     )
     try:
-        async with (
-            thread_lease(svc.redis, ns, thread_id, wait_s=30.0),
-            search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, thread_id)]),
-        ):
-            retired = await svc.run(_retire_sync, svc, p, summary, row)
+        retired = await _retire(svc, p, summary, row)
     except LeaseTimeout:
         return out.done(WINDOW_CHANGED)
     if not retired:
