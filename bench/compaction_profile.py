@@ -9,8 +9,8 @@ Steps: ``pickup`` (the API's checks, enqueue and the worker taking the job: from
 request to the job body's start), ``window_read``, ``plan``, ``prompt``, ``llm``,
 ``summary_embed``, ``lease_wait``, ``marks_enter``, ``reread`` (the window re-read under
 the lease) and ``settle_read`` (the thread's copies and embedding rows; both run while
-the marks are raised), ``insert_summary`` and ``insert_embedding`` (at once),
-``tombstones``, ``settle_plan``, ``settle_insert``, ``marks_exit``, ``reply`` (job end
+the marks are raised), ``settle_plan``, ``insert_turns`` (the summary and the
+tombstones), ``insert_embeddings`` (the summary's row and the settled ones), ``marks_exit``, ``reply`` (job end
 to the API's answer). Steps that run at once overlap: their sum exceeds the total.
 """
 
@@ -98,8 +98,8 @@ class Profiler:
         compacting.plan = _sync("plan", compacting.plan)  # type: ignore[assignment]
         compacting.prompt_messages = _sync("prompt", compacting.prompt_messages)  # type: ignore[assignment]
         compacting._summarise = _async("llm", compacting._summarise)  # type: ignore[assignment]
-        conv_store.insert = _sync("insert_summary", conv_store.insert, first_only_as="tombstones")  # type: ignore[assignment]
-        emb_store.insert = _sync("insert_embedding", emb_store.insert, first_only_as="settle_insert")  # type: ignore[assignment]
+        conv_store.insert = _sync("insert_turns", conv_store.insert)  # type: ignore[assignment]
+        emb_store.insert = _sync("insert_embeddings", emb_store.insert)  # type: ignore[assignment]
         compacting.read_thread = _sync("settle_read", compacting.read_thread)  # type: ignore[assignment]
         compacting.settle_writes = _sync("settle_plan", compacting.settle_writes)  # type: ignore[assignment]
         compacting.thread_lease = _cm("lease_wait", "lease_release", compacting.thread_lease)  # type: ignore[assignment]
@@ -142,12 +142,10 @@ STEPS = [
     "lease_wait",
     "marks_enter",
     "reread",
-    "insert_summary",
-    "insert_embedding",
     "settle_read",
-    "tombstones",
     "settle_plan",
-    "settle_insert",
+    "insert_turns",
+    "insert_embeddings",
     "lease_release",
     "marks_exit",
     "reply",

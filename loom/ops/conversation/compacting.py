@@ -41,8 +41,8 @@ listing the replaced msg_ids, at the window's first turn's ``ts``) with its embe
 row, the replaced turns are tombstoned (reason ``compacted``), and the thread's
 embedding rows are settled as conversation.delete settles them: a row another agent's
 live copy with the same text still serves passes to that copy, the others become
-tombstones. The summary is inserted first: a crash before the tombstones leaves a
-failed run's summary, which the next run replaces unread.
+tombstones. The summary and the tombstones are one insert, so a crash never leaves a
+turn tombstoned without its summary (see ``_retire`` for the crash cases).
 """
 
 from __future__ import annotations
@@ -282,14 +282,19 @@ def _tombstoned(turns: list[conv_store.Turn]) -> list[conv_store.Turn]:
 
 async def _retire(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_store.EmbeddingRow) -> bool:
     """Under the thread lease and inside search's change window: the window re-read, then
-    the summary (and its embedding row), the tombstones, the embedding rows settled.
+    two writes, the transcript's and the embeddings'.
 
-    The reads run while the marks are raised (no write starts before they are), and the
-    summary's two rows are written at once: it is on the critical path of every
-    compaction, and each statement costs the embedded engine milliseconds. The order of
-    the writes is what a crash relies on: the summary before the tombstones (a crash in
-    between leaves a failed run's summary, replaced unread by the next run), the
-    tombstones before the embedding rows are settled (as conversation.delete does)."""
+    Each statement costs the embedded engine milliseconds, and the retirement is on the
+    critical path of every compaction: so the reads (the window, and what settling the
+    embedding rows needs) run while the marks are raised, and the writes are two inserts.
+    The first, of the summary with the tombstoned versions of the turns it replaces, is
+    one part (the table is not partitioned): a crash never tombstones a turn without its
+    summary. The second carries the summary's embedding row with the thread's settled
+    rows (handed over or tombstoned, as conversation.delete settles them, counting the
+    replaced turns as tombstoned). A crash between the two leaves a summary with no
+    embedding row and the replaced turns' rows in place: search verifies those rows
+    (their versions are under the raised marks) and drops them, and the next compaction
+    of the thread folds the summary in, replaces it and settles the rows."""
     ns, agent, th = summary.namespace, summary.agent, summary.thread_id
     async with thread_lease(svc.redis, ns, th, wait_s=30.0):
         reads = asyncio.gather(
@@ -301,14 +306,10 @@ async def _retire(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_sto
                 current = _current(p, turns)
                 if current is None:
                     return False
-                await asyncio.gather(
-                    svc.run(conv_store.insert, svc.ch, [summary]), svc.run(emb_store.insert, svc.ch, [row])
-                )
-                await svc.run(conv_store.insert, svc.ch, _tombstoned(current))
                 state.retired(agent, [t.msg_id for t in current])
                 writes, _ = settle_writes(state)
-                if writes:
-                    await svc.run(emb_store.insert, svc.ch, writes)
+                await svc.run(conv_store.insert, svc.ch, [summary, *_tombstoned(current)])
+                await svc.run(emb_store.insert, svc.ch, [row, *writes])
                 return True
         finally:
             if not reads.done():
