@@ -319,12 +319,23 @@ async def _retire(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_sto
 
 
 async def run(
-    svc: Services, model: ModelFn, ns: str, agent: str, thread_id: str, keep_recent: int, min_to_compact: int
+    svc: Services,
+    model: ModelFn,
+    ns: str,
+    agent: str,
+    thread_id: str,
+    keep_recent: int,
+    min_to_compact: int,
+    gate: asyncio.Semaphore | None = None,
 ) -> CompactResult:
-    """One compaction (the worker's job body)."""
+    """One compaction (the worker's job body). ``gate`` bounds the compactions whose store
+    work (the window read, the retirement) runs at once in the process
+    (LOOM_COMPACT_CONCURRENCY); the summarizer and embedding calls run outside it."""
     out = CompactResult(thread_id, agent)
     cfg = svc.settings
-    turns = await svc.run(store.live_turns, svc.ch, ns, agent, thread_id)
+    gate = gate or asyncio.Semaphore(1)
+    async with gate:
+        turns = await svc.run(store.live_turns, svc.ch, ns, agent, thread_id)
     p = plan(turns, keep_recent, cfg.compact_prompt_budget_chars, cfg.compact_summary_allowance_chars)
     if p.new_turns == 0:
         return out.done(NOTHING)
@@ -366,7 +377,8 @@ async def run(
         version=next_version(),
     )
     try:
-        retired = await _retire(svc, p, summary, row)
+        async with gate:  # taken before the lease: no lease is held while waiting here
+            retired = await _retire(svc, p, summary, row)
     except LeaseTimeout:
         return out.done(WINDOW_CHANGED)
     if not retired:
