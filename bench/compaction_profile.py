@@ -8,8 +8,8 @@ the code does.
 Steps: ``pickup`` (the API's checks, enqueue and the worker taking the job: from the
 request to the job body's start), ``window_read``, ``plan``, ``prompt``, ``llm``,
 ``summary_embed``, ``lease_wait``, ``marks_enter``, ``reread`` (the window re-read under
-the lease) and ``settle_read`` (the thread's copies and embedding rows; both run while
-the marks are raised), ``settle_plan``, ``insert_turns`` (the summary and the
+the lease), ``copies_read`` and ``embeddings_read`` (what settling the embedding rows
+needs; the three run while the marks are raised), ``settle_plan``, ``insert_turns`` (the summary and the
 tombstones), ``insert_embeddings`` (the summary's row and the settled ones), ``marks_exit``, ``reply`` (job end
 to the API's answer). Steps that run at once overlap: their sum exceeds the total.
 """
@@ -23,7 +23,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-RECORD: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar("compact_steps", default=None)
+RECORD: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar(
+    "compact_steps", default=None
+)
 
 
 def _add(step: str, took: float) -> None:
@@ -100,7 +102,10 @@ class Profiler:
         compacting._summarise = _async("llm", compacting._summarise)  # type: ignore[assignment]
         conv_store.insert = _sync("insert_turns", conv_store.insert)  # type: ignore[assignment]
         emb_store.insert = _sync("insert_embeddings", emb_store.insert)  # type: ignore[assignment]
-        compacting.read_thread = _sync("settle_read", compacting.read_thread)  # type: ignore[assignment]
+        compacting.deletion.copies = _sync("copies_read", compacting.deletion.copies)  # type: ignore[assignment]
+        compacting.deletion.thread_embeddings = _sync(  # type: ignore[assignment]
+            "embeddings_read", compacting.deletion.thread_embeddings
+        )
         compacting.settle_writes = _sync("settle_plan", compacting.settle_writes)  # type: ignore[assignment]
         compacting.thread_lease = _cm("lease_wait", "lease_release", compacting.thread_lease)  # type: ignore[assignment]
         compacting.search_marks.changing = _cm(  # type: ignore[assignment]
@@ -142,7 +147,8 @@ STEPS = [
     "lease_wait",
     "marks_enter",
     "reread",
-    "settle_read",
+    "copies_read",
+    "embeddings_read",
     "settle_plan",
     "insert_turns",
     "insert_embeddings",

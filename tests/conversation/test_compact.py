@@ -353,6 +353,14 @@ async def test_a_turn_another_agent_holds_live_keeps_its_embedding(call, ns, wri
     assert got["messages_summarized"] == 6
     embs = {e["msg_id"]: e for e in emb_rows(services.ch, ns)}
     assert all(not embs[m]["tombstoned"] and embs[m]["agent"] == "b" for m in ids[:6])
+    # The row passes on with its vector (the retirement reads the thread's rows without
+    # theirs and reads again only those it hands over).
+    dims = services.ch.query(
+        "SELECT msg_id, length(embedding) AS dims FROM conversation_embeddings FINAL "
+        "WHERE namespace = {ns:String} AND msg_id IN {ids:Array(String)}",
+        parameters={"ns": ns, "ids": ids[:6]},
+    ).named_results()
+    assert sorted(r["msg_id"] for r in dims if r["dims"] > 0) == sorted(ids[:6])
     # b's search still finds its turn; a's rows of it are gone.
     assert all(not r["tombstoned"] for r in _turns(services, ns, agent="b").values())
 

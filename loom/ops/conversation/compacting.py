@@ -61,8 +61,8 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest, LoomError, NotFound, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
-from loom.ops.conversation.common import embed_text
-from loom.ops.conversation.deleting import read_thread, settle_writes
+from loom.ops.conversation.common import EMBED_CHARS, embed_text
+from loom.ops.conversation.deleting import ThreadState, settle_writes, with_vectors
 from loom.ops.conversation.embedding import ModelFn
 from loom.providers.llm import LAST_USAGE, ChatMessage, LLMError
 from loom.queue import QUEUE, wake_workers
@@ -70,9 +70,9 @@ from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import compaction as store
 from loom.store import conversations as conv_store
+from loom.store import deletion, search_marks
 from loom.store import embeddings as emb_store
 from loom.store import namespaces as ns_store
-from loom.store import search_marks
 
 log = loom_logging.get("loom.conversation.compact")
 
@@ -298,16 +298,23 @@ async def _retire(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_sto
     ns, agent, th = summary.namespace, summary.agent, summary.thread_id
     async with thread_lease(svc.redis, ns, th, wait_s=30.0):
         reads = asyncio.gather(
-            svc.run(store.live_turns, svc.ch, ns, agent, th), svc.run(read_thread, svc, ns, th)
+            svc.run(store.live_turns, svc.ch, ns, agent, th),
+            svc.run(deletion.copies, svc.ch, ns, th, EMBED_CHARS),
+            # Most rows settle to tombstones, which carry no vector: only the rows handed
+            # over need theirs, read again below (decoding 200 vectors costs the process).
+            svc.run(deletion.thread_embeddings, svc.ch, ns, th, vectors=False),
         )
         try:
             async with search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, th)]):
-                turns, state = await reads
+                turns, copies, rows = await reads
                 current = _current(p, turns)
                 if current is None:
                     return False
+                state = ThreadState(copies, rows)
                 state.retired(agent, [t.msg_id for t in current])
-                writes, _ = settle_writes(state)
+                writes, settled = settle_writes(state)
+                if settled.handed_over:
+                    writes = await svc.run(with_vectors, svc, writes)
                 await svc.run(conv_store.insert, svc.ch, [summary, *_tombstoned(current)])
                 await svc.run(emb_store.insert, svc.ch, [row, *writes])
                 return True

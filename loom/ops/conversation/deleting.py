@@ -161,6 +161,16 @@ def settle_writes(state: ThreadState) -> tuple[list[emb_store.EmbeddingRow], Set
     return writes, out
 
 
+def with_vectors(svc: Services, writes: list[emb_store.EmbeddingRow]) -> list[emb_store.EmbeddingRow]:
+    """The writes of rows read without their vectors, the handed-over ones given theirs
+    back (a tombstone carries none)."""
+    keys = [w.key for w in writes if not w.tombstoned]
+    if not keys:
+        return writes
+    full = emb_store.rows(svc.ch, keys)
+    return [w if w.tombstoned else replace(w, embedding=full[w.key].embedding) for w in writes]
+
+
 def settle(svc: Services, namespace: str, thread_id: str) -> Settled:
     """Pass or tombstone every live embedding row of the thread whose own agent holds no
     live message for its turn (rows a live copy serves stay as they are)."""
