@@ -67,7 +67,7 @@ class Settings(BaseSettings):
     # worker process; the others wait for a turn (their summarizer calls do not). The
     # embedding jobs of appends share the process and the engine: bounded, compactions
     # cannot crowd them out (bench/compaction_bench.py).
-    compact_concurrency: int = Field(2, ge=1, le=256)
+    compact_concurrency: int = Field(1, ge=1, le=256)
 
     # Retention and tiering of loom.conversations (0 = keep forever / no move).
     retention_conversations_days: int = Field(0, ge=0)

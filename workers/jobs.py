@@ -52,7 +52,9 @@ async def compact_thread(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[s
         job.min_to_compact,
         compaction_gate(ctx),
     )
-    return compacting.as_job_result(result)
+    answer = compacting.as_job_result(result)
+    await compacting.push_answer(ctx["loom"], ctx["job_id"], answer)
+    return answer
 
 
 COMPACT_GATE = "conversation.compact_gate"
@@ -63,10 +65,10 @@ def compaction_gate(ctx: dict[str, Any]) -> asyncio.Semaphore:
     (LOOM_COMPACT_CONCURRENCY), made at its first compaction: a burst of them shares
     the worker's event loop and the engine with the appends' embedding jobs, and
     unbounded it crowds them out (bench/compaction_bench.py)."""
-    gate = ctx.get(COMPACT_GATE)
+    gate: asyncio.Semaphore | None = ctx.get(COMPACT_GATE)
     if gate is None:
         gate = ctx[COMPACT_GATE] = asyncio.Semaphore(ctx["loom"].settings.compact_concurrency)
-    return gate  # type: ignore[no-any-return]
+    return gate
 
 
 async def conversation_titler(ctx: dict[str, Any]) -> dict[str, Any]:

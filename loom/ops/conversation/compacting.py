@@ -43,6 +43,12 @@ embedding rows are settled as conversation.delete settles them: a row another ag
 live copy with the same text still serves passes to that copy, the others become
 tombstones. The summary and the tombstones are one insert, so a crash never leaves a
 turn tombstoned without its summary (see ``_retire`` for the crash cases).
+
+Compactions share the worker process (its event loop, its I/O threads) and the engine
+with the appends' embedding jobs: LOOM_COMPACT_CONCURRENCY (default 1) bounds how many
+do store work (the window read, the retirement) at once in a process, so a burst of
+them queues rather than crowding the appends out; their summarizer calls are not
+bounded.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -282,19 +289,24 @@ def _tombstoned(turns: list[conv_store.Turn]) -> list[conv_store.Turn]:
 
 async def _retire(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_store.EmbeddingRow) -> bool:
     """Under the thread lease and inside search's change window: the window re-read, then
-    two writes, the transcript's and the embeddings'.
+    two writes at once, the transcript's and the embeddings'.
 
     Each statement costs the embedded engine milliseconds, and the retirement is on the
     critical path of every compaction: so the reads (the window, and what settling the
-    embedding rows needs) run while the marks are raised, and the writes are two inserts.
-    The first, of the summary with the tombstoned versions of the turns it replaces, is
-    one part (the table is not partitioned): a crash never tombstones a turn without its
-    summary. The second carries the summary's embedding row with the thread's settled
-    rows (handed over or tombstoned, as conversation.delete settles them, counting the
-    replaced turns as tombstoned). A crash between the two leaves a summary with no
-    embedding row and the replaced turns' rows in place: search verifies those rows
-    (their versions are under the raised marks) and drops them, and the next compaction
-    of the thread folds the summary in, replaces it and settles the rows."""
+    embedding rows needs) run while the marks are raised, and the writes are two inserts
+    run at once. The transcript's, of the summary with the tombstoned versions of the
+    turns it replaces, is one part (the table is not partitioned): a turn is never
+    tombstoned without its summary. The embeddings' carries the summary's row with the
+    thread's settled rows (handed over or tombstoned, as conversation.delete settles
+    them, counting the replaced turns as tombstoned). If only one of them lands (a
+    crash, an engine error: the job then fails and the answer says to retry):
+    - the transcript's alone: the summary has no embedding row, and the replaced turns'
+      rows stay; search verifies those (their versions are under the raised marks) and
+      drops them, and the next compaction folds the summary in and replaces it;
+    - the embeddings' alone: the window's turns are still live, their rows settled
+      away, so search misses them until the next compaction summarises them again; the
+      summary's row has no turn and search drops it.
+    Neither loses a turn's text."""
     ns, agent, th = summary.namespace, summary.agent, summary.thread_id
     async with thread_lease(svc.redis, ns, th, wait_s=30.0):
         reads = asyncio.gather(
@@ -315,8 +327,10 @@ async def _retire(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_sto
                 writes, settled = settle_writes(state)
                 if settled.handed_over:
                     writes = await svc.run(with_vectors, svc, writes)
-                await svc.run(conv_store.insert, svc.ch, [summary, *_tombstoned(current)])
-                await svc.run(emb_store.insert, svc.ch, [row, *writes])
+                await asyncio.gather(
+                    svc.run(conv_store.insert, svc.ch, [summary, *_tombstoned(current)]),
+                    svc.run(emb_store.insert, svc.ch, [row, *writes]),
+                )
                 return True
         finally:
             if not reads.done():
@@ -458,7 +472,7 @@ async def compact(
     if defer:
         return CompactResult(thread_id, agent, job_id=job_id)
     try:
-        got = await job.result(timeout=svc.settings.compact_wait_seconds, poll_delay=0.01)
+        got = await _answer(svc, job)
     except TimeoutError:
         raise Unavailable(
             f"the compaction is still running; poll job {job_id}",
@@ -470,6 +484,39 @@ async def compact(
         log.error("compaction job failed", error=failures.detail(exc), job_id=job_id)
         got = None
     return _from_job(got, job_id)
+
+
+_DONE_TTL_S = 60
+_POLL_S = 1.0  # between looks at arq's result, should no answer be pushed (a failed job)
+
+
+async def push_answer(svc: Services, job_id: str, result: dict[str, Any]) -> None:
+    """The job's answer, for the API awaiting it (worker side)."""
+    pipe = svc.redis.pipeline(transaction=False)
+    pipe.rpush(redis_keys.compact_done(job_id), json.dumps(result))
+    pipe.expire(redis_keys.compact_done(job_id), _DONE_TTL_S)
+    await pipe.execute()
+
+
+async def _answer(svc: Services, job: Any) -> Any:
+    """The job's answer: popped as soon as the worker pushes it (polling arq's result
+    every few milliseconds would cost Redis and this process CPU for every compaction
+    in flight, and add up to a poll interval to each answer). A job that failed pushes
+    nothing: arq's result is looked at every _POLL_S. Raises TimeoutError past
+    LOOM_COMPACT_WAIT_SECONDS."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + svc.settings.compact_wait_seconds
+    key = redis_keys.compact_done(job.job_id)
+    while (left := deadline - loop.time()) > 0:
+        popped = await svc.redis.blpop([key], timeout=min(_POLL_S, left))  # type: ignore[misc, arg-type]
+        if popped is not None:
+            return json.loads(popped[1])
+        info = await job.result_info()
+        if info is not None:
+            if not info.success:
+                raise info.result if isinstance(info.result, Exception) else RuntimeError("job failed")
+            return info.result
+    raise TimeoutError
 
 
 def _from_job(got: Any, job_id: str) -> CompactResult:
