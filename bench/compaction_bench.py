@@ -1,17 +1,24 @@
-"""conversation.compact on 200-turn threads, with a stand-in summarizer answering in 50 ms.
+"""conversation.compact on 200-turn threads and conversation_titler passes, with a
+stand-in model answering in 50 ms (bench/README.md, "Compaction and the titler").
 
-Run: ``.venv/bin/python bench/compaction_bench.py [--rounds N] [--concurrent N]``
+Run: ``.venv/bin/python bench/compaction_bench.py [--rounds 20] [--concurrent 32]
+[--appends 40] [--titler-passes 5] [--out bench/results]``
 
 Starts its own backends (the embedded ClickHouse endpoint and a redis-server in a
 temporary directory, or LOOM_TEST_CLICKHOUSE_URL / LOOM_TEST_REDIS_URL), the schema, an
 in-process arq worker (the production build_worker, fake embedder) and the local
-stand-in chat server (tests/providers/standin.py) whose answers are delayed 50 ms; the
-API is driven in-process over ASGI. Each round appends a fresh 200-turn thread, then
-times conversation.compact end to end (enqueue, job, summarizer, embed, retirement,
-answer) and the same minus the model call as the worker's LLM saw it ("everything but
-the model"). Then N threads are compacted concurrently while single-turn appends run on
-other threads, and the appends' p99 is compared with the same appends alone.
-Prints medians; figures on a shared 2-core box are noisy.
+stand-in chat server (tests/providers/standin.py); the API is driven in-process over
+ASGI. Figures:
+
+1. one compaction at a time, end to end, everything but the model, the summary's
+   embedding, and the median of each step (bench/compaction_profile.py);
+2. single-turn appends on other threads alone, while N threads are compacted at once
+   with the compaction gate unbounded (as before LOOM_COMPACT_CONCURRENCY) and with its
+   configured bound, and alone again: p99 and p50 ratios;
+3. titler passes over 10 untitled threads: wall time and everything but the model.
+
+Prints medians and the load average, and writes the lines to
+bench/results/<date>-compaction.txt. Figures on a shared 2-core box are noisy.
 """
 
 from __future__ import annotations
