@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
 
-from bench.compaction_profile import STEPS, Profiler, steps_of  # noqa: E402
+from bench.compaction_profile import STEPS, Profiler, legacy_retire, steps_of  # noqa: E402
 from loom.api.app import create_app  # noqa: E402
 from loom.auth.tokens import mint  # noqa: E402
 from loom.services import open_services  # noqa: E402
@@ -217,16 +217,28 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
             await thread(f"warm{i}", 200)
             await compact(f"warm{i}")
 
-        # 1. One compaction at a time.
-        e2e, rest, embed = [], [], []
+        # 1. One compaction at a time; rounds alternate with the retirement as it was
+        # before (bench/compaction_profile.legacy_retire) for a ratio in the same run.
+        from loom.ops.conversation import compacting
+
+        current_retire = compacting._retire
+        e2e, rest, embed, legacy_e2e, legacy_rest = [], [], [], [], []
         for i in range(args.rounds):
-            await thread(f"r{i}", 200)
-            timed.spent.clear()
-            took = await compact(f"r{i}")
-            model_s = sum(b - a for a, b in timed.spent)
-            e2e.append(took * 1000)
-            rest.append((took - model_s) * 1000)
-            embed.append(steps.get(f"r{i}", {}).get("summary_embed", 0.0))
+            for legacy in (False, True):
+                th = f"{'l' if legacy else 'r'}{i}"
+                await thread(th, 200)
+                compacting._retire = legacy_retire if legacy else current_retire  # type: ignore[assignment]
+                timed.spent.clear()
+                took = await compact(th)
+                model_s = sum(b - a for a, b in timed.spent)
+                if legacy:
+                    legacy_e2e.append(took * 1000)
+                    legacy_rest.append((took - model_s) * 1000)
+                else:
+                    e2e.append(took * 1000)
+                    rest.append((took - model_s) * 1000)
+                    embed.append(steps.get(th, {}).get("summary_embed", 0.0))
+        compacting._retire = current_retire  # type: ignore[assignment]
         out(
             f"\n1. 200-turn thread, keep_recent 10, stand-in summarizer {MODEL_DELAY_S * 1000:.0f} ms, fake embedder"
         )
@@ -236,6 +248,12 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
         report(
             "everything but the summarizer and the embedding",
             [r - e for r, e in zip(rest, embed, strict=True)],
+        )
+        report("the retirement as before: end to end", legacy_e2e)
+        report("the retirement as before: everything but the model", legacy_rest)
+        out(
+            f"   ratio now / before (p50): end to end {statistics.median(e2e) / statistics.median(legacy_e2e):.2f}, "
+            f"everything but the model {statistics.median(rest) / statistics.median(legacy_rest):.2f}"
         )
         profiled = [steps[f"r{i}"] for i in range(args.rounds) if f"r{i}" in steps]
         out("   steps, median ms (the reads under the lease run at once: overlapping steps):")

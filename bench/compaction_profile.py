@@ -164,3 +164,58 @@ def steps_of(rec: dict[str, float], t_request: float, t_answer: float) -> dict[s
     out["pickup"] = (rec["_start"] - t_request) * 1000
     out["reply"] = (t_answer - rec["_end"]) * 1000
     return out
+
+
+async def legacy_retire(svc: Any, p: Any, summary: Any, row: Any) -> bool:
+    """The retirement as it was before the compaction speed work (for a before/after in
+    one run): under the lease, the marks raised, then one statement after another: the
+    window re-read, the summary, its embedding row, the tombstones (INSERT ... SELECT),
+    and settling (two reads, with every vector, and an insert)."""
+    from loom.clock import next_version
+    from loom.leases import thread_lease
+    from loom.ops.conversation import compacting
+    from loom.ops.conversation.deleting import settle
+    from loom.store import compaction as store
+    from loom.store import conversations as conv_store
+    from loom.store import embeddings as emb_store
+    from loom.store import search_marks
+    from loom.store.deletion import _REVISABLE
+
+    def tombstone(ch: Any, ids: list[str]) -> None:
+        where = "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}"
+        replaced = {"tombstoned": "true", "tombstoned_at": "now64(3)", "tombstone_reason": "{why:String}"}
+        exprs = [replaced.get(c, c) for c in _REVISABLE]
+        ch.command(
+            f"INSERT INTO conversations ({', '.join([*_REVISABLE, 'version'])}) "
+            f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversations FINAL WHERE {where} "
+            "AND msg_id IN {ids:Array(String)} AND NOT tombstoned",
+            parameters={
+                "ns": summary.namespace,
+                "ag": summary.agent,
+                "th": summary.thread_id,
+                "ids": ids,
+                "why": compacting.COMPACTED,
+                "v": next_version(),
+            },
+        )
+
+    def retire_sync() -> bool:
+        now = {
+            t.msg_id: t for t in store.live_turns(svc.ch, summary.namespace, summary.agent, summary.thread_id)
+        }
+        for t in p.replaced:
+            cur = now.get(t.msg_id)
+            if cur is None or cur.is_saved or cur.high_sensitivity or cur.content != t.content:
+                return False
+        conv_store.insert(svc.ch, [summary])
+        emb_store.insert(svc.ch, [row])
+        tombstone(svc.ch, [t.msg_id for t in p.replaced])
+        settle(svc, summary.namespace, summary.thread_id)
+        return True
+
+    pair = [(summary.namespace, summary.thread_id)]
+    async with (
+        thread_lease(svc.redis, summary.namespace, summary.thread_id, wait_s=30.0),
+        search_marks.changing(svc.redis, svc.ch, svc.run, pair),
+    ):
+        return bool(await svc.run(retire_sync))
