@@ -1,17 +1,24 @@
-"""conversation.compact on 200-turn threads, with a stand-in summarizer answering in 50 ms.
+"""conversation.compact on 200-turn threads and conversation_titler passes, with a
+stand-in model answering in 50 ms (bench/README.md, "Compaction and the titler").
 
-Run: ``.venv/bin/python bench/compaction_bench.py [--rounds N] [--concurrent N]``
+Run: ``.venv/bin/python bench/compaction_bench.py [--rounds 20] [--concurrent 32]
+[--appends 40] [--titler-passes 5] [--out bench/results]``
 
 Starts its own backends (the embedded ClickHouse endpoint and a redis-server in a
 temporary directory, or LOOM_TEST_CLICKHOUSE_URL / LOOM_TEST_REDIS_URL), the schema, an
 in-process arq worker (the production build_worker, fake embedder) and the local
-stand-in chat server (tests/providers/standin.py) whose answers are delayed 50 ms; the
-API is driven in-process over ASGI. Each round appends a fresh 200-turn thread, then
-times conversation.compact end to end (enqueue, job, summarizer, embed, retirement,
-answer) and the same minus the model call as the worker's LLM saw it ("everything but
-the model"). Then N threads are compacted concurrently while single-turn appends run on
-other threads, and the appends' p99 is compared with the same appends alone.
-Prints medians; figures on a shared 2-core box are noisy.
+stand-in chat server (tests/providers/standin.py); the API is driven in-process over
+ASGI. Figures:
+
+1. one compaction at a time, end to end, everything but the model, the summary's
+   embedding, and the median of each step (bench/compaction_profile.py);
+2. single-turn appends on other threads alone, while N threads are compacted at once
+   with the compaction gate unbounded (as before LOOM_COMPACT_CONCURRENCY) and with its
+   configured bound, and alone again: p99 and p50 ratios;
+3. titler passes over 10 untitled threads: wall time and everything but the model.
+
+Prints medians and the load average, and writes the lines to
+bench/results/<date>-compaction.txt. Figures on a shared 2-core box are noisy.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
 
+from bench.compaction_profile import STEPS, Profiler, legacy_retire, steps_of  # noqa: E402
 from loom.api.app import create_app  # noqa: E402
 from loom.auth.tokens import mint  # noqa: E402
 from loom.services import open_services  # noqa: E402
@@ -49,8 +57,16 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+LINES: list[str] = []
+
+
+def out(line: str) -> None:
+    print(line, flush=True)
+    LINES.append(line)
+
+
 def report(label: str, ms: list[float]) -> None:
-    print(f"{label:<62} n={len(ms):<4} p50={statistics.median(ms):8.1f} ms  p99={pct(ms, 0.99):8.1f} ms")
+    out(f"{label:<62} n={len(ms):<4} p50={statistics.median(ms):8.1f} ms  p99={pct(ms, 0.99):8.1f} ms")
 
 
 class TimedLLM:
@@ -58,14 +74,14 @@ class TimedLLM:
 
     def __init__(self, inner: Any) -> None:
         self.inner, self.name, self.configured = inner, "timed", True
-        self.spent: list[float] = []
+        self.spent: list[tuple[float, float]] = []  # (start, end) of each call
 
     async def complete(self, messages: Any, **kw: Any) -> str:
         t0 = time.perf_counter()
         try:
             return str(await self.inner.complete(messages, **kw))
         finally:
-            self.spent.append(time.perf_counter() - t0)
+            self.spent.append((t0, time.perf_counter()))
 
 
 async def run(args: argparse.Namespace, home: Path) -> None:
@@ -124,13 +140,32 @@ async def run(args: argparse.Namespace, home: Path) -> None:
             proc.stop()
 
 
+def _union_s(spans: list[tuple[float, float]]) -> float:
+    """Seconds during which at least one of the spans was open."""
+    total, end = 0.0, float("-inf")
+    for lo, hi in sorted(spans):
+        if hi > end:
+            total += hi - max(lo, end)
+            end = hi
+    return total
+
+
 async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
+    from loom.ops.conversation import titling
+    from workers.jobs import COMPACT_GATE
+
     ns = f"bench{secrets.token_hex(3)}"
-    namespaces.update(svc.ch, ns, conversation_logging_enabled=True)
-    token = mint(svc.ch, [ns], "writer").token
+    tns = f"titles{secrets.token_hex(3)}"
+    for name in (ns, tns):
+        namespaces.update(svc.ch, name, conversation_logging_enabled=True)
+    token = mint(svc.ch, [ns, tns], "writer").token
     headers = {"Authorization": f"Bearer {token}"}
-    timed = TimedLLM(worker.ctx["loom"].llm)
-    worker.ctx["loom"].llm = timed
+    wsvc = worker.ctx["loom"]
+    timed = TimedLLM(wsvc.llm)
+    wsvc.llm = timed
+    profiler = Profiler()
+    profiler.install(wsvc)
+    steps: dict[str, dict[str, float]] = {}
     app = create_app(svc)
     async with (
         app.router.lifespan_context(app),
@@ -139,7 +174,7 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
         ) as client,
     ):
 
-        async def thread(th: str, n: int) -> None:
+        async def thread(th: str, n: int, namespace: str = ns) -> None:
             turns = [
                 {
                     "thread_id": th,
@@ -149,7 +184,7 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
                 for i in range(n)
             ]
             r = await client.post(
-                "/v1/conversation.append", headers=headers, json={"namespace": ns, "turns": turns}
+                "/v1/conversation.append", headers=headers, json={"namespace": namespace, "turns": turns}
             )
             assert r.status_code == 200, r.text
 
@@ -160,9 +195,12 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
                 headers=headers,
                 json={"namespace": ns, "thread_id": th, "keep_recent": 10},
             )
-            elapsed = time.perf_counter() - t0
+            t1 = time.perf_counter()
             assert r.status_code == 200 and r.json()["summary_msg_id"], r.text
-            return elapsed
+            rec = profiler.jobs.get(th)
+            if rec is not None and "_end" in rec:
+                steps[th] = steps_of(rec, t0, t1)
+            return t1 - t0
 
         async def append_one(th: str, i: int) -> float:
             t0 = time.perf_counter()
@@ -174,43 +212,115 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
             assert r.status_code == 200, r.text
             return time.perf_counter() - t0
 
+        out(f"load average at start: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
         for i in range(3):  # warm-up
             await thread(f"warm{i}", 200)
             await compact(f"warm{i}")
-        e2e, rest = [], []
-        for i in range(args.rounds):
-            await thread(f"r{i}", 200)
-            timed.spent.clear()
-            took = await compact(f"r{i}")
-            e2e.append(took * 1000)
-            rest.append((took - sum(timed.spent)) * 1000)
-        print(
-            f"200-turn thread, keep_recent 10, stand-in summarizer {MODEL_DELAY_S * 1000:.0f} ms, fake embedder"
-        )
-        report("conversation.compact end to end", e2e)
-        report("conversation.compact, everything but the model", rest)
 
+        # 1. One compaction at a time; rounds alternate with the retirement as it was
+        # before (bench/compaction_profile.legacy_retire) for a ratio in the same run.
+        from loom.ops.conversation import compacting
+
+        current_retire = compacting._retire
+        e2e, rest, embed, legacy_e2e, legacy_rest = [], [], [], [], []
+        for i in range(args.rounds):
+            for legacy in (False, True):
+                th = f"{'l' if legacy else 'r'}{i}"
+                await thread(th, 200)
+                compacting._retire = legacy_retire if legacy else current_retire  # type: ignore[assignment]
+                timed.spent.clear()
+                took = await compact(th)
+                model_s = sum(b - a for a, b in timed.spent)
+                if legacy:
+                    legacy_e2e.append(took * 1000)
+                    legacy_rest.append((took - model_s) * 1000)
+                else:
+                    e2e.append(took * 1000)
+                    rest.append((took - model_s) * 1000)
+                    embed.append(steps.get(th, {}).get("summary_embed", 0.0))
+        compacting._retire = current_retire  # type: ignore[assignment]
+        out(
+            f"\n1. 200-turn thread, keep_recent 10, stand-in summarizer {MODEL_DELAY_S * 1000:.0f} ms, fake embedder"
+        )
+        report("conversation.compact end to end (target p50 <= 150)", e2e)
+        report("everything but the model (the summarizer call) (<= 100)", rest)
+        report("  of which the summary's embedding (fake embedder)", embed)
+        report(
+            "everything but the summarizer and the embedding",
+            [r - e for r, e in zip(rest, embed, strict=True)],
+        )
+        report("the retirement as before: end to end", legacy_e2e)
+        report("the retirement as before: everything but the model", legacy_rest)
+        out(
+            f"   ratio now / before (p50): end to end {statistics.median(e2e) / statistics.median(legacy_e2e):.2f}, "
+            f"everything but the model {statistics.median(rest) / statistics.median(legacy_rest):.2f}"
+        )
+        profiled = [steps[f"r{i}"] for i in range(args.rounds) if f"r{i}" in steps]
+        out("   steps, median ms (the reads under the lease run at once: overlapping steps):")
+        for step in STEPS:
+            vals = [p.get(step, 0.0) for p in profiled]
+            if vals:
+                out(f"     {step:<18} {statistics.median(vals):8.1f}")
+
+        # 2. Appends on other threads while 32 threads are compacted.
         async def appends(tag: str, n: int) -> list[float]:
-            out: list[float] = []
+            got: list[float] = []
 
             async def one(k: int) -> None:
                 for j in range(n):
-                    out.append(await append_one(f"{tag}-a{k}", j))
+                    got.append(await append_one(f"{tag}-a{k}", j))
 
             await asyncio.gather(*(one(k) for k in range(4)))
-            return [s * 1000 for s in out]
+            return [s * 1000 for s in got]
 
-        alone = await appends("alone", args.appends)
-        for k in range(args.concurrent):
-            await thread(f"c{k}", 200)
-        results = await asyncio.gather(
-            appends("busy", args.appends), *(compact(f"c{k}") for k in range(args.concurrent))
+        async def busy(tag: str, bound: int) -> tuple[list[float], list[float]]:
+            worker.ctx[COMPACT_GATE] = asyncio.Semaphore(bound)
+            for k in range(args.concurrent):
+                await thread(f"{tag}{k}", 200)
+            results = await asyncio.gather(
+                appends(tag, args.appends), *(compact(f"{tag}{k}") for k in range(args.concurrent))
+            )
+            return results[0], [s * 1000 for s in results[1:]]
+
+        bound = wsvc.settings.compact_concurrency
+        alone1 = await appends("alone1", args.appends)
+        before, before_c = await busy("unbounded", 10_000)
+        after, after_c = await busy("gated", bound)
+        alone2 = await appends("alone2", args.appends)
+        alone = alone1 + alone2
+        out(
+            f"\n2. {args.concurrent} threads compacted at once, 4 writers appending single turns to other threads"
         )
-        busy = results[0]
-        report("append alone (4 writers)", alone)
-        report(f"append while {args.concurrent} threads are compacted", busy)
-        print(f"append p99 ratio (with / without compaction): {pct(busy, 0.99) / pct(alone, 0.99):.2f}")
-        report(f"{args.concurrent} concurrent compactions, each end to end", [s * 1000 for s in results[1:]])
+        report("append alone (before and after the two busy phases)", alone)
+        report("append during compactions, unbounded (as before)", before)
+        report(f"append during compactions, LOOM_COMPACT_CONCURRENCY={bound}", after)
+        for label, got in (("unbounded", before), (f"concurrency {bound}", after)):
+            out(
+                f"   append p99 ratio, {label:<16}: {pct(got, 0.99) / pct(alone, 0.99):5.2f} "
+                f"(p50 ratio {statistics.median(got) / statistics.median(alone):5.2f}; target p99 <= 1.2)"
+            )
+        report(f"{args.concurrent} compactions, each end to end, unbounded", before_c)
+        report(f"{args.concurrent} compactions, each end to end, concurrency {bound}", after_c)
+
+        # 3. Titler passes over 10 untitled threads each.
+        per_pass = wsvc.settings.conversation_titler_max_threads_per_pass
+        for k in range(args.titler_passes * per_pass):
+            await thread(f"t{k}", 8, tns)
+        walls, rests = [], []
+        for _ in range(args.titler_passes):
+            timed.spent.clear()
+            t0 = time.perf_counter()
+            got = await titling.titler_pass(wsvc, [tns])
+            wall = time.perf_counter() - t0
+            assert got.titled == per_pass, got
+            walls.append(wall * 1000)
+            rests.append((wall - _union_s(timed.spent)) * 1000)
+        out(
+            f"\n3. conversation_titler pass over {per_pass} untitled 8-turn threads, stand-in model {MODEL_DELAY_S * 1000:.0f} ms"
+        )
+        report("titler pass, wall", walls)
+        report("titler pass, everything but the model (<= 200)", rests)
+        out(f"load average at end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 def main() -> None:
@@ -219,13 +329,25 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--concurrent", type=int, default=32)
-    parser.add_argument("--appends", type=int, default=25, help="appends per writer (4 writers)")
+    parser.add_argument("--appends", type=int, default=40, help="appends per writer and phase (4 writers)")
+    parser.add_argument("--titler-passes", type=int, default=5)
+    parser.add_argument(
+        "--out",
+        default="bench/results",
+        help="directory for the figures (<date>-compaction.txt); '' for none",
+    )
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="loomc-", dir="/tmp"))
+    started = time.strftime("%Y-%m-%d-%H%M", time.gmtime())
+    out(f"# bench/compaction_bench.py {' '.join(sys.argv[1:])}, {started} UTC, {os.cpu_count()} cores")
     try:
         asyncio.run(run(args, home))
     finally:
         shutil.rmtree(home, ignore_errors=True)
+    if args.out:
+        path = Path(args.out) / f"{started}-compaction.txt"
+        path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+        print(f"written to {path}")
 
 
 if __name__ == "__main__":

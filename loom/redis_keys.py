@@ -28,6 +28,7 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | TITLER_LEASE        | string | the lease's TTL (renewed)   | the conversation_titler pass (worker cron)   |
 | memory_lease        | string | the lease's TTL (renewed)   | memory.set_from_messages' decisions (per user) |
 | compact_job         | string | an hour                     | conversation.compact (API), read by compact_status |
+| compact_done        | list   | a minute                    | the compaction job (worker), popped by the waiting API |
 | embed_gate          | string | the gate's TTL              | append flush (API), read by the worker       |
 | embed_gate_wake     | list   | the gate's TTL              | append flush (API), popped by the worker     |
 | reply               | list   | the reply TTL               | the worker pushes, one API process pops      |
@@ -73,6 +74,9 @@ MEMORY_LEASE = "loom:lease:memory:"
 
 COMPACT_JOB = "loom:compact:job:"
 """Prefix. String per compaction job id: the namespace that queued it (only it may poll)."""
+COMPACT_DONE = "loom:compact:done:"
+"""Prefix. List per compaction job id: its answer (JSON), pushed by the worker for the
+API that awaits it (a blocking pop instead of polling arq's result)."""
 
 # -- the embedding job's channels (loom.ops.conversation.embedding) -------------------
 
@@ -88,6 +92,10 @@ def memory_lease(namespace: str, user_id: str) -> str:
 
 def compact_job(job_id: str) -> str:
     return f"{COMPACT_JOB}{job_id}"
+
+
+def compact_done(job_id: str) -> str:
+    return f"{COMPACT_DONE}{job_id}"
 
 
 def turn_claim(namespace: str, turn_hash: str) -> str:

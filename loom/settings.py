@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     compact_summary_allowance_chars: int = Field(6_000, ge=0)
     # How long conversation.compact (without defer) awaits its job before answering 503.
     compact_wait_seconds: float = Field(120.0, gt=0)
+    # Compactions whose store work (the window read, the retirement) runs at once in one
+    # worker process; the others wait for a turn (their summarizer calls do not). The
+    # embedding jobs of appends share the process and the engine: bounded, compactions
+    # cannot crowd them out (bench/compaction_bench.py).
+    compact_concurrency: int = Field(1, ge=1, le=256)
 
     # Retention and tiering of loom.conversations (0 = keep forever / no move).
     retention_conversations_days: int = Field(0, ge=0)

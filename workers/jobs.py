@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from loom import jobs
@@ -49,8 +50,25 @@ async def compact_thread(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[s
         job.thread_id,
         job.keep_recent,
         job.min_to_compact,
+        compaction_gate(ctx),
     )
-    return compacting.as_job_result(result)
+    answer = compacting.as_job_result(result)
+    await compacting.push_answer(ctx["loom"], ctx["job_id"], answer)
+    return answer
+
+
+COMPACT_GATE = "conversation.compact_gate"
+
+
+def compaction_gate(ctx: dict[str, Any]) -> asyncio.Semaphore:
+    """The process's bound on compactions doing store work at once
+    (LOOM_COMPACT_CONCURRENCY), made at its first compaction: a burst of them shares
+    the worker's event loop and the engine with the appends' embedding jobs, and
+    unbounded it crowds them out (bench/compaction_bench.py)."""
+    gate: asyncio.Semaphore | None = ctx.get(COMPACT_GATE)
+    if gate is None:
+        gate = ctx[COMPACT_GATE] = asyncio.Semaphore(ctx["loom"].settings.compact_concurrency)
+    return gate
 
 
 async def conversation_titler(ctx: dict[str, Any]) -> dict[str, Any]:

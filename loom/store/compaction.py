@@ -1,5 +1,6 @@
 """SQL of conversation.compact: reading one agent's thread whole (the window is chosen
-from it) and tombstoning the turns a summary replaced.
+from it; the retirement writes the summary and the replaced turns' tombstoned versions
+through loom.store.conversations.insert).
 
 The rules (which turns a summary replaces, how shared embedding rows are settled) are
 the op's (loom.ops.conversation.compacting).
@@ -7,13 +8,9 @@ the op's (loom.ops.conversation.compacting).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from clickhouse_connect.driver.client import Client
 
-from loom.clock import next_version
 from loom.store import conversations as conv_store
-from loom.store.deletion import _REVISABLE
 
 _THREAD_WHERE = "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}"
 _COLUMNS = ", ".join(
@@ -36,28 +33,3 @@ def live_turns(ch: Client, namespace: str, agent: str, thread_id: str) -> list[c
             r[flag] = bool(r[flag])
         out.append(conv_store.Turn(**r))
     return out
-
-
-def tombstone_msgs(
-    ch: Client, namespace: str, agent: str, thread_id: str, msg_ids: Sequence[str], reason: str
-) -> None:
-    """A tombstoned version of each named live turn of one agent's thread (written by the
-    engine from the newest version; saved_at stays, so the revision reaches the
-    saved-message indexes too)."""
-    if not msg_ids:
-        return
-    replaced = {"tombstoned": "true", "tombstoned_at": "now64(3)", "tombstone_reason": "{why:String}"}
-    exprs = [replaced.get(c, c) for c in _REVISABLE]
-    ch.command(
-        f"INSERT INTO conversations ({', '.join([*_REVISABLE, 'version'])}) "
-        f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversations FINAL WHERE {_THREAD_WHERE} "
-        "AND msg_id IN {ids:Array(String)} AND NOT tombstoned",
-        parameters={
-            "ns": namespace,
-            "ag": agent,
-            "th": thread_id,
-            "ids": list(msg_ids),
-            "why": reason,
-            "v": next_version(),
-        },
-    )

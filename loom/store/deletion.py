@@ -110,10 +110,17 @@ def copies(ch: Client, namespace: str, thread_id: str, chars: int) -> dict[str, 
     return out
 
 
-def thread_embeddings(ch: Client, namespace: str, thread_id: str) -> list[emb_store.EmbeddingRow]:
-    """The newest version of every live embedding row of the thread, with its vector."""
+def thread_embeddings(
+    ch: Client, namespace: str, thread_id: str, *, vectors: bool = True
+) -> list[emb_store.EmbeddingRow]:
+    """The newest version of every live embedding row of the thread, with its vector
+    (or, with ``vectors=False``, an empty one: a writer that only needs the vectors of
+    the few rows it hands over reads those with embeddings.rows)."""
+    select = emb_store._FULL
+    if not vectors:
+        select = select.replace(", embedding, ", ", emptyArrayFloat32() AS embedding, ", 1)
     found = ch.query(
-        emb_store._FULL + "WHERE namespace = {ns:String} AND thread_id = {th:String}",
+        select + "WHERE namespace = {ns:String} AND thread_id = {th:String}",
         parameters={"ns": namespace, "th": thread_id},
     )
     return [r for r in emb_store.TABLE.rows(found) if not r.tombstoned]

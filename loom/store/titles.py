@@ -8,6 +8,8 @@ from datetime import datetime
 
 from clickhouse_connect.driver.client import Client
 
+from loom.store import threads as thread_store
+from loom.store.clickhouse import key_sets
 from loom.store.conversations import IS_RECORDED
 
 
@@ -63,12 +65,47 @@ class FirstTurn:
     high: bool
 
 
-def first_turns(ch: Client, c: Candidate, count: int) -> list[FirstTurn]:
-    """The thread's first `count` live recorded user and assistant turns."""
+def _key(c: Candidate) -> tuple[str, str, str]:
+    return (c.namespace, c.agent, c.thread_id)
+
+
+_CANDIDATES_WHERE = (
+    "namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} AND thread_id IN {th:Array(String)}"
+)
+
+
+def first_turns_of(ch: Client, found: Sequence[Candidate], count: int) -> dict[Candidate, list[FirstTurn]]:
+    """The first `count` live recorded user and assistant turns of every candidate, in
+    one statement (every statement costs the engine milliseconds)."""
+    if not found:
+        return {}
     rows = ch.query(
-        "SELECT toString(role) AS role, content, high_sensitivity FROM conversations FINAL "
-        "WHERE namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String} AND NOT tombstoned "
-        f"AND {IS_RECORDED} AND role IN ('user', 'assistant') ORDER BY ts, msg_id LIMIT {{n:UInt32}}",
-        parameters={"ns": c.namespace, "ag": c.agent, "th": c.thread_id, "n": count},
+        "SELECT toString(namespace) AS namespace, toString(agent) AS agent, thread_id, toString(role) AS role, "
+        f"content, high_sensitivity FROM conversations FINAL WHERE {_CANDIDATES_WHERE} AND NOT tombstoned "
+        f"AND {IS_RECORDED} AND role IN ('user', 'assistant') "
+        "ORDER BY namespace, agent, thread_id, ts, msg_id LIMIT {n:UInt32} BY namespace, agent, thread_id",
+        parameters={**key_sets([_key(c) for c in found], ns=0, ag=1, th=2), "n": count},
     ).named_results()
-    return [FirstTurn(r["role"], r["content"], bool(r["high_sensitivity"])) for r in rows]
+    out: dict[Candidate, list[FirstTurn]] = {c: [] for c in found}
+    for r in rows:
+        c = Candidate(r["namespace"], r["agent"], r["thread_id"])
+        if c in out:
+            out[c].append(FirstTurn(r["role"], r["content"], bool(r["high_sensitivity"])))
+    return out
+
+
+def threads_of(ch: Client, found: Sequence[Candidate]) -> dict[Candidate, thread_store.ThreadRow]:
+    """The newest thread row of every candidate that has one, in one statement."""
+    if not found:
+        return {}
+    rows = ch.query(
+        thread_store._SELECT + "WHERE " + _CANDIDATES_WHERE,
+        parameters=key_sets([_key(c) for c in found], ns=0, ag=1, th=2),
+    )
+    wanted = set(found)
+    out = {}
+    for r in thread_store.TABLE.rows(rows):
+        c = Candidate(r.namespace, r.agent, r.thread_id)
+        if c in wanted:
+            out[c] = r
+    return out

@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 
+from loom import redis_keys
 from loom.clock import next_version
 from loom.providers.llm import OpenAICompatLLM
 from loom.store import conversations as conv_store
 from tests.conversation.helpers import emb_rows, ok, save_turn, turn_rows
 from tests.providers.standin import Reply, StandInServer
+from workers.jobs import COMPACT_GATE
 
 HIGH = "the prod login is password=Tr0ub4dor&3xq"
 SUMMARY = "They planned the storage cluster migration and agreed on a Friday cutover."
@@ -353,8 +355,47 @@ async def test_a_turn_another_agent_holds_live_keeps_its_embedding(call, ns, wri
     assert got["messages_summarized"] == 6
     embs = {e["msg_id"]: e for e in emb_rows(services.ch, ns)}
     assert all(not embs[m]["tombstoned"] and embs[m]["agent"] == "b" for m in ids[:6])
+    # The row passes on with its vector (the retirement reads the thread's rows without
+    # theirs and reads again only those it hands over).
+    dims = services.ch.query(
+        "SELECT msg_id, length(embedding) AS dims FROM conversation_embeddings FINAL "
+        "WHERE namespace = {ns:String} AND msg_id IN {ids:Array(String)}",
+        parameters={"ns": ns, "ids": ids[:6]},
+    ).named_results()
+    assert sorted(r["msg_id"] for r in dims if r["dims"] > 0) == sorted(ids[:6])
     # b's search still finds its turn; a's rows of it are gone.
     assert all(not r["tombstoned"] for r in _turns(services, ns, agent="b").values())
+
+
+class _CountingGate(asyncio.Semaphore):
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.held = self.most = self.taken = 0
+
+    async def acquire(self) -> bool:
+        await super().acquire()
+        self.held += 1
+        self.taken += 1
+        self.most = max(self.most, self.held)
+        return True
+
+    def release(self) -> None:
+        self.held -= 1
+        super().release()
+
+
+async def test_the_gate_bounds_the_compactions_doing_store_work_at_once(
+    call, ns, writer, services, summarizer, arq_worker
+):
+    for th in ("g1", "g2", "g3"):
+        await _thread(call, writer, ns, 16, thread=th)
+    gate = arq_worker.ctx[COMPACT_GATE] = _CountingGate(1)
+    try:
+        got = await asyncio.gather(*(_compact(call, writer, ns, thread_id=th) for th in ("g1", "g2", "g3")))
+    finally:
+        arq_worker.ctx.pop(COMPACT_GATE, None)
+    assert all(g["messages_summarized"] == 6 for g in got)
+    assert gate.taken == 6 and gate.most == 1  # the window read and the retirement of each
 
 
 async def test_defer_answers_a_job_id_to_poll(call, ns, writer, services, summarizer, mint):
@@ -367,6 +408,9 @@ async def test_defer_answers_a_job_id_to_poll(call, ns, writer, services, summar
             break
         await asyncio.sleep(0.05)
     assert status["state"] == "complete" and status["result"]["messages_summarized"] == 6
+    # The worker pushed the answer for an awaiting API too (none pops it here).
+    pushed = await services.redis.lrange(redis_keys.compact_done(got["job_id"]), 0, -1)
+    assert [json.loads(m)["summary_msg_id"] for m in pushed] == [status["result"]["summary_msg_id"]]
     other = mint(f"{ns}x", "writer")
     r = await call("conversation.compact_status", other, namespace=f"{ns}x", job_id=got["job_id"])
     assert r.status_code == 404

@@ -41,27 +41,35 @@ listing the replaced msg_ids, at the window's first turn's ``ts``) with its embe
 row, the replaced turns are tombstoned (reason ``compacted``), and the thread's
 embedding rows are settled as conversation.delete settles them: a row another agent's
 live copy with the same text still serves passes to that copy, the others become
-tombstones. The summary is inserted first: a crash before the tombstones leaves a
-failed run's summary, which the next run replaces unread.
+tombstones. The summary and the tombstones are one insert, so a crash never leaves a
+turn tombstoned without its summary (see ``_retire`` for the crash cases).
+
+Compactions share the worker process (its event loop, its I/O threads) and the engine
+with the appends' embedding jobs: LOOM_COMPACT_CONCURRENCY (default 1) bounds how many
+do store work (the window read, the retirement) at once in a process, so a burst of
+them queues rather than crowding the appends out; their summarizer calls are not
+bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import json
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from loom import failures, jobs, redis_keys
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
-from loom.clock import next_version
+from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest, LoomError, NotFound, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
-from loom.ops.conversation.common import embed_text
-from loom.ops.conversation.deleting import settle
+from loom.ops.conversation.common import EMBED_CHARS, embed_text
+from loom.ops.conversation.deleting import ThreadState, settle_writes, with_vectors
 from loom.ops.conversation.embedding import ModelFn
 from loom.providers.llm import LAST_USAGE, ChatMessage, LLMError
 from loom.queue import QUEUE, wake_workers
@@ -69,9 +77,9 @@ from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import compaction as store
 from loom.store import conversations as conv_store
+from loom.store import deletion, search_marks
 from loom.store import embeddings as emb_store
 from loom.store import namespaces as ns_store
-from loom.store import search_marks
 
 log = loom_logging.get("loom.conversation.compact")
 
@@ -256,29 +264,99 @@ def _summary_turn(p: Plan, ns: str, agent: str, thread_id: str, text: str, token
     )
 
 
-def _retire_sync(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_store.EmbeddingRow) -> bool:
-    """Under the thread lease: the window re-read, then the summary, tombstones, settling."""
-    now = {t.msg_id: t for t in store.live_turns(svc.ch, summary.namespace, summary.agent, summary.thread_id)}
+def _current(p: Plan, turns: list[conv_store.Turn]) -> list[conv_store.Turn] | None:
+    """The replaced turns as they read now, or None when one of them was saved, deleted,
+    compacted or rewritten since the window was read."""
+    now = {t.msg_id: t for t in turns}
+    out = []
     for t in p.replaced:
         cur = now.get(t.msg_id)
         if cur is None or cur.is_saved or cur.high_sensitivity or cur.content != t.content:
-            return False
-    conv_store.insert(svc.ch, [summary])
-    emb_store.insert(svc.ch, [row])
-    store.tombstone_msgs(
-        svc.ch, summary.namespace, summary.agent, summary.thread_id, [t.msg_id for t in p.replaced], COMPACTED
-    )
-    settle(svc, summary.namespace, summary.thread_id)
-    return True
+            return None
+        out.append(cur)
+    return out
+
+
+def _tombstoned(turns: list[conv_store.Turn]) -> list[conv_store.Turn]:
+    """A tombstoned version of each turn, from its newest version as read under the lease
+    (saved_at stays, so the revision reaches the saved-message indexes too)."""
+    at, version = utcnow(), next_version()
+    return [
+        replace(t, tombstoned=True, tombstoned_at=at, tombstone_reason=COMPACTED, version=version)
+        for t in turns
+    ]
+
+
+async def _retire(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_store.EmbeddingRow) -> bool:
+    """Under the thread lease and inside search's change window: the window re-read, then
+    two writes at once, the transcript's and the embeddings'.
+
+    Each statement costs the embedded engine milliseconds, and the retirement is on the
+    critical path of every compaction: so the reads (the window, and what settling the
+    embedding rows needs) run while the marks are raised, and the writes are two inserts
+    run at once. The transcript's, of the summary with the tombstoned versions of the
+    turns it replaces, is one part (the table is not partitioned): a turn is never
+    tombstoned without its summary. The embeddings' carries the summary's row with the
+    thread's settled rows (handed over or tombstoned, as conversation.delete settles
+    them, counting the replaced turns as tombstoned). If only one of them lands (a
+    crash, an engine error: the job then fails and the answer says to retry):
+    - the transcript's alone: the summary has no embedding row, and the replaced turns'
+      rows stay; search verifies those (their versions are under the raised marks) and
+      drops them, and the next compaction folds the summary in and replaces it;
+    - the embeddings' alone: the window's turns are still live, their rows settled
+      away, so search misses them until the next compaction summarises them again; the
+      summary's row has no turn and search drops it.
+    Neither loses a turn's text."""
+    ns, agent, th = summary.namespace, summary.agent, summary.thread_id
+    async with thread_lease(svc.redis, ns, th, wait_s=30.0):
+        reads = asyncio.gather(
+            svc.run(store.live_turns, svc.ch, ns, agent, th),
+            svc.run(deletion.copies, svc.ch, ns, th, EMBED_CHARS),
+            # Most rows settle to tombstones, which carry no vector: only the rows handed
+            # over need theirs, read again below (decoding 200 vectors costs the process).
+            svc.run(deletion.thread_embeddings, svc.ch, ns, th, vectors=False),
+        )
+        try:
+            async with search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, th)]):
+                turns, copies, rows = await reads
+                current = _current(p, turns)
+                if current is None:
+                    return False
+                state = ThreadState(copies, rows)
+                state.retired(agent, [t.msg_id for t in current])
+                writes, settled = settle_writes(state)
+                if settled.handed_over:
+                    writes = await svc.run(with_vectors, svc, writes)
+                await asyncio.gather(
+                    svc.run(conv_store.insert, svc.ch, [summary, *_tombstoned(current)]),
+                    svc.run(emb_store.insert, svc.ch, [row, *writes]),
+                )
+                return True
+        finally:
+            if not reads.done():
+                reads.cancel()
+                with contextlib.suppress(BaseException):
+                    await reads
 
 
 async def run(
-    svc: Services, model: ModelFn, ns: str, agent: str, thread_id: str, keep_recent: int, min_to_compact: int
+    svc: Services,
+    model: ModelFn,
+    ns: str,
+    agent: str,
+    thread_id: str,
+    keep_recent: int,
+    min_to_compact: int,
+    gate: asyncio.Semaphore | None = None,
 ) -> CompactResult:
-    """One compaction (the worker's job body)."""
+    """One compaction (the worker's job body). ``gate`` bounds the compactions whose store
+    work (the window read, the retirement) runs at once in the process
+    (LOOM_COMPACT_CONCURRENCY); the summarizer and embedding calls run outside it."""
     out = CompactResult(thread_id, agent)
     cfg = svc.settings
-    turns = await svc.run(store.live_turns, svc.ch, ns, agent, thread_id)
+    gate = gate or asyncio.Semaphore(1)
+    async with gate:
+        turns = await svc.run(store.live_turns, svc.ch, ns, agent, thread_id)
     p = plan(turns, keep_recent, cfg.compact_prompt_budget_chars, cfg.compact_summary_allowance_chars)
     if p.new_turns == 0:
         return out.done(NOTHING)
@@ -320,11 +398,8 @@ async def run(
         version=next_version(),
     )
     try:
-        async with (
-            thread_lease(svc.redis, ns, thread_id, wait_s=30.0),
-            search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, thread_id)]),
-        ):
-            retired = await svc.run(_retire_sync, svc, p, summary, row)
+        async with gate:  # taken before the lease: no lease is held while waiting here
+            retired = await _retire(svc, p, summary, row)
     except LeaseTimeout:
         return out.done(WINDOW_CHANGED)
     if not retired:
@@ -397,7 +472,7 @@ async def compact(
     if defer:
         return CompactResult(thread_id, agent, job_id=job_id)
     try:
-        got = await job.result(timeout=svc.settings.compact_wait_seconds, poll_delay=0.01)
+        got = await _answer(svc, job)
     except TimeoutError:
         raise Unavailable(
             f"the compaction is still running; poll job {job_id}",
@@ -409,6 +484,39 @@ async def compact(
         log.error("compaction job failed", error=failures.detail(exc), job_id=job_id)
         got = None
     return _from_job(got, job_id)
+
+
+_DONE_TTL_S = 60
+_POLL_S = 1.0  # between looks at arq's result, should no answer be pushed (a failed job)
+
+
+async def push_answer(svc: Services, job_id: str, result: dict[str, Any]) -> None:
+    """The job's answer, for the API awaiting it (worker side)."""
+    pipe = svc.redis.pipeline(transaction=False)
+    pipe.rpush(redis_keys.compact_done(job_id), json.dumps(result))
+    pipe.expire(redis_keys.compact_done(job_id), _DONE_TTL_S)
+    await pipe.execute()
+
+
+async def _answer(svc: Services, job: Any) -> Any:
+    """The job's answer: popped as soon as the worker pushes it (polling arq's result
+    every few milliseconds would cost Redis and this process CPU for every compaction
+    in flight, and add up to a poll interval to each answer). A job that failed pushes
+    nothing: arq's result is looked at every _POLL_S. Raises TimeoutError past
+    LOOM_COMPACT_WAIT_SECONDS."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + svc.settings.compact_wait_seconds
+    key = redis_keys.compact_done(job.job_id)
+    while (left := deadline - loop.time()) > 0:
+        popped = await svc.redis.blpop([key], timeout=min(_POLL_S, left))  # type: ignore[misc, arg-type]
+        if popped is not None:
+            return json.loads(popped[1])
+        info = await job.result_info()
+        if info is not None:
+            if not info.success:
+                raise info.result if isinstance(info.result, Exception) else RuntimeError("job failed")
+            return info.result
+    raise TimeoutError
 
 
 def _from_job(got: Any, job_id: str) -> CompactResult:

@@ -104,14 +104,38 @@ class Settled:
     tombstoned: int = 0
 
 
-def settle(svc: Services, namespace: str, thread_id: str) -> Settled:
-    """Pass or tombstone every live embedding row of the thread whose own agent holds no
-    live message for its turn (rows a live copy serves stay as they are)."""
-    by_msg = deletion.copies(svc.ch, namespace, thread_id, EMBED_CHARS)
+@dataclass
+class ThreadState:
+    """What settling reads of a thread: every agent's copy of every turn, and the live
+    embedding rows."""
+
+    copies: dict[str, dict[str, deletion.Copy]]
+    rows: list[emb_store.EmbeddingRow]
+
+    def retired(self, agent: str, msg_ids: Sequence[str]) -> None:
+        """Count the agent's copies of these turns as tombstoned (a writer that reads
+        before it tombstones them, under the same lease)."""
+        for msg_id in msg_ids:
+            own = self.copies.get(msg_id, {}).get(agent)
+            if own is not None:
+                self.copies[msg_id][agent] = replace(own, tombstoned=True)
+
+
+def read_thread(svc: Services, namespace: str, thread_id: str) -> ThreadState:
+    return ThreadState(
+        deletion.copies(svc.ch, namespace, thread_id, EMBED_CHARS),
+        deletion.thread_embeddings(svc.ch, namespace, thread_id),
+    )
+
+
+def settle_writes(state: ThreadState) -> tuple[list[emb_store.EmbeddingRow], Settled]:
+    """The new versions of every live embedding row of the thread whose own agent holds
+    no live message for its turn: passed to a live copy, or tombstoned (rows a live copy
+    serves stay as they are)."""
     out = Settled()
     writes: list[emb_store.EmbeddingRow] = []
-    for row in deletion.thread_embeddings(svc.ch, namespace, thread_id):
-        turn = by_msg.get(row.msg_id, {})
+    for row in state.rows:
+        turn = state.copies.get(row.msg_id, {})
         own = turn.get(row.agent)
         if own is not None and not own.tombstoned:
             continue
@@ -134,6 +158,23 @@ def settle(svc: Services, namespace: str, thread_id: str) -> Settled:
                 )
             )
             out.tombstoned += 1
+    return writes, out
+
+
+def with_vectors(svc: Services, writes: list[emb_store.EmbeddingRow]) -> list[emb_store.EmbeddingRow]:
+    """The writes of rows read without their vectors, the handed-over ones given theirs
+    back (a tombstone carries none)."""
+    keys = [w.key for w in writes if not w.tombstoned]
+    if not keys:
+        return writes
+    full = emb_store.rows(svc.ch, keys)
+    return [w if w.tombstoned else replace(w, embedding=full[w.key].embedding) for w in writes]
+
+
+def settle(svc: Services, namespace: str, thread_id: str) -> Settled:
+    """Pass or tombstone every live embedding row of the thread whose own agent holds no
+    live message for its turn (rows a live copy serves stay as they are)."""
+    writes, out = settle_writes(read_thread(svc, namespace, thread_id))
     if writes:
         emb_store.insert(svc.ch, writes)
     return out

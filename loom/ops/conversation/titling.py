@@ -17,6 +17,9 @@ LLM-written title, which conversation.threads returns.
   metadata replaces the mark, and the next pass asks once more.
 - The title is written under the thread lease, only if the thread is still untitled
   and its metadata unchanged since it was read (a client's title or metadata wins).
+- A pass reads its threads' first turns and rows in one statement each, asks the model
+  for up to MODEL_CALLS_AT_ONCE titles at once, and writes them in one insert under
+  the threads' leases.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from pathlib import Path
 from loom import failures, redis_keys
 from loom import logging as loom_logging
 from loom.clock import next_version, utcnow
-from loom.leases import Lease, LeaseLost, thread_lease
+from loom.leases import Lease, LeaseLost
 from loom.ops.conversation.common import TITLE_REFUSED
+from loom.ops.conversation.leases import under_thread_leases
 from loom.providers.llm import ChatMessage, LLMError
 from loom.sensitivity import reads_as_high
 from loom.services import Services
@@ -46,6 +50,7 @@ LEASE_TTL_MS = 30_000  # renewed at a third of it while the pass runs
 FIRST_TURNS = 8  # the turns a title is written from (and the refusal counts)
 TURN_CHARS = 1_000  # of each turn, in the prompt
 TITLE_CHARS = 120
+MODEL_CALLS_AT_ONCE = 4  # a pass's model calls in flight at once
 PROMPT = (Path(__file__).parent / "prompts" / "title_system.txt").read_text(encoding="utf-8")
 
 
@@ -63,49 +68,105 @@ def _clean(title: str) -> str:
     return title[:TITLE_CHARS].rstrip(" .")
 
 
-async def _title_one(svc: Services, c: store.Candidate, report: PassReport) -> None:
-    turns = await svc.run(store.first_turns, svc.ch, c, FIRST_TURNS)
-    plain = [t for t in turns if not t.high]
-    before = await svc.run(thread_store.get, svc.ch, c.namespace, c.agent, c.thread_id)
+@dataclass
+class _Decision:
+    """What a pass writes for one thread: a title, or the refusal mark."""
+
+    candidate: store.Candidate
+    before: thread_store.ThreadRow
+    title: str
+
+    @property
+    def refuse(self) -> bool:
+        return not self.title or reads_as_high(self.title)
+
+
+async def _ask(svc: Services, text: str) -> str:
+    async with asyncio.timeout(svc.settings.llm_timeout_seconds + 5.0):
+        return _clean(
+            await svc.llm.complete(
+                [ChatMessage("system", PROMPT), ChatMessage("user", text)], max_tokens=32, temperature=0.0
+            )
+        )
+
+
+async def _decide(
+    svc: Services,
+    c: store.Candidate,
+    turns: list[store.FirstTurn],
+    before: thread_store.ThreadRow | None,
+    report: PassReport,
+    calls: asyncio.Semaphore,
+) -> _Decision | None:
+    """The title of one thread (asked of the model from its plain first turns), its
+    refusal, or None: nothing to write (it waits for a plain turn, or the call failed)."""
     if before is None:
-        return
-    title = ""
-    if plain:
-        text = "\n\n".join(f"[{t.role}] {t.content[:TURN_CHARS]}" for t in plain)
-        try:
-            async with asyncio.timeout(svc.settings.llm_timeout_seconds + 5.0):
-                title = _clean(
-                    await svc.llm.complete(
-                        [ChatMessage("system", PROMPT), ChatMessage("user", text)],
-                        max_tokens=32,
-                        temperature=0.0,
-                    )
-                )
-        except (LLMError, TimeoutError) as exc:
-            log.warning("titler model call failed", error=failures.detail(exc))
-            report.failed += 1
-            return
-        if not title:
-            report.failed += 1
-            return
-    elif len(turns) < FIRST_TURNS:
-        report.waiting += 1  # fewer than eight turns, all high: wait for a plain one
-        return
-    refuse = not title or reads_as_high(title)
-    async with thread_lease(svc.redis, c.namespace, c.thread_id):
-        now = await svc.run(thread_store.get, svc.ch, c.namespace, c.agent, c.thread_id)
-        if now is None or now.tombstoned or now.title or now.metadata != before.metadata:
-            return
-        row = replace(now, updated_at=utcnow(), version=next_version())
-        if refuse:
-            row.metadata = {**now.metadata, TITLE_REFUSED: True}
+        return None
+    plain = [t for t in turns if not t.high]
+    if not plain:
+        if len(turns) < FIRST_TURNS:
+            report.waiting += 1  # fewer than eight turns, all high: wait for a plain one
+            return None
+        return _Decision(c, before, "")
+    text = "\n\n".join(f"[{t.role}] {t.content[:TURN_CHARS]}" for t in plain)
+    try:
+        async with calls:
+            title = await _ask(svc, text)
+    except (LLMError, TimeoutError) as exc:
+        log.warning("titler model call failed", error=failures.detail(exc))
+        report.failed += 1
+        return None
+    if not title:
+        report.failed += 1
+        return None
+    return _Decision(c, before, title)
+
+
+def _write_sync(svc: Services, decisions: list[_Decision], report: PassReport) -> None:
+    """Under the threads' leases: each title or mark written only when the thread is
+    still untitled and its metadata unchanged since it was read (a client's title or
+    metadata wins); one read, one insert."""
+    now = store.threads_of(svc.ch, [d.candidate for d in decisions])
+    rows = []
+    for d in decisions:
+        cur = now.get(d.candidate)
+        if cur is None or cur.tombstoned or cur.title or cur.metadata != d.before.metadata:
+            continue
+        row = replace(cur, updated_at=utcnow(), version=next_version())
+        if d.refuse:
+            row.metadata = {**cur.metadata, TITLE_REFUSED: True}
+            report.refused += 1
         else:
-            row.title = title
-        await svc.run(thread_store.insert, svc.ch, [row])
-    if refuse:
-        report.refused += 1
-    else:
-        report.titled += 1
+            row.title = d.title
+            report.titled += 1
+        rows.append(row)
+    if rows:
+        thread_store.insert(svc.ch, rows)
+
+
+async def _write(svc: Services, decisions: list[_Decision], report: PassReport) -> None:
+    by_pair: dict[tuple[str, str], list[_Decision]] = {}
+    for d in decisions:
+        by_pair.setdefault((d.candidate.namespace, d.candidate.thread_id), []).append(d)
+
+    async def work(held: set[tuple[str, str]]) -> None:
+        await svc.run(_write_sync, svc, [d for p in sorted(held) for d in by_pair[p]], report)
+
+    await under_thread_leases(svc.redis, by_pair, work)
+
+
+async def _titles(svc: Services, found: list[store.Candidate], report: PassReport) -> None:
+    """The pass's threads at once: their first turns and rows in one statement each, the
+    model calls concurrently (MODEL_CALLS_AT_ONCE), the writes in one statement: a pass
+    costs a few statements, not a few per thread."""
+    turns, before = await asyncio.gather(
+        svc.run(store.first_turns_of, svc.ch, found, FIRST_TURNS), svc.run(store.threads_of, svc.ch, found)
+    )
+    calls = asyncio.Semaphore(MODEL_CALLS_AT_ONCE)
+    decided = await asyncio.gather(*(_decide(svc, c, turns[c], before.get(c), report, calls) for c in found))
+    decisions = [d for d in decided if d is not None]
+    if decisions:
+        await _write(svc, decisions, report)
 
 
 async def titler_pass(svc: Services, namespaces: Sequence[str] | None = None) -> PassReport:
@@ -131,8 +192,8 @@ async def titler_pass(svc: Services, namespaces: Sequence[str] | None = None) ->
             TITLE_REFUSED,
             namespaces,
         )
-        for c in found:
-            await _title_one(svc, c, report)
+        if found:
+            await _titles(svc, found, report)
     finally:
         renewer.cancel()
         with contextlib.suppress(asyncio.CancelledError, LeaseLost):
