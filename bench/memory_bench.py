@@ -126,10 +126,39 @@ async def measure(svc: Any, ns: str, users: int, queries: int, seed: int) -> dic
     return out
 
 
+async def steps(svc: Any, ns: str, users: int, queries: int, seed: int) -> dict[str, list[float]]:
+    """Each step of one memory.search / context.pack alone (one round trip each)."""
+    rng = random.Random(seed + 2)
+    out: dict[str, list[float]] = {"embed": [], "vector": [], "bm25": [], "get": [], "evidence": []}
+    for _ in range(queries):
+        scope = store.Scope(ns, f"u{rng.randrange(users)}")
+        q = " ".join(rng.choice(WORDS) for _ in range(3))
+        t0 = time.perf_counter()
+        emb = await inline_embedding.embed(svc, [q])
+        out["embed"].append((time.perf_counter() - t0) * 1000)
+        assert emb.vectors
+        t0 = time.perf_counter()
+        vec = await svc.run(
+            store.vector_search, svc.ch, scope, emb.vectors[0], emb.model_id, limit=50, min_similarity=0.0
+        )
+        out["vector"].append((time.perf_counter() - t0) * 1000)
+        t0 = time.perf_counter()
+        lex = await svc.run(store.bm25, svc.ch, scope, q, limit=50)
+        out["bm25"].append((time.perf_counter() - t0) * 1000)
+        ids = [h.memory_id for h in vec[:10]] + [h.id for h in lex[:10]]
+        t0 = time.perf_counter()
+        await svc.run(store.get, svc.ch, ns, scope.user_id, ids)
+        out["get"].append((time.perf_counter() - t0) * 1000)
+        t0 = time.perf_counter()
+        await svc.run(ev_store.search, svc.ch, scope, q, limit=10)
+        out["evidence"].append((time.perf_counter() - t0) * 1000)
+    return out
+
+
 def report(label: str, figures: dict[str, list[float]]) -> None:
     for op, xs in figures.items():
         print(
-            f"{label:<34} {op:<7} median {statistics.median(xs):7.1f} ms   p95 {pct(xs, 95):7.1f} ms   "
+            f"{label:<42} {op:<8} median {statistics.median(xs):7.1f} ms   p95 {pct(xs, 95):7.1f} ms   "
             f"n={len(xs)}"
         )
 
@@ -169,6 +198,7 @@ async def main() -> None:
             print(f"{label}: loaded in {time.perf_counter() - t0:.1f} s")
             await measure(svc, ns, users, 10, args.seed)  # warm-up
             report(label, await measure(svc, ns, users, args.queries, args.seed))
+            report(label + " (steps)", await steps(svc, ns, users, max(20, args.queries // 4), args.seed))
         await svc.close()
     finally:
         redis.stop()

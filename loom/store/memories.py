@@ -248,3 +248,45 @@ def decisions(ch: Client, namespace: str, user_id: str, extraction_id: str) -> l
         {"ns": namespace, "u": user_id, "e": extraction_id},
     )
     return [asdict(d) for d in found]
+
+
+# -- undoing one write (loom.ops.memory.erasing) --------------------------------------------
+
+
+def remove_written(
+    ch: Client,
+    namespace: str,
+    user_id: str,
+    *,
+    facts: Sequence[tuple[str, int]],
+    evidence: Sequence[tuple[str, int]],
+    extraction_ids: Sequence[str],
+) -> None:
+    """Delete exactly the rows one write inserted: fact and evidence versions by (id,
+    version), with their postings (first: they are found through the rows), and the
+    decisions of its extractions. Versions are unique, so the id and version lists
+    name those rows and no other."""
+    base = "namespace = {ns:String} AND user_id = {u:String}"
+    params: dict[str, Any] = {"ns": namespace, "u": user_id}
+    for rows, tbl, terms, id_col in (
+        (facts, "memories", "memory_terms", "memory_id"),
+        (evidence, "memory_evidence", "evidence_terms", "evidence_id"),
+    ):
+        if not rows:
+            continue
+        p = params | {"ids": [r[0] for r in rows], "vs": [r[1] for r in rows]}
+        mine = f"{base} AND {id_col} IN {{ids:Array(String)}} AND version IN {{vs:Array(UInt64)}}"
+        docs = [
+            r["doc"] for r in named(ch.query(f"SELECT DISTINCT doc FROM {tbl} WHERE {mine}", parameters=p))
+        ]
+        if docs:
+            ch.command(
+                f"DELETE FROM {terms} WHERE {base} AND doc IN {{docs:Array(UInt64)}}",
+                parameters=p | {"docs": docs},
+            )
+        ch.command(f"DELETE FROM {tbl} WHERE {mine}", parameters=p)
+    if extraction_ids:
+        ch.command(
+            f"DELETE FROM memory_decisions WHERE {base} AND extraction_id IN {{xs:Array(String)}}",
+            parameters=params | {"xs": list(extraction_ids)},
+        )

@@ -42,6 +42,7 @@ from loom.leases import LeaseTimeout
 from loom.ops.conversation.common import EMBED_CHARS
 from loom.ops.conversation.deleting import handed_to, heir
 from loom.ops.conversation.leases import under_thread_leases
+from loom.ops.memory import erasing as memory_erasing
 from loom.queue import QUEUE, wake_workers
 from loom.services import Services
 from loom.store import erasure as store
@@ -225,7 +226,8 @@ async def _hide_user(svc: Services, eid: str, ns: str, user: str, purge: bool) -
     counts["conversation_embeddings"].digest = emb_digest
     counts["session_briefs"] = store.TableCount(tombstoned=n_briefs, digest=brief_digest)
     counts["session_brief_revisions"] = store.TableCount(removed=revisions, digest=brief_digest)
-    counts.update(await svc.run(store.hide_user_memory, svc.ch, ns, user))
+    # The memory step marks the user so a memory write racing it undoes itself.
+    counts.update(await memory_erasing.hide_user(svc, ns, user))
     return counts
 
 

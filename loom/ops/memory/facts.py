@@ -24,6 +24,7 @@ from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
 from loom.ops.conversation import inline_embedding
 from loom.ops.conversation.common import decode_cursor, encode_cursor
+from loom.ops.memory import erasing
 from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, new_memory_id, scope_for
 from loom.sensitivity import reads_as_high
 from loom.services import Services
@@ -47,7 +48,7 @@ class SetOutcome:
     stored: bool
     updated: bool = False  # a key that already named a live fact
     indexed: bool = False  # in the vector leg
-    reason: str | None = None  # high_sensitivity | embed_failed
+    reason: str | None = None  # high_sensitivity | embed_failed | subject_erased
 
 
 async def embed_into(svc: Services, facts: list[Fact]) -> None:
@@ -89,6 +90,7 @@ async def set_facts(
             )
     outcomes: list[SetOutcome] = []
     rows: list[Fact] = []
+    writes = erasing.Writes(scope.namespace, scope.user_id)
     keyed = [keyed_memory_id(scope, f.key) for f in facts if f.key]
     existing = await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, keyed)
     now = utcnow()
@@ -121,6 +123,9 @@ async def set_facts(
     for r in rows:
         r.version = next_version()
     await svc.run(store.insert, svc.ch, rows)
+    writes.add_facts(rows)
+    if await erasing.settle(svc, writes):
+        return [SetOutcome(None, False, reason=erasing.ERASED if o.stored else o.reason) for o in outcomes]
     by_id = {r.memory_id: r for r in rows}
     for o in outcomes:
         if o.memory_id is not None:
@@ -268,7 +273,9 @@ async def delete_facts(
     return await tombstone(svc, scope, memory_ids)
 
 
-async def tombstone(svc: Services, scope: Scope, memory_ids: list[str]) -> list[str]:
+async def tombstone(
+    svc: Services, scope: Scope, memory_ids: list[str], writes: erasing.Writes | None = None
+) -> list[str]:
     found = await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, memory_ids)
     gone = [f for f in found.values() if not f.tombstoned]
     now = utcnow()
@@ -277,4 +284,6 @@ async def tombstone(svc: Services, scope: Scope, memory_ids: list[str]) -> list[
         f.tombstoned, f.text, f.updated_at, f.embedding, f.model = True, "", now, [], ""
         f.version = next_version()
     await svc.run(store.insert, svc.ch, gone)
+    if writes is not None:
+        writes.add_facts(gone)
     return [f.memory_id for f in gone]
