@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.query import QueryResult
 
 from loom.store.bm25 import K1, MAX_QUERY_TERMS, B, terms_sql
-from loom.store.rows import Column, column, named, table
+from loom.store.rows import Column, Table, column, named, table
 
 
 @dataclass(frozen=True)
@@ -131,29 +132,50 @@ def page(
     return TABLE.rows(result)
 
 
+# Each leg of a search answers its rows whole (one round trip per leg, no re-read): the
+# read list first, in declaration order, then the leg's own columns. The vector is not
+# read back; its place holds an empty array under another name (an alias named
+# `embedding` would stand for the column inside cosineDistance too).
+_READ_RANKED = _READ.replace(", embedding,", ", CAST([], 'Array(Float32)') AS no_embedding,")
+
+
+def rows_with(spec: Table[Any], result: QueryResult) -> list[tuple[Any, dict[str, Any]]]:
+    """A result that selected `spec`'s read list then some columns of its own: each row
+    decoded, with its own columns by name."""
+    n = len(spec.read_names)
+    own = result.column_names[n:]
+    return [(spec.decode(r[:n]), dict(zip(own, r[n:], strict=True))) for r in result.result_rows]
+
+
+# The query vector travels as hex of its float32 bytes: parsing 384 floats from text
+# costs the server more than the ranking of a user's facts.
+QUERY_VECTOR = "reinterpret(unhex({qv:String}), 'Array(Float32)')"
+
+
 @dataclass(frozen=True)
 class VectorHit:
     memory_id: str
     similarity: float
+    fact: Fact
 
 
 def vector_search(
     ch: Client, scope: Scope, vector: np.ndarray, model: str, *, limit: int, min_similarity: float
 ) -> list[VectorHit]:
-    """Exact cosine ranking over the scope's live, embedded facts (one user's key range)."""
+    """Exact cosine ranking over the scope's live, embedded facts (one user's key range),
+    the facts with it."""
     params = scope.params() | {
-        "q": [float(x) for x in vector],
+        "qv": np.asarray(vector, dtype="<f4").tobytes().hex(),
         "model": model,
         "lim": limit,
-        "floor": min_similarity,
     }
     result = ch.query(
-        "SELECT memory_id, 1 - cosineDistance(embedding, {q:Array(Float32)}) AS sim FROM memories FINAL "
+        f"SELECT {_READ_RANKED}, 1 - cosineDistance(embedding, {QUERY_VECTOR}) AS _sim FROM memories FINAL "
         f"WHERE {scope.where()} AND NOT tombstoned AND model = {{model:String}} AND length(embedding) > 0 "
-        "ORDER BY sim DESC, memory_id LIMIT {lim:UInt32}",
+        "ORDER BY _sim DESC, memory_id LIMIT {lim:UInt32}",
         parameters=params,
     )
-    hits = (VectorHit(r["memory_id"], float(r["sim"])) for r in named(result))
+    hits = (VectorHit(f.memory_id, float(own["_sim"]), f) for f, own in rows_with(TABLE, result))
     return [h for h in hits if h.similarity >= min_similarity]
 
 
@@ -162,6 +184,7 @@ class LexicalHit:
     id: str
     score: float
     matched: tuple[str, ...]
+    row: Any = None  # the Fact or Evidence it names
 
 
 def bm25_sql(table: str, id_col: str, live: str) -> str:
@@ -201,17 +224,32 @@ def bm25(
     extra: str = "",
     extra_params: dict[str, Any] | None = None,
 ) -> list[LexicalHit]:
-    id_col, live = (
-        ("memory_id", "NOT tombstoned")
+    """BM25's best rows of `table` (memories or memory_evidence) for `query`, each with
+    its row (newest live version), best first, in one round trip."""
+    spec, id_col, live, read = (
+        (TABLE, "memory_id", "NOT tombstoned", _READ_NO_VECTOR)
         if table == "memories"
-        else ("evidence_id", "NOT tombstoned AND NOT high_sensitivity")
+        else (_evidence_table(), "evidence_id", "NOT tombstoned AND NOT high_sensitivity", None)
     )
-    sql = bm25_sql(table, id_col, live + extra).replace("{scope}", scope.where())
+    read = read or spec.read_list
+    ranked = bm25_sql(table, id_col, live + extra).replace("{scope}", scope.where())
+    sql = (
+        f"SELECT {read}, b.score AS _score, b.matched AS _matched FROM {table} FINAL "
+        f"INNER JOIN ({ranked}) AS b ON {id_col} = b.id WHERE {scope.where()} AND {live}{extra} "
+        "ORDER BY length(b.matched) DESC, b.score DESC, b.id"
+    )
     params = scope.params() | {"q": query, "lim": limit} | (extra_params or {})
-    result = ch.query(sql, parameters=params)
     return [
-        LexicalHit(r["id"], float(r["score"]), tuple(r["matched"])) for r in named(result) if r["score"] > 0
+        LexicalHit(getattr(row, id_col), float(own["_score"]), tuple(own["_matched"]), row)
+        for row, own in rows_with(spec, ch.query(sql, parameters=params))
+        if own["_score"] > 0
     ]
+
+
+def _evidence_table() -> Table[Any]:
+    from loom.store.evidence import TABLE as EVIDENCE  # evidence.py imports this module
+
+    return EVIDENCE
 
 
 # -- decisions ----------------------------------------------------------------------------
