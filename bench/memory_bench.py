@@ -174,8 +174,11 @@ async def measure(svc: Any, ns: str, users: int, queries: int, seed: int) -> dic
 async def steps(svc: Any, ns: str, users: int, queries: int, seed: int) -> dict[str, list[float]]:
     """Each step of one memory.search / context.pack alone (one round trip each)."""
     rng = random.Random(seed + 2)
-    out: dict[str, list[float]] = {"embed": [], "vector": [], "bm25": [], "evidence": []}
+    out: dict[str, list[float]] = {"ping": [], "embed": [], "vector": [], "bm25": [], "evidence": []}
     for _ in range(queries):
+        t0 = time.perf_counter()
+        await svc.run(svc.ch.query, "SELECT 1")  # the floor: one round trip doing nothing
+        out["ping"].append((time.perf_counter() - t0) * 1000)
         scope = store.Scope(ns, f"u{rng.randrange(users)}")
         q = " ".join(rng.choice(WORDS) for _ in range(3))
         t0 = time.perf_counter()

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 from clickhouse_connect.driver.client import Client
-from clickhouse_connect.driver.query import QueryResult
 
 from loom.store.bm25 import K1, MAX_QUERY_TERMS, B, terms_sql
 from loom.store.rows import Column, Table, column, named, table
@@ -139,14 +138,6 @@ def page(
 _READ_RANKED = _READ.replace(", embedding,", ", CAST([], 'Array(Float32)') AS no_embedding,")
 
 
-def rows_with(spec: Table[Any], result: QueryResult) -> list[tuple[Any, dict[str, Any]]]:
-    """A result that selected `spec`'s read list then some columns of its own: each row
-    decoded, with its own columns by name."""
-    n = len(spec.read_names)
-    own = result.column_names[n:]
-    return [(spec.decode(r[:n]), dict(zip(own, r[n:], strict=True))) for r in result.result_rows]
-
-
 # The query vector travels as hex of its float32 bytes: parsing 384 floats from text
 # costs the server more than the ranking of a user's facts.
 QUERY_VECTOR = "reinterpret(unhex({qv:String}), 'Array(Float32)')"
@@ -175,7 +166,7 @@ def vector_search(
         "ORDER BY _sim DESC, memory_id LIMIT {lim:UInt32}",
         parameters=params,
     )
-    hits = (VectorHit(f.memory_id, float(own["_sim"]), f) for f, own in rows_with(TABLE, result))
+    hits = (VectorHit(f.memory_id, float(own["_sim"]), f) for f, own in TABLE.rows_with(result))
     return [h for h in hits if h.similarity >= min_similarity]
 
 
@@ -241,7 +232,7 @@ def bm25(
     params = scope.params() | {"q": query, "lim": limit} | (extra_params or {})
     return [
         LexicalHit(getattr(row, id_col), float(own["_score"]), tuple(own["_matched"]), row)
-        for row, own in rows_with(spec, ch.query(sql, parameters=params))
+        for row, own in spec.rows_with(ch.query(sql, parameters=params))
         if own["_score"] > 0
     ]
 
@@ -306,13 +297,13 @@ def remove_written(
     name those rows and no other."""
     base = "namespace = {ns:String} AND user_id = {u:String}"
     params: dict[str, Any] = {"ns": namespace, "u": user_id}
-    for rows, tbl, terms, id_col in (
+    for written, tbl, terms, id_col in (
         (facts, "memories", "memory_terms", "memory_id"),
         (evidence, "memory_evidence", "evidence_terms", "evidence_id"),
     ):
-        if not rows:
+        if not written:
             continue
-        p = params | {"ids": [r[0] for r in rows], "vs": [r[1] for r in rows]}
+        p = params | {"ids": [key for key, _ in written], "vs": [version for _, version in written]}
         mine = f"{base} AND {id_col} IN {{ids:Array(String)}} AND version IN {{vs:Array(UInt64)}}"
         docs = [
             r["doc"] for r in named(ch.query(f"SELECT DISTINCT doc FROM {tbl} WHERE {mine}", parameters=p))
