@@ -27,6 +27,7 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | EMBED_RECOVERY_LEASE| string | the lease's TTL (renewed)   | the embedding recovery pass (worker cron)    |
 | TITLER_LEASE        | string | the lease's TTL (renewed)   | the conversation_titler pass (worker cron)   |
 | memory_lease        | string | the lease's TTL (renewed)   | memory.set_from_messages' decisions (per user) |
+| memory_erasing      | string | a day (an hour while pending)| a user erasure's memory step (per user)      |
 | compact_job         | string | an hour                     | conversation.compact (API), read by compact_status |
 | compact_done        | list   | a minute                    | the compaction job (worker), popped by the waiting API |
 | embed_gate          | string | the gate's TTL              | append flush (API), read by the worker       |
@@ -69,6 +70,9 @@ TITLER_LEASE = "loom:lease:conversation_titler"
 """String: the token of the one worker running a conversation_titler pass."""
 MEMORY_LEASE = "loom:lease:memory:"
 """Prefix. String per (namespace, user): the extraction deciding over that user's facts."""
+MEMORY_ERASING = "loom:erasing:memory:"
+"""Prefix. String per (namespace, user): "pending" while an erasure hides the user's
+memory, then the version stamped when it had (loom.ops.memory.erasing)."""
 
 # -- compaction (loom.ops.conversation.compacting) ------------------------------------
 
@@ -88,6 +92,10 @@ REPLY = "loom:reply:"
 
 def memory_lease(namespace: str, user_id: str) -> str:
     return f"{MEMORY_LEASE}{namespace}:{user_id}"
+
+
+def memory_erasing(namespace: str, user_id: str) -> str:
+    return f"{MEMORY_ERASING}{namespace}:{user_id}"
 
 
 def compact_job(job_id: str) -> str:

@@ -100,10 +100,8 @@ def search(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> list[tuple[Evidence, float, tuple[str, ...]]]:
-    """BM25 of `query` over the scope's readable evidence in the time window, best first."""
+    """BM25 of `query` over the scope's readable evidence in the time window, best first
+    (one round trip: the rows come with their scores)."""
     cond, params = _window(since, until)
     hits = bm25(ch, scope, query, limit=limit, table="memory_evidence", extra=cond, extra_params=params)
-    by_id = {e.evidence_id: e for e in get(ch, scope.namespace, scope.user_id, [h.id for h in hits])}
-    return [
-        (by_id[h.id], h.score, h.matched) for h in hits if h.id in by_id and not by_id[h.id].high_sensitivity
-    ]
+    return [(h.row, h.score, h.matched) for h in hits if not h.row.high_sensitivity]

@@ -1,5 +1,6 @@
 """SQL of erasure.export: one user's rows, formatted as NDJSON by ClickHouse
-(JSONEachRow), a page at a time in key order."""
+(JSONEachRow), a page at a time in key order: transcript rows, briefs, and the memory
+plane's facts, evidence and extraction decisions."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ _TURN_COLUMNS = (
 class Page:
     body: bytes  # NDJSON lines
     rows: int
-    last: tuple[str, str, str] | None  # (agent, thread_id, msg_id) of the last row
+    last: tuple[Any, ...] | None  # the key of the last row ((agent, thread_id, msg_id) for turns)
 
 
 def turns_page(
@@ -104,6 +105,86 @@ def count_turns(ch: Client, namespace: str, user_id: str, include_tombstoned: bo
     )
 
 
+# The memory plane's rows: (line kind, table, key columns with their types, columns). A
+# fact's own `kind` is exported as `fact_kind` (the line's `kind` names what the line
+# is). Vectors are never exported, as embedding rows are not.
+_MEMORY_KINDS: tuple[tuple[str, str, tuple[tuple[str, str], ...], str], ...] = (
+    (
+        "memory",
+        "memories",
+        (("memory_id", "String"),),
+        "toString(namespace) AS namespace, user_id, memory_id, session_id, run_id, "
+        "toString(kind) AS fact_kind, key, text, toString(source) AS source, evidence_ids, created_at, "
+        "updated_at, tombstoned, toString(model) AS model, embed_error",
+    ),
+    (
+        "memory_evidence",
+        "memory_evidence",
+        (("evidence_id", "String"),),
+        "toString(namespace) AS namespace, user_id, evidence_id, session_id, run_id, "
+        "toString(source) AS source, msg_id, toString(role) AS role, content, high_sensitivity, ts, "
+        "created_at, tombstoned",
+    ),
+    (
+        "memory_decision",
+        "memory_decisions",
+        (("extraction_id", "String"), ("seq", "UInt32")),
+        "toString(namespace) AS namespace, user_id, extraction_id, seq, toString(action) AS action, "
+        "memory_id, text, evidence_ids, created_at",
+    ),
+)
+MEMORY_KINDS = tuple(k[0] for k in _MEMORY_KINDS)
+
+
+def memory_page(
+    ch: Client,
+    kind: str,
+    namespace: str,
+    user_id: str,
+    after: tuple[Any, ...] | None,
+    limit: int,
+    include_tombstoned: bool,
+) -> Page:
+    """One page of the user's rows of one memory table (the newest version of each; a
+    decision is never revised) after the key `after`, in key order."""
+    line_kind, tbl, key, cols = next(k for k in _MEMORY_KINDS if k[0] == kind)
+    params: dict[str, Any] = {"ns": namespace, "u": user_id, "lim": limit}
+    cursor = ""
+    if after is not None:
+        names = ", ".join(c for c, _ in key)
+        values = ", ".join(f"{{k{i}:{t}}}" for i, (_, t) in enumerate(key))
+        cursor = f" AND ({names},) > ({values},)"
+        params |= {f"k{i}": v for i, v in enumerate(after)}
+    live = "" if include_tombstoned or tbl == "memory_decisions" else " AND NOT tombstoned"
+    body = ch.raw_query(
+        f"SELECT '{line_kind}' AS kind, {cols} FROM {tbl} FINAL "
+        f"WHERE namespace = {{ns:String}} AND user_id = {{u:String}}{cursor}{live} "
+        f"ORDER BY {', '.join(c for c, _ in key)} LIMIT {{lim:UInt32}}",
+        parameters=params,
+        fmt="JSONEachRow",
+        settings={"output_format_json_quote_64bit_integers": 0},
+    )
+    if not body:
+        return Page(b"", 0, None)
+    last = json.loads(body.rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    return Page(body, body.count(b"\n"), tuple(last[c] for c, _ in key))
+
+
+def memory_rows(
+    ch: Client, namespace: str, user_id: str, include_tombstoned: bool, page_rows: int
+) -> Iterator[tuple[bytes, int]]:
+    """The user's facts, evidence and decisions in one namespace, a page at a time."""
+    for kind in MEMORY_KINDS:
+        after: tuple[Any, ...] | None = None
+        while True:
+            page = memory_page(ch, kind, namespace, user_id, after, page_rows, include_tombstoned)
+            if page.rows:
+                yield page.body, page.rows
+            if page.rows < page_rows or page.last is None:
+                break
+            after = page.last
+
+
 def user_rows(
     ch: Client, user_id: str, namespaces: list[str], include_tombstoned: bool, page_rows: int
 ) -> Iterator[tuple[bytes, int]]:
@@ -122,3 +203,4 @@ def user_rows(
             body, n = briefs(ch, ns, user_id, kind, include_tombstoned)
             if n:
                 yield body, n
+        yield from memory_rows(ch, ns, user_id, include_tombstoned, page_rows)

@@ -19,7 +19,7 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 
 from loom.store.bm25 import K1, MAX_QUERY_TERMS, B, terms_sql
-from loom.store.rows import Column, column, named, table
+from loom.store.rows import Column, Table, column, named, table
 
 
 @dataclass(frozen=True)
@@ -131,29 +131,42 @@ def page(
     return TABLE.rows(result)
 
 
+# Each leg of a search answers its rows whole (one round trip per leg, no re-read): the
+# read list first, in declaration order, then the leg's own columns. The vector is not
+# read back; its place holds an empty array under another name (an alias named
+# `embedding` would stand for the column inside cosineDistance too).
+_READ_RANKED = _READ.replace(", embedding,", ", CAST([], 'Array(Float32)') AS no_embedding,")
+
+
+# The query vector travels as hex of its float32 bytes: parsing 384 floats from text
+# costs the server more than the ranking of a user's facts.
+QUERY_VECTOR = "reinterpret(unhex({qv:String}), 'Array(Float32)')"
+
+
 @dataclass(frozen=True)
 class VectorHit:
     memory_id: str
     similarity: float
+    fact: Fact
 
 
 def vector_search(
     ch: Client, scope: Scope, vector: np.ndarray, model: str, *, limit: int, min_similarity: float
 ) -> list[VectorHit]:
-    """Exact cosine ranking over the scope's live, embedded facts (one user's key range)."""
+    """Exact cosine ranking over the scope's live, embedded facts (one user's key range),
+    the facts with it."""
     params = scope.params() | {
-        "q": [float(x) for x in vector],
+        "qv": np.asarray(vector, dtype="<f4").tobytes().hex(),
         "model": model,
         "lim": limit,
-        "floor": min_similarity,
     }
     result = ch.query(
-        "SELECT memory_id, 1 - cosineDistance(embedding, {q:Array(Float32)}) AS sim FROM memories FINAL "
+        f"SELECT {_READ_RANKED}, 1 - cosineDistance(embedding, {QUERY_VECTOR}) AS _sim FROM memories FINAL "
         f"WHERE {scope.where()} AND NOT tombstoned AND model = {{model:String}} AND length(embedding) > 0 "
-        "ORDER BY sim DESC, memory_id LIMIT {lim:UInt32}",
+        "ORDER BY _sim DESC, memory_id LIMIT {lim:UInt32}",
         parameters=params,
     )
-    hits = (VectorHit(r["memory_id"], float(r["sim"])) for r in named(result))
+    hits = (VectorHit(f.memory_id, float(own["_sim"]), f) for f, own in TABLE.rows_with(result))
     return [h for h in hits if h.similarity >= min_similarity]
 
 
@@ -162,6 +175,7 @@ class LexicalHit:
     id: str
     score: float
     matched: tuple[str, ...]
+    row: Any = None  # the Fact or Evidence it names
 
 
 def bm25_sql(table: str, id_col: str, live: str) -> str:
@@ -201,17 +215,32 @@ def bm25(
     extra: str = "",
     extra_params: dict[str, Any] | None = None,
 ) -> list[LexicalHit]:
-    id_col, live = (
-        ("memory_id", "NOT tombstoned")
+    """BM25's best rows of `table` (memories or memory_evidence) for `query`, each with
+    its row (newest live version), best first, in one round trip."""
+    spec, id_col, live, read = (
+        (TABLE, "memory_id", "NOT tombstoned", _READ_NO_VECTOR)
         if table == "memories"
-        else ("evidence_id", "NOT tombstoned AND NOT high_sensitivity")
+        else (_evidence_table(), "evidence_id", "NOT tombstoned AND NOT high_sensitivity", None)
     )
-    sql = bm25_sql(table, id_col, live + extra).replace("{scope}", scope.where())
+    read = read or spec.read_list
+    ranked = bm25_sql(table, id_col, live + extra).replace("{scope}", scope.where())
+    sql = (
+        f"SELECT {read}, b.score AS _score, b.matched AS _matched FROM {table} FINAL "
+        f"INNER JOIN ({ranked}) AS b ON {id_col} = b.id WHERE {scope.where()} AND {live}{extra} "
+        "ORDER BY length(b.matched) DESC, b.score DESC, b.id"
+    )
     params = scope.params() | {"q": query, "lim": limit} | (extra_params or {})
-    result = ch.query(sql, parameters=params)
     return [
-        LexicalHit(r["id"], float(r["score"]), tuple(r["matched"])) for r in named(result) if r["score"] > 0
+        LexicalHit(getattr(row, id_col), float(own["_score"]), tuple(own["_matched"]), row)
+        for row, own in spec.rows_with(ch.query(sql, parameters=params))
+        if own["_score"] > 0
     ]
+
+
+def _evidence_table() -> Table[Any]:
+    from loom.store.evidence import TABLE as EVIDENCE  # evidence.py imports this module
+
+    return EVIDENCE
 
 
 # -- decisions ----------------------------------------------------------------------------
@@ -248,3 +277,45 @@ def decisions(ch: Client, namespace: str, user_id: str, extraction_id: str) -> l
         {"ns": namespace, "u": user_id, "e": extraction_id},
     )
     return [asdict(d) for d in found]
+
+
+# -- undoing one write (loom.ops.memory.erasing) --------------------------------------------
+
+
+def remove_written(
+    ch: Client,
+    namespace: str,
+    user_id: str,
+    *,
+    facts: Sequence[tuple[str, int]],
+    evidence: Sequence[tuple[str, int]],
+    extraction_ids: Sequence[str],
+) -> None:
+    """Delete exactly the rows one write inserted: fact and evidence versions by (id,
+    version), with their postings (first: they are found through the rows), and the
+    decisions of its extractions. Versions are unique, so the id and version lists
+    name those rows and no other."""
+    base = "namespace = {ns:String} AND user_id = {u:String}"
+    params: dict[str, Any] = {"ns": namespace, "u": user_id}
+    for written, tbl, terms, id_col in (
+        (facts, "memories", "memory_terms", "memory_id"),
+        (evidence, "memory_evidence", "evidence_terms", "evidence_id"),
+    ):
+        if not written:
+            continue
+        p = params | {"ids": [key for key, _ in written], "vs": [version for _, version in written]}
+        mine = f"{base} AND {id_col} IN {{ids:Array(String)}} AND version IN {{vs:Array(UInt64)}}"
+        docs = [
+            r["doc"] for r in named(ch.query(f"SELECT DISTINCT doc FROM {tbl} WHERE {mine}", parameters=p))
+        ]
+        if docs:
+            ch.command(
+                f"DELETE FROM {terms} WHERE {base} AND doc IN {{docs:Array(UInt64)}}",
+                parameters=p | {"docs": docs},
+            )
+        ch.command(f"DELETE FROM {tbl} WHERE {mine}", parameters=p)
+    if extraction_ids:
+        ch.command(
+            f"DELETE FROM memory_decisions WHERE {base} AND extraction_id IN {{xs:Array(String)}}",
+            parameters=params | {"xs": list(extraction_ids)},
+        )

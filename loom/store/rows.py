@@ -145,6 +145,13 @@ class Table(Generic[T]):
         """Every row of a query that selected :attr:`read_list`, decoded."""
         return [self.decode(r) for r in result.result_rows]
 
+    def rows_with(self, result: QueryResult) -> list[tuple[T, dict[str, Any]]]:
+        """A query that selected :attr:`read_list` then columns of its own (a score, a
+        rank): each row decoded, with its own columns by name."""
+        n = len(self.read_names)
+        own = result.column_names[n:]
+        return [(self.decode(r[:n]), dict(zip(own, r[n:], strict=True))) for r in result.result_rows]
+
     def reader(self, row: type[R], **decoders: Callable[[Any], Any]) -> Reader[R]:
         """A read of the columns `row` names (its fields) into `row`."""
         return Reader(self, row, decoders)

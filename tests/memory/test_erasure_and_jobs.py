@@ -3,6 +3,7 @@ on the arq pool."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -105,3 +106,50 @@ async def test_defer_runs_the_extraction_on_the_worker_pool(call, ns, mint, serv
     facts = (await call("memory.list", w, namespace=ns, user_id="u1")).json()["facts"]
     assert [f["text"] for f in facts] == ["Has two daughters"]
     assert facts[0]["evidence_ids"] == body["evidence_ids"]
+
+
+async def _export(call: Any, admin: str, **body: Any) -> list[dict[str, Any]]:
+    r = await call("erasure.export", admin, **body)
+    assert r.status_code == 200, r.text
+    return [json.loads(line) for line in r.text.splitlines()]
+
+
+async def test_export_holds_the_users_facts_evidence_and_decisions(call, ns, mint, services):
+    from loom.auth.principal import Principal, Role
+    from loom.ops.erasure.exporting import export
+
+    w, admin = mint(ns, "writer"), mint(ns, "admin")
+    await _seed(call, w, ns, "u1")
+    await _seed(call, w, ns, "u2")
+    r = await call(
+        "memory.set", w, namespace=ns, user_id="u1", facts=[{"text": "u1 plays chess", "kind": "hobby"}]
+    )
+    gone = r.json()["results"][0]["memory_id"]
+    assert (await call("memory.delete", w, namespace=ns, user_id="u1", memory_ids=[gone])).status_code == 200
+    services.ch.command(
+        "INSERT INTO memory_decisions (namespace, user_id, extraction_id, seq, action, memory_id, "
+        "text, evidence_ids, created_at) VALUES ({ns:String}, 'u1', 'x1', 0, 'add', 'm1', 'a fact', "
+        "['e1'], now64(3)), ({ns:String}, 'u1', 'x1', 1, 'delete', 'm2', '', ['e1'], now64(3))",
+        parameters={"ns": ns},
+    )
+    lines = await _export(call, admin, user_id="u1")
+    assert lines[-1] == {"kind": "end", "rows": len(lines) - 2}
+    facts = [x for x in lines if x["kind"] == "memory"]
+    assert {f["text"] for f in facts} == {"u1 collects vinyl records", ""}
+    assert [f["memory_id"] for f in facts if f["tombstoned"]] == [gone]
+    assert all("embedding" not in f and f["user_id"] == "u1" for f in facts)
+    evidence = [x for x in lines if x["kind"] == "memory_evidence"]
+    assert [e["content"] for e in evidence] == ["u1 says the vinyl shop reopened"]
+    decisions = [x for x in lines if x["kind"] == "memory_decision"]
+    assert [(d["seq"], d["action"]) for d in decisions] == [(0, "add"), (1, "delete")]
+    assert "u2" not in json.dumps(lines[1:])
+    live = await _export(call, admin, user_id="u1", include_tombstoned=False)
+    assert [f["text"] for f in live if f["kind"] == "memory"] == ["u1 collects vinyl records"]
+    assert len([x for x in live if x["kind"] == "memory_decision"]) == 2
+    # Paged in key order: the same rows whatever the page size.
+    who = Principal("adm", (ns,), Role.admin)
+    paged = b"".join([chunk async for chunk in export(services, who, "u1", None, page_rows=1)])
+    small = [json.loads(x) for x in paged.splitlines()]
+    assert [x for x in small if x["kind"].startswith("memory")] == [
+        x for x in lines if x["kind"].startswith("memory")
+    ]

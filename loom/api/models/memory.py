@@ -48,10 +48,11 @@ class SetResult(BaseModel):
     stored: bool
     updated: bool = Field(description="The key named a live fact, which this revised.")
     indexed: bool = Field(description="In the vector leg of memory.search (BM25 needs no embedding).")
-    reason: Literal["high_sensitivity", "embed_failed"] | None = Field(
+    reason: Literal["high_sensitivity", "embed_failed", "subject_erased"] | None = Field(
         None,
         description="high_sensitivity: the text reads as high and was not stored; embed_failed: stored, "
-        "found by BM25 only (the error is on its row).",
+        "found by BM25 only (the error is on its row); subject_erased: an erasure of the user ran "
+        "meanwhile and the fact was not kept.",
     )
 
 
@@ -135,11 +136,14 @@ class SetFromMessagesResponse(BaseModel):
     evidence_ids: list[str]
     extracted: int = Field(description="Facts the model proposed (none that read as high).")
     decisions: list[DecisionOut]
-    reason: Literal["llm_not_configured", "llm_failed", "nothing_readable", "deferred"] | None = Field(
+    reason: (
+        Literal["llm_not_configured", "llm_failed", "nothing_readable", "deferred", "subject_erased"] | None
+    ) = Field(
         None,
         description="llm_not_configured: no model (the evidence is stored, no fact extracted); llm_failed: "
         "the model failed or answered no JSON; nothing_readable: every message reads as high; "
-        "deferred: extraction runs on the worker pool (job_id).",
+        "deferred: extraction runs on the worker pool (job_id); subject_erased: an erasure of the user "
+        "ran meanwhile and nothing of this call was kept.",
     )
     job_id: str | None = None
     extraction_id: str | None = None

@@ -3,11 +3,15 @@
 Lines, in order: a header (``kind: "export"``), the user's transcript rows with their
 metadata and saved flags (``kind: "turn"``; tombstoned ones included unless
 ``include_tombstoned: false``), their briefs (``kind: "brief"``) and the briefs'
-revisions (``kind: "brief_revision"``), then a trailer (``kind: "end"``, with the
-count of rows). Embedding rows are never exported: the excerpt an embedding row keeps
-of a turn the retention TTL expired is erased with the user but is not in the export.
+revisions (``kind: "brief_revision"``), their memory: facts (``kind: "memory"``, the
+fact's own kind as ``fact_kind``), the evidence extractions read (``kind:
+"memory_evidence"``; both with forgotten ones unless ``include_tombstoned: false``)
+and the extraction decisions (``kind: "memory_decision"``), then a trailer (``kind:
+"end"``, with the count of rows). Embedding rows and fact vectors are never exported:
+the excerpt an embedding row keeps of a turn the retention TTL expired is erased with
+the user but is not in the export.
 
-Memory stays bounded whatever the user's size: the transcript is read in key order,
+Memory stays bounded whatever the user's size: each table is read in key order,
 a page at a time, and each page is formatted by ClickHouse itself (JSONEachRow) and
 passed through as bytes.
 """

@@ -49,6 +49,7 @@ from loom.leases import LeaseTimeout
 from loom.ops.conversation.common import EMBED_CHARS
 from loom.ops.conversation.deleting import handed_to, heir
 from loom.ops.conversation.leases import under_thread_leases
+from loom.ops.memory import erasing as memory_erasing
 from loom.queue import QUEUE, wake_workers
 from loom.services import Services
 from loom.store import erasure as store
@@ -253,14 +254,14 @@ async def _tombstone_user(
         return got
 
     # Every independent statement at the same time: the tombstones, the digests of the
-    # keys just fixed, the memory tables (named by the user alone).
-    memory_tables = [svc.run(store.hide_user_memory, svc.ch, ns, user, t) for t in store.MEMORY_TABLES]
+    # keys just fixed, the memory tables (named by the user alone; the memory step marks
+    # the user so a memory write racing it undoes itself).
     try:
         briefs, turn_digest, emb_digest, memory = await asyncio.gather(
             tombstoned(),
             svc.run(store.key_digest, svc.ch, eid, ns, "turn"),
             svc.run(store.key_digest, svc.ch, eid, ns, "embedding"),
-            asyncio.gather(*memory_tables),
+            memory_erasing.hide_user(svc, ns, user),
         )
     except LeaseTimeout:
         raise Unavailable(
@@ -271,7 +272,7 @@ async def _tombstone_user(
     n_briefs, revisions, brief_digest = briefs
     counts["session_briefs"] = store.TableCount(tombstoned=n_briefs, digest=brief_digest)
     counts["session_brief_revisions"] = store.TableCount(removed=revisions, digest=brief_digest)
-    counts.update(zip(store.MEMORY_TABLES, memory, strict=True))
+    counts.update(memory)
     return counts
 
 

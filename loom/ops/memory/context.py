@@ -13,11 +13,14 @@ best first; an item that does not fit is skipped, a smaller later one may still 
 4. `evidence`: with a `query`, memory.recall's BM25 hits; without one, the newest.
 
 Every item names its source (a memory_id, msg_id or evidence_id) and time. Tokens are
-estimated as ceil(characters / 4).
+estimated as ceil(characters / 4). The sections are read concurrently (the query's
+embedding, the facts' two legs, the transcript and the evidence each one round trip),
+then the budget is spent in the order above.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -98,58 +101,72 @@ async def pack(
         s = Section("brief")
         budget.take(s, Item(view.text, f"brief:{view.brief_key}", view.updated_at))
         sections.append(s)
-    sections.append(await _facts(svc, scope, query, budget))
-    sections.append(await _transcript(svc, who, scope, thread_id, agent, budget))
-    sections.append(await _evidence(svc, scope, query, budget))
+    # The sections' reads are independent: they run at once; the budget is then spent
+    # in the sections' order, so the answer is the same as reading them one by one.
+    facts, transcript, evidence = await asyncio.gather(
+        _facts(svc, scope, query),
+        _transcript(svc, who, scope, thread_id, agent),
+        _evidence(svc, scope, query),
+    )
+    for section, items in (facts, transcript, evidence):
+        if section.name == "transcript":
+            _take_tail(budget, section, items)
+        else:
+            for item in items:
+                budget.take(section, item)
+        sections.append(section)
     return Pack(sections, token_budget, token_budget - budget.left)
 
 
-async def _facts(svc: Services, scope: store.Scope, query: str, budget: _Budget) -> Section:
-    s = Section("facts")
+async def _facts(svc: Services, scope: store.Scope, query: str) -> tuple[Section, list[Item]]:
     if query.strip():
         found = [h.fact for h in (await fact_ops.hybrid(svc, scope, query, limit=FACTS)).hits]
     else:
         found = await svc.run(store.page, svc.ch, scope, limit=FACTS)
-    for f in found:
-        budget.take(s, Item(f.text, f"memory:{f.memory_id}", f.updated_at))
-    return s
+    return Section("facts"), [Item(f.text, f"memory:{f.memory_id}", f.updated_at) for f in found]
 
 
 async def _transcript(
-    svc: Services, who: Principal, scope: store.Scope, thread_id: str, agent: str, budget: _Budget
-) -> Section:
+    svc: Services, who: Principal, scope: store.Scope, thread_id: str, agent: str
+) -> tuple[Section, list[Item]]:
+    """The thread's newest readable turns, newest first."""
     s = Section("transcript")
     if not thread_id:
         s.note = "no_thread"
-        return s
+        return s, []
     recorded = await svc.run(ns_store.recording, svc.ch, [scope.namespace])
     if scope.namespace not in recorded:
         s.note = "not_recorded"
-        return s
+        return s, []
     turns = await svc.run(
         conv_store.page, svc.ch, scope.namespace, agent, thread_id, limit=TAIL_TURNS, descending=True
     )
-    kept: list[Item] = []
-    for m in turns:  # newest first: the budget keeps the latest turns
+    items: list[Item] = []
+    for m in turns:
         if m.high_sensitivity or reads_as_high(m.content) or m.role not in ("user", "assistant", "system"):
             continue
         if who.bounded and m.user_id not in ("", scope.user_id) and m.role == "user":
             continue
-        item = Item(f"{m.role}: {m.content}", f"turn:{m.msg_id}", m.ts)
+        items.append(Item(f"{m.role}: {m.content}", f"turn:{m.msg_id}", m.ts))
+    return s, items
+
+
+def _take_tail(budget: _Budget, s: Section, newest_first: list[Item]) -> None:
+    """The budget keeps the latest turns; they are shown in thread order."""
+    kept: list[Item] = []
+    for item in newest_first:
         before = len(s.items)
         budget.take(s, item)
         if len(s.items) > before:
             kept.append(s.items.pop())
-    s.items = list(reversed(kept))  # shown in thread order
-    return s
+    s.items = list(reversed(kept))
 
 
-async def _evidence(svc: Services, scope: store.Scope, query: str, budget: _Budget) -> Section:
-    s = Section("evidence")
+async def _evidence(svc: Services, scope: store.Scope, query: str) -> tuple[Section, list[Item]]:
     if query.strip():
         rows = [e for e, _, _ in await svc.run(ev_store.search, svc.ch, scope, query, limit=EVIDENCE)]
     else:
         rows = await svc.run(ev_store.recent, svc.ch, scope, limit=EVIDENCE)
-    for e in rows:
-        budget.take(s, Item(f"{e.role}: {e.content}", f"evidence:{e.evidence_id}", e.ts))
-    return s
+    return Section("evidence"), [
+        Item(f"{e.role}: {e.content}", f"evidence:{e.evidence_id}", e.ts) for e in rows
+    ]

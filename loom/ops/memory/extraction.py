@@ -15,7 +15,8 @@
 With the stock fake LLM step 1 happens and the answer says `reason: "llm_not_configured"`.
 `defer: true` stores the evidence, then runs steps 2-4 on the arq pool and answers the
 job's id. Extractions of one user take a Redis lease so two never decide on the same
-facts at once.
+facts at once. A write that an erasure of its user outlived undoes itself and answers
+`reason: "subject_erased"` (loom.ops.memory.erasing).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
 from loom.leases import hold
+from loom.ops.memory import erasing
 from loom.ops.memory import facts as fact_ops
 from loom.ops.memory.common import (
     MAX_FACT_CHARS,
@@ -111,8 +113,12 @@ async def set_from_messages(
             raise InvalidRequest(
                 f"role must be one of {', '.join(ROLES)}", field=f"messages[{i}].role", rule="one_of"
             )
+    writes = erasing.Writes(scope.namespace, scope.user_id)
     rows = build_evidence(scope, messages, "messages")
     await svc.run(ev_store.insert, svc.ch, rows)
+    writes.add_evidence(rows)
+    if await erasing.settle(svc, writes):
+        return Extraction([], reason=erasing.ERASED)
     ids = [r.evidence_id for r in rows]
     if defer:
         job = await svc.arq.enqueue_job(JOB, _payload(scope, ids), _queue_name=QUEUE)
@@ -180,6 +186,9 @@ async def extract(
     if not svc.llm.configured:
         out.reason = "llm_not_configured"
         return out
+    # Stamped before the evidence is read: an erasure that ends after this undoes what
+    # the extraction writes.
+    writes = erasing.Writes(scope.namespace, scope.user_id)
     order = {eid: i for i, eid in enumerate(ids)}
     stored = await svc.run(ev_store.get, svc.ch, scope.namespace, scope.user_id, ids)
     readable = sorted(
@@ -206,11 +215,13 @@ async def extract(
     async with hold(svc.redis, _lease_key(scope), ttl_ms=60_000, wait_s=60.0):
         try:
             out.decisions = await _decide_and_apply(
-                svc, scope, candidates, used, out.extraction_id, fact_source
+                svc, scope, candidates, used, out.extraction_id, fact_source, writes
             )
         except (LLMError, ValueError) as exc:
             log.warning("memory decision failed", error=failures.detail(exc))
             out.reason = "llm_failed"
+    if await erasing.settle(svc, writes):
+        out.decisions, out.reason = [], erasing.ERASED
     return out
 
 
@@ -266,7 +277,13 @@ async def _similar(svc: Services, scope: Scope, candidates: list[str]) -> list[F
 
 
 async def _decide_and_apply(
-    svc: Services, scope: Scope, candidates: list[str], used: list[str], extraction_id: str, fact_source: str
+    svc: Services,
+    scope: Scope,
+    candidates: list[str],
+    used: list[str],
+    extraction_id: str,
+    fact_source: str,
+    writes: erasing.Writes,
 ) -> list[Decision]:
     existing = await _similar(svc, scope, candidates)
     if existing:
@@ -286,8 +303,9 @@ async def _decide_and_apply(
     else:
         raw = [{"event": "ADD", "text": c} for c in candidates]
     decisions = _parse_decisions(raw, existing)
-    await _apply(svc, scope, decisions, {f.memory_id: f for f in existing}, used, fact_source)
+    await _apply(svc, scope, decisions, {f.memory_id: f for f in existing}, used, fact_source, writes)
     now = utcnow()
+    writes.extraction_ids.append(extraction_id)
     await svc.run(
         store.record_decisions,
         svc.ch,
@@ -346,6 +364,7 @@ async def _apply(
     existing: dict[str, Fact],
     used: list[str],
     fact_source: str,
+    writes: erasing.Writes,
 ) -> None:
     now = utcnow()
     rows: list[Fact] = []
@@ -389,6 +408,7 @@ async def _apply(
     for r in rows:
         r.version = next_version()
     await svc.run(store.insert, svc.ch, rows)
+    writes.add_facts(rows)
     gone = [d.memory_id for d in decisions if d.action == "delete"]
     if gone:
-        await fact_ops.tombstone(svc, scope, gone)
+        await fact_ops.tombstone(svc, scope, gone, writes)

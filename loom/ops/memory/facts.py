@@ -9,6 +9,7 @@ BM25.
 
 memory.search is hybrid: exact cosine over the scope's live embedded facts, and BM25 over
 their whole text (postings with per-query statistics), fused by reciprocal rank (k=60).
+The legs run concurrently, one round trip each, and answer their facts whole.
 Each hit says which legs found it, its source (set / extraction / crystallize, with the
 evidence ids an extraction decided from) and its times. Session briefs live in their
 own table and are never embedded: they cannot be a hit.
@@ -24,6 +25,7 @@ from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
 from loom.ops.conversation import inline_embedding
 from loom.ops.conversation.common import decode_cursor, encode_cursor
+from loom.ops.memory import erasing
 from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, new_memory_id, scope_for
 from loom.sensitivity import reads_as_high
 from loom.services import Services
@@ -47,7 +49,7 @@ class SetOutcome:
     stored: bool
     updated: bool = False  # a key that already named a live fact
     indexed: bool = False  # in the vector leg
-    reason: str | None = None  # high_sensitivity | embed_failed
+    reason: str | None = None  # high_sensitivity | embed_failed | subject_erased
 
 
 async def embed_into(svc: Services, facts: list[Fact]) -> None:
@@ -89,6 +91,7 @@ async def set_facts(
             )
     outcomes: list[SetOutcome] = []
     rows: list[Fact] = []
+    writes = erasing.Writes(scope.namespace, scope.user_id)
     keyed = [keyed_memory_id(scope, f.key) for f in facts if f.key]
     existing = await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, keyed)
     now = utcnow()
@@ -121,6 +124,9 @@ async def set_facts(
     for r in rows:
         r.version = next_version()
     await svc.run(store.insert, svc.ch, rows)
+    writes.add_facts(rows)
+    if await erasing.settle(svc, writes):
+        return [SetOutcome(None, False, reason=erasing.ERASED if o.stored else o.reason) for o in outcomes]
     by_id = {r.memory_id: r for r in rows}
     for o in outcomes:
         if o.memory_id is not None:
@@ -149,50 +155,57 @@ class FactSearch:
 
 
 async def hybrid(svc: Services, scope: Scope, query: str, *, limit: int) -> FactSearch:
-    """The scope's live facts ranked for `query` (no role check: callers have done it)."""
+    """The scope's live facts ranked for `query` (no role check: callers have done it).
+
+    The two legs run at once, each one round trip that answers its facts whole (the
+    newest live version, read FINAL): BM25 starts while the query is embedded, the
+    vector leg as soon as the vector is there, and the fusion needs no re-read."""
     depth = max(50, limit * 3)
     lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth))
     vec: list[store.VectorHit] = []
     fallback = None
-    if reads_as_high(query):
-        fallback = "query_high_sensitivity"  # never sent to the embedder
-    else:
-        emb = await inline_embedding.embed(svc, [query])
-        if emb.ok and emb.vectors:
-            vec = await svc.run(
-                store.vector_search,
-                svc.ch,
-                scope,
-                emb.vectors[0],
-                emb.model_id,
-                limit=depth,
-                min_similarity=svc.settings.conversation_search_min_similarity,
-            )
+    try:
+        if reads_as_high(query):
+            fallback = "query_high_sensitivity"  # never sent to the embedder
         else:
-            fallback = f"embedder_unavailable: {emb.error or 'no vector'}"[:500]
-    lex = await lex_job
+            emb = await inline_embedding.embed(svc, [query])
+            if emb.ok and emb.vectors:
+                vec = await svc.run(
+                    store.vector_search,
+                    svc.ch,
+                    scope,
+                    emb.vectors[0],
+                    emb.model_id,
+                    limit=depth,
+                    min_similarity=svc.settings.conversation_search_min_similarity,
+                )
+            else:
+                fallback = f"embedder_unavailable: {emb.error or 'no vector'}"[:500]
+    finally:
+        lex = await lex_job
     scores: dict[str, FactHit] = {}
     for rank, v in enumerate(vec, 1):
-        h = scores.setdefault(v.memory_id, FactHit(None, 0.0, []))  # type: ignore[arg-type]
+        h = scores.setdefault(v.memory_id, FactHit(v.fact, 0.0, []))
         h.score += 1.0 / (RRF_K + rank)
         h.legs.append("vector")
         h.similarity = round(v.similarity, 6)
     for rank, lh in enumerate(lex, 1):
-        h = scores.setdefault(lh.id, FactHit(None, 0.0, []))  # type: ignore[arg-type]
+        h = scores.setdefault(lh.id, FactHit(lh.row, 0.0, []))
         h.score += 1.0 / (RRF_K + rank)
         h.legs.append("lexical")
         h.bm25 = round(lh.score, 6)
-    ranked = sorted(scores.items(), key=lambda kv: (-kv[1].score, -len(kv[1].legs), kv[0]))[: limit + 5]
-    facts = await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, [k for k, _ in ranked])
+    ranked = sorted(scores.items(), key=lambda kv: (-kv[1].score, -len(kv[1].legs), kv[0]))
     hits: list[FactHit] = []
-    for mid, h in ranked:
-        f = facts.get(mid)
-        # The postings and a stale vector only propose: the newest version decides.
-        if f is None or f.tombstoned or reads_as_high(f.text) or not _in_scope(f, scope):
+    for _, h in ranked:
+        f = h.fact
+        # Both legs read the newest live version; the screen stays as a second guard.
+        if f.tombstoned or reads_as_high(f.text) or not _in_scope(f, scope):
             continue
-        h.fact, h.score = f, round(h.score, 6)
+        h.score = round(h.score, 6)
         hits.append(h)
-    return FactSearch(hits[:limit], fallback)
+        if len(hits) == limit:
+            break
+    return FactSearch(hits, fallback)
 
 
 def _in_scope(f: Fact, scope: Scope) -> bool:
@@ -268,7 +281,9 @@ async def delete_facts(
     return await tombstone(svc, scope, memory_ids)
 
 
-async def tombstone(svc: Services, scope: Scope, memory_ids: list[str]) -> list[str]:
+async def tombstone(
+    svc: Services, scope: Scope, memory_ids: list[str], writes: erasing.Writes | None = None
+) -> list[str]:
     found = await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, memory_ids)
     gone = [f for f in found.values() if not f.tombstoned]
     now = utcnow()
@@ -277,4 +292,6 @@ async def tombstone(svc: Services, scope: Scope, memory_ids: list[str]) -> list[
         f.tombstoned, f.text, f.updated_at, f.embedding, f.model = True, "", now, [], ""
         f.version = next_version()
     await svc.run(store.insert, svc.ch, gone)
+    if writes is not None:
+        writes.add_facts(gone)
     return [f.memory_id for f in gone]

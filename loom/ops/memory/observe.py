@@ -15,7 +15,7 @@ from datetime import datetime
 
 from loom.auth.principal import Principal, Role
 from loom.errors import InvalidRequest
-from loom.ops.memory import extraction
+from loom.ops.memory import erasing, extraction
 from loom.ops.memory import facts as fact_ops
 from loom.ops.memory.common import scope_for
 from loom.services import Services
@@ -50,9 +50,12 @@ async def record(
             "run_id is required (the run the action belongs to)", field="run_id", rule="required"
         )
     scope = scope_for(who, namespace, user_id, session_id, run_id)
+    writes = erasing.Writes(scope.namespace, scope.user_id)
     msg = extraction.Message("tool", observation_text(tool, input_summary, outcome), obs_id, ts)
     rows = extraction.build_evidence(scope, [msg], OBSERVATION)
     await svc.run(ev_store.insert, svc.ch, rows)
+    writes.add_evidence(rows)
+    await erasing.settle(svc, writes)  # an erasure outlived it: nothing of it is kept
     return rows[0].evidence_id
 
 

