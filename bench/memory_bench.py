@@ -31,7 +31,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.embedded.clickhouse_endpoint import start_endpoint
 from loom.embedded.redis_server import start_redis
-from loom.ops.conversation import inline_embedding
+from loom.ops.conversation import api_inline_embedder
 from loom.ops.memory import context, facts
 from loom.services import open_services
 from loom.settings import Settings
@@ -157,7 +157,7 @@ async def main() -> None:
 
         prepare(settings, settings.clickhouse_url)
         svc = await open_services(settings, settings.clickhouse_url, settings.redis_url)
-        probe = await inline_embedding.embed(svc, ["warm up the model"])
+        probe = await api_inline_embedder.embed(svc, ["warm up the model"])
         assert probe.ok and probe.vectors, probe.error
         model, dim = probe.model_id, len(probe.vectors[0])
         for label, ns, users in (

@@ -74,7 +74,7 @@ MEMORY_LEASE = "loom:lease:memory:"
 COMPACT_JOB = "loom:compact:job:"
 """Prefix. String per compaction job id: the namespace that queued it (only it may poll)."""
 
-# -- the embedding job's channels (loom.ops.conversation.embedding) -------------------
+# -- the embedding job's channels (loom.ops.conversation.api_insert_gate, api_reply_channel)
 
 EMBED_GATE = "loom:gate:"
 """Prefix. String per gated job ("ok" or "fail"), plus a wake-up list beside it."""

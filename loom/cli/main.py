@@ -152,12 +152,12 @@ def reembed(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from loom.embedded.backends import start_backends
-    from loom.ops.conversation.embedding import model_from_embedder
     from loom.ops.conversation.reembedding import reembed_with
+    from loom.ops.conversation.worker_embed_writer import model_from_embedder
     from loom.services import open_services
     from loom.store import embeddings
     from loom.store.schema import prepare
-    from workers.embedding import embedder_from_settings
+    from workers.embed_jobs import embedder_from_settings
 
     settings = _settings()
     backends = start_backends(settings)
