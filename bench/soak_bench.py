@@ -110,7 +110,7 @@ def role_of(pid: int, supervisor: int) -> str:
     cmd = _cmdline(pid)
     if "loom.api.process" in cmd:
         return "api"
-    if "loom.cli.main worker" in cmd:
+    if "workers.process" in cmd or "loom.cli.main worker" in cmd:
         return "worker"
     if "redis-server" in cmd:
         return "redis-server"
