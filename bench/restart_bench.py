@@ -1,6 +1,10 @@
 """Restart-to-answering after a SIGKILL of each child of ``loom serve``, itemised.
 
-Run: ``.venv/bin/python -m bench.restart_bench [--rounds 3] [--children worker,api,...]``
+Run: ``.venv/bin/python -m bench.restart_bench [--rounds 3] [--before REV] [--children worker,api,...]``
+
+With ``--before REV`` that revision's build runs beside this checkout's (a temporary git
+worktree), both up, one frozen while the other is measured, taking turns ABBA; the
+ratios this/before are printed.
 
 It starts ``loom serve`` on its embedded defaults (real MiniLM embedder) in a temporary
 LOOM_HOME, then, `--rounds` times for each child (the worker, the API, the embedded
@@ -46,7 +50,7 @@ from bench.soak_bench import NAMESPACE, serve_group, setup
 CHILDREN = ["worker", "api", "clickhouse-endpoint", "redis-server"]
 PROBE_EVERY_S = 0.1
 GIVE_UP_S = 90.0
-SETTLE_S = 11.0  # past the supervisor's stable_after_s (10 s): the next kill gets the first backoff
+SETTLE_S = 2.0  # between kills; the same child of one stack is killed again only after every other
 
 
 @dataclass
@@ -186,25 +190,8 @@ def med(xs: list[float | None]) -> float | None:
     return round(statistics.median(vals), 2) if vals else None
 
 
-async def run(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str, Any]:
-    token = setup(stack)
-    client = LeanClient(stack.base_url, {"Authorization": f"Bearer {token}"}, timeout=30)
-    await client.post_json(
-        "/v1/conversation.append",
-        {"namespace": NAMESPACE, "thread_id": "warm", "role": "user", "content": "warm up"},
-    )
-    rounds: list[Round] = []
-    for r in range(args.rounds):
-        for child in args.children:
-            await asyncio.sleep(SETTLE_S)
-            rnd = await kill_one(stack, client, child)
-            rounds.append(rnd)
-            log(
-                f"  round {r + 1} {child:<20} respawn {rnd.respawn_s if rnd.respawn_s is None else round(rnd.respawn_s, 2)}"
-                f" s, answering {rnd.answering_s if rnd.answering_s is None else round(rnd.answering_s, 2)} s"
-            )
-    await client.aclose()
-    per_child = {
+def _per_child(rounds: list[Round], children: list[str]) -> dict[str, Any]:
+    return {
         c: {
             "respawn_median_s": med([r.respawn_s for r in rounds if r.child == c]),
             "answering_median_s": med([r.answering_s for r in rounds if r.child == c]),
@@ -215,24 +202,70 @@ async def run(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str,
                 None if r.respawn_s is None else round(r.respawn_s, 2) for r in rounds if r.child == c
             ],
         }
-        for c in args.children
+        for c in children
     }
-    return {"children": per_child}
+
+
+async def run(args: argparse.Namespace, stacks: dict[str, LoomStack], log: Any) -> dict[str, Any]:
+    clients: dict[str, LeanClient] = {}
+    for name, stack in stacks.items():
+        for other in stacks.values():
+            other.pause()
+        stack.resume()
+        token = setup(stack)
+        clients[name] = LeanClient(stack.base_url, {"Authorization": f"Bearer {token}"}, timeout=30)
+        await clients[name].post_json(
+            "/v1/conversation.append",
+            {"namespace": NAMESPACE, "thread_id": "warm", "role": "user", "content": "warm up"},
+        )
+    rounds: dict[str, list[Round]] = {name: [] for name in stacks}
+    names = list(stacks)
+    turn = 0
+    for r in range(args.rounds):
+        for child in args.children:
+            # The builds take turns, ABBA, so that noise on a shared machine hits both alike.
+            for name in names if turn % 2 == 0 else names[::-1]:
+                for other in stacks.values():
+                    other.pause()
+                stacks[name].resume()
+                await asyncio.sleep(SETTLE_S)
+                rnd = await kill_one(stacks[name], clients[name], child)
+                rounds[name].append(rnd)
+                log(
+                    f"  round {r + 1} {name:<7} {child:<20} respawn "
+                    f"{rnd.respawn_s if rnd.respawn_s is None else round(rnd.respawn_s, 2)} s, answering "
+                    f"{rnd.answering_s if rnd.answering_s is None else round(rnd.answering_s, 2)} s"
+                )
+            turn += 1
+    for c in clients.values():
+        await c.aclose()
+    return {"builds": {name: _per_child(rs, args.children) for name, rs in rounds.items()}}
 
 
 def render(r: dict[str, Any]) -> str:
     c = r["costs"]
     lines = [
-        f"restart after SIGKILL, {r['rounds']} round(s), medians (load avg at start {r['loadavg_start']:.1f})",
-        f"{'child':<20} {'respawn s':>10} {'answering s':>12}   all answering",
+        f"restart after SIGKILL, {r['rounds']} round(s) per build, medians (load avg at start "
+        f"{r['loadavg_start']:.1f}); builds: {r['revs']}",
+        f"{'build':<8} {'child':<20} {'respawn s':>10} {'answering s':>12}   all answering",
     ]
-    for name, x in r["children"].items():
-        lines.append(
-            f"{name:<20} {x['respawn_median_s']!s:>10} {x['answering_median_s']!s:>12}   {x['answering_s']}"
-        )
+    builds = r["builds"]
+    for build, children in builds.items():
+        for name, x in children.items():
+            lines.append(
+                f"{build:<8} {name:<20} {x['respawn_median_s']!s:>10} {x['answering_median_s']!s:>12}   "
+                f"{x['answering_s']}"
+            )
+    if "before" in builds:
+        lines.append("")
+        for name, x in builds["this"].items():
+            b = builds["before"][name]["answering_median_s"]
+            a = x["answering_median_s"]
+            if a and b:
+                lines.append(f"answering, this/before, {name:<20} {a / b:.3f}")
     lines += [
         "",
-        "start costs measured beside it (median of runs, stack idle): "
+        "start costs measured beside it (median of runs, stacks frozen): "
         f"python start {c['python_start_s']} s, API imports {c['api_imports_s']} s, "
         f"worker imports {c['worker_imports_s']} s, MiniLM load {c['model_load_s']} s",
     ]
@@ -244,6 +277,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--children", type=lambda s: [x for x in s.split(",") if x], default=CHILDREN)
     p.add_argument("--cost-runs", type=int, default=3)
+    p.add_argument(
+        "--before", help="also run this git revision's build, the two taking turns (ratios this/before)"
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--tag", default="")
     return p
@@ -256,14 +292,31 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, flush=True)
 
     load_start = os.getloadavg()[0]
-    stack = LoomStack(embedder="minilm")
+    stacks = {"this": LoomStack(embedder="minilm")}
+    tree = None
+    if args.before:
+        from bench.ab_bench import drop_worktree, worktree
+
+        tree = worktree(args.before)
+        stacks["before"] = LoomStack(embedder="minilm", cwd=tree, env={"PYTHONPATH": str(tree)})
     try:
-        stack.start(log)
-        result = asyncio.run(run(args, stack, log))
-        stack.pause()  # the start costs are measured with the stack idle
+        for stack in stacks.values():
+            stack.start(log)
+            stack.pause()
+        result = asyncio.run(run(args, stacks, log))
+        for stack in stacks.values():
+            stack.pause()  # the start costs are measured with the stacks frozen
         result["costs"] = start_costs(args.cost_runs)
     finally:
-        stack.stop()
+        for stack in stacks.values():
+            stack.stop()
+        if tree is not None:
+            drop_worktree(tree)
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    result["revs"] = {
+        "this": f"{rev.stdout.strip()} (working tree)",
+        **({"before": args.before} if args.before else {}),
+    }
     result["rounds"] = args.rounds
     result["loadavg_start"] = load_start
     result["machine"] = {"cores": os.cpu_count(), "loadavg_end": os.getloadavg()}
