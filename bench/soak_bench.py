@@ -438,6 +438,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--tag", default="", help="added to the result file names")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for `loom serve` and its children (repeatable)",
+    )
     return p
 
 
@@ -447,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
-    stack = LoomStack(embedder=args.embedder, env={"LOOM_LOG_LEVEL": "WARNING"})
+    extra = dict(kv.split("=", 1) for kv in args.env)
+    stack = LoomStack(embedder=args.embedder, env={"LOOM_LOG_LEVEL": "WARNING", **extra})
     log(f"soak: starting loom serve (cores {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
     try:
         stack.start(log)
@@ -455,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stack.stop()
     result["machine"] = {"cores": os.cpu_count(), "loadavg_end": os.getloadavg()}
+    result["env"] = extra
     text = render(result)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
