@@ -184,7 +184,7 @@ class Supervisor:
             "LOOM_REDIS_URL": redis_url,
             "LOOM_HOME": str(self.settings.home),
         }
-        # workers.process: `loom worker` without the command line's imports (a quicker restart).
+        # workers.process: `loom worker` without the command line's own modules.
         worker_cmd = [sys.executable, "-m", "workers.process"]
         for i in range(workers):
             name = "worker" if workers == 1 else f"worker-{i + 1}"
