@@ -350,7 +350,7 @@ def worker_config_rate(texts: list[str], seconds: float) -> float:
     """The model as a worker runs it: the worker's own ModelBatcher and embedder (built
     from settings), kept busy by two concurrent 32-text callers."""
     from loom.settings import Settings
-    from workers.embedding import ModelBatcher, embedder_from_settings, model_parallelism, set_embedder
+    from workers.embed_jobs import ModelBatcher, embedder_from_settings, model_parallelism, set_embedder
 
     async def measure() -> float:
         batcher = ModelBatcher(parallel=model_parallelism())

@@ -93,8 +93,10 @@ class LoomStack:
         workers: int = 1,
         env: dict[str, str] | None = None,
         keep: bool = False,
+        cwd: Path | None = None,
     ) -> None:
         self.own_home = home is None
+        self.cwd = cwd or REPO  # the checkout whose code runs (bench/ab_bench.py: another build)
         self.home = home or Path(tempfile.mkdtemp(prefix="loom-bench-home-"))
         self.port = port or free_port()
         self.embedder = embedder
@@ -136,7 +138,7 @@ class LoomStack:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "loom.cli.main", "serve", "--workers", str(self.workers)],
                 env=self.env,
-                cwd=REPO,
+                cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=logf,
                 stderr=subprocess.STDOUT,

@@ -33,7 +33,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version
 from loom.embedded.clickhouse_endpoint import start_endpoint
 from loom.embedded.redis_server import start_redis
-from loom.ops.conversation import inline_embedding
+from loom.ops.conversation import api_inline_embedder
 from loom.ops.memory import context, facts
 from loom.services import open_services
 from loom.settings import Settings
@@ -128,7 +128,7 @@ def _old_bm25(ch: Any, scope: store.Scope, query: str, limit: int, table: str) -
 
 async def _old_search(svc: Any, scope: store.Scope, q: str, limit: int) -> list[Any]:
     lex = asyncio.ensure_future(svc.run(_old_bm25, svc.ch, scope, q, 50, "memories"))
-    emb = await inline_embedding.embed(svc, [q])
+    emb = await api_inline_embedder.embed(svc, [q])
     assert emb.vectors
     vec = await svc.run(_old_vector, svc.ch, scope, emb.vectors[0], emb.model_id, 50)
     ids = list(dict.fromkeys(vec + await lex))[: limit + 5]
@@ -182,7 +182,7 @@ async def steps(svc: Any, ns: str, users: int, queries: int, seed: int) -> dict[
         scope = store.Scope(ns, f"u{rng.randrange(users)}")
         q = " ".join(rng.choice(WORDS) for _ in range(3))
         t0 = time.perf_counter()
-        emb = await inline_embedding.embed(svc, [q])
+        emb = await api_inline_embedder.embed(svc, [q])
         out["embed"].append((time.perf_counter() - t0) * 1000)
         assert emb.vectors
         t0 = time.perf_counter()
@@ -240,7 +240,7 @@ async def main() -> None:
 
         prepare(settings, settings.clickhouse_url)
         svc = await open_services(settings, settings.clickhouse_url, settings.redis_url)
-        probe = await inline_embedding.embed(svc, ["warm up the model"])
+        probe = await api_inline_embedder.embed(svc, ["warm up the model"])
         assert probe.ok and probe.vectors, probe.error
         model, dim = probe.model_id, len(probe.vectors[0])
         for label, ns, users in (

@@ -30,8 +30,8 @@ from typing import Any
 from loom.clock import next_version
 from loom.embedded.clickhouse_endpoint import start_endpoint
 from loom.embedded.redis_server import start_redis
-from loom.ops.conversation.embedding import model_from_embedder
 from loom.ops.conversation.recovery import recover
+from loom.ops.conversation.worker_embed_writer import model_from_embedder
 from loom.providers.embedders import FakeEmbedder
 from loom.services import open_services
 from loom.settings import Settings

@@ -24,7 +24,7 @@ Who enqueues each job:
 
 | job (function)    | payload           | enqueued by                                   |
 |-------------------|-------------------|-----------------------------------------------|
-| embed_turns       | EmbedTurnsJob     | the append flush (loom.ops.conversation.embedding.EmbedClient) |
+| embed_turns       | EmbedTurnsJob     | the append flush (loom.ops.conversation.api_insert_gate.EmbedClient) |
 | reembed_rows      | ReembedRowsJob    | conversation.reembed (the same client)        |
 | erasure_remove    | ErasureRemoveJob  | erasure.request (loom.ops.erasure.requesting) |
 | compact_thread    | CompactThreadJob  | conversation.compact (loom.ops.conversation.compacting) |

@@ -82,7 +82,7 @@ COMPACT_DONE = "loom:compact:done:"
 """Prefix. List per compaction job id: its answer (JSON), pushed by the worker for the
 API that awaits it (a blocking pop instead of polling arq's result)."""
 
-# -- the embedding job's channels (loom.ops.conversation.embedding) -------------------
+# -- the embedding job's channels (loom.ops.conversation.api_insert_gate, api_reply_channel)
 
 EMBED_GATE = "loom:gate:"
 """Prefix. String per gated job ("ok" or "fail"), plus a wake-up list beside it."""

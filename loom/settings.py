@@ -126,7 +126,7 @@ class Settings(BaseSettings):
     def recovery_grace_seconds(self) -> float:
         """The recovery pass's grace as applied. An append's job writes its vectors up to
         this less 5 s of clock skew (RECOVERY_CLOCK_MARGIN_S in
-        loom.ops.conversation.embedding), which must not cut short the append's own
+        loom.ops.conversation.worker_embed_writer), which must not cut short the append's own
         wait for them."""
         return max(self.embed_recovery_grace_seconds, self.embed_wait_seconds + 5.0)
 

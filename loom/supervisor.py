@@ -184,7 +184,8 @@ class Supervisor:
             "LOOM_REDIS_URL": redis_url,
             "LOOM_HOME": str(self.settings.home),
         }
-        worker_cmd = [sys.executable, "-m", "loom.cli.main", "worker"]
+        # workers.process: `loom worker` without the command line's own modules.
+        worker_cmd = [sys.executable, "-m", "workers.process"]
         for i in range(workers):
             name = "worker" if workers == 1 else f"worker-{i + 1}"
             self.workers.append(Child(name, self._spawner(worker_cmd, env), WORKER_STOP_TIMEOUT_S))

@@ -154,11 +154,11 @@ async def arq_worker(services: Any) -> AsyncIterator[Any]:
     so); tests swap it with the `worker_embedder` fixture."""
     import asyncio
 
-    from workers import embedding
+    from workers import embed_jobs
     from workers.main import build_worker
 
     settings: Settings = services.settings
-    embedding.set_embedder(None)  # built from settings (the fake) at start-up
+    embed_jobs.set_embedder(None)  # built from settings (the fake) at start-up
     # No cron jobs: the embedding recovery pass would call whatever embedder a test has
     # swapped in at that moment; its tests run it themselves (tests/conversation/test_recovery.py).
     worker = build_worker(
@@ -166,7 +166,7 @@ async def arq_worker(services: Any) -> AsyncIterator[Any]:
     )
     task = asyncio.create_task(worker.async_run())
     for _ in range(1000):  # until its start-up hooks ran (the embedder is in place)
-        if embedding.PIPELINE in worker.ctx or task.done():
+        if embed_jobs.PIPELINE in worker.ctx or task.done():
             break
         await asyncio.sleep(0.01)
     if task.done():
@@ -178,23 +178,23 @@ async def arq_worker(services: Any) -> AsyncIterator[Any]:
         await worker.close()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task
-    embedding.set_embedder(None)
+    embed_jobs.set_embedder(None)
 
 
 @pytest.fixture
 async def worker_embedder(arq_worker: Any) -> AsyncIterator[Callable[[Any], Any]]:
     """install(embedder) -> embedder: swap the worker's embedder for this test (a
     failing, slow or spying one); the fake from settings comes back afterwards."""
-    from workers import embedding
+    from workers import embed_jobs
 
-    original = embedding.current_embedder()
+    original = embed_jobs.current_embedder()
 
     def install(embedder: Any) -> Any:
-        embedding.set_embedder(embedder)
+        embed_jobs.set_embedder(embedder)
         return embedder
 
     yield install
-    embedding.set_embedder(original)
+    embed_jobs.set_embedder(original)
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ provider in :data:`PROVIDERS` for one test and fails it, at teardown, if any of 
 sent such a text; the test may also call :meth:`LeakSpy.assert_clean` itself.
 
 The providers are injected where Loom holds them (``Services.llm``, the inline
-embedder of ``loom.ops.conversation.inline_embedding``, the worker's
-``workers.embedding.set_embedder``), never patched.
+embedder of ``loom.ops.conversation.api_inline_embedder``, the worker's
+``workers.embed_jobs.set_embedder``), never patched.
 
 Adding a provider (a new feature's model): write a :class:`ProviderSlot` whose
 ``install`` wraps it with the spy and returns how to undo that, and add it with
@@ -109,21 +109,21 @@ class ProviderSlot:
 
 
 def _inline_embedder(env: Env, spy: LeakSpy) -> Undo:
-    from loom.ops.conversation import inline_embedding
+    from loom.ops.conversation import api_inline_embedder
 
     svc = env.services
-    previous = inline_embedding.install(svc, None)
-    inner = previous if previous is not None else inline_embedding.current(svc)
-    inline_embedding.install(svc, LeakSpyEmbedder(inner, spy, "embedder:api"))
-    return lambda: inline_embedding.install(svc, previous)
+    previous = api_inline_embedder.install(svc, None)
+    inner = previous if previous is not None else api_inline_embedder.current(svc)
+    api_inline_embedder.install(svc, LeakSpyEmbedder(inner, spy, "embedder:api"))
+    return lambda: api_inline_embedder.install(svc, previous)
 
 
 def _worker_embedder(env: Env, spy: LeakSpy) -> Undo:
-    from workers import embedding
+    from workers import embed_jobs
 
-    inner = embedding.current_embedder()
-    embedding.set_embedder(LeakSpyEmbedder(inner, spy, "embedder:worker"))
-    return lambda: embedding.set_embedder(inner)
+    inner = embed_jobs.current_embedder()
+    embed_jobs.set_embedder(LeakSpyEmbedder(inner, spy, "embedder:worker"))
+    return lambda: embed_jobs.set_embedder(inner)
 
 
 def _llm(env: Env, spy: LeakSpy) -> Undo:

@@ -9,7 +9,7 @@ from loom import jobs
 from loom.ops.conversation import compacting, titling
 from loom.ops.erasure import requesting
 from loom.ops.memory import extraction
-from workers import embedding
+from workers import embed_jobs
 
 
 async def ping(ctx: dict[str, Any]) -> str:
@@ -19,17 +19,17 @@ async def ping(ctx: dict[str, Any]) -> str:
 
 async def embed_turns(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     """Embed the turns one API flush stored; the reply goes to the waiting API process."""
-    return await embedding.embed_turns(ctx, payload)
+    return await embed_jobs.embed_turns(ctx, payload)
 
 
 async def reembed_rows(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     """Re-embed a page of embedding rows from the text each keeps (conversation.reembed)."""
-    return await embedding.reembed_rows(ctx, payload)
+    return await embed_jobs.reembed_rows(ctx, payload)
 
 
 async def recover_embeddings(ctx: dict[str, Any]) -> dict[str, Any]:
     """Embed the user and assistant turns a crash left with no embedding row (cron)."""
-    return await embedding.recover_embeddings(ctx)
+    return await embed_jobs.recover_embeddings(ctx)
 
 
 async def erasure_remove(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
@@ -44,7 +44,7 @@ async def compact_thread(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[s
     job = jobs.read(jobs.CompactThreadJob, payload)
     result = await compacting.run(
         ctx["loom"],
-        ctx[embedding.PIPELINE].model,
+        ctx[embed_jobs.PIPELINE].model,
         job.namespace,
         job.agent,
         job.thread_id,

@@ -20,7 +20,7 @@ from loom.gc_tuning import calm_the_garbage_collector
 from loom.queue import QUEUE, WAKE_KEY
 from loom.services import open_services, redis_settings
 from loom.settings import Settings
-from workers import embedding
+from workers import embed_jobs
 from workers.jobs import FUNCTIONS, conversation_titler, recover_embeddings
 
 IDLE_POLL_S = 0.1  # a job enqueued without a wake-up waits at most this long
@@ -102,8 +102,8 @@ async def _shutdown(ctx: dict[str, Any]) -> None:
 
 
 # Planes register per-process resources here (the embedder, write buffers).
-STARTUP_HOOKS: list[Any] = [embedding.startup]
-SHUTDOWN_HOOKS: list[Any] = [embedding.shutdown]
+STARTUP_HOOKS: list[Any] = [embed_jobs.startup]
+SHUTDOWN_HOOKS: list[Any] = [embed_jobs.shutdown]
 
 
 def every(interval_s: int) -> tuple[set[int], set[int] | None]:

@@ -53,20 +53,9 @@ def migrate() -> None:
 @app.command()
 def worker() -> None:
     """Run an arq worker (embedding and background jobs) until stopped."""
-    from loom.embedded.backends import start_backends
-    from workers.main import run_worker
+    from workers.process import run
 
-    settings = _settings()
-    backends = start_backends(settings)
-    try:
-        run_worker(settings, backends.clickhouse_url, backends.redis_url)
-    finally:
-        backends.stop()
-    # Stopped, jobs finished, buffers flushed: skip the interpreter's teardown of the
-    # worker's modules (seconds on a busy machine; `loom serve` waits for this exit).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    run(_settings())
 
 
 @app.command()
@@ -152,12 +141,12 @@ def reembed(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from loom.embedded.backends import start_backends
-    from loom.ops.conversation.embedding import model_from_embedder
     from loom.ops.conversation.reembedding import reembed_with
+    from loom.ops.conversation.worker_embed_writer import model_from_embedder
     from loom.services import open_services
     from loom.store import embeddings
     from loom.store.schema import prepare
-    from workers.embedding import embedder_from_settings
+    from workers.embed_jobs import embedder_from_settings
 
     settings = _settings()
     backends = start_backends(settings)

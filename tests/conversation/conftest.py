@@ -77,15 +77,15 @@ async def wait_for(
 def api_embedder(services: Any) -> Any:
     """install(embedder) -> embedder: swap the API process's inline embedder (search
     queries, saved messages) for this test; the fake from settings comes back after."""
-    from loom.ops.conversation import inline_embedding
+    from loom.ops.conversation import api_inline_embedder
 
-    previous = inline_embedding.install(services, None)
+    previous = api_inline_embedder.install(services, None)
     installed: list[Any] = []
 
     def install(embedder: Any) -> Any:
-        inline_embedding.install(services, embedder)
+        api_inline_embedder.install(services, embedder)
         installed.append(embedder)
         return embedder
 
     yield install
-    inline_embedding.install(services, previous)
+    api_inline_embedder.install(services, previous)

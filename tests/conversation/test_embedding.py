@@ -246,7 +246,7 @@ async def test_a_failed_insert_shuts_the_gate_and_no_vector_is_written(
 
 
 async def test_the_gate_answers_late_readers_and_gives_up_alone(services):
-    from loom.ops.conversation.embedding import open_gate, wait_gate
+    from loom.ops.conversation.api_insert_gate import open_gate, wait_gate
 
     gate = f"g-{time.time_ns()}"
     waiting = asyncio.ensure_future(wait_gate(services.redis, gate, 5))

@@ -15,10 +15,11 @@ import numpy as np
 from loom import jobs
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
+from loom.jobs import EmbedTurn
 from loom.leases import Lease
 from loom.ops.conversation import TurnInput, append
-from loom.ops.conversation.embedding import EmbedPipeline, EmbedTurn, model_from_embedder, write_deadline_ns
 from loom.ops.conversation.recovery import LEASE_KEY, RecoveryReport, recover
+from loom.ops.conversation.worker_embed_writer import EmbedPipeline, model_from_embedder, write_deadline_ns
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
 from loom.sensitivity import reads_as_high
 from loom.store import conversations as conv_store
@@ -268,12 +269,12 @@ async def test_an_append_job_past_its_deadline_writes_nothing(ns, services, arq_
     orphan(ch, ns, "m", "late job")
     await run_pass(services, FakeEmbedder())
     before = emb_row(ch, ns, "t", "m")
-    from workers import embedding as worker_embedding
+    from workers import embed_jobs
 
     turn = EmbedTurn(ns, "default", "t", "m", "user", "", "", utcnow(), "late job")
     stale = now - 2 * int(settings.recovery_grace_seconds * 1e9)
     payload = jobs.build(jobs.EmbedTurnsJob, turns=[turn], at=stale)
-    result = await worker_embedding.embed_turns(arq_worker.ctx, payload)
+    result = await embed_jobs.embed_turns(arq_worker.ctx, payload)
     assert result["outcomes"] == [["failed", "embedder_timeout: no embedding came back in time"]]
     assert emb_row(ch, ns, "t", "m") == before  # not even a newer version
     # A job within its deadline writes as before.

@@ -17,7 +17,7 @@ import pytest
 
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version
-from loom.ops.conversation import inline_embedding, searching
+from loom.ops.conversation import api_inline_embedder, searching
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
 from loom.store import clickhouse
 from loom.store import conversations as conv_store
@@ -440,7 +440,7 @@ async def test_an_unavailable_embedder_falls_back_to_substring(
     assert (await _search(call, viewer, query="staging", agent="nobody"))["hits"] == []
     assert (await _search(call, viewer, query="%"))["hits"] == []  # no LIKE pattern
     svc = other_services(embedder_timeout_seconds=0.2)  # a process of its own: its own inline embedder
-    inline_embedding.install(svc, FakeEmbedder(delay_seconds=1.0))
+    api_inline_embedder.install(svc, FakeEmbedder(delay_seconds=1.0))
     slow = await searching.search(svc, _who(ns), "staging")
     assert slow.mode == "substring" and slow.fallback_reason == "embedder_timeout"
     assert [h.msg_id for h in slow.hits] == ["summary-like", "deploy"]

@@ -48,7 +48,7 @@ def child_kind(proc: psutil.Process) -> str | None:
         return "clickhouse"
     if "loom.api.process" in args:
         return "api"
-    if "loom.cli.main" in args and "worker" in args:
+    if "workers.process" in args or ("loom.cli.main" in args and "worker" in args):
         return "worker"
     return None
 

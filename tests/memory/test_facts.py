@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loom.ops.conversation import inline_embedding
+from loom.ops.conversation import api_inline_embedder
 from loom.providers.embedders import FakeEmbedder
 
 HIGH_FACT = "my SSN is 123-45-6789"
@@ -71,11 +71,11 @@ async def test_an_embed_failure_stores_the_fact_for_bm25_only(call, ns, mint, se
             raise RuntimeError("model down")
 
     w = mint(ns, "writer")
-    previous = inline_embedding.install(services, Broken())
+    previous = api_inline_embedder.install(services, Broken())
     try:
         out = await _set(call, w, ns, {"text": "Takes the 7:40 train to work"}, user_id="u1")
     finally:
-        inline_embedding.install(services, previous)
+        api_inline_embedder.install(services, previous)
     assert out[0]["stored"] and not out[0]["indexed"] and out[0]["reason"] == "embed_failed"
     row = services.ch.query(
         "SELECT embed_error, length(embedding) FROM memories FINAL WHERE namespace = {ns:String}",

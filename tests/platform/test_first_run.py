@@ -541,7 +541,7 @@ def test_ctrl_c_leaves_no_process_behind(served: Served) -> None:
         "redis-server": "redis-server",
         "endpoint": "loom.embedded.clickhouse_endpoint",
         "api": "loom.api.process",
-        "worker": "loom.cli.main worker",
+        "worker": "workers.process",
     }
     missing = [k for k, needle in kinds.items() if not any(needle in c for c in seen)]
     assert missing == [], (missing, seen)

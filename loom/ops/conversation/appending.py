@@ -26,7 +26,7 @@ share their ClickHouse round trips (a one-row insert costs the engine 7-10 ms):
    model works while the rows are inserted, and the worker writes the vectors only
    once the flush opened the gate (the rows are durable; none if the insert failed).
    Each append then awaits its own turns' outcomes (see
-   :mod:`loom.ops.conversation.embedding`). Turns another agent logged too wait for
+   :mod:`loom.ops.conversation.api_insert_gate`). Turns another agent logged too wait for
    the insert and its read of their embedding rows (their vector may be reused).
 5. It inserts the batch's rows with ONE INSERT carrying an insert_deduplication_token
    (a retried insert cannot double them) and, at the same time, one for the threads
@@ -56,8 +56,10 @@ from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest, LoomError, Unavailable
+from loom.jobs import EmbedTurn
 from loom.leases import Lease
 from loom.ops.conversation import origin
+from loom.ops.conversation.api_insert_gate import EmbedClient, open_gate
 from loom.ops.conversation.common import (
     DELETED,
     DUPLICATE,
@@ -71,7 +73,7 @@ from loom.ops.conversation.common import (
     embed_text,
     skipped,
 )
-from loom.ops.conversation.embedding import EmbedClient, EmbedTurn, Outcome, open_gate
+from loom.ops.conversation.worker_embed_writer import Outcome
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
@@ -307,7 +309,7 @@ class AppendPipeline:
         shared = _shared_keys([turns[i] for i in stored], state.elsewhere)
         # Turns no other agent logged (nearly all) are sent to the model now, while
         # their rows are inserted: the worker writes their vectors once the gate says
-        # the rows are durable (loom.ops.conversation.embedding.open_gate).
+        # the rows are durable (loom.ops.conversation.api_insert_gate.open_gate).
         early = [i for i in stored if _embeddable(turns[i]) and _emb_key(turns[i]) not in shared]
         gate = batch.flush_id if early else None
         self._embed(out, turns, early, gate=gate)

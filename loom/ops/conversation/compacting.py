@@ -70,7 +70,7 @@ from loom.errors import InvalidRequest, LoomError, NotFound, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
 from loom.ops.conversation.common import EMBED_CHARS, embed_text
 from loom.ops.conversation.deleting import ThreadState, settle_writes, with_vectors
-from loom.ops.conversation.embedding import ModelFn
+from loom.ops.conversation.worker_embed_writer import ModelFn
 from loom.providers.llm import LAST_USAGE, ChatMessage, LLMError
 from loom.queue import QUEUE, wake_workers
 from loom.sensitivity import reads_as_high

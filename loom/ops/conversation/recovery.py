@@ -23,7 +23,7 @@ cron job; one runner at a time across the pool, by a Redis lease):
 3. calls the model (before any lease; pages of MODEL_TEXTS, so live appends sharing
    the worker's model are not held behind a backlog), then writes under the thread
    leases, re-checking each turn: one deleted meanwhile, or whose embedding row landed
-   meanwhile, is left as it is (:func:`loom.ops.conversation.embedding.write_recovered`).
+   meanwhile, is left as it is (:func:`loom.ops.conversation.worker_embed_writer.write_recovered`).
    A failed model call is recorded as an append's would be (an error row);
 4. saves its position after each page, so a pass cut short (MAX_PAGES, a crash) is
    continued by the next one. Every step can be repeated: a turn looked at twice is
@@ -44,9 +44,10 @@ from dataclasses import asdict, dataclass, replace
 from loom import logging as loom_logging
 from loom import redis_keys
 from loom.clock import next_version
+from loom.jobs import EmbedTurn
 from loom.leases import Lease, LeaseLost
 from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED, FAILED, skipped
-from loom.ops.conversation.embedding import PRESENT, EmbedTurn, ModelFn, Outcome, write_recovered
+from loom.ops.conversation.worker_embed_writer import PRESENT, ModelFn, Outcome, write_recovered
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store

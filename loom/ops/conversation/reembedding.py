@@ -22,8 +22,10 @@ from loom import failures
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version
-from loom.ops.conversation.embedding import JobFailed, ModelFn, ReembedItem, reembed_items
+from loom.jobs import ReembedItem
+from loom.ops.conversation.api_reply_channel import JobFailed
 from loom.ops.conversation.leases import under_thread_leases
+from loom.ops.conversation.worker_embed_writer import ModelFn, reembed_items
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store

@@ -33,7 +33,7 @@ from typing import Any
 
 from loom.auth.principal import Principal, Role
 from loom.errors import InvalidRequest
-from loom.ops.conversation import inline_embedding
+from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.common import as_utc, decode_cursor, encode_cursor
 from loom.ops.conversation.saving import acting_user
 from loom.sensitivity import reads_as_high, window_reads_as_high
@@ -250,7 +250,7 @@ async def _vector_leg(
     """The vector leg's hits, or why it could not run (the caller falls back to lexical)."""
     if reads_as_high(query):
         return [], QUERY_HIGH  # never sent to the embedder
-    embedded = await inline_embedding.embed(svc, [query])
+    embedded = await api_inline_embedder.embed(svc, [query])
     if not embedded.ok or not embedded.vectors:
         return [], f"{EMBEDDER_UNAVAILABLE}: {embedded.error or 'no vector'}"[:500]
     hits = await svc.run(

@@ -48,7 +48,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import Forbidden, InvalidRequest, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
-from loom.ops.conversation import inline_embedding
+from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.appending import CLAIM_TTL_S, claim_key
 from loom.ops.conversation.common import EMBEDDED_ROLES, as_utc, embed_text
 from loom.sensitivity import reads_as_high
@@ -124,7 +124,7 @@ class _Vector:
     """An inline embed of `text` (done before the lease), or the error it met."""
 
     text: str
-    result: inline_embedding.InlineResult
+    result: api_inline_embedder.InlineResult
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,7 @@ async def save_message(
         )
         if (vector is None or vector.text != text) and not _has_live_vector(state.emb, text):
             # Provider work before the lease; screened above (never text that reads as high).
-            vector = _Vector(text, await inline_embedding.embed(svc, [text]))
+            vector = _Vector(text, await api_inline_embedder.embed(svc, [text]))
         async with _lease(svc, ns, conversation_id):
             done = await _save_under_lease(svc, key, user, new, vector)
         if done is not None:

@@ -56,7 +56,7 @@ from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
 from loom.errors import ConflictingFields, InvalidRequest
-from loom.ops.conversation import inline_embedding
+from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.common import EMBED_CHARS, LEGACY_EMBED_CHARS, as_utc
 from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
@@ -245,7 +245,7 @@ async def search(
         return await _by_substring(svc, ask, query, QUERY_HIGH)
     # The planner's row counts do not need the vector: read them while the query is embedded.
     counting = _count_ahead(svc, ask)
-    embedded = await inline_embedding.embed(svc, [query])
+    embedded = await api_inline_embedder.embed(svc, [query])
     if not embedded.ok or not embedded.vectors:
         await _discard(counting)
         reason = (

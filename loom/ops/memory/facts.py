@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
-from loom.ops.conversation import inline_embedding
+from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.common import decode_cursor, encode_cursor
 from loom.ops.memory import erasing
 from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, new_memory_id, scope_for
@@ -57,7 +57,7 @@ async def embed_into(svc: Services, facts: list[Fact]) -> None:
     texts were screened: none reads as high."""
     if not facts:
         return
-    result = await inline_embedding.embed(svc, [f.text for f in facts])
+    result = await api_inline_embedder.embed(svc, [f.text for f in facts])
     for i, f in enumerate(facts):
         if result.ok and result.vectors is not None:
             f.embedding, f.model, f.embed_error = [float(x) for x in result.vectors[i]], result.model_id, ""
@@ -168,7 +168,7 @@ async def hybrid(svc: Services, scope: Scope, query: str, *, limit: int) -> Fact
         if reads_as_high(query):
             fallback = "query_high_sensitivity"  # never sent to the embedder
         else:
-            emb = await inline_embedding.embed(svc, [query])
+            emb = await api_inline_embedder.embed(svc, [query])
             if emb.ok and emb.vectors:
                 vec = await svc.run(
                     store.vector_search,

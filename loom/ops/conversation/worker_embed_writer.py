@@ -1,33 +1,24 @@
-"""Embedding the turns an append stored, and re-embedding rows after a model change.
+"""The worker's side of embedding: the model call, then the embedding rows written
+under the thread leases. An arq job (workers/embed_jobs.py) runs it for an append's
+turns and for a re-embed; the recovery pass (:mod:`loom.ops.conversation.recovery`)
+writes through :func:`write_recovered`; the API's fail-open write
+(:mod:`loom.ops.conversation.api_insert_gate`) shares :func:`write_under_leases`.
 
-Who does what:
+:class:`EmbedPipeline` (one per worker process) hands the texts to the model
+micro-batcher (which merges concurrent jobs' texts into model calls), and writes the
+vectors in batches, under the thread leases, taken only after the model call. Under the
+lease it re-reads the transcript rows: a turn tombstoned meanwhile gets no late vector
+("deleted"); a turn saved meanwhile passes its is_saved/saved_at and owner (a save
+claims an unowned row) to its embedding row; a live vector another agent's copy wrote
+meanwhile is never overwritten by an error. Nothing is written for a gated job before
+the API said its rows are durable (the insert gate), nothing at all if they are not.
 
-* The API (:class:`EmbedClient`): a flush enqueues one arq job for every turn it stores
-  that is to be embedded, *while* its insert runs (the model call does not need the
-  row: ~20 ms of a ~180 ms round of 32 single-turn appends), behind an insert gate: the
-  worker writes the vectors only once the API opened the gate (:func:`open_gate`: the
-  rows are durable), and none if the insert failed. It awaits the worker's
-  replies (pushed onto a per-process Redis list, so waiting costs one blocking read per
-  process, not a poll per job; a long job is answered part by part). A turn with no
-  answer within LOOM_EMBED_WAIT_SECONDS gets the error recorded on its embedding row
-  by the API itself (fail-open), and the append answers.
-  A turn whose embedding row already holds a live vector built from the same text
-  (another agent logged the same turn) is not sent at all: the flush's one read found
-  that row, and the vector is reused (no model call).
-* The worker (:class:`EmbedPipeline`, one per worker process): hands the texts to the
-  model micro-batcher (which merges concurrent jobs' texts into model calls), and
-  writes the vectors in batches, under the thread leases, taken only after the model
-  call. Under the lease it re-reads the transcript rows: a turn tombstoned meanwhile
-  gets no late vector ("deleted"); a turn saved meanwhile passes its is_saved/saved_at
-  and owner (a save claims an unowned row) to its embedding row; a live vector another
-  agent's copy wrote meanwhile is never overwritten by an error.
-
-The recovery pass (:mod:`loom.ops.conversation.recovery`) embeds turns that landed with
-no embedding row at all once they are older than its grace. So that it and a late job
-never both write one turn, a job's vectors are written only while the job is younger
-than that grace less RECOVERY_CLOCK_MARGIN_S (checked under the thread lease, which
-the pass holds too); past it, the job's turns are left to the pass (or to the error
-row the API wrote when its own wait ran out).
+The recovery pass embeds turns that landed with no embedding row at all once they are
+older than its grace. So that it and a late job never both write one turn, a job's
+vectors are written only while the job is younger than that grace less
+RECOVERY_CLOCK_MARGIN_S (checked under the thread lease, which the pass holds too);
+past it, the job's turns are left to the pass (or to the error row the API wrote when
+its own wait ran out).
 
 Version ordering: the worker stamps its rows with the clock when it writes. The API's
 timeout row carries the version stamped when the job was enqueued, which is older than
@@ -38,27 +29,21 @@ up always wins over the API's error row, whichever insert reaches ClickHouse fir
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any
 
 import numpy as np
-from redis.asyncio import Redis
 
-from loom import failures, jobs, redis_keys
+from loom import failures
 from loom import logging as loom_logging
 from loom.clock import next_version
-from loom.jobs import EmbedTurn as EmbedTurn  # re-exported: callers import it from here
-from loom.jobs import ReembedItem as ReembedItem
+from loom.jobs import EmbedTurn, ReembedItem
 from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, skipped
 from loom.ops.conversation.leases import under_thread_leases
-from loom.queue import QUEUE, wake_workers
 from loom.services import Services
 from loom.settings import Settings
 from loom.store import conversations as conv_store
@@ -68,39 +53,7 @@ from loom.store.write_buffer import Batcher
 
 log = loom_logging.get("loom.conversation.embedding")
 
-REPLY_TTL_S = 300
-GATE_TTL_S = 600
 RECOVERY_CLOCK_MARGIN_S = 5.0  # clock skew between API, worker and store hosts, with room to spare
-_OPEN, _SHUT = b"ok", b"fail"
-
-
-# -- the insert gate --------------------------------------------------------------
-
-
-def _gate_keys(gate: str) -> tuple[str, str]:
-    return redis_keys.embed_gate(gate), redis_keys.embed_gate_wake(gate)
-
-
-async def open_gate(redis: Redis, gate: str, *, durable: bool) -> None:
-    """The API, after its flush's insert: the rows are durable (or not: no vectors)."""
-    key, wake = _gate_keys(gate)
-    value = _OPEN if durable else _SHUT
-    pipe = redis.pipeline(transaction=False)
-    pipe.set(key, value, ex=GATE_TTL_S)  # for a retried job or a late reader
-    pipe.rpush(wake, value)  # wakes the one blocked reader
-    pipe.expire(wake, GATE_TTL_S)
-    await pipe.execute()
-
-
-async def wait_gate(redis: Redis, gate: str, timeout: float) -> bool:
-    """The worker, before writing a gated job's vectors: True once the rows are durable;
-    False if the insert failed or no answer came within `timeout` (the API is gone)."""
-    key, wake = _gate_keys(gate)
-    value = await redis.get(key)
-    if value is None:  # not open yet: the wake-up carries the same value as the key
-        popped = await redis.blpop([wake], timeout=timeout)  # type: ignore[misc, arg-type]
-        value = popped[1] if popped is not None else None
-    return bool(value == _OPEN)
 
 
 @dataclass(frozen=True)
@@ -139,7 +92,7 @@ def model_from_embedder(get_embedder: Callable[[], Any], executor: Executor | No
     return run
 
 
-# -- the worker side ------------------------------------------------------------
+# -- the append job's writer ------------------------------------------------------
 
 
 @dataclass
@@ -339,64 +292,10 @@ async def write_reembedded(svc: Services, done: Sequence[_Reembed]) -> dict[str,
     return counts
 
 
-# -- the API side ---------------------------------------------------------------
+# -- shared with the API's fail-open write and the recovery pass ------------------
 
 
-async def record_unanswered(
-    svc: Services, turns: Sequence[EmbedTurn], version: int, error: str
-) -> list[Outcome]:
-    """Fail-open for turns whose embedding did not come back in time: under the thread
-    leases, write an error row (empty vector; `error` made safe, a code and its fixed
-    message) for each turn that is still live and has no vector yet, at `version` (the
-    job's enqueue stamp, older than any row the worker writes for the job, so a vector
-    that lands later still wins)."""
-    error = failures.safe(error)
-
-    def write(idxs: list[int]) -> dict[int, Outcome]:
-        batch = [turns[i] for i in idxs]
-        live = conv_store.states(svc.ch, [t.turn_key for t in batch])
-        current = emb_store.states(svc.ch, [t.emb_key for t in batch])
-        rows: dict[emb_store.EmbKey, emb_store.EmbeddingRow] = {}
-        local: dict[int, Outcome] = {}
-        for i, t in zip(idxs, batch, strict=True):
-            st = live.get(t.turn_key)
-            cur = current.get(t.emb_key)
-            if st is None or st.tombstoned:
-                local[i] = Outcome(skipped(DELETED))
-            elif cur is not None and cur.has_vector and not cur.tombstoned and cur.text == t.text:
-                local[i] = Outcome(EMBEDDED)  # the vector landed meanwhile
-            elif cur is not None and (cur.version >= version or (cur.has_vector and not cur.tombstoned)):
-                local[i] = Outcome(FAILED, error)  # the worker recorded it already, or a live vector stays
-            else:
-                local[i] = Outcome(FAILED, error)
-                rows[t.emb_key] = emb_store.EmbeddingRow(
-                    namespace=t.namespace,
-                    thread_id=t.thread_id,
-                    msg_id=t.msg_id,
-                    agent=t.agent,
-                    role=t.role,
-                    run_id=t.run_id,
-                    user_id=st.user_id,
-                    ts=t.ts,
-                    text=t.text,
-                    embedding=[],
-                    model="",
-                    error=error,
-                    is_summary=t.is_summary,
-                    is_saved=st.is_saved,
-                    saved_at=st.saved_at,
-                    tombstoned=False,
-                    version=version,
-                    origin=st.origin,
-                )
-        if rows:
-            emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"unanswered-{version}-{idxs[0]}")
-        return local
-
-    return await _write_under_leases(svc, turns, write)
-
-
-async def _write_under_leases(
+async def write_under_leases(
     svc: Services, turns: Sequence[EmbedTurn], write: Callable[[list[int]], dict[int, Outcome]]
 ) -> list[Outcome]:
     """Run `write` (blocking, on the store's thread pool) for the indexes of `turns`
@@ -467,175 +366,4 @@ async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: Mod
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"recovered-{uuid.uuid4().hex}")
         return local
 
-    return await _write_under_leases(svc, turns, write)
-
-
-class JobFailed(RuntimeError):
-    pass
-
-
-@dataclass
-class _Job:
-    turns: Sequence[EmbedTurn]
-    version: int
-    futures: list[asyncio.Future[Outcome]]
-    gate: str | None = None
-
-
-class EmbedClient:
-    """Per API process: enqueues embedding jobs and awaits the workers' replies.
-
-    The replies of all of the process's jobs arrive on one Redis list (one blocking
-    read at a time, no polling). A job's turns are answered part by part, as the
-    worker writes them."""
-
-    def __init__(self, svc: Services) -> None:
-        self.svc = svc
-        self.reply_key = redis_keys.reply(uuid.uuid4().hex)
-        self._calls: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self._jobs: dict[str, _Job] = {}
-        self._listener: asyncio.Task[None] | None = None
-        self._watchdogs: set[asyncio.Task[None]] = set()
-
-    async def close(self) -> None:
-        for task in list(self._watchdogs):
-            task.cancel()
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
-            self._listener = None
-        for fut in self._calls.values():
-            if not fut.done():
-                fut.cancel()
-        self._calls.clear()
-        self._jobs.clear()
-
-    def _listening(self) -> None:
-        if self._listener is None or self._listener.done():
-            self._listener = asyncio.get_running_loop().create_task(self._listen(), name="embed-replies")
-
-    async def _listen(self) -> None:
-        while True:
-            try:
-                item = await self.svc.redis.blpop([self.reply_key], timeout=1)  # type: ignore[misc]
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # Redis went away for a moment: keep listening
-                log.warning("embed reply listener error", error=failures.detail(exc))
-                await asyncio.sleep(0.2)
-                continue
-            if item is None:
-                continue
-            try:
-                msg = json.loads(item[1])
-            except ValueError:
-                continue
-            job_id = str(msg.get("job", ""))
-            job = self._jobs.get(job_id)
-            if job is not None:
-                if "part" in msg:
-                    lo = int(msg["part"])
-                    for j, (status, error) in enumerate(msg["outcomes"]):
-                        turn_future = job.futures[lo + j]
-                        if not turn_future.done():
-                            turn_future.set_result(
-                                Outcome(str(status), failures.safe(str(error)) if error else "")
-                            )
-                elif "error" in msg:  # the job failed as a whole: fail open for what is left
-                    self._spawn(self._fail_open(job_id, failures.safe(str(msg["error"]))))
-                continue
-            fut = self._calls.pop(job_id, None)
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._watchdogs.add(task)
-        task.add_done_callback(self._watchdogs.discard)
-
-    async def _enqueue(self, model: type[jobs.Replied], job_id: str, timeout: float, **fields: Any) -> None:
-        payload = jobs.build(model, job=job_id, reply=self.reply_key, **fields)
-        job = await self.svc.arq.enqueue_job(
-            model.JOB,
-            payload,
-            _job_id=job_id,
-            _queue_name=QUEUE,
-            _expires=timedelta(seconds=max(600.0, timeout * 4)),
-        )
-        if job is None:
-            raise JobFailed(f"job {job_id} was not enqueued")
-        await wake_workers(self.svc.redis)  # the API awaits it: no poll interval in between
-
-    async def call(self, model: type[jobs.Replied], timeout: float, **fields: Any) -> dict[str, Any]:
-        """Enqueue the job `model` with `fields` and await its one reply; TimeoutError after `timeout` s."""
-        self._listening()
-        job_id = uuid.uuid4().hex
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._calls[job_id] = fut
-        try:
-            await self._enqueue(model, job_id, timeout, **fields)
-            msg = await asyncio.wait_for(asyncio.shield(fut), timeout)
-        finally:
-            self._calls.pop(job_id, None)
-        if "error" in msg:
-            raise JobFailed(failures.safe(str(msg["error"])))
-        return msg
-
-    def embed(self, turns: Sequence[EmbedTurn], *, gate: str | None = None) -> list[asyncio.Future[Outcome]]:
-        """One job for `turns`; a future per turn, each answered within
-        LOOM_EMBED_WAIT_SECONDS (fail-open: what is unanswered then gets its error
-        recorded on its embedding row). With a `gate`, the worker writes nothing
-        before :func:`open_gate` opened it."""
-        self._listening()
-        loop = asyncio.get_running_loop()
-        job_id = uuid.uuid4().hex
-        job = _Job(
-            turns, next_version(), [loop.create_future() for _ in turns], gate
-        )  # older than any worker write
-        self._jobs[job_id] = job
-        self._spawn(self._run_job(job_id, job))
-        return job.futures
-
-    async def _run_job(self, job_id: str, job: _Job) -> None:
-        wait = self.svc.settings.embed_wait_seconds
-        try:
-            # "at": the enqueue stamp, from which the worker's write deadline runs.
-            await self._enqueue(
-                jobs.EmbedTurnsJob, job_id, wait, turns=list(job.turns), at=job.version, gate=job.gate
-            )
-        except Exception as exc:
-            log.warning("could not enqueue an embedding job", error=failures.detail(exc))
-            await self._fail_open(job_id, failures.failure(exc))
-            return
-        _, pending = await asyncio.wait(job.futures, timeout=wait)
-        if pending:
-            await self._fail_open(job_id, failures.text(failures.EMBEDDER_TIMEOUT))
-        self._jobs.pop(job_id, None)
-
-    async def _fail_open(self, job_id: str, error: str) -> None:
-        job = self._jobs.get(job_id)
-        if job is None:
-            return
-        idxs = [i for i, f in enumerate(job.futures) if not f.done()]
-        if not idxs:
-            return
-        try:
-            outcomes = await record_unanswered(self.svc, [job.turns[i] for i in idxs], job.version, error)
-        except Exception as exc:
-            log.error("could not record the embedding error", error=failures.detail(exc))
-            outcomes = [Outcome(FAILED, failures.safe(error))] * len(idxs)
-        for i, outcome in zip(idxs, outcomes, strict=True):
-            if not job.futures[i].done():
-                job.futures[i].set_result(outcome)
-
-    async def reembed(self, items: Sequence[ReembedItem], timeout: float) -> dict[str, int]:
-        msg = await self.call(jobs.ReembedRowsJob, timeout, rows=list(items))
-        return {k: int(v) for k, v in msg["counts"].items()}
-
-
-async def push_reply(svc: Services, key: str, msg: dict[str, Any]) -> None:
-    pipe = svc.redis.pipeline(transaction=False)
-    pipe.rpush(key, json.dumps(msg))
-    pipe.expire(key, REPLY_TTL_S)
-    await pipe.execute()
+    return await write_under_leases(svc, turns, write)

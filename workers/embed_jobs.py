@@ -33,16 +33,11 @@ import numpy as np
 
 from loom import failures, jobs
 from loom import logging as loom_logging
-from loom.ops.conversation.embedding import (
-    EmbedPipeline,
-    EmbedTurn,
-    ModelResult,
-    Outcome,
-    push_reply,
-    wait_gate,
-    write_deadline_ns,
-)
+from loom.jobs import EmbedTurn
+from loom.ops.conversation.api_insert_gate import wait_gate
+from loom.ops.conversation.api_reply_channel import push_reply
 from loom.ops.conversation.recovery import recover
+from loom.ops.conversation.worker_embed_writer import EmbedPipeline, ModelResult, Outcome, write_deadline_ns
 from loom.providers.embedders import Embedder, build_embedder
 from loom.settings import Settings
 from workers.context import services

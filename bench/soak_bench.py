@@ -1,0 +1,478 @@
+"""A soak: Loom as a user starts it, under half its peak load for N minutes, RSS per process.
+
+Run: ``.venv/bin/python -m bench.soak_bench --minutes 30 [--rate R] [--out bench/results]``
+
+1. Starts ``loom serve`` on its embedded defaults (the embedded ClickHouse endpoint, the
+   embedded redis-server, one arq worker with the real MiniLM embedder, the API) in a
+   temporary LOOM_HOME (bench/loom_stack.py), mints an admin token, turns recording on.
+2. Measures the peak: `--probe-clients` closed-loop clients for `--probe-seconds` of the
+   mix below; the ops answered per second is the peak (skipped with `--rate`).
+3. Drives half of it (open loop: requests leave at a steady rate whether or not earlier
+   ones were answered, at most `--max-inflight` in flight; a request that finds them all
+   busy is counted as shed) for `--minutes`: 60 % single-turn user/assistant appends,
+   25 % conversation.search, 10 % conversation.save_message of a turn appended earlier,
+   5 % session.brief_save of agent-written sections (no LLM).
+4. Every `--sample-seconds` it reads VmRSS from /proc of EVERY process of the serve
+   group (``loom serve`` itself, the API, the worker, the ClickHouse endpoint,
+   redis-server, anything else they started), named by role.
+
+Per process it reports RSS after the warm-up (`--warmup-seconds`, default the first 10 %
+of the run but at least 60 s), at the end, the max, and the slope (least squares over the
+post-warm-up samples, MB per 10 minutes). A process is flat when its slope is under
+`--flat-mb` MB per 10 minutes (default 2). A process restarted during the run (its pid
+changed) is flagged: its series is not comparable. Also: requests, errors by op and
+status, shed requests, and latency medians and p99 per op. Results: the table on stdout
+and ``<out>/<date>-soak-<minutes>m.{json,txt}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import statistics
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.httpclient import HttpError, LeanClient
+from bench.loom_stack import REPO, LoomStack, descendants
+
+NAMESPACE = "soak"
+USERS = ["u1", "u2", "u3", "u4"]
+THREADS = 200
+WORDS = [
+    "river",
+    "cache",
+    "table",
+    "vector",
+    "lease",
+    "thread",
+    "model",
+    "query",
+    "brief",
+    "merge",
+    "index",
+    "parser",
+    "budget",
+    "tenant",
+    "latency",
+    "replica",
+    "window",
+    "summary",
+    "token",
+    "shard",
+    "cluster",
+    "commit",
+    "rollback",
+    "schema",
+    "payload",
+    "worker",
+    "garden",
+    "harbor",
+    "violin",
+    "planet",
+    "kettle",
+    "ladder",
+    "marble",
+    "orchard",
+    "pencil",
+    "saddle",
+    "tunnel",
+    "velvet",
+    "whistle",
+]
+
+# op name -> share of the mix
+MIX = {"append": 0.60, "search": 0.25, "save": 0.10, "brief": 0.05}
+
+
+# -- processes -----------------------------------------------------------------------
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def role_of(pid: int, supervisor: int) -> str:
+    if pid == supervisor:
+        return "supervisor"
+    cmd = _cmdline(pid)
+    if "loom.api.process" in cmd:
+        return "api"
+    if "workers.process" in cmd or "loom.cli.main worker" in cmd:
+        return "worker"
+    if "redis-server" in cmd:
+        return "redis-server"
+    if "clickhouse_endpoint" in cmd:
+        return "clickhouse-endpoint"
+    return cmd.split(" ")[0].rsplit("/", 1)[-1] or f"pid-{pid}"
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def serve_group(supervisor: int) -> dict[str, int]:
+    """role -> pid for the serve group (redis-server runs in a session of its own but is
+    still a child of `loom serve`)."""
+    out: dict[str, int] = {"supervisor": supervisor}
+    for pid in descendants(supervisor):
+        role = role_of(pid, supervisor)
+        name, n = role, 1
+        while name in out and out[name] != pid:
+            n += 1
+            name = f"{role}-{n}"
+        out[name] = pid
+    return out
+
+
+@dataclass
+class Series:
+    pids: list[int] = field(default_factory=list)  # every pid seen (a restart adds one)
+    samples: list[tuple[float, float]] = field(default_factory=list)  # (t seconds, MB)
+
+
+def slope_mb_per_10min(points: list[tuple[float, float]]) -> float:
+    if len(points) < 3:
+        return 0.0
+    xs = [p[0] for p in points]
+    ys = [p[1] for p in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    if den == 0:
+        return 0.0
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den * 600.0
+
+
+# -- load ----------------------------------------------------------------------------
+
+
+@dataclass
+class Load:
+    client: LeanClient
+    rng: random.Random
+    seq: int = 0
+    appended: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=2_000))
+    latencies: dict[str, list[float]] = field(default_factory=dict)
+    errors: Counter[str] = field(default_factory=Counter)
+    embedding: Counter[str] = field(default_factory=Counter)
+    done: int = 0
+
+    def text(self, n: int) -> str:
+        return " ".join(self.rng.choice(WORDS) for _ in range(n))
+
+    def pick(self) -> str:
+        r, acc = self.rng.random(), 0.0
+        for op, share in MIX.items():
+            acc += share
+            if r < acc:
+                return op
+        return "append"
+
+    def body(self, op: str) -> tuple[str, dict[str, Any]]:
+        self.seq += 1
+        i = self.seq
+        if op == "save" and self.appended:
+            thread, msg = self.appended[self.rng.randrange(len(self.appended))]
+            return "/v1/conversation.save_message", {
+                "namespace": NAMESPACE,
+                "user_id": USERS[hash(thread) % len(USERS)],
+                "conversation_id": thread,
+                "message_id": msg,
+            }
+        if op == "search":
+            return "/v1/conversation.search", {"namespace": NAMESPACE, "query": self.text(6), "limit": 10}
+        if op == "brief":
+            return "/v1/session.brief_save", {
+                "namespace": NAMESPACE,
+                "brief_key": f"brief-{i % 20}",
+                "sections": {"goal": f"soak goal {i % 20}", "status": f"step {i}: {self.text(12)}"},
+                "use_llm": False,
+            }
+        thread = f"t-{i % THREADS}"
+        return "/v1/conversation.append", {
+            "namespace": NAMESPACE,
+            "thread_id": thread,
+            "role": "user" if i % 2 else "assistant",
+            "user_id": USERS[hash(thread) % len(USERS)],
+            "content": f"{i} {self.text(30)}",
+        }
+
+    async def one(self, op: str) -> None:
+        path, body = self.body(op)
+        if path.endswith("append"):
+            op = "append"
+        elif path.endswith("search"):
+            op = "search"
+        t0 = time.perf_counter()
+        try:
+            answer = await self.client.post_json(path, body)
+        except HttpError as exc:
+            self.errors[f"{op}:{exc.status}"] += 1
+            return
+        except Exception as exc:  # connection refused/reset, timeout
+            self.errors[f"{op}:{type(exc).__name__}"] += 1
+            return
+        self.latencies.setdefault(op, []).append(time.perf_counter() - t0)
+        self.done += 1
+        if op == "append" and isinstance(answer, dict):
+            self.embedding[str(answer.get("embedding"))] += 1
+            if answer.get("stored"):
+                self.appended.append((answer["thread_id"], answer["msg_id"]))
+
+
+async def closed_loop(load: Load, clients: int, seconds: float) -> float:
+    """Ops answered per second from `clients` closed-loop clients."""
+    start_done = load.done
+    end = time.monotonic() + seconds
+
+    async def client() -> None:
+        while time.monotonic() < end:
+            await load.one(load.pick())
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return (load.done - start_done) / (time.monotonic() - t0)
+
+
+async def open_loop(load: Load, rate: float, seconds: float, max_inflight: int) -> int:
+    """Requests leave every 1/rate s for `seconds`; returns how many were shed (all
+    `max_inflight` slots busy)."""
+    loop = asyncio.get_running_loop()
+    inflight: set[asyncio.Task[None]] = set()
+    shed = 0
+    t = loop.time()
+    end = t + seconds
+    while t < end:
+        t += 1.0 / rate
+        await asyncio.sleep(max(0.0, t - loop.time()))
+        if len(inflight) >= max_inflight:
+            shed += 1
+            continue
+        task = loop.create_task(load.one(load.pick()))
+        inflight.add(task)
+        task.add_done_callback(inflight.discard)
+    if inflight:
+        await asyncio.wait(inflight, timeout=120)
+    return shed
+
+
+async def sampler(
+    supervisor: int, every: float, series: dict[str, Series], t0: float, stop: asyncio.Event
+) -> None:
+    while True:
+        now = time.monotonic() - t0
+        for name, pid in serve_group(supervisor).items():
+            mb = rss_mb(pid)
+            if mb is None:
+                continue
+            s = series.setdefault(name, Series())
+            if not s.pids or s.pids[-1] != pid:
+                s.pids.append(pid)
+            s.samples.append((now, mb))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
+            return
+
+
+# -- main ----------------------------------------------------------------------------
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] * 1000.0
+
+
+def setup(stack: LoomStack) -> str:
+    from loom.auth.tokens import mint
+    from loom.store import namespaces
+    from loom.store.clickhouse import connect
+
+    ch = connect(stack.clickhouse_url, database="loom")
+    namespaces.update(ch, NAMESPACE, conversation_logging_enabled=True)
+    return str(mint(ch, [NAMESPACE], "admin", label="soak").token)
+
+
+async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str, Any]:
+    token = setup(stack)
+    client = LeanClient(stack.base_url, {"Authorization": f"Bearer {token}"}, timeout=60)
+    load = Load(client, random.Random(args.seed))
+    assert stack.proc is not None
+    supervisor = stack.proc.pid
+    # Warm every path once (the model loads, the first parts, connections).
+    for op in ("append", "append", "search", "save", "brief"):
+        await load.one(op)
+    if load.errors:
+        raise RuntimeError(f"warm-up failed: {dict(load.errors)}")
+    peak = args.rate * 2 if args.rate else 0.0
+    if not args.rate:
+        peak = await closed_loop(load, args.probe_clients, args.probe_seconds)
+        log(
+            f"  peak: {peak:.1f} ops/s from {args.probe_clients} closed-loop clients over {args.probe_seconds:.0f}s"
+        )
+    rate = args.rate or peak / 2
+    # The figures below count the soak only.
+    load.latencies.clear()
+    load.errors.clear()
+    load.embedding.clear()
+    load.done = 0
+    seconds = args.minutes * 60
+    log(f"  soak: {rate:.1f} ops/s for {args.minutes:g} min, RSS every {args.sample_seconds:g}s")
+    series: dict[str, Series] = {}
+    stop = asyncio.Event()
+    t0 = time.monotonic()
+    sampling = asyncio.get_running_loop().create_task(
+        sampler(supervisor, args.sample_seconds, series, t0, stop)
+    )
+
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(60)
+            el = time.monotonic() - t0
+            rss = ", ".join(f"{n} {s.samples[-1][1]:.0f}" for n, s in series.items() if s.samples)
+            log(f"  [{el / 60:5.1f} min] done {load.done}, errors {sum(load.errors.values())}; RSS MB: {rss}")
+
+    prog = asyncio.get_running_loop().create_task(progress())
+    shed = await open_loop(load, rate, seconds, args.max_inflight)
+    elapsed = time.monotonic() - t0
+    prog.cancel()
+    stop.set()
+    await sampling
+    await client.aclose()
+    warmup = args.warmup_seconds if args.warmup_seconds is not None else max(60.0, 0.1 * seconds)
+    procs: dict[str, Any] = {}
+    for name, s in series.items():
+        post = [p for p in s.samples if p[0] >= warmup] or s.samples
+        slope = slope_mb_per_10min(post)
+        procs[name] = {
+            "pids": s.pids,
+            "restarted": len(s.pids) > 1,
+            "rss_start_mb": round(post[0][1], 1),
+            "rss_end_mb": round(post[-1][1], 1),
+            "rss_max_mb": round(max(mb for _, mb in s.samples), 1),
+            "slope_mb_per_10min": round(slope, 2),
+            "flat": abs(slope) < args.flat_mb and len(s.pids) == 1,
+            "samples": [[round(t, 1), round(mb, 1)] for t, mb in s.samples],
+        }
+    ops = {
+        op: {
+            "answered": len(xs),
+            "median_ms": round(pct(xs, 0.5), 1),
+            "p99_ms": round(pct(xs, 0.99), 1),
+        }
+        for op, xs in sorted(load.latencies.items())
+    }
+    return {
+        "peak_ops_per_s": round(peak, 1),
+        "rate_ops_per_s": round(rate, 1),
+        "minutes": args.minutes,
+        "elapsed_s": round(elapsed, 1),
+        "warmup_s": warmup,
+        "flat_threshold_mb_per_10min": args.flat_mb,
+        "answered": load.done,
+        "errors": dict(load.errors),
+        "errors_total": sum(load.errors.values()),
+        "shed": shed,
+        "embedding": dict(load.embedding),
+        "ops": ops,
+        "processes": procs,
+    }
+
+
+def render(r: dict[str, Any]) -> str:
+    lines = [
+        f"soak: {r['minutes']:g} min at {r['rate_ops_per_s']} ops/s (peak {r['peak_ops_per_s']} ops/s), "
+        f"answered {r['answered']}, errors {r['errors_total']} {r['errors'] or ''}, shed {r['shed']}",
+        f"append embedding outcomes: {r['embedding']}",
+        "",
+        f"{'op':<8} {'answered':>9} {'median ms':>10} {'p99 ms':>9}",
+    ]
+    for op, o in r["ops"].items():
+        lines.append(f"{op:<8} {o['answered']:>9} {o['median_ms']:>10} {o['p99_ms']:>9}")
+    lines += [
+        "",
+        f"RSS (MB) after the {r['warmup_s']:.0f}s warm-up; slope by least squares over the post-warm-up "
+        f"samples; flat = |slope| < {r['flat_threshold_mb_per_10min']} MB per 10 min and no restart",
+        f"{'process':<22} {'start':>8} {'end':>8} {'max':>8} {'MB/10min':>9}  flat",
+    ]
+    for name, p in r["processes"].items():
+        flag = "yes" if p["flat"] else ("RESTARTED" if p["restarted"] else "NO")
+        lines.append(
+            f"{name:<22} {p['rss_start_mb']:>8} {p['rss_end_mb']:>8} {p['rss_max_mb']:>8} "
+            f"{p['slope_mb_per_10min']:>9}  {flag}"
+        )
+    return "\n".join(lines)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.soak_bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=30.0)
+    p.add_argument("--rate", type=float, help="ops/s to drive (default: half the measured peak)")
+    p.add_argument("--probe-seconds", type=float, default=30.0)
+    p.add_argument("--probe-clients", type=int, default=32)
+    p.add_argument("--max-inflight", type=int, default=64)
+    p.add_argument("--sample-seconds", type=float, default=10.0)
+    p.add_argument("--warmup-seconds", type=float, help="default: 10%% of the run, at least 60 s")
+    p.add_argument("--flat-mb", type=float, default=2.0, help="flat: |slope| under this many MB per 10 min")
+    p.add_argument("--embedder", default="minilm")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    p.add_argument("--tag", default="", help="added to the result file names")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for `loom serve` and its children (repeatable)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    extra = dict(kv.split("=", 1) for kv in args.env)
+    stack = LoomStack(embedder=args.embedder, env={"LOOM_LOG_LEVEL": "WARNING", **extra})
+    log(f"soak: starting loom serve (cores {os.cpu_count()}, load {os.getloadavg()[0]:.1f})")
+    try:
+        stack.start(log)
+        result = asyncio.run(soak(args, stack, log))
+    finally:
+        stack.stop()
+    result["machine"] = {"cores": os.cpu_count(), "loadavg_end": os.getloadavg()}
+    result["env"] = extra
+    text = render(result)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = f"{datetime.now(UTC):%Y-%m-%d}-soak-{args.minutes:g}m{('-' + args.tag) if args.tag else ''}"
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / f"{stem}.txt").write_text(text + "\n")
+    print(f"written: {args.out / stem}.{{json,txt}}")
+    return 0 if all(p["flat"] for p in result["processes"].values()) else 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
