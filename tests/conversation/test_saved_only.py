@@ -378,6 +378,8 @@ async def test_migration_007_sorts_rows_of_earlier_builds(ns, services):
     raise_marks(services.ch, ns)
     assert {r["origin"] for r in turn_rows(services.ch, ns)} == {"recorded"}
 
+    written = {(r.agent, r.thread_id, r.msg_id): r.version for r in rows}
+    first: dict[tuple[str, str, str], int] = {}
     [migration] = [m for m in discover() if m.number == 7]
     for _ in range(2):  # idempotent
         for statement in migration.statements():
@@ -395,10 +397,13 @@ async def test_migration_007_sorts_rows_of_earlier_builds(ns, services):
         assert emb_row(services.ch, ns, "alone", "a1")["origin"] == "saved"
         assert emb_row(services.ch, ns, "mixed", "b1")["origin"] == "recorded"
         assert emb_row(services.ch, ns, "mixed", "d1")["origin"] == "saved"
-        versions = services.ch.query(
-            "SELECT count() FROM conversations WHERE namespace = {ns:String}", parameters={"ns": ns}
-        ).result_rows[0][0]
-        assert versions == len(rows) + 3  # one new version per saved-only row, once
+        # One new version per saved-only row, written once: the second run writes nothing.
+        # (Versions are compared, not counted: a background merge may collapse old ones.)
+        latest = {(r["agent"], r["thread_id"], r["msg_id"]): r["version"] for r in turn_rows(services.ch, ns)}
+        first = first or latest
+        assert latest == first
+        rewritten = {k for k, v in latest.items() if v != written[k]}
+        assert rewritten == {k for k, o in origin.items() if o == "saved"}
     marks = services.ch.query(
         "SELECT max(mark) FROM search_marks WHERE namespace = {ns:String} AND thread_id = ''",
         parameters={"ns": ns},

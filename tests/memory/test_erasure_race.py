@@ -128,10 +128,16 @@ async def test_writes_storming_an_erasure_leave_only_what_began_after_it(call, n
                 messages=[{"role": "user", "content": f"my sailing boat number {i}", "msg_id": f"m{i}"}],
             )
 
+    async def started_past(n: int) -> None:
+        # Peeking advances the counter by one: the writers' numbers stay distinct.
+        while next(counter) < n:
+            await asyncio.sleep(0.01)
+
     tasks = [asyncio.create_task(writer()) for _ in range(4)]
-    await asyncio.sleep(0.3)
+    await asyncio.wait_for(started_past(8), 60)  # the writers are running when the erasure starts
     r = await call("erasure.request", admin, user_id="u1")
     assert r.status_code == 200, r.text
+    await asyncio.wait_for(started_past(next(counter) + 8), 60)  # and go on after it answered
     stop.set()
     await asyncio.gather(*tasks)
     mark = await services.redis.get(redis_keys.memory_erasing(ns, "u1"))
@@ -143,4 +149,3 @@ async def test_writes_storming_an_erasure_leave_only_what_began_after_it(call, n
         ).result_rows
         # Stamped after the erasure ended means the call began after it ended.
         assert all(int(v) > done_at for (v,) in versions), table
-    assert next(counter) > 8  # the writers did run around the erasure
