@@ -35,7 +35,7 @@ from loom.clock import next_version
 from loom.jobs import EmbedTurn, ReembedItem
 from loom.ops.conversation.api_reply_channel import ReplyChannel
 from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, skipped
-from loom.ops.conversation.worker_embed_writer import Outcome, write_under_leases
+from loom.ops.conversation.worker_embed_writer import Outcome, embedding_row, write_under_leases
 from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
@@ -105,26 +105,7 @@ async def record_unanswered(
                 local[i] = Outcome(FAILED, error)  # the worker recorded it already, or a live vector stays
             else:
                 local[i] = Outcome(FAILED, error)
-                rows[t.emb_key] = emb_store.EmbeddingRow(
-                    namespace=t.namespace,
-                    thread_id=t.thread_id,
-                    msg_id=t.msg_id,
-                    agent=t.agent,
-                    role=t.role,
-                    run_id=t.run_id,
-                    user_id=st.user_id,
-                    ts=t.ts,
-                    text=t.text,
-                    embedding=[],
-                    model="",
-                    error=error,
-                    is_summary=t.is_summary,
-                    is_saved=st.is_saved,
-                    saved_at=st.saved_at,
-                    tombstoned=False,
-                    version=version,
-                    origin=st.origin,
-                )
+                rows[t.emb_key] = embedding_row(t, st, vector=None, model="", error=error, version=version)
         if rows:
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"unanswered-{version}-{idxs[0]}")
         return local

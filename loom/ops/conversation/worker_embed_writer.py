@@ -95,6 +95,40 @@ def model_from_embedder(get_embedder: Callable[[], Any], executor: Executor | No
 # -- the append job's writer ------------------------------------------------------
 
 
+def embedding_row(
+    t: EmbedTurn,
+    st: conv_store.TurnState,
+    *,
+    vector: Any,  # a numpy vector or a list; None for none
+    model: str,
+    error: str,
+    version: int,
+) -> emb_store.EmbeddingRow:
+    """The embedding row of turn `t` as its transcript row stands now (`st`: its owner,
+    saved flag and origin, which a save may have changed since the job was enqueued): a
+    vector, or an empty one with its (safe) error."""
+    return emb_store.EmbeddingRow(
+        namespace=t.namespace,
+        thread_id=t.thread_id,
+        msg_id=t.msg_id,
+        agent=t.agent,
+        role=t.role,
+        run_id=t.run_id,
+        user_id=st.user_id,
+        ts=t.ts,
+        text=t.text,
+        embedding=vector if vector is not None else [],
+        model=model,
+        error=error,
+        is_summary=t.is_summary,
+        is_saved=st.is_saved,
+        saved_at=st.saved_at,
+        tombstoned=False,
+        version=version,
+        origin=st.origin,
+    )
+
+
 @dataclass
 class _Write:
     turn: EmbedTurn
@@ -217,25 +251,14 @@ class EmbedPipeline:
                 out[i] = Outcome(FAILED, failures.safe(w.error))
             else:
                 out[i] = Outcome(EMBEDDED)
-            rows[t.emb_key] = emb_store.EmbeddingRow(
-                namespace=t.namespace,
-                thread_id=t.thread_id,
-                msg_id=t.msg_id,
-                agent=t.agent,
-                role=t.role,
-                run_id=t.run_id,
-                user_id=st.user_id,
-                ts=t.ts,
-                text=t.text,
-                embedding=w.vector if w.vector is not None and not w.error else [],
+            ok = w.vector is not None and not w.error
+            rows[t.emb_key] = embedding_row(
+                t,
+                st,
+                vector=w.vector if ok else None,
                 model=w.model,
                 error=failures.safe(w.error) if w.error else "",
-                is_summary=t.is_summary,
-                is_saved=st.is_saved,
-                saved_at=st.saved_at,
-                tombstoned=False,
                 version=next_version(),
-                origin=st.origin,
             )
         if rows:
             emb_store.insert(ch, list(rows.values()), dedup_token=uuid.uuid4().hex)
@@ -342,25 +365,13 @@ async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: Mod
                 vector = None
             else:
                 local[i] = Outcome(EMBEDDED)
-            rows[t.emb_key] = emb_store.EmbeddingRow(
-                namespace=t.namespace,
-                thread_id=t.thread_id,
-                msg_id=t.msg_id,
-                agent=t.agent,
-                role=t.role,
-                run_id=t.run_id,
-                user_id=st.user_id,
-                ts=t.ts,
-                text=t.text,
-                embedding=vector if vector is not None else [],
+            rows[t.emb_key] = embedding_row(
+                t,
+                st,
+                vector=vector,
                 model=result.model_id if vector is not None else "",
                 error=local[i].error,
-                is_summary=t.is_summary,
-                is_saved=st.is_saved,
-                saved_at=st.saved_at,
-                tombstoned=False,
                 version=next_version(),
-                origin=st.origin,
             )
         if rows:
             emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"recovered-{uuid.uuid4().hex}")
