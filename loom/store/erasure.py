@@ -160,17 +160,18 @@ _HANDED_KEYS = (
 
 @dataclass
 class UserKeys:
-    """What one read of the keys just fixed tells the rest of the request: the threads
-    they lie in, the (agent, thread) pairs of the user's turns, which threads hold a row
-    of another user (only those can keep a live turn or an heir of an embedding row
-    once the user's rows are tombstoned), and the digests of the keys."""
+    """What the request reads back of the keys it fixed: the threads they lie in and the
+    (agent, thread) pairs of the user's turns."""
 
     threads: list[str]
     pairs: list[tuple[str, str]]
-    mixed: set[str]
-    turn_digest: str
-    embedding_digest: str
-    thread_digest: str
+
+
+@dataclass
+class KeyDigests:
+    turn: str
+    embedding: str
+    thread: str
 
 
 def _hex(total: Any) -> str:
@@ -213,36 +214,45 @@ def fix_user_keys(
         parameters=params,
     )
     mine = "erasure_id = {e:String} AND namespace = {ns:String}"
-    # Any version of any row of another user, no FINAL: a thread without one is left
-    # with no live turn and no heir once the user's rows are tombstoned.
-    others = (
-        "SELECT groupUniqArray(thread_id) FROM conversations WHERE namespace = {ns:String} "
-        f"AND thread_id IN (SELECT thread_id FROM erasure_keys WHERE {mine}) AND user_id != {{u:String}}"
-    )
     got = next(
         named(
             ch.query(
-                f"SELECT (SELECT groupUniqArray(thread_id) FROM erasure_keys WHERE {mine}) AS threads, "
-                f"(SELECT groupUniqArray((agent, thread_id)) FROM erasure_keys WHERE {mine} AND kind = 'turn') "
-                f"AS pairs, ({others}) AS mixed, "
-                + _sum_hashes(f"{_TURN_KEYS}")
-                + " AS turn_total, "
-                + _sum_hashes(f"{_EMB_KEYS}")
-                + " AS emb_total, "
-                + _sum_hashes(f"SELECT agent, thread_id FROM erasure_keys WHERE {mine} AND kind = 'turn'")
-                + " AS thread_total",
+                f"SELECT groupUniqArray(thread_id) AS threads, "
+                f"groupUniqArrayIf((agent, thread_id), kind = 'turn') AS pairs FROM erasure_keys WHERE {mine}",
                 parameters=params,
             )
         )
     )
-    return UserKeys(
-        threads=sorted(got["threads"]),
-        pairs=sorted((str(a), str(t)) for a, t in got["pairs"]),
-        mixed=set(got["mixed"]),
-        turn_digest=_hex(got["turn_total"]),
-        embedding_digest=_hex(got["emb_total"]),
-        thread_digest=_hex(got["thread_total"]),
+    return UserKeys(threads=sorted(got["threads"]), pairs=sorted((str(a), str(t)) for a, t in got["pairs"]))
+
+
+def key_digests(ch: Client, erasure_id: str, namespace: str) -> KeyDigests:
+    """The digests of the turn, embedding and thread keys fixed (one read)."""
+    mine = "erasure_id = {e:String} AND namespace = {ns:String}"
+    got = next(
+        named(
+            ch.query(
+                f"SELECT {_sum_hashes(_TURN_KEYS)} AS turn, {_sum_hashes(_EMB_KEYS)} AS embedding, "
+                + _sum_hashes(f"SELECT agent, thread_id FROM erasure_keys WHERE {mine} AND kind = 'turn'")
+                + " AS thread",
+                parameters={"e": erasure_id, "ns": namespace},
+            )
+        )
     )
+    return KeyDigests(turn=_hex(got["turn"]), embedding=_hex(got["embedding"]), thread=_hex(got["thread"]))
+
+
+def mixed_threads(ch: Client, erasure_id: str, namespace: str, user_id: str) -> set[str]:
+    """The threads of the fixed keys that hold a row of another user (any version, no
+    FINAL): only those can keep a live turn, or hold an heir of an embedding row, once
+    the user's rows are tombstoned."""
+    rows = ch.query(
+        "SELECT DISTINCT thread_id FROM conversations WHERE namespace = {ns:String} AND thread_id IN ("
+        "SELECT thread_id FROM erasure_keys WHERE erasure_id = {e:String} AND namespace = {ns:String}) "
+        "AND user_id != {u:String}",
+        parameters={"e": erasure_id, "ns": namespace, "u": user_id},
+    )
+    return {r["thread_id"] for r in named(rows)}
 
 
 def drop_keys(ch: Client, erasure_id: str) -> None:
@@ -309,7 +319,9 @@ THREAD_GONE, THREAD_KEPT = "thread", "thread_kept"
 Pair = tuple[str, str]  # (agent, thread_id)
 
 
-def thread_fates(ch: Client, namespace: str, user_id: str, keys: UserKeys) -> tuple[list[Pair], list[Pair]]:
+def thread_fates(
+    ch: Client, namespace: str, user_id: str, keys: UserKeys, mixed_threads: set[str]
+) -> tuple[list[Pair], list[Pair]]:
     """The user's thread rows' fate, (gone, kept): every (agent, thread) the user has a
     turn in. One left with no live turn once the user's turns are tombstoned is gone;
     one where other users' turns live on is kept. Only a thread that holds a row of
@@ -317,7 +329,7 @@ def thread_fates(ch: Client, namespace: str, user_id: str, keys: UserKeys) -> tu
     at all when there are none; the read does not wait for the tombstones (a turn of
     the user counts as gone)."""
     live: set[Pair] = set()
-    mixed = sorted({t for _, t in keys.pairs} & keys.mixed)
+    mixed = sorted({t for _, t in keys.pairs} & mixed_threads)
     if mixed:
         rows = ch.query(
             "SELECT DISTINCT toString(agent) AS agent, thread_id FROM conversations FINAL "

@@ -245,16 +245,18 @@ async def _tombstone_conversations(
         search_marks.raise_marks(svc.redis, svc.ch, svc.run, window),
     )
     counts: dict[str, store.TableCount] = {
-        "conversations": store.TableCount(digest=keys.turn_digest),
-        "conversation_embeddings": store.TableCount(digest=keys.embedding_digest),
-        "handed_over": store.TableCount(),
-        "threads": store.TableCount(digest=keys.thread_digest),
+        t: store.TableCount() for t in ("conversations", "conversation_embeddings", "handed_over", "threads")
     }
+    # Read once the keys are fixed, beside the tombstones (off the way to the answer):
+    # which threads hold another user's rows (the thread rows and the hand-over need
+    # it; the turns' tombstones do not wait for it) and the keys' digests.
+    mixed = asyncio.ensure_future(svc.run(store.mixed_threads, svc.ch, eid, ns, user))
+    digests = asyncio.ensure_future(svc.run(store.key_digests, svc.ch, eid, ns))
     stamped: dict[str, list[int]] = {t: [] for t in store.WRITTEN_TABLES}
     settled = False
 
-    def embeddings() -> None:
-        counts["handed_over"].tombstoned += _hand_over(svc, eid, ns, user, keys.mixed)
+    def embeddings(shared: set[str]) -> None:
+        counts["handed_over"].tombstoned += _hand_over(svc, eid, ns, user, shared)
         stamped["conversation_embeddings"].append(store.tombstone_embeddings(svc.ch, eid, ns, user))
 
     def turns() -> None:
@@ -267,7 +269,7 @@ async def _tombstone_conversations(
         if settled:
             return
         settled = True
-        gone, kept = await svc.run(store.thread_fates, svc.ch, ns, user, keys)
+        gone, kept = await svc.run(store.thread_fates, svc.ch, ns, user, keys, await mixed)
         version = next_version()
         await asyncio.gather(
             svc.run(store.record_thread_keys, svc.ch, eid, ns, gone, kept, version),
@@ -278,7 +280,10 @@ async def _tombstone_conversations(
     async def work(_: set[tuple[str, str]]) -> None:
         # Run once per set of thread leases won (usually once); each pass re-reads, so one
         # that runs again finds nothing left, and rows written meanwhile are caught.
-        await asyncio.gather(svc.run(turns), svc.run(embeddings), threads())
+        async def embedding_rows() -> None:
+            await svc.run(embeddings, await mixed)
+
+        await asyncio.gather(svc.run(turns), embedding_rows(), threads())
 
     try:
         if keys.threads:
@@ -287,15 +292,20 @@ async def _tombstone_conversations(
             await work(set())
     except BaseException:
         await search_marks.raise_marks(svc.redis, svc.ch, svc.run, window)
+        await asyncio.gather(mixed, digests, return_exceptions=True)
         raise
     # Counted once written (the statements that wrote them did not count first), in one
     # read, while the window is raised again.
-    written, _ = await asyncio.gather(
+    written, _, fixed = await asyncio.gather(
         svc.run(store.written, svc.ch, ns, stamped),
         search_marks.raise_marks(svc.redis, svc.ch, svc.run, window),
+        digests,
     )
     for table, n in written.items():
         counts[table].tombstoned += n
+    counts["conversations"].digest = fixed.turn
+    counts["conversation_embeddings"].digest = fixed.embedding
+    counts["threads"].digest = fixed.thread
     return counts
 
 
