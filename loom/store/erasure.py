@@ -226,20 +226,14 @@ def fix_user_keys(
     return UserKeys(threads=sorted(got["threads"]), pairs=sorted((str(a), str(t)) for a, t in got["pairs"]))
 
 
-def key_digests(ch: Client, erasure_id: str, namespace: str) -> KeyDigests:
-    """The digests of the turn, embedding and thread keys fixed (one read)."""
+def _key_digest_columns() -> str:
+    """The digests of the turn, embedding and thread keys fixed, as columns of a read."""
     mine = "erasure_id = {e:String} AND namespace = {ns:String}"
-    got = next(
-        named(
-            ch.query(
-                f"SELECT {_sum_hashes(_TURN_KEYS)} AS turn, {_sum_hashes(_EMB_KEYS)} AS embedding, "
-                + _sum_hashes(f"SELECT agent, thread_id FROM erasure_keys WHERE {mine} AND kind = 'turn'")
-                + " AS thread",
-                parameters={"e": erasure_id, "ns": namespace},
-            )
-        )
+    threads = f"SELECT agent, thread_id FROM erasure_keys WHERE {mine} AND kind = 'turn'"
+    return (
+        f"{_sum_hashes(_TURN_KEYS)} AS turn_digest, {_sum_hashes(_EMB_KEYS)} AS embedding_digest, "
+        f"{_sum_hashes(threads)} AS thread_digest"
     )
-    return KeyDigests(turn=_hex(got["turn"]), embedding=_hex(got["embedding"]), thread=_hex(got["thread"]))
 
 
 def mixed_threads(ch: Client, erasure_id: str, namespace: str, user_id: str) -> set[str]:
@@ -292,15 +286,14 @@ def tombstone_turns(ch: Client, erasure_id: str, namespace: str, user_id: str) -
 WRITTEN_TABLES = ("conversations", "conversation_embeddings", "threads")
 
 
-def written(ch: Client, namespace: str, stamped: dict[str, Sequence[int]]) -> dict[str, int]:
+def written(
+    ch: Client, erasure_id: str, namespace: str, stamped: dict[str, Sequence[int]]
+) -> tuple[dict[str, int], KeyDigests]:
     """How many rows of the namespace the erasure's statements stamped with the versions
-    of `stamped` (per table), in one statement."""
-    counts = {table: 0 for table in stamped}
+    of `stamped` (per table), and the digests of the keys it fixed, in one read."""
     asked = {t: list(v) for t, v in stamped.items() if v}
-    if not asked:
-        return counts
-    parts: list[str] = []
-    params: dict[str, Any] = {"ns": namespace}
+    parts: list[str] = [_key_digest_columns()]
+    params: dict[str, Any] = {"e": erasure_id, "ns": namespace}
     for i, (table, versions) in enumerate(asked.items()):
         if table not in WRITTEN_TABLES:
             raise ValueError(f"not a table an erasure tombstones: {table}")
@@ -310,9 +303,15 @@ def written(ch: Client, namespace: str, stamped: dict[str, Sequence[int]]) -> di
         )
         params[f"v{i}"] = versions
     row = next(named(ch.query(f"SELECT {', '.join(parts)}", parameters=params)))
+    counts = {table: 0 for table in stamped}
     for i, table in enumerate(asked):
         counts[table] = int(row[f"c{i}"])
-    return counts
+    digests = KeyDigests(
+        turn=_hex(row["turn_digest"]),
+        embedding=_hex(row["embedding_digest"]),
+        thread=_hex(row["thread_digest"]),
+    )
+    return counts, digests
 
 
 THREAD_GONE, THREAD_KEPT = "thread", "thread_kept"

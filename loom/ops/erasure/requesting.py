@@ -211,10 +211,11 @@ async def _tombstone_user(
 ) -> dict[str, store.TableCount]:
     """Few statements, few one after another (on a small machine statements running at
     once compete for the cores): the briefs and the memory tables, named by the user
-    alone, from the start; the transcript's and embedding rows' keys fixed (and read
-    back once, with their digests) while search's change window is raised; then, under
-    the threads' leases, the turns, the thread rows and the embedding rows at the same
-    time; then one count of what was written while the window is raised again."""
+    alone, from the start; the transcript's and embedding rows' keys fixed (and their
+    threads read back once) while search's change window is raised; then, under the
+    threads' leases, the turns, the thread rows and the embedding rows at the same time;
+    then one read of what was written and of the keys' digests while the window is
+    raised again (the answer carries the counts)."""
     try:
         briefs, memory, conversations = await asyncio.gather(
             svc.run(store.tombstone_briefs, svc.ch, eid, ns, user),
@@ -249,9 +250,8 @@ async def _tombstone_conversations(
     }
     # Read once the keys are fixed, beside the tombstones (off the way to the answer):
     # which threads hold another user's rows (the thread rows and the hand-over need
-    # it; the turns' tombstones do not wait for it) and the keys' digests.
+    # it; the turns' tombstones do not wait for it).
     mixed = asyncio.ensure_future(svc.run(store.mixed_threads, svc.ch, eid, ns, user))
-    digests = asyncio.ensure_future(svc.run(store.key_digests, svc.ch, eid, ns))
     stamped: dict[str, list[int]] = {t: [] for t in store.WRITTEN_TABLES}
     settled = False
 
@@ -292,14 +292,13 @@ async def _tombstone_conversations(
             await work(set())
     except BaseException:
         await search_marks.raise_marks(svc.redis, svc.ch, svc.run, window)
-        await asyncio.gather(mixed, digests, return_exceptions=True)
+        await asyncio.gather(mixed, return_exceptions=True)
         raise
     # Counted once written (the statements that wrote them did not count first), in one
-    # read, while the window is raised again.
-    written, _, fixed = await asyncio.gather(
-        svc.run(store.written, svc.ch, ns, stamped),
+    # read with the keys' digests, while the window is raised again.
+    (written, fixed), _ = await asyncio.gather(
+        svc.run(store.written, svc.ch, eid, ns, stamped),
         search_marks.raise_marks(svc.redis, svc.ch, svc.run, window),
-        digests,
     )
     for table, n in written.items():
         counts[table].tombstoned += n
