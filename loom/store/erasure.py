@@ -158,15 +158,41 @@ _HANDED_KEYS = (
 )
 
 
+@dataclass
+class UserKeys:
+    """What the request reads back of the keys it fixed: the threads they lie in and the
+    (agent, thread) pairs of the user's turns."""
+
+    threads: list[str]
+    pairs: list[tuple[str, str]]
+
+
+@dataclass
+class KeyDigests:
+    turn: str
+    embedding: str
+    thread: str
+
+
+def _hex(total: Any) -> str:
+    return format(int(total or 0), "016x")
+
+
+def _sum_hashes(keys: str) -> str:
+    # the same digest as _digest: the sum of the distinct sipHash64 of the keys
+    return f"(SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({keys})))"
+
+
 def fix_user_keys(
     ch: Client, erasure_id: str, namespace: str, user_id: str, *, purge: bool = False
-) -> list[str]:
+) -> UserKeys:
     """Record the keys of every transcript and embedding row any version of which the
-    user owns (a save may have claimed a row no user owned before). Returns the threads
-    they lie in. Recording the same keys twice changes nothing (the reads de-duplicate).
-    With `purge`, also the user's embedding rows whose message no agent's transcript row
-    holds any more (the retention TTL expired it, kind expired): a user erasure
-    tombstones those but leaves them on disk; only a namespace erasure removes them."""
+    user owns (a save may have claimed a row no user owned before), then read back, in
+    one statement, what the rest of the request needs (:class:`UserKeys`). Recording the
+    same keys twice changes nothing (the reads de-duplicate). With `purge`, also the
+    user's embedding rows whose message no agent's transcript row holds any more (the
+    retention TTL expired it, kind expired): a user erasure tombstones those but leaves
+    them on disk; only a namespace erasure removes them."""
     params = {"e": erasure_id, "ns": namespace, "u": user_id}
     if purge:
         ch.command(
@@ -187,22 +213,40 @@ def fix_user_keys(
         "WHERE namespace = {ns:String} AND user_id = {u:String} GROUP BY thread_id, msg_id",
         parameters=params,
     )
+    mine = "erasure_id = {e:String} AND namespace = {ns:String}"
+    got = next(
+        named(
+            ch.query(
+                f"SELECT groupUniqArray(thread_id) AS threads, "
+                f"groupUniqArrayIf((agent, thread_id), kind = 'turn') AS pairs FROM erasure_keys WHERE {mine}",
+                parameters=params,
+            )
+        )
+    )
+    return UserKeys(threads=sorted(got["threads"]), pairs=sorted((str(a), str(t)) for a, t in got["pairs"]))
+
+
+def _key_digest_columns() -> str:
+    """The digests of the turn, embedding and thread keys fixed, as columns of a read."""
+    mine = "erasure_id = {e:String} AND namespace = {ns:String}"
+    threads = f"SELECT agent, thread_id FROM erasure_keys WHERE {mine} AND kind = 'turn'"
+    return (
+        f"{_sum_hashes(_TURN_KEYS)} AS turn_digest, {_sum_hashes(_EMB_KEYS)} AS embedding_digest, "
+        f"{_sum_hashes(threads)} AS thread_digest"
+    )
+
+
+def mixed_threads(ch: Client, erasure_id: str, namespace: str, user_id: str) -> set[str]:
+    """The threads of the fixed keys that hold a row of another user (any version, no
+    FINAL): only those can keep a live turn, or hold an heir of an embedding row, once
+    the user's rows are tombstoned."""
     rows = ch.query(
-        "SELECT DISTINCT thread_id FROM erasure_keys WHERE erasure_id = {e:String} "
-        "AND namespace = {ns:String}",
-        parameters=params,
+        "SELECT DISTINCT thread_id FROM conversations WHERE namespace = {ns:String} AND thread_id IN ("
+        "SELECT thread_id FROM erasure_keys WHERE erasure_id = {e:String} AND namespace = {ns:String}) "
+        "AND user_id != {u:String}",
+        parameters={"e": erasure_id, "ns": namespace, "u": user_id},
     )
-    return [r["thread_id"] for r in named(rows)]
-
-
-def key_digest(ch: Client, erasure_id: str, namespace: str, kind: str) -> str:
-    cols = "agent, thread_id, msg_id" if kind == "turn" else "thread_id, msg_id"
-    return _digest(
-        ch,
-        f"SELECT {cols} FROM erasure_keys WHERE erasure_id = {{e:String}} "
-        "AND namespace = {ns:String} AND kind = {k:String}",
-        {"e": erasure_id, "ns": namespace, "k": kind},
-    )
+    return {r["thread_id"] for r in named(rows)}
 
 
 def drop_keys(ch: Client, erasure_id: str) -> None:
@@ -242,80 +286,129 @@ def tombstone_turns(ch: Client, erasure_id: str, namespace: str, user_id: str) -
 WRITTEN_TABLES = ("conversations", "conversation_embeddings", "threads")
 
 
-def written(ch: Client, table: str, namespace: str, versions: Sequence[int]) -> int:
-    """How many rows of the namespace the erasure's statements stamped with `versions`."""
-    if table not in WRITTEN_TABLES:
-        raise ValueError(f"not a table an erasure tombstones: {table}")
-    if not versions:
-        return 0
-    return int(
-        scalar(
-            ch,
-            f"SELECT count() FROM {table} WHERE namespace = {{ns:String}} AND version IN {{vs:Array(UInt64)}}",
-            {"ns": namespace, "vs": list(versions)},
+def written(
+    ch: Client, erasure_id: str, namespace: str, stamped: dict[str, Sequence[int]]
+) -> tuple[dict[str, int], KeyDigests]:
+    """How many rows of the namespace the erasure's statements stamped with the versions
+    of `stamped` (per table), and the digests of the keys it fixed, in one read."""
+    asked = {t: list(v) for t, v in stamped.items() if v}
+    parts: list[str] = [_key_digest_columns()]
+    params: dict[str, Any] = {"e": erasure_id, "ns": namespace}
+    for i, (table, versions) in enumerate(asked.items()):
+        if table not in WRITTEN_TABLES:
+            raise ValueError(f"not a table an erasure tombstones: {table}")
+        parts.append(
+            f"(SELECT count() FROM {table} WHERE namespace = {{ns:String}} AND version IN {{v{i}:Array(UInt64)}}) "
+            f"AS c{i}"
         )
+        params[f"v{i}"] = versions
+    row = next(named(ch.query(f"SELECT {', '.join(parts)}", parameters=params)))
+    counts = {table: 0 for table in stamped}
+    for i, table in enumerate(asked):
+        counts[table] = int(row[f"c{i}"])
+    digests = KeyDigests(
+        turn=_hex(row["turn_digest"]),
+        embedding=_hex(row["embedding_digest"]),
+        thread=_hex(row["thread_digest"]),
     )
+    return counts, digests
 
 
 THREAD_GONE, THREAD_KEPT = "thread", "thread_kept"
+Pair = tuple[str, str]  # (agent, thread_id)
 
 
-def settle_threads(ch: Client, erasure_id: str, namespace: str) -> int:
-    """The user's thread rows: those of every (agent, thread) the user has a turn in.
-    Call it once the user's turns are tombstoned. A thread with no live turn left (the
-    user's own) is tombstoned, title and metadata emptied (keys kind "thread"); one
-    where other users' turns live on keeps its row with the title emptied, since a
-    title is written from the thread's text (keys kind "thread_kept"). Returns the
-    version of the rows written (:func:`written` counts them); running it again
-    rewrites none."""
-    version = next_version()
-    params = {"e": erasure_id, "ns": namespace, "v": version}
-    ch.command(
-        "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
-        f"SELECT {{e:String}}, {{ns:String}}, if(live = 0, '{THREAD_GONE}', '{THREAD_KEPT}'), agent, thread_id, "
-        # a kept thread's key notes the version its title was emptied at: the removal
-        # takes the versions below it
-        "toString({v:UInt64}) "
-        "FROM (SELECT toString(agent) AS agent, thread_id, countIf(NOT tombstoned) AS live FROM conversations FINAL "
-        "WHERE namespace = {ns:String} AND (agent, thread_id) IN ("
-        "  SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} AND namespace = {ns:String} "
-        "  AND kind = 'turn') GROUP BY agent, thread_id) "
-        "WHERE (agent, thread_id) NOT IN (SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} "
-        f"AND namespace = {{ns:String}} AND kind IN ('{THREAD_GONE}', '{THREAD_KEPT}'))",
-        parameters=params,
+def thread_fates(
+    ch: Client, namespace: str, user_id: str, keys: UserKeys, mixed_threads: set[str]
+) -> tuple[list[Pair], list[Pair]]:
+    """The user's thread rows' fate, (gone, kept): every (agent, thread) the user has a
+    turn in. One left with no live turn once the user's turns are tombstoned is gone;
+    one where other users' turns live on is kept. Only a thread that holds a row of
+    another user can be kept, so only those are read (FINAL: the live versions), and not
+    at all when there are none; the read does not wait for the tombstones (a turn of
+    the user counts as gone)."""
+    live: set[Pair] = set()
+    mixed = sorted({t for _, t in keys.pairs} & mixed_threads)
+    if mixed:
+        rows = ch.query(
+            "SELECT DISTINCT toString(agent) AS agent, thread_id FROM conversations FINAL "
+            "WHERE namespace = {ns:String} AND thread_id IN {th:Array(String)} "
+            "AND NOT tombstoned AND user_id != {u:String}",
+            parameters={"ns": namespace, "th": mixed, "u": user_id},
+        )
+        live = {(r["agent"], r["thread_id"]) for r in named(rows)}
+    kept = [p for p in keys.pairs if p in live]
+    return [p for p in keys.pairs if p not in live], kept
+
+
+def record_thread_keys(
+    ch: Client, erasure_id: str, namespace: str, gone: Sequence[Pair], kept: Sequence[Pair], version: int
+) -> None:
+    """Note the thread keys for the removal: kind "thread" (every version goes) and
+    "thread_kept", whose key notes the version its title was emptied at (the removal
+    takes the versions below it)."""
+    KEYS.insert(
+        ch,
+        [
+            ErasureKey(
+                erasure_id=erasure_id,
+                namespace=namespace,
+                kind=kind,
+                agent=agent,
+                thread_id=thread_id,
+                msg_id=str(version) if kind == THREAD_KEPT else "",
+            )
+            for kind, pairs in ((THREAD_GONE, gone), (THREAD_KEPT, kept))
+            for agent, thread_id in pairs
+        ],
     )
-    gone = f"(agent, thread_id) IN ({_GONE_THREADS})"
+
+
+def settle_threads(
+    ch: Client, namespace: str, gone: Sequence[Pair], kept: Sequence[Pair], version: int
+) -> None:
+    """Write the user's thread rows (see :func:`thread_fates`): a gone thread is
+    tombstoned, title and metadata emptied; a kept one keeps its row with the title
+    emptied, since a title is written from the thread's text. Rows already so are not
+    rewritten, so running it again writes none."""
+    if not (gone or kept):
+        return
+    params = {
+        "ns": namespace,
+        "v": version,
+        "th": sorted({t for _, t in [*gone, *kept]}),
+        "g": [tuple(p) for p in gone],
+        "k": [tuple(p) for p in kept],
+    }
+    is_gone = "has({g:Array(Tuple(String, String))}, (toString(agent), thread_id))"
     ch.command(
         "INSERT INTO threads (namespace, agent, thread_id, title, metadata, run_id, created_at, updated_at, "
-        f"tombstoned, version) SELECT namespace, agent, thread_id, '', if({gone}, '{{}}', metadata), run_id, "
-        f"created_at, now64(3), {gone} OR tombstoned, {{v:UInt64}} FROM threads FINAL "
-        f"WHERE namespace = {{ns:String}} AND ({gone} AND (NOT tombstoned OR title != '' OR metadata != '{{}}') "
-        f"OR (agent, thread_id) IN ({_KEPT_THREADS}) AND title != '')",
+        f"tombstoned, version) SELECT namespace, agent, thread_id, '', if({is_gone}, '{{}}', metadata), run_id, "
+        f"created_at, now64(3), {is_gone} OR tombstoned, {{v:UInt64}} FROM threads FINAL "
+        "WHERE namespace = {ns:String} AND thread_id IN {th:Array(String)} "
+        f"AND ({is_gone} AND (NOT tombstoned OR title != '' OR metadata != '{{}}') "
+        "OR has({k:Array(Tuple(String, String))}, (toString(agent), thread_id)) AND title != '')",
         parameters=params,
-    )
-    return version
-
-
-def thread_digest(ch: Client, erasure_id: str, namespace: str) -> str:
-    return _digest(
-        ch,
-        "SELECT agent, thread_id FROM erasure_keys WHERE erasure_id = {e:String} AND namespace = {ns:String} "
-        f"AND kind IN ('{THREAD_GONE}', '{THREAD_KEPT}')",
-        {"e": erasure_id, "ns": namespace},
     )
 
 
 def other_copies(
-    ch: Client, erasure_id: str, namespace: str, user_id: str, chars: int
+    ch: Client, erasure_id: str, namespace: str, user_id: str, chars: int, mixed: Sequence[str]
 ) -> list[tuple[str, deletion.Copy]]:
     """Every agent's row (any owner, tombstoned or not) of the turns whose embedding
-    rows the user owns, as (thread_id, copy): the heirs and the user's own copies."""
+    rows the user owns, as (thread_id, copy): the heirs and the user's own copies. Only
+    the `mixed` threads (those holding a row of another user) can hold an heir: none,
+    no read."""
+    if not mixed:
+        return []
     rows = ch.query(
         f"SELECT thread_id, {deletion.COPY_COLUMNS} FROM conversations FINAL "
-        f"WHERE namespace = {{ns:String}} AND (thread_id, msg_id) IN ({_EMB_KEYS}) AND (thread_id, msg_id) IN ("
+        "WHERE namespace = {ns:String} AND thread_id IN {th:Array(String)} "
+        f"AND (thread_id, msg_id) IN ({_EMB_KEYS}) AND (thread_id, msg_id) IN ("
         "  SELECT thread_id, msg_id FROM conversations FINAL WHERE namespace = {ns:String} "
+        "  AND thread_id IN {th:Array(String)} "
         f"  AND (thread_id, msg_id) IN ({_EMB_KEYS}) AND user_id != {{u:String}} AND NOT tombstoned)",
-        parameters={"e": erasure_id, "ns": namespace, "u": user_id, "n": chars},
+        parameters={"e": erasure_id, "ns": namespace, "u": user_id, "n": chars, "th": sorted(mixed)},
     ).named_results()
     return [(r["thread_id"], deletion.copy_of(r)) for r in rows]
 
@@ -403,22 +496,36 @@ def tombstone_briefs(ch: Client, erasure_id: str, namespace: str, user_id: str) 
     """The user's briefs: their keys fixed (kind brief), a deleted version of each
     (sections emptied), and every revision of them or by the user removed (a lightweight
     DELETE: unreadable at once). Returns (briefs tombstoned, revisions removed, digest
-    of the brief keys)."""
+    of the brief keys). The digest and both counts come from one read."""
     params = {**_brief_params(namespace, user_id), "v": next_version(), "e": erasure_id}
     mine = f"namespace = {{ns:String}} AND {_BRIEF_OWNER}"
-    ch.command(
-        "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
-        "SELECT {e:String}, {ns:String}, 'brief', '', '', brief_key FROM session_briefs "
-        f"WHERE {mine} GROUP BY brief_key",
-        parameters=params,
+    revisions = (
+        f"namespace = {{ns:String}} AND ({_BRIEF_OWNER} OR brief_key IN (SELECT brief_key FROM "
+        f"session_briefs WHERE {mine}))"
     )
-    digest = _digest(
-        ch,
+    keys = (
         f"SELECT brief_key FROM session_briefs WHERE {mine} UNION DISTINCT "
-        f"SELECT brief_key FROM session_brief_revisions WHERE {mine}",
-        params,
+        f"SELECT brief_key FROM session_brief_revisions WHERE {mine}"
     )
-    count = int(scalar(ch, f"SELECT count() FROM session_briefs FINAL WHERE {mine} AND NOT deleted", params))
+    found = next(
+        named(
+            ch.query(
+                f"SELECT {_sum_hashes(keys)} AS total, "
+                f"(SELECT count() FROM session_briefs WHERE {mine}) AS versions, "
+                f"(SELECT count() FROM session_briefs FINAL WHERE {mine} AND NOT deleted) AS live, "
+                f"(SELECT count() FROM session_brief_revisions WHERE {revisions}) AS revisions",
+                parameters=params,
+            )
+        )
+    )
+    count, removed = int(found["live"]), int(found["revisions"])
+    if int(found["versions"]):  # every version goes, a brief deleted before included
+        ch.command(
+            "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
+            "SELECT {e:String}, {ns:String}, 'brief', '', '', brief_key FROM session_briefs "
+            f"WHERE {mine} GROUP BY brief_key",
+            parameters=params,
+        )
     if count:
         ch.command(
             "INSERT INTO session_briefs (namespace, brief_key, project, branch, session_id, user_id, agent, revision, "
@@ -427,37 +534,35 @@ def tombstone_briefs(ch: Client, erasure_id: str, namespace: str, user_id: str) 
             f"'', '', created_at, now64(3), true, {{v:UInt64}} FROM session_briefs FINAL WHERE {mine} AND NOT deleted",
             parameters=params,
         )
-    revisions = (
-        f"namespace = {{ns:String}} AND ({_BRIEF_OWNER} OR brief_key IN (SELECT brief_key FROM "
-        f"session_briefs WHERE {mine}))"
-    )
-    removed = int(scalar(ch, f"SELECT count() FROM session_brief_revisions WHERE {revisions}", params))
     if removed:
         ch.command(f"DELETE FROM session_brief_revisions WHERE {revisions}", parameters=params)
-    return count, removed, digest
+    return count, removed, _hex(found["total"])
 
 
-def hide_user_memory(ch: Client, namespace: str, user_id: str, table: str) -> TableCount:
+_MEMORY_WHERE = "namespace = {ns:String} AND user_id = {u:String}"
+
+
+def count_user_memory(ch: Client, namespace: str, user_id: str) -> dict[str, TableCount]:
+    """The user's rows in every memory table (every version) and the digest of their
+    keys, in one read."""
+    parts = []
+    for i, table in enumerate(MEMORY_TABLES):
+        keys = f"SELECT {', '.join(NAMESPACE_TABLES[table])} FROM {table} WHERE {_MEMORY_WHERE}"
+        parts.append(
+            f"(SELECT count() FROM {table} WHERE {_MEMORY_WHERE}) AS rows{i}, {_sum_hashes(keys)} AS total{i}"
+        )
+    found = next(named(ch.query(f"SELECT {', '.join(parts)}", parameters={"ns": namespace, "u": user_id})))
+    return {
+        table: TableCount(tombstoned=int(found[f"rows{i}"]), digest=_hex(found[f"total{i}"]))
+        for i, table in enumerate(MEMORY_TABLES)
+    }
+
+
+def hide_user_memory(ch: Client, namespace: str, user_id: str, table: str) -> None:
     """The user's facts, evidence, postings or extraction decisions (one memory table),
     every version, hidden at once by a lightweight DELETE (the removal job then rewrites
-    the parts without them). Returns the rows hidden and the digest of their keys (one
-    read for both)."""
-    params = {"ns": namespace, "u": user_id}
-    where = "namespace = {ns:String} AND user_id = {u:String}"
-    keys = f"SELECT {', '.join(NAMESPACE_TABLES[table])} FROM {table} WHERE {where}"
-    found = next(
-        named(
-            ch.query(
-                f"SELECT (SELECT count() FROM {table} WHERE {where}) AS rows, "
-                f"(SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({keys}))) AS total",
-                parameters=params,
-            )
-        )
-    )
-    rows, total = int(found["rows"]), found["total"]
-    if rows:
-        ch.command(f"DELETE FROM {table} WHERE {where}", parameters=params)
-    return TableCount(tombstoned=rows, digest=format(int(total or 0), "016x"))
+    the parts without them)."""
+    ch.command(f"DELETE FROM {table} WHERE {_MEMORY_WHERE}", parameters={"ns": namespace, "u": user_id})
 
 
 # -- a user erasure: removal from disk ------------------------------------------------

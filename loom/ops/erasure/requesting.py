@@ -209,66 +209,24 @@ async def _hide_user(svc: Services, eid: str, ns: str, user: str, purge: bool) -
 async def _tombstone_user(
     svc: Services, eid: str, ns: str, user: str, purge: bool
 ) -> dict[str, store.TableCount]:
-    threads = await svc.run(store.fix_user_keys, svc.ch, eid, ns, user, purge=purge)
-    counts: dict[str, store.TableCount] = {
-        "conversations": store.TableCount(),
-        "conversation_embeddings": store.TableCount(),
-        "handed_over": store.TableCount(),
-        "threads": store.TableCount(),
-    }
-
-    stamped: dict[str, list[int]] = {t: [] for t in store.WRITTEN_TABLES}
-
-    def embeddings() -> None:
-        counts["handed_over"].tombstoned += _hand_over(svc, eid, ns, user)
-        stamped["conversation_embeddings"].append(store.tombstone_embeddings(svc.ch, eid, ns, user))
-
-    def turns() -> None:
-        stamped["conversations"].append(store.tombstone_turns(svc.ch, eid, ns, user))
-        stamped["threads"].append(store.settle_threads(svc.ch, eid, ns))
-
-    async def work(_: set[tuple[str, str]]) -> None:
-        # Run once per set of thread leases won (usually once); each pass re-reads, so one
-        # that runs again finds nothing left, and rows written meanwhile are caught. The
-        # transcript and the embedding rows are independent writes: at the same time.
-        await asyncio.gather(svc.run(turns), svc.run(embeddings))
-
-    async def tombstoned() -> tuple[int, int, str]:
-        # The user's threads' leases (append's embedding writes, saves and deletes take
-        # them too) and search's change window for the whole namespace.
-        async with search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, search_marks.WHOLE)]):
-            briefs = svc.run(store.tombstone_briefs, svc.ch, eid, ns, user)
-            if threads:
-                leased = under_thread_leases(svc.redis, [(ns, t) for t in threads], work, wait_s=30.0)
-            else:
-                leased = work(set())
-            got, _ = await asyncio.gather(briefs, leased)
-        # Counted once written (the statements that wrote them did not count first).
-        written, thread_digest = await asyncio.gather(
-            asyncio.gather(*(svc.run(store.written, svc.ch, t, ns, v) for t, v in stamped.items())),
-            svc.run(store.thread_digest, svc.ch, eid, ns),
-        )
-        for table, n in zip(stamped, written, strict=True):
-            counts[table].tombstoned += n
-        counts["threads"].digest = thread_digest
-        return got
-
-    # Every independent statement at the same time: the tombstones, the digests of the
-    # keys just fixed, the memory tables (named by the user alone; the memory step marks
-    # the user so a memory write racing it undoes itself).
+    """Few statements, few one after another (on a small machine statements running at
+    once compete for the cores): the briefs and the memory tables, named by the user
+    alone, from the start; the transcript's and embedding rows' keys fixed (and their
+    threads read back once) while search's change window is raised; then, under the
+    threads' leases, the turns, the thread rows and the embedding rows at the same time;
+    then one read of what was written and of the keys' digests while the window is
+    raised again (the answer carries the counts)."""
     try:
-        briefs, turn_digest, emb_digest, memory = await asyncio.gather(
-            tombstoned(),
-            svc.run(store.key_digest, svc.ch, eid, ns, "turn"),
-            svc.run(store.key_digest, svc.ch, eid, ns, "embedding"),
+        briefs, memory, conversations = await asyncio.gather(
+            svc.run(store.tombstone_briefs, svc.ch, eid, ns, user),
             memory_erasing.hide_user(svc, ns, user),
+            _tombstone_conversations(svc, eid, ns, user, purge),
         )
     except LeaseTimeout:
         raise Unavailable(
             "the user's conversations are busy with other writes; retry the erasure", rule="retry"
         ) from None
-    counts["conversations"].digest = turn_digest
-    counts["conversation_embeddings"].digest = emb_digest
+    counts = conversations
     n_briefs, revisions, brief_digest = briefs
     counts["session_briefs"] = store.TableCount(tombstoned=n_briefs, digest=brief_digest)
     counts["session_brief_revisions"] = store.TableCount(removed=revisions, digest=brief_digest)
@@ -276,10 +234,84 @@ async def _tombstone_user(
     return counts
 
 
-def _hand_over(svc: Services, eid: str, ns: str, user: str) -> int:
+async def _tombstone_conversations(
+    svc: Services, eid: str, ns: str, user: str, purge: bool
+) -> dict[str, store.TableCount]:
+    window = [(ns, search_marks.WHOLE)]
+    # Search's change window for the whole namespace, raised before any row is rewritten
+    # (the key fixing only reads and notes keys, so it goes at the same time) and again
+    # after (also when a write fails: part of it may have landed).
+    keys, _ = await asyncio.gather(
+        svc.run(store.fix_user_keys, svc.ch, eid, ns, user, purge=purge),
+        search_marks.raise_marks(svc.redis, svc.ch, svc.run, window),
+    )
+    counts: dict[str, store.TableCount] = {
+        t: store.TableCount() for t in ("conversations", "conversation_embeddings", "handed_over", "threads")
+    }
+    # Read once the keys are fixed, beside the tombstones (off the way to the answer):
+    # which threads hold another user's rows (the thread rows and the hand-over need
+    # it; the turns' tombstones do not wait for it).
+    mixed = asyncio.ensure_future(svc.run(store.mixed_threads, svc.ch, eid, ns, user))
+    stamped: dict[str, list[int]] = {t: [] for t in store.WRITTEN_TABLES}
+    settled = False
+
+    def embeddings(shared: set[str]) -> None:
+        counts["handed_over"].tombstoned += _hand_over(svc, eid, ns, user, shared)
+        stamped["conversation_embeddings"].append(store.tombstone_embeddings(svc.ch, eid, ns, user))
+
+    def turns() -> None:
+        stamped["conversations"].append(store.tombstone_turns(svc.ch, eid, ns, user))
+
+    async def threads() -> None:
+        # The thread rows' fate does not wait for the turns' tombstones (a turn of the
+        # user counts as gone); they are settled once (the keys are fixed).
+        nonlocal settled
+        if settled:
+            return
+        settled = True
+        gone, kept = await svc.run(store.thread_fates, svc.ch, ns, user, keys, await mixed)
+        version = next_version()
+        await asyncio.gather(
+            svc.run(store.record_thread_keys, svc.ch, eid, ns, gone, kept, version),
+            svc.run(store.settle_threads, svc.ch, ns, gone, kept, version),
+        )
+        stamped["threads"].append(version)
+
+    async def work(_: set[tuple[str, str]]) -> None:
+        # Run once per set of thread leases won (usually once); each pass re-reads, so one
+        # that runs again finds nothing left, and rows written meanwhile are caught.
+        async def embedding_rows() -> None:
+            await svc.run(embeddings, await mixed)
+
+        await asyncio.gather(svc.run(turns), embedding_rows(), threads())
+
+    try:
+        if keys.threads:
+            await under_thread_leases(svc.redis, [(ns, t) for t in keys.threads], work, wait_s=30.0)
+        else:
+            await work(set())
+    except BaseException:
+        await search_marks.raise_marks(svc.redis, svc.ch, svc.run, window)
+        await asyncio.gather(mixed, return_exceptions=True)
+        raise
+    # Counted once written (the statements that wrote them did not count first), in one
+    # read with the keys' digests, while the window is raised again.
+    (written, fixed), _ = await asyncio.gather(
+        svc.run(store.written, svc.ch, eid, ns, stamped),
+        search_marks.raise_marks(svc.redis, svc.ch, svc.run, window),
+    )
+    for table, n in written.items():
+        counts[table].tombstoned += n
+    counts["conversations"].digest = fixed.turn
+    counts["conversation_embeddings"].digest = fixed.embedding
+    counts["threads"].digest = fixed.thread
+    return counts
+
+
+def _hand_over(svc: Services, eid: str, ns: str, user: str, mixed: set[str]) -> int:
     """Embedding rows of the user's turns that another user's live copy shares pass to
     that copy (same rules as a delete's hand-over)."""
-    copies = store.other_copies(svc.ch, eid, ns, user, EMBED_CHARS)
+    copies = store.other_copies(svc.ch, eid, ns, user, EMBED_CHARS, sorted(mixed))
     if not copies:
         return 0
     by_key: dict[tuple[str, str], dict[str, Any]] = {}

@@ -65,15 +65,20 @@ class Writes:
 
 
 async def hide_user(svc: Services, namespace: str, user_id: str) -> dict[str, erasure_store.TableCount]:
-    """The erasure's memory step: mark, hide every row of the user, stamp the mark."""
+    """The erasure's memory step: mark, count, hide every row of the user (the tables
+    that hold some), stamp the mark."""
     key = redis_keys.memory_erasing(namespace, user_id)
     await svc.redis.set(key, PENDING, ex=PENDING_TTL_S)
-    tables = erasure_store.MEMORY_TABLES
-    counts = await asyncio.gather(
-        *(svc.run(erasure_store.hide_user_memory, svc.ch, namespace, user_id, t) for t in tables)
+    counts = await svc.run(erasure_store.count_user_memory, svc.ch, namespace, user_id)
+    await asyncio.gather(
+        *(
+            svc.run(erasure_store.hide_user_memory, svc.ch, namespace, user_id, table)
+            for table, c in counts.items()
+            if c.tombstoned
+        )
     )
     await svc.redis.set(key, str(next_version()), ex=DONE_TTL_S)
-    return dict(zip(tables, counts, strict=True))
+    return counts
 
 
 async def _outlived(svc: Services, writes: Writes) -> bool:
