@@ -12,16 +12,20 @@ the fusion) and of context.pack (4k-token budget, with a query), both with the q
 embedding included. A second shape (`one`) puts every fact under one user (the worst
 case of the exact per-user vector scan).
 
-The path before session 9's change (ids from each leg, then a re-read; pack's sections
-one after another) is replayed in the same run, interleaved with the current one, so
-the ratios hold whatever the load. Then each step alone (embed, vector leg, BM25 leg,
-evidence BM25). The machine is shared (2 cores): medians and p95 are printed.
+The previous BM25 (the whole ranking in SQL, store.bm25_sql, then a join back to the
+rows FINAL) is replayed in the same run, interleaved with the current one (the ops
+themselves, with the old BM25 swapped in), so the ratios hold whatever the load. Then
+each step alone (embed, vector leg, BM25 leg, evidence BM25, and the previous BM25
+legs). The machine is shared (2 cores): medians and p95 are printed, and the server's
+CPU per query (the endpoint process's CPU time over the step's queries; it does not
+move with the load of other processes).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import tempfile
@@ -39,7 +43,6 @@ from loom.services import open_services
 from loom.settings import Settings
 from loom.store import evidence as ev_store
 from loom.store import memories as store
-from loom.store.rows import named
 
 BATCH = 10_000
 WORDS = [f"w{i}" for i in range(5_000)] + [
@@ -100,60 +103,54 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-# -- the path before this change (session 9), replayed in the same run for the ratios ---------
-# memory.search: ids only from each leg (the query vector as a text array), then a re-read
-# of the page; context.pack: its sections one after another, evidence by ids then a re-read.
+# -- the previous BM25 (before the one-join ranking), replayed in the same run for the ratios --
 
 
-def _old_vector(ch: Any, scope: store.Scope, vector: Any, model: str, limit: int) -> list[str]:
-    result = ch.query(
-        "SELECT memory_id, 1 - cosineDistance(embedding, {q:Array(Float32)}) AS sim FROM memories FINAL "
-        f"WHERE {scope.where()} AND NOT tombstoned AND model = {{model:String}} AND length(embedding) > 0 "
-        "ORDER BY sim DESC, memory_id LIMIT {lim:UInt32}",
-        parameters=scope.params() | {"q": [float(x) for x in vector], "model": model, "lim": limit},
-    )
-    return [r["memory_id"] for r in named(result)]
-
-
-def _old_bm25(ch: Any, scope: store.Scope, query: str, limit: int, table: str) -> list[str]:
-    id_col, live = (
-        ("memory_id", "NOT tombstoned")
+def previous_bm25(
+    ch: Any,
+    scope: store.Scope,
+    query: str,
+    *,
+    limit: int,
+    table: str = "memories",
+    extra: str = "",
+    extra_params: dict[str, Any] | None = None,
+) -> list[store.LexicalHit]:
+    """store.bm25 as it was: the ranking in SQL (store.bm25_sql), joined back to the rows."""
+    spec, id_col, live, read = (
+        (store.TABLE, "memory_id", "NOT tombstoned", store._READ_NO_VECTOR)
         if table == "memories"
-        else ("evidence_id", "NOT tombstoned AND NOT high_sensitivity")
+        else (
+            ev_store.TABLE,
+            "evidence_id",
+            "NOT tombstoned AND NOT high_sensitivity",
+            ev_store.TABLE.read_list,
+        )
     )
-    sql = store.bm25_sql(table, id_col, live).replace("{scope}", scope.where())
-    result = ch.query(sql, parameters=scope.params() | {"q": query, "lim": limit})
-    return [r["id"] for r in named(result)]
-
-
-async def _old_search(svc: Any, scope: store.Scope, q: str, limit: int) -> list[Any]:
-    lex = asyncio.ensure_future(svc.run(_old_bm25, svc.ch, scope, q, 50, "memories"))
-    emb = await api_inline_embedder.embed(svc, [q])
-    assert emb.vectors
-    vec = await svc.run(_old_vector, svc.ch, scope, emb.vectors[0], emb.model_id, 50)
-    ids = list(dict.fromkeys(vec + await lex))[: limit + 5]
-    return list((await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, ids)).values())
-
-
-async def _old_pack(svc: Any, scope: store.Scope, q: str) -> None:
-    await _old_search(svc, scope, q, 30)
-    ids = await svc.run(_old_bm25, svc.ch, scope, q, 10, "memory_evidence")
-    await svc.run(ev_store.get, svc.ch, scope.namespace, scope.user_id, ids)
+    ranked = store.bm25_sql(table, id_col, live + extra).replace("{scope}", scope.where())
+    sql = (
+        f"SELECT {read}, b.score AS _score, b.matched AS _matched FROM {table} FINAL "
+        f"INNER JOIN ({ranked}) AS b ON {id_col} = b.id WHERE {scope.where()} AND {live}{extra} "
+        "ORDER BY length(b.matched) DESC, b.score DESC, b.id"
+    )
+    params = scope.params() | {"q": query, "lim": limit} | (extra_params or {})
+    return [
+        store.LexicalHit(getattr(row, id_col), float(own["_score"]), tuple(own["_matched"]), row)
+        for row, own in spec.rows_with(ch.query(sql, parameters=params))
+        if own["_score"] > 0
+    ]
 
 
 async def measure_before(svc: Any, ns: str, users: int, queries: int, seed: int) -> dict[str, list[float]]:
-    rng = random.Random(seed + 1)
-    out: dict[str, list[float]] = {"search": [], "pack": []}
-    for _ in range(queries):
-        scope = store.Scope(ns, f"u{rng.randrange(users)}")
-        q = " ".join(rng.choice(WORDS) for _ in range(3))
-        t0 = time.perf_counter()
-        await _old_search(svc, scope, q, 10)
-        out["search"].append((time.perf_counter() - t0) * 1000)
-        t0 = time.perf_counter()
-        await _old_pack(svc, scope, q)
-        out["pack"].append((time.perf_counter() - t0) * 1000)
-    return out
+    """measure() with the previous BM25 in place of the current one (both callers)."""
+    current = store.bm25
+    for module in (store, ev_store):
+        vars(module)["bm25"] = previous_bm25
+    try:
+        return await measure(svc, ns, users, queries, seed)
+    finally:
+        for module in (store, ev_store):
+            vars(module)["bm25"] = current
 
 
 async def measure(svc: Any, ns: str, users: int, queries: int, seed: int) -> dict[str, list[float]]:
@@ -171,32 +168,53 @@ async def measure(svc: Any, ns: str, users: int, queries: int, seed: int) -> dic
     return out
 
 
-async def steps(svc: Any, ns: str, users: int, queries: int, seed: int) -> dict[str, list[float]]:
-    """Each step of one memory.search / context.pack alone (one round trip each)."""
+def server_cpu_ms(pid: int) -> float:
+    """CPU time (user + system) the process `pid` has used, in ms."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+async def steps(
+    svc: Any, ns: str, users: int, queries: int, seed: int, pid: int
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Each step of one memory.search / context.pack alone (one round trip each), and the
+    server's CPU per query of each step (the previous BM25 legs too)."""
     rng = random.Random(seed + 2)
-    out: dict[str, list[float]] = {"ping": [], "embed": [], "vector": [], "bm25": [], "evidence": []}
+    out: dict[str, list[float]] = {
+        k: [] for k in ("ping", "embed", "vector", "bm25", "evidence", "bm25_prev", "evidence_prev")
+    }
+    cpu: dict[str, float] = dict.fromkeys(out, 0.0)
+
+    async def timed(step: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        c0, t0 = server_cpu_ms(pid), time.perf_counter()
+        got = await svc.run(fn, *args, **kwargs)
+        out[step].append((time.perf_counter() - t0) * 1000)
+        cpu[step] += (server_cpu_ms(pid) - c0) / queries
+        return got
+
     for _ in range(queries):
-        t0 = time.perf_counter()
-        await svc.run(svc.ch.query, "SELECT 1")  # the floor: one round trip doing nothing
-        out["ping"].append((time.perf_counter() - t0) * 1000)
+        await timed("ping", svc.ch.query, "SELECT 1")  # the floor: one round trip doing nothing
         scope = store.Scope(ns, f"u{rng.randrange(users)}")
         q = " ".join(rng.choice(WORDS) for _ in range(3))
         t0 = time.perf_counter()
         emb = await api_inline_embedder.embed(svc, [q])
         out["embed"].append((time.perf_counter() - t0) * 1000)
         assert emb.vectors
-        t0 = time.perf_counter()
-        await svc.run(
-            store.vector_search, svc.ch, scope, emb.vectors[0], emb.model_id, limit=50, min_similarity=0.0
+        await timed(
+            "vector",
+            store.vector_search,
+            svc.ch,
+            scope,
+            emb.vectors[0],
+            emb.model_id,
+            limit=50,
+            min_similarity=0.0,
         )
-        out["vector"].append((time.perf_counter() - t0) * 1000)
-        t0 = time.perf_counter()
-        await svc.run(store.bm25, svc.ch, scope, q, limit=50)
-        out["bm25"].append((time.perf_counter() - t0) * 1000)
-        t0 = time.perf_counter()
-        await svc.run(ev_store.search, svc.ch, scope, q, limit=10)
-        out["evidence"].append((time.perf_counter() - t0) * 1000)
-    return out
+        await timed("bm25", store.bm25, svc.ch, scope, q, limit=50)
+        await timed("evidence", ev_store.search, svc.ch, scope, q, limit=10)
+        await timed("bm25_prev", previous_bm25, svc.ch, scope, q, limit=50)
+        await timed("evidence_prev", previous_bm25, svc.ch, scope, q, limit=10, table="memory_evidence")
+    return out, cpu
 
 
 def report(label: str, figures: dict[str, list[float]], before: dict[str, list[float]] | None = None) -> None:
@@ -262,7 +280,13 @@ async def main() -> None:
                     for op, xs in (await fn(svc, ns, users, args.queries // 2, args.seed + half)).items():
                         got[op] += xs
             report(label, after, before)
-            report(label + " (steps)", await steps(svc, ns, users, max(20, args.queries // 4), args.seed))
+            timings, cpu = await steps(svc, ns, users, max(20, args.queries // 4), args.seed, endpoint.pid)
+            report(label + " (steps)", timings)
+            print(
+                f"{label} (server CPU per query, ms): "
+                + ", ".join(f"{step} {ms:.1f}" for step, ms in cpu.items() if step != "embed"),
+                flush=True,
+            )
         await svc.close()
     finally:
         redis.stop()

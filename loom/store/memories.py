@@ -5,11 +5,13 @@ A fact is one row per (namespace, user_id, memory_id), revised by inserting a ne
 version; forgetting it inserts a tombstone version. Reads take the newest version
 (FINAL) and only live rows. The postings (memory_terms, clickhouse_schema/015_memory.sql)
 are fed by a view and only propose candidates: the BM25 query joins them to the scope's
-live rows, from which N and avgdl are computed per query.
+live rows, from which N and avgdl are computed per query; the pairs it answers are
+scored here (see :func:`bm25`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -179,9 +181,11 @@ class LexicalHit:
 
 
 def bm25_sql(table: str, id_col: str, live: str) -> str:
-    """BM25 over `table`'s live rows in the scope (condition `{scope}` plus `live`),
-    from its postings table. N, df and avgdl are computed per query over those rows."""
-    terms_table = {"memories": "memory_terms", "memory_evidence": "evidence_terms"}[table]
+    """The whole ranking in SQL (postings joined to the scope's live rows, N, df and
+    avgdl by window functions): the reference :func:`bm25` must agree with, and the
+    path bench/memory_bench.py replays. Not on the serving path: it costs twice the
+    server time of :func:`bm25`'s one join."""
+    terms_table = _TERMS_TABLE[table]
     return f"""
 WITH arraySlice(arrayDistinct({terms_sql("{q:String}")}), 1, {MAX_QUERY_TERMS}) AS qterms
 SELECT id, sum(log(1 + (n - df + 0.5) / (df + 0.5)) * tf * ({K1} + 1)
@@ -205,6 +209,45 @@ LIMIT {{lim:UInt32}}
 """
 
 
+_TERMS_TABLE = {"memories": "memory_terms", "memory_evidence": "evidence_terms"}
+
+# One join answers everything BM25 needs: each (query term, live row holding it) pair,
+# with the row whole, its length, and N and avgdl of the scope's live rows (windows over
+# the row side, computed before the join). df is the number of pairs of a term, so the
+# scoring itself (a few hundred pairs at most for a user) is done here in Python. The
+# postings are read by their key (namespace, user_id, term); a posting of an older text,
+# or of a row forgotten or outside the scope, finds no partner.
+_BM25_PAIRS = f"""
+WITH arraySlice(arrayDistinct({terms_sql("{q:String}")}), 1, {MAX_QUERY_TERMS}) AS qterms
+SELECT d.*, p.term AS _term, p.tf AS _tf
+FROM (
+    SELECT term, doc, any(tf) AS tf FROM {{terms}}
+    WHERE namespace = {{ns:String}} AND user_id = {{u:String}} AND has(qterms, term)
+    GROUP BY term, doc
+) AS p
+INNER JOIN (
+    SELECT {{read}}, doc AS _doc, doc_len AS _dl, count() OVER () AS _n, avg(doc_len) OVER () AS _avgdl
+    FROM {{table}} FINAL WHERE {{scope}} AND {{live}}
+) AS d ON p.doc = d._doc
+"""
+
+
+def bm25_scores(pairs: Sequence[tuple[str, str, int, int, int, float]]) -> dict[str, tuple[float, list[str]]]:
+    """BM25 of each row from its (id, term, tf, dl, n, avgdl) pairs: score and matched
+    terms by id. The formula and its order of sums are those of :func:`bm25_sql`."""
+    df: dict[str, int] = {}
+    for _, term, *_rest in pairs:
+        df[term] = df.get(term, 0) + 1
+    out: dict[str, tuple[float, list[str]]] = {}
+    for row_id, term, tf, dl, n, avgdl in pairs:
+        idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
+        part = idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))
+        score, matched = out.get(row_id, (0.0, []))
+        matched.append(term)
+        out[row_id] = (score + part, matched)
+    return out
+
+
 def bm25(
     ch: Client,
     scope: Scope,
@@ -216,25 +259,30 @@ def bm25(
     extra_params: dict[str, Any] | None = None,
 ) -> list[LexicalHit]:
     """BM25's best rows of `table` (memories or memory_evidence) for `query`, each with
-    its row (newest live version), best first, in one round trip."""
+    its row (newest live version), best first (more query terms held, then score, then
+    id), in one round trip."""
     spec, id_col, live, read = (
         (TABLE, "memory_id", "NOT tombstoned", _READ_NO_VECTOR)
         if table == "memories"
         else (_evidence_table(), "evidence_id", "NOT tombstoned AND NOT high_sensitivity", None)
     )
-    read = read or spec.read_list
-    ranked = bm25_sql(table, id_col, live + extra).replace("{scope}", scope.where())
     sql = (
-        f"SELECT {read}, b.score AS _score, b.matched AS _matched FROM {table} FINAL "
-        f"INNER JOIN ({ranked}) AS b ON {id_col} = b.id WHERE {scope.where()} AND {live}{extra} "
-        "ORDER BY length(b.matched) DESC, b.score DESC, b.id"
+        _BM25_PAIRS.replace("{terms}", _TERMS_TABLE[table])
+        .replace("{read}", read or spec.read_list)
+        .replace("{table}", table)
+        .replace("{scope}", scope.where())
+        .replace("{live}", live + extra)
     )
-    params = scope.params() | {"q": query, "lim": limit} | (extra_params or {})
-    return [
-        LexicalHit(getattr(row, id_col), float(own["_score"]), tuple(own["_matched"]), row)
-        for row, own in spec.rows_with(ch.query(sql, parameters=params))
-        if own["_score"] > 0
-    ]
+    params = scope.params() | {"q": query} | (extra_params or {})
+    rows: dict[str, Any] = {}
+    pairs = []
+    for row, own in spec.rows_with(ch.query(sql, parameters=params)):
+        row_id = getattr(row, id_col)
+        rows[row_id] = row
+        pairs.append((row_id, own["_term"], own["_tf"], own["_dl"], own["_n"], own["_avgdl"]))
+    scored = bm25_scores(pairs)
+    best = sorted(scored.items(), key=lambda kv: (-len(kv[1][1]), -kv[1][0], kv[0]))[:limit]
+    return [LexicalHit(i, score, tuple(matched), rows[i]) for i, (score, matched) in best if score > 0]
 
 
 def _evidence_table() -> Table[Any]:

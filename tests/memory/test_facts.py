@@ -145,3 +145,60 @@ async def test_briefs_are_never_in_memory_search(call, ns, mint):
         body: dict[str, Any] = {"user_id": user} if user else {"user_id": "default"}
         r = await call("memory.search", w, namespace=ns, query="invoices new ledger zebracorn", **body)
         assert r.status_code == 200 and r.json()["hits"] == []
+
+
+async def test_bm25_ranks_as_the_sql_reference_does(call, ns, mint, services):
+    """The serving BM25 (one join, scored in Python) answers what the whole-SQL ranking
+    answers: the same rows, order, scores and matched terms, for facts and evidence,
+    whole scope and one session, with a revised and a forgotten fact in the corpus."""
+    from loom.store import memories as store
+
+    w = mint(ns, "writer")
+    texts = [
+        "Drinks coffee every morning in Kyoto",
+        "Plays the cello in a garden orchestra",
+        "Keeps the billing ledger for the coffee shop",
+        "Grows coffee plants in the garden",
+        "Reads about Kyoto gardens and coffee ceremonies on the train",
+    ]
+    await _set(call, w, ns, *({"text": t} for t in texts), user_id="u1")
+    await _set(call, w, ns, {"text": "coffee twice a day", "key": "habit"}, user_id="u1", session_id="s1")
+    await _set(
+        call,
+        w,
+        ns,
+        {"text": "coffee, then tea, in the garden", "key": "habit"},
+        user_id="u1",
+        session_id="s1",
+    )
+    gone = await _set(call, w, ns, {"text": "coffee garden kyoto cello"}, user_id="u1")
+    r = await call("memory.delete", w, namespace=ns, user_id="u1", memory_ids=[gone[0]["memory_id"]])
+    assert r.status_code == 200, r.text
+    r = await call(
+        "memory.set_from_messages",
+        w,
+        namespace=ns,
+        user_id="u1",
+        messages=[
+            {"role": "user", "content": "I had coffee in the garden"},
+            {"role": "user", "content": "coffee " + HIGH_FACT},
+            {"role": "assistant", "content": "Kyoto has famous coffee gardens"},
+        ],
+    )
+    assert r.status_code == 200, r.text
+    tables = (
+        ("memories", "memory_id", "NOT tombstoned"),
+        ("memory_evidence", "evidence_id", "NOT tombstoned AND NOT high_sensitivity"),
+    )
+    for scope in (store.Scope(ns, "u1"), store.Scope(ns, "u1", session_id="s1")):
+        for query in ("coffee garden", "kyoto coffee cello", "ledger"):
+            for table, id_col, live in tables:
+                ref = services.ch.query(
+                    store.bm25_sql(table, id_col, live).replace("{scope}", scope.where()),
+                    parameters=scope.params() | {"q": query, "lim": 50},
+                ).result_rows
+                got = store.bm25(services.ch, scope, query, limit=50, table=table)
+                assert [h.id for h in got] == [row[0] for row in ref if row[1] > 0], (table, query)
+                for h, (_, score, matched) in zip(got, ref, strict=False):
+                    assert abs(h.score - score) < 1e-9 and sorted(h.matched) == sorted(matched)
+                assert got or table == "memory_evidence" or query == "ledger" and scope.session_id
