@@ -182,6 +182,29 @@ async def claim_and_note(
     ]
 
 
+# KEYS: claim keys. ARGV: the live marks' prefix. Per claim, its holder's flush id when
+# that flush is live and itself waiting on a turn another flush holds, else ''.
+_WAITING_HOLDERS = """
+local out = {}
+for i = 1, #KEYS do
+  local holder = redis.call('GET', KEYS[i]) or ''
+  if holder ~= '' and redis.call('GET', ARGV[1] .. holder) == 'waiting' then out[i] = holder else out[i] = '' end
+end
+return out
+"""
+
+
+async def mark_waiting(redis: Redis, flush_id: str) -> None:
+    """Mark a live flush as waiting on turns other flushes hold (its mark keeps its TTL)."""
+    await redis.set(redis_keys.append_flush(flush_id), "waiting", xx=True, keepttl=True)
+
+
+async def waiting_holders(redis: Redis, claim_keys: Sequence[str]) -> list[str]:
+    """Per claim: the id of its flush if that flush is live and waiting too, else ''."""
+    got = await redis.eval(_WAITING_HOLDERS, len(claim_keys), *claim_keys, redis_keys.APPEND_FLUSH)  # type: ignore[misc]
+    return [g.decode() if isinstance(g, bytes) else str(g) for g in got]
+
+
 async def keep_live(redis: Redis, flush_ids: Iterable[str], live_ms: int) -> None:
     """Extend the live marks of flushes still running (PEXPIRE: an ended flush's mark,
     already gone, is not made again)."""

@@ -153,3 +153,42 @@ async def test_two_versions_of_one_turn_read_as_one_row(call, ns, writer, servic
     assert len(turn_rows(services.ch, ns)) == 1
     listed = await call("conversation.list", writer, namespace=ns, thread_id="t")
     assert [m["msg_id"] for m in listed.json()["messages"]] == ["m1"]
+
+
+async def test_two_flushes_waiting_on_each_other_do_not_wait_out_the_limit(call, ns, writer, services):
+    """A live flush that is itself waiting (on a turn this append's flush may hold) and
+    has the smaller id holds the turn: this flush gives up at once (503, claims
+    released), so that of two flushes holding each other's turns one goes on."""
+    key = _key(ns)
+    older = "0" * 32  # smaller than any flush id
+    await services.redis.set(claim_key(key), older, ex=CLAIM_TTL_S)
+    await services.redis.set(redis_keys.append_flush(older), "waiting", px=10_000)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    r = await call(
+        "conversation.append",
+        writer,
+        namespace=ns,
+        turns=[
+            {"thread_id": "t", "msg_id": "m0", "role": "user", "content": "a turn of its own"},
+            {"thread_id": "t", "msg_id": "m1", "role": "user", "content": TEXT},
+        ],
+    )
+    assert r.status_code == 503, r.text
+    assert loop.time() - started < appending.CONTEST_WAIT_S / 2
+    assert await services.redis.get(claim_key(_key(ns, "m0"))) is None  # its own claims released
+    assert turn_rows(services.ch, ns, final=False) == []
+
+
+async def test_a_waiting_holder_with_the_larger_id_is_waited_for(call, ns, writer, services):
+    key = _key(ns)
+    younger = "g" * 32  # larger than any flush id: this flush waits, the other gives up
+    await services.redis.set(claim_key(key), younger, ex=CLAIM_TTL_S)
+    await services.redis.set(redis_keys.append_flush(younger), "waiting", px=10_000)
+    pending = asyncio.ensure_future(_append(call, writer, ns))
+    await asyncio.sleep(0.3)
+    assert not pending.done()
+    await services.redis.delete(claim_key(key))  # it gave up: released its claims
+    r = await pending
+    assert r.json()["stored"] is True
+    assert len(turn_rows(services.ch, ns, final=False)) == 1

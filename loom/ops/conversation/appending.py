@@ -366,6 +366,8 @@ class AppendPipeline:
                 return
             if loop.time() >= deadline:
                 raise Unavailable("another append of the same turn has not finished; retry the append")
+            await landed.mark_waiting(svc.redis, flush_id)  # again: a claim attempt marks it live only
+            await self._no_wait_cycle(pending, flush_id)
             await asyncio.sleep(pause)
             pause = min(pause * 2, longest)
             again = dict(zip(pending, await self._claim_keys(pending, flush_id), strict=True))
@@ -546,6 +548,15 @@ class AppendPipeline:
         finally:
             with contextlib.suppress(Exception):
                 await lease.release()
+
+    async def _no_wait_cycle(self, pending: list[conv_store.TurnKey], flush_id: str) -> None:
+        """Two flushes each holding a turn the other carries would wait on each other
+        until CONTEST_WAIT_S: a waiting flush whose turn is held by another waiting
+        flush with a smaller id gives up at once (its claims are released, its callers
+        answered 503: retry), so in any such cycle one gives up and the others go on."""
+        holders = await landed.waiting_holders(self.svc.redis, [claim_key(k) for k in pending])
+        if any(h and h < flush_id for h in holders):
+            raise Unavailable("two appends carry the same turns and wait on each other; retry the append")
 
     async def _release(self, keys: list[conv_store.TurnKey], flush_id: str) -> None:
         try:
