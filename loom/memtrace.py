@@ -50,9 +50,13 @@ def _dump_loop(path: Path, every: float) -> None:
     import lazily is not growth); then each dump is compared with it and with the last."""
     started = time.monotonic()
     time.sleep(every)
+    if not tracemalloc.is_tracing():
+        return
     first = last = _snapshot()
     while True:
         time.sleep(every)
+        if not tracemalloc.is_tracing():  # stopped (a test): so is this thread
+            return
         snap = _snapshot()
         current, peak = tracemalloc.get_traced_memory()
         collections = [g["collections"] for g in gc.get_stats()]
