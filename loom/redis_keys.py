@@ -16,6 +16,7 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | QUEUE               | zset   | none (arq's)                | the API enqueues, arq's worker pops          |
 | QUEUE_WAKE          | list   | QUEUE_WAKE_TTL_S            | the enqueuer; an idle worker pops            |
 | turn_claim          | string | claims' TTL (append, save)  | append flush (Lua), conversation.save        |
+| append_flush        | string | a flush's live TTL (renewed)| append flush (Lua; renewed while it runs)    |
 | landed_bucket       | hash   | none                        | append flush (Lua), the notes' rebuild       |
 | landed_ready        | string | none                        | the notes' rebuild (Redis run_id)            |
 | landed_rebuilding   | string | the rebuild lease's TTL     | the notes' rebuild (a lease)                 |
@@ -51,6 +52,9 @@ QUEUE_WAKE = f"{QUEUE}:wake"
 
 TURN_CLAIM = "loom:claim:turn:"
 """Prefix. String per turn: the flush id (or ``save:…``) of the one writer that claims it."""
+APPEND_FLUSH = "loom:flush:append:"
+"""Prefix. String per append flush id while the flush runs (its live mark): a claim
+whose flush has no live mark was left by a flush that died, and may be taken over."""
 LANDED = "loom:landed:"
 """Prefix of a namespace's landed-turn notes: hash buckets, its ready mark, its rebuild lease."""
 FENCES = "loom:deleted:"
@@ -108,6 +112,10 @@ def compact_done(job_id: str) -> str:
 
 def turn_claim(namespace: str, turn_hash: str) -> str:
     return f"{TURN_CLAIM}{namespace}:{turn_hash}"
+
+
+def append_flush(flush_id: str) -> str:
+    return f"{APPEND_FLUSH}{flush_id}"
 
 
 def turn_claims_of(namespace: str) -> str:

@@ -24,6 +24,7 @@ PINNED = [
     ),
     (redis_keys.turn_claim("ns", "h" * 40), "loom:claim:turn:ns:" + "h" * 40),
     (redis_keys.turn_claims_of("ns"), "loom:claim:turn:ns:"),
+    (redis_keys.append_flush("f"), "loom:flush:append:f"),
     (redis_keys.landed_of("ns"), "loom:landed:ns:"),
     (redis_keys.landed_bucket("ns", 0xA), "loom:landed:ns:00a"),
     (landed.ready_key("ns"), "loom:landed:ns:ready"),

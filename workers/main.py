@@ -16,6 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from loom import logging as loom_logging
+from loom import memtrace
 from loom.gc_tuning import calm_the_garbage_collector
 from loom.queue import QUEUE, WAKE_KEY
 from loom.services import open_services, redis_settings
@@ -90,6 +91,7 @@ def _startup(settings: Settings, clickhouse_url: str, redis_url: str) -> Any:
         for hook in STARTUP_HOOKS:
             await hook(ctx)
         calm_the_garbage_collector()
+        memtrace.start_from_env("worker")
 
     return on_startup
 

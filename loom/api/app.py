@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 
 from loom import logging as loom_logging
+from loom import memtrace
 from loom.api import errors
 from loom.api.deps import authenticate
 from loom.api.gate import Gate
@@ -68,6 +69,7 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         svc = await open_services(cfg, backends.clickhouse_url, backends.redis_url)
         app.state.services = svc
         calm_the_garbage_collector()
+        memtrace.start_from_env("api")
         try:
             yield
         finally:

@@ -45,23 +45,36 @@ BUCKETS = 4096
 REBUILD_PAGE = 20_000
 
 # KEYS: the ready marks of the batch's namespaces (n of them), then per turn its claim
-# key and the buckets of its two notes. ARGV: n, the claim's value, its TTL, then per
-# turn the two note fields and the (1-based) index of its namespace's ready mark.
-# Returns per turn a bit set: 1 claimed, 2 never noted for this agent, 4 never noted for
-# any agent, 8 its namespace is ready, 16 not claimed because a save holds the claim.
+# key and the buckets of its two notes. ARGV: n, the claim's value (the flush id), its
+# TTL, the prefix of the flushes' live marks, their TTL in ms, then per turn the two
+# note fields and the (1-based) index of its namespace's ready mark.
+# Marks the flush live, then returns per turn a bit set: 1 claimed, 2 never noted for
+# this agent, 4 never noted for any agent, 8 its namespace is ready, 16 not claimed
+# because a save holds the claim, 32 claimed by taking it over from a flush that is no
+# longer live (it died, or ended without releasing it: its row may or may not have
+# landed, so the taker reads ClickHouse).
 _CLAIM_AND_NOTE = """
 local n = tonumber(ARGV[1])
+local live = ARGV[4]
+redis.call('SET', live .. ARGV[2], '1', 'PX', ARGV[5])
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
 local ready = {}
 for i = 1, n do ready[i] = (redis.call('GET', KEYS[i]) == run) end
 local out = {}
 local t = 0
 for k = n + 1, #KEYS, 3 do
-  local a = 4 + t * 3
+  local a = 6 + t * 3
   t = t + 1
   local bits = 0
   if redis.call('SET', KEYS[k], ARGV[2], 'NX', 'EX', ARGV[3]) then bits = bits + 1
-  elseif string.sub(redis.call('GET', KEYS[k]) or '', 1, 5) == 'save:' then bits = bits + 16 end
+  else
+    local holder = redis.call('GET', KEYS[k]) or ''
+    if string.sub(holder, 1, 5) == 'save:' then bits = bits + 16
+    elseif holder ~= ARGV[2] and redis.call('EXISTS', live .. holder) == 0 then
+      redis.call('SET', KEYS[k], ARGV[2], 'EX', ARGV[3])
+      bits = bits + 1 + 32
+    end
+  end
   bits = bits + 2 * redis.call('HSETNX', KEYS[k + 1], ARGV[a], '')
   bits = bits + 4 * redis.call('HSETNX', KEYS[k + 2], ARGV[a + 1], '')
   if ready[tonumber(ARGV[a + 2])] then bits = bits + 8 end
@@ -95,11 +108,17 @@ class Noted:
     first_any: bool  # never noted for any agent before
     ready: bool  # its namespace's notes are complete
     held_by_save: bool = False  # not claimed: a save holds the claim (its row may be saved-only)
+    taken_over: bool = False  # claimed from a flush no longer live (its row may have landed)
 
     @property
     def certainly_new(self) -> bool:
         """Never landed for this agent: no ClickHouse read needed."""
-        return self.first_note and self.ready
+        return self.first_note and self.ready and not self.taken_over
+
+    @property
+    def contested(self) -> bool:
+        """Another append's live flush holds the claim: its row may land, or not."""
+        return not self.claimed and not self.held_by_save
 
 
 def _digest(kind: str, parts: Iterable[str]) -> bytes:
@@ -130,21 +149,69 @@ def ready_key(namespace: str) -> str:
 
 
 async def claim_and_note(
-    redis: Redis, keys: Sequence[TurnKey], claim_keys: Sequence[str], claim_value: str, claim_ttl_s: int
+    redis: Redis,
+    keys: Sequence[TurnKey],
+    claim_keys: Sequence[str],
+    claim_value: str,
+    claim_ttl_s: int,
+    live_ms: int,
 ) -> list[Noted]:
-    """In one atomic round trip: claim each turn (SET NX with a TTL) and note it."""
+    """In one atomic round trip: mark the flush `claim_value` live for `live_ms` (its
+    owner renews the mark while the flush runs: :func:`keep_live`), then claim each
+    turn (SET NX with a TTL, or a take-over of a claim whose flush is no longer live)
+    and note it."""
     if not keys:
         return []
     namespaces = list(dict.fromkeys(k[0] for k in keys))
     index = {ns: i + 1 for i, ns in enumerate(namespaces)}
     script_keys: list[str] = [ready_key(ns) for ns in namespaces]
-    args: list[str | bytes | int] = [len(namespaces), claim_value, claim_ttl_s]
+    args: list[str | bytes | int] = [
+        len(namespaces),
+        claim_value,
+        claim_ttl_s,
+        redis_keys.APPEND_FLUSH,
+        live_ms,
+    ]
     for key, claim in zip(keys, claim_keys, strict=True):
         (a_bucket, a_field), (x_bucket, x_field) = _this_agent(key), _any_agent(key)
         script_keys += [claim, a_bucket, x_bucket]
         args += [a_field, x_field, index[key[0]]]
     bits = await redis.eval(_CLAIM_AND_NOTE, len(script_keys), *script_keys, *args)  # type: ignore[misc,arg-type]
-    return [Noted(bool(b & 1), bool(b & 2), bool(b & 4), bool(b & 8), bool(b & 16)) for b in bits]
+    return [
+        Noted(bool(b & 1), bool(b & 2), bool(b & 4), bool(b & 8), bool(b & 16), bool(b & 32)) for b in bits
+    ]
+
+
+# KEYS: claim keys. ARGV: the live marks' prefix. Per claim, its holder's flush id when
+# that flush is live and itself waiting on a turn another flush holds, else ''.
+_WAITING_HOLDERS = """
+local out = {}
+for i = 1, #KEYS do
+  local holder = redis.call('GET', KEYS[i]) or ''
+  if holder ~= '' and redis.call('GET', ARGV[1] .. holder) == 'waiting' then out[i] = holder else out[i] = '' end
+end
+return out
+"""
+
+
+async def mark_waiting(redis: Redis, flush_id: str) -> None:
+    """Mark a live flush as waiting on turns other flushes hold (its mark keeps its TTL)."""
+    await redis.set(redis_keys.append_flush(flush_id), "waiting", xx=True, keepttl=True)
+
+
+async def waiting_holders(redis: Redis, claim_keys: Sequence[str]) -> list[str]:
+    """Per claim: the id of its flush if that flush is live and waiting too, else ''."""
+    got = await redis.eval(_WAITING_HOLDERS, len(claim_keys), *claim_keys, redis_keys.APPEND_FLUSH)  # type: ignore[misc]
+    return [g.decode() if isinstance(g, bytes) else str(g) for g in got]
+
+
+async def keep_live(redis: Redis, flush_ids: Iterable[str], live_ms: int) -> None:
+    """Extend the live marks of flushes still running (PEXPIRE: an ended flush's mark,
+    already gone, is not made again)."""
+    pipe = redis.pipeline(transaction=False)
+    for flush_id in flush_ids:
+        pipe.pexpire(redis_keys.append_flush(flush_id), live_ms)
+    await pipe.execute()
 
 
 async def note(redis: Redis, keys: Sequence[TurnKey]) -> None:

@@ -179,6 +179,12 @@ class EmbedClient:
         return job.futures
 
     async def _run_job(self, job_id: str, job: _Job) -> None:
+        try:
+            await self._await_job(job_id, job)
+        finally:  # however it ended (a failed enqueue too): the job and its texts are let go
+            self._jobs.pop(job_id, None)
+
+    async def _await_job(self, job_id: str, job: _Job) -> None:
         wait = self.svc.settings.embed_wait_seconds
         try:
             # "at": the enqueue stamp, from which the worker's write deadline runs.
@@ -192,7 +198,6 @@ class EmbedClient:
         _, pending = await asyncio.wait(job.futures, timeout=wait)
         if pending:
             await self._fail_open(job_id, failures.text(failures.EMBEDDER_TIMEOUT))
-        self._jobs.pop(job_id, None)
 
     async def _fail_open(self, job_id: str, error: str) -> None:
         job = self._jobs.get(job_id)

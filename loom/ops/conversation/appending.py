@@ -14,7 +14,13 @@ share their ClickHouse round trips (a one-row insert costs the engine 7-10 ms):
    at the same time, in one atomic Redis script (loom.store.landed), claims each turn
    (SET NX with a TTL, key per (namespace, agent, thread_id, msg_id): of two concurrent
    flushes carrying the same turn, in this process or another, exactly one wins) and
-   notes it among the turns that may have landed.
+   notes it among the turns that may have landed. A claim is trusted only while its
+   flush is live (a mark the flush renews while it runs: FLUSH_LIVE_MS): the claim of a
+   flush whose process died between its claim and its insert is taken over by the next
+   flush of that turn, which then reads ClickHouse for it like any re-log. A turn whose
+   claim a live flush holds is answered duplicate only once its row has landed; until
+   then the flush waits (CONTEST_WAIT_S, then 503), so that no append is told its turn
+   is stored while the only flush carrying it may still fail or die.
 3. The notes answer "certainly new" for most turns; only the others (noted before: a
    re-log; or a namespace whose notes are still being rebuilt) are looked up in
    ClickHouse, for any agent: a turn that another agent's copy landed for may have a
@@ -100,6 +106,16 @@ APPENDED = Counter("loom_append_turns_total", "Appended turns by outcome", ["out
 
 CLAIM_TTL_S = 3_600
 CLAIM_PREFIX = redis_keys.TURN_CLAIM
+# A flush is live while its mark lives (loom.store.landed.claim_and_note): the mark is
+# renewed every FLUSH_RENEW_S while the flush runs, and lapses FLUSH_LIVE_MS after its
+# process died or stalled. A claim whose flush is not live is taken over.
+FLUSH_LIVE_MS = 5_000
+FLUSH_RENEW_S = 1.0
+# How long a flush waits on a turn another live flush claimed, for its row to land or
+# its claim to be released or to lapse (longer than FLUSH_LIVE_MS, so that a flush that
+# died is always outlived). Past it the append answers 503: retry.
+CONTEST_WAIT_S = 12.0
+CONTEST_POLL_S = (0.01, 0.25)  # the first and the longest pause between looks
 REBUILD_LEASE_S = 600
 KNOWN_THREADS = 100_000  # threads this process remembers having written a row for
 _RELEASE_CLAIM = """
@@ -179,11 +195,17 @@ class AppendPipeline:
         self.embedder = EmbedClient(svc)
         self._known_threads: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._rebuilding: set[str] = set()
+        self._flushing: set[str] = set()  # the flushes running: their live marks are renewed
+        self._renewer: asyncio.Task[None] | None = None
 
     async def close(self) -> None:
         await self.buffer.close()
         await self.embed_buffer.close()
         await self.embedder.close()
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
 
     async def _submit(self, turns: Sequence[conv_store.Turn]) -> list[_Flushed]:
         """Each turn through its role's buffer; the results in the order of `turns`."""
@@ -231,7 +253,7 @@ class AppendPipeline:
 
     async def _flush(self, turns: list[conv_store.Turn]) -> list[_Flushed]:
         try:
-            return await self._flush_batch(turns)
+            return await self._flush_batch(_Batch.of(turns))
         except LoomError:
             raise
         except Exception as exc:
@@ -242,14 +264,38 @@ class AppendPipeline:
                 f"the conversation store did not take the turns ({type(exc).__name__}); retry the append"
             ) from exc
 
-    async def _flush_batch(self, turns: list[conv_store.Turn]) -> list[_Flushed]:
+    async def _flush_batch(self, batch: _Batch) -> list[_Flushed]:
+        """The flush, live (its claims are trusted) until it returns or raises."""
+        self._flushing.add(batch.flush_id)
+        self._keep_renewing()
+        try:
+            return await self._flush_live(batch)
+        finally:
+            self._flushing.discard(batch.flush_id)
+
+    def _keep_renewing(self) -> None:
+        if self._renewer is None or self._renewer.done():
+            self._renewer = asyncio.get_running_loop().create_task(self._renew(), name="append-flush-live")
+
+    async def _renew(self) -> None:
+        """Renew the live marks of the running flushes until the pipeline closes."""
+        while True:
+            await asyncio.sleep(FLUSH_RENEW_S)
+            if not self._flushing:
+                continue
+            try:
+                await landed.keep_live(self.svc.redis, list(self._flushing), FLUSH_LIVE_MS)
+            except Exception as exc:  # a flush outliving its mark may be taken over: a second version
+                log.warning("could not renew the append flushes' live marks", error=failures.detail(exc))
+
+    async def _flush_live(self, batch: _Batch) -> list[_Flushed]:
         """The steps of a flush (see the module docstring): claim and note the batch's
         turns while reading the recording switches, sort out which are stored, send
         those to the model while they are inserted, then embed the ones another
         agent's copy landed for (or reuse its vector)."""
+        turns = batch.turns
         FLUSH_ROWS.observe(len(turns))
         started = time.perf_counter()
-        batch = _Batch.of(turns)
         claimed = await self._claim(batch)
         FLUSH_SECONDS.labels("state").observe(time.perf_counter() - started)
         out, stored, release = _sort_out(batch, claimed)
@@ -267,31 +313,68 @@ class AppendPipeline:
 
     async def _claim(self, batch: _Batch) -> _Claimed:
         """Claim and note the batch's distinct turns and read the recording switches
-        (independent: one round trip each, at once), then which claimed turns landed
-        already. On a failure the claims are released (else a retry would read as a
-        duplicate)."""
+        (independent: one round trip each, at once), settle the turns another live
+        flush holds, then which claimed turns landed already. On a failure the claims
+        are released (else a retry would read as a duplicate)."""
         unique = batch.unique
         namespaces = list(dict.fromkeys(k[0] for k in unique))
         recording_or_error, noted_or_error = await asyncio.gather(
             self._recording(namespaces),
-            landed.claim_and_note(
-                self.svc.redis, unique, [claim_key(k) for k in unique], batch.flush_id, CLAIM_TTL_S
-            ),
+            self._claim_keys(unique, batch.flush_id),
             return_exceptions=True,
         )
         if isinstance(noted_or_error, BaseException):
             raise noted_or_error
         noted = dict(zip(unique, noted_or_error, strict=True))
-        claimed = {k for k, n in noted.items() if n.claimed}
         try:
             if isinstance(recording_or_error, BaseException):
                 raise recording_or_error
             recording = recording_or_error
+            contested = [k for k, n in noted.items() if n.contested and k[0] in recording]
+            if contested:
+                await self._settle(contested, batch.flush_id, noted)
             state = await self._landed(noted, recording)
         except BaseException:
-            await self._release(list(claimed), batch.flush_id)
+            await self._release([k for k, n in noted.items() if n.claimed], batch.flush_id)
             raise
-        return _Claimed(recording, noted, claimed, state)
+        return _Claimed(recording, noted, {k for k, n in noted.items() if n.claimed}, state)
+
+    async def _claim_keys(self, keys: list[conv_store.TurnKey], flush_id: str) -> list[landed.Noted]:
+        return await landed.claim_and_note(
+            self.svc.redis, keys, [claim_key(k) for k in keys], flush_id, CLAIM_TTL_S, FLUSH_LIVE_MS
+        )
+
+    async def _settle(
+        self,
+        contested: list[conv_store.TurnKey],
+        flush_id: str,
+        noted: dict[conv_store.TurnKey, landed.Noted],
+    ) -> None:
+        """Turns another append's flush claimed, and which is live: a concurrent
+        append of the same turn, or a retry of one whose flush may still be inserting
+        it (or died: its live mark lapses within FLUSH_LIVE_MS). Answered duplicate
+        only once their row has landed; claimed here (`noted` updated) once the other
+        flush released or outlived its claim. Rare (duplicates only), so polling."""
+        svc, loop = self.svc, asyncio.get_running_loop()
+        deadline = loop.time() + CONTEST_WAIT_S
+        pause, longest = CONTEST_POLL_S
+        pending = contested
+        while True:
+            existing = (await svc.run(conv_store.landed, svc.ch, pending)).existing
+            pending = [k for k in pending if k not in existing]  # landed: a duplicate
+            if not pending:
+                return
+            if loop.time() >= deadline:
+                raise Unavailable("another append of the same turn has not finished; retry the append")
+            await landed.mark_waiting(svc.redis, flush_id)  # again: a claim attempt marks it live only
+            await self._no_wait_cycle(pending, flush_id)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, longest)
+            again = dict(zip(pending, await self._claim_keys(pending, flush_id), strict=True))
+            noted.update({k: n for k, n in again.items() if not n.contested})
+            pending = [k for k, n in again.items() if n.contested]
+            if not pending:
+                return
 
     async def _store(
         self,
@@ -466,6 +549,15 @@ class AppendPipeline:
             with contextlib.suppress(Exception):
                 await lease.release()
 
+    async def _no_wait_cycle(self, pending: list[conv_store.TurnKey], flush_id: str) -> None:
+        """Two flushes each holding a turn the other carries would wait on each other
+        until CONTEST_WAIT_S: a waiting flush whose turn is held by another waiting
+        flush with a smaller id gives up at once (its claims are released, its callers
+        answered 503: retry), so in any such cycle one gives up and the others go on."""
+        holders = await landed.waiting_holders(self.svc.redis, [claim_key(k) for k in pending])
+        if any(h and h < flush_id for h in holders):
+            raise Unavailable("two appends carry the same turns and wait on each other; retry the append")
+
     async def _release(self, keys: list[conv_store.TurnKey], flush_id: str) -> None:
         try:
             pipe = self.svc.redis.pipeline(transaction=False)
@@ -564,8 +656,9 @@ def _sort_out(batch: _Batch, c: _Claimed) -> tuple[list[_Flushed], list[int], li
             if first and t.key in c.claimed:
                 release.append(t.key)
         elif not first or t.key in c.state.existing or t.key not in c.claimed:
-            # The turn landed already; a saved-only row of it is made recorded by
-            # the append that carried it (after the flush, under the thread lease).
+            # The turn landed already (or a save holds it); a saved-only row of it is
+            # made recorded by the append that carried it (after the flush, under the
+            # thread lease).
             maybe_saved = first and (t.key in c.state.saved_only or c.noted[t.key].held_by_save)
             out.append(_Flushed(False, DUPLICATE, saved_only=maybe_saved))
             if first and t.key in c.claimed:
