@@ -18,18 +18,19 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from loom.settings import Settings
+
 TOP_LINES = 25
 TOP_STACKS = 10
 
 
-def start_from_env(role: str) -> None:
+def start(settings: Settings, role: str) -> None:
     """Start tracing and the dumping thread if LOOM_MEMTRACE_DIR is set (idempotent)."""
-    out = os.environ.get("LOOM_MEMTRACE_DIR")
-    if not out or tracemalloc.is_tracing():
+    if not settings.memtrace_dir or tracemalloc.is_tracing():
         return
-    every = float(os.environ.get("LOOM_MEMTRACE_EVERY_S", "120"))
-    tracemalloc.start(int(os.environ.get("LOOM_MEMTRACE_FRAMES", "8")))
-    path = Path(out) / f"{role}-{os.getpid()}.txt"
+    every = settings.memtrace_every_s
+    tracemalloc.start(settings.memtrace_frames)
+    path = Path(settings.memtrace_dir) / f"{role}-{os.getpid()}.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
     threading.Thread(target=_dump_loop, args=(path, every), name="memtrace", daemon=True).start()
 

@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     # worker start-up and every interval.
     embed_recovery_grace_seconds: float = Field(60.0, gt=0)
     embed_recovery_interval_seconds: int = Field(60, ge=1, le=3600)
+    # Diagnosis only (loom.memtrace): tracemalloc dumps of the API and the worker; empty is off.
+    memtrace_dir: str = ""
+    memtrace_every_s: float = Field(120.0, gt=0)
+    memtrace_frames: int = Field(8, ge=1, le=100)
     llm: Literal["fake", "openai"] = "fake"
     llm_url: str = ""
     llm_model: str = ""

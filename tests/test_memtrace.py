@@ -9,22 +9,20 @@ from pathlib import Path
 import pytest
 
 from loom import memtrace
+from loom.settings import Settings
 
 
 def test_off_without_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("LOOM_MEMTRACE_DIR", raising=False)
-    memtrace.start_from_env("api")
+    memtrace.start(Settings(memtrace_dir=""), "api")
     assert not tracemalloc.is_tracing()
 
 
 def test_writes_what_grew(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     if tracemalloc.is_tracing():
         pytest.skip("tracemalloc already on in this process")
-    monkeypatch.setenv("LOOM_MEMTRACE_DIR", str(tmp_path))
-    monkeypatch.setenv("LOOM_MEMTRACE_EVERY_S", "0.2")
     kept: list[bytes] = []
     try:
-        memtrace.start_from_env("worker")
+        memtrace.start(Settings(memtrace_dir=str(tmp_path), memtrace_every_s=0.2), "worker")
         assert tracemalloc.is_tracing()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

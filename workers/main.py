@@ -91,7 +91,7 @@ def _startup(settings: Settings, clickhouse_url: str, redis_url: str) -> Any:
         for hook in STARTUP_HOOKS:
             await hook(ctx)
         calm_the_garbage_collector()
-        memtrace.start_from_env("worker")
+        memtrace.start(settings, "worker")
 
     return on_startup
 

@@ -69,7 +69,7 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         svc = await open_services(cfg, backends.clickhouse_url, backends.redis_url)
         app.state.services = svc
         calm_the_garbage_collector()
-        memtrace.start_from_env("api")
+        memtrace.start(cfg, "api")
         try:
             yield
         finally:

@@ -83,7 +83,8 @@ async def test_a_user_erasure_is_unreadable_at_once_then_removed_with_a_receipt(
     ch = services.ch
     saved_msg = await _seed_user(call, writer, ns, "u1", "t1")
     await _seed_user(call, writer, ns, "u2", "t2")
-    before_rows = _count(ch, "conversations", "namespace = {ns:String} AND user_id = 'u1'", {"ns": ns})
+    # Rows, not versions: a background merge may collapse a row's versions before the removal.
+    before_rows = _count(ch, "conversations FINAL", "namespace = {ns:String} AND user_id = 'u1'", {"ns": ns})
     got = await ok(call, "erasure.request", admin, user_id="u1")
     receipt = got["receipt"]
     assert receipt["kind"] == "user" and receipt["namespaces"] == [ns] and len(receipt["digest"]) == 64
@@ -180,7 +181,9 @@ async def test_a_removal_killed_halfway_resumes_and_counts_each_row_once(
 ):
     ch = services.ch
     await _seed_user(call, writer, ns, "u1", "t1")
-    rows_before = _count(ch, "conversations", "namespace = {ns:String} AND user_id = 'u1'", {"ns": ns})
+    where = "namespace = {ns:String} AND user_id = 'u1'"
+    versions_before = _count(ch, "conversations", where, {"ns": ns})
+    rows_before = _count(ch, "conversations FINAL", where, {"ns": ns})
 
     async def no_worker(svc: Any, erasure_id: str) -> None:  # the job is run by hand below
         return None
@@ -198,8 +201,10 @@ async def test_a_removal_killed_halfway_resumes_and_counts_each_row_once(
     # The retry (what the pool does with a job whose worker died) resumes and finishes.
     finished = await requesting.run_removal(services, req.erasure_id)
     assert finished.state == "done" and finished.steps_done == finished.steps_total
-    # Every version: the rows as they were, plus the erasure's three tombstones.
-    assert finished.receipt["tables"]["conversations"]["removed"] == rows_before + 3
+    # Every version, each counted once: at most the versions as they were plus the erasure's
+    # three tombstones (a background merge may have collapsed some first), at least one a row.
+    removed = finished.receipt["tables"]["conversations"]["removed"]
+    assert rows_before <= removed <= versions_before + 3
     assert finished.receipt["digest"] == req.receipt["digest"]
     # Running it once more changes nothing.
     assert (await requesting.run_removal(services, req.erasure_id)).receipt == finished.receipt
