@@ -275,14 +275,14 @@ class Load:
                 )
                 time.sleep(0.05)
 
-    def probe_append(self, client: httpx.Client, n: int) -> bool:
-        """One more turn on a thread of its own; True when answered 200."""
+    def probe_append(self, client: httpx.Client, n: int) -> Outcome:
+        """One more turn on a thread of its own, and its own answer (other threads' land
+        in `outcomes` meanwhile)."""
         turn = self._turn("probe", n)
         outcome = self._post(client, "conversation.append", {"namespace": self.namespace, **turn})
         if outcome.status == 200:
             self._note_acked([outcome.body])
-            return True
-        return False
+        return outcome
 
 
 def listed_msg_ids(base: str, token: str, namespace: str, thread_id: str) -> list[str]:

@@ -161,11 +161,8 @@ def _wait_recovered(
                     and client.get(f"{served.base}/healthz", timeout=2).status_code == 200
                 ):
                     n += 1
-                    outcome_count = len(load.outcomes)
-                    if (
-                        load.probe_append(client, 2 * n)
-                        and load.outcomes[outcome_count].body.get("embedding") == "embedded"
-                    ):
+                    probe = load.probe_append(client, 2 * n)
+                    if probe.status == 200 and probe.body.get("embedding") == "embedded":
                         return new.pid, time.monotonic() - killed_at
             time.sleep(0.1)
     new = served.children().get(child)
