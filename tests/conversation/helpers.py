@@ -95,6 +95,17 @@ async def ok(call: Any, op: str, token: str, **body: Any) -> dict[str, Any]:
     return r.json()  # type: ignore[no-any-return]
 
 
+SAVE = "conversation.save_message"
+SAVE_DEFAULTS = {"user_id": "alice", "conversation_id": "c", "message_id": "m", "role": "user"}
+
+
+async def save(call: Any, token: str, **body: Any) -> dict[str, Any]:
+    """conversation.save_message answered 200: alice's message m of conversation c, a
+    user turn, unless `body` says otherwise (a field given as None is left out)."""
+    fields = {k: v for k, v in {**SAVE_DEFAULTS, **body}.items() if v is not None}
+    return await ok(call, SAVE, token, **fields)
+
+
 def parts_indexed(ch: Any, table: str, ns: str) -> list[bool]:
     """Whether each part holding the namespace's rows of `table` carries its skip indexes
     (a part merged away meanwhile still reads as it was: outdated parts are listed too)."""

@@ -15,9 +15,17 @@ from loom.ops.conversation import TurnInput, append, saving
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
 from loom.store import namespaces
 from tests.conversation.conftest import wait_for
-from tests.conversation.helpers import emb_row, emb_rows, ok, revise_turn, tombstone_turn, turn_rows
+from tests.conversation.helpers import (
+    SAVE,
+    emb_row,
+    emb_rows,
+    ok,
+    revise_turn,
+    save,
+    tombstone_turn,
+    turn_rows,
+)
 
-SAVE = "conversation.save_message"
 UNSAVE = "conversation.unsave_message"
 HIGH = "sure, the prod login is password=Tr0ub4dor&3xq"
 
@@ -42,12 +50,10 @@ def _raw_rows(services: Any, ns: str) -> list[dict[str, Any]]:
 
 
 async def test_save_works_without_recording_and_does_not_turn_it_on(call, ns, token, services):
-    body = await ok(
+    body = await save(
         call,
-        SAVE,
         token,
         namespace=ns,
-        user_id="alice",
         conversation_id="c1",
         message_id="m1",
         role="assistant",
@@ -78,12 +84,10 @@ async def test_a_message_in_the_transcript_is_flagged_in_place(call, ns, writer,
     )
     before = emb_row(services.ch, ns, "c1", "m1")
     assert before["is_saved"] is False
-    body = await ok(
+    body = await save(
         call,
-        SAVE,
         writer,
         namespace=ns,
-        user_id="alice",
         conversation_id="c1",
         message_id="m1",
         role="assistant",
@@ -102,17 +106,7 @@ async def test_a_message_in_the_transcript_is_flagged_in_place(call, ns, writer,
 
 
 async def test_saving_again_keeps_saved_at_and_writes_nothing_new(call, ns, token, services):
-    first = await ok(
-        call,
-        SAVE,
-        token,
-        namespace=ns,
-        user_id="alice",
-        conversation_id="c",
-        message_id="m",
-        role="user",
-        content="remember the staging cluster password rotation",
-    )
+    first = await save(call, token, namespace=ns, content="remember the staging cluster password rotation")
     rows = len(_raw_rows(services, ns))
     again = await ok(call, SAVE, token, namespace=ns, user_id="alice", conversation_id="c", message_id="m")
     assert again == first
@@ -142,17 +136,7 @@ async def test_owner_mismatch(call, ns, writer, services):
 async def test_deleted_also_once_saved(call, ns, writer, services):
     await _append(call, writer, ns, thread_id="c", msg_id="m", role="user", content="soon deleted")
     tombstone_turn(services.ch, ns, "default", "c", "m")
-    body = await ok(
-        call,
-        SAVE,
-        writer,
-        namespace=ns,
-        user_id="alice",
-        conversation_id="c",
-        message_id="m",
-        role="user",
-        content="soon deleted",
-    )
+    body = await save(call, writer, namespace=ns, content="soon deleted")
     assert body["saved"] is False and body["reason"] == "deleted"
     # A saved one deleted afterwards answers the same.
     await _append(call, writer, ns, thread_id="c", msg_id="k", role="user", content="saved then deleted")
@@ -171,12 +155,10 @@ async def test_unsupported_role(call, ns, writer, token, services, api_embedder)
     assert body["saved"] is False and body["indexed"] is False and body["reason"] == "unsupported_role"
     assert turn_rows(services.ch, ns)[0]["is_saved"] is False
     # A new tool message is not stored.
-    body = await ok(
+    body = await save(
         call,
-        SAVE,
         token,
         namespace=ns,
-        user_id="alice",
         conversation_id="c2",
         message_id="tool1",
         role="tool",
@@ -190,17 +172,7 @@ async def test_unsupported_role(call, ns, writer, token, services, api_embedder)
 async def test_high_sensitivity(call, ns, writer, services, api_embedder):
     spy = api_embedder(SpyEmbedder(FakeEmbedder()))
     # A new message that reads as high is not stored.
-    body = await ok(
-        call,
-        SAVE,
-        writer,
-        namespace=ns,
-        user_id="alice",
-        conversation_id="c",
-        message_id="new",
-        role="user",
-        content=HIGH,
-    )
+    body = await save(call, writer, namespace=ns, message_id="new", content=HIGH)
     assert body == {
         "conversation_id": "c",
         "message_id": "new",
@@ -238,17 +210,7 @@ async def test_high_sensitivity(call, ns, writer, services, api_embedder):
 
 async def test_embed_failed_then_saving_again_retries(call, ns, token, services, api_embedder):
     failing = api_embedder(FakeEmbedder(fail=True))
-    body = await ok(
-        call,
-        SAVE,
-        token,
-        namespace=ns,
-        user_id="alice",
-        conversation_id="c",
-        message_id="m",
-        role="user",
-        content="the ETL backfill window is three days",
-    )
+    body = await save(call, token, namespace=ns, content="the ETL backfill window is three days")
     assert body["saved"] is True and body["indexed"] is False and body["reason"] == "embed_failed"
     assert len(failing.calls) == 1
     [row] = turn_rows(services.ch, ns)
@@ -270,17 +232,7 @@ async def test_embed_failed_then_saving_again_retries(call, ns, token, services,
 async def test_embedding_uses_the_first_2048_characters(call, ns, token, services, api_embedder):
     spy = api_embedder(SpyEmbedder(FakeEmbedder()))
     long = "word " * 1000
-    await ok(
-        call,
-        SAVE,
-        token,
-        namespace=ns,
-        user_id="u",
-        conversation_id="c",
-        message_id="m",
-        role="user",
-        content=long,
-    )
+    await save(call, token, namespace=ns, user_id="u", content=long)
     assert spy.texts == [long[:2048]]
     assert emb_row(services.ch, ns, "c", "m")["text"] == long[:2048]
     assert turn_rows(services.ch, ns)[0]["content"] == long
@@ -422,17 +374,7 @@ async def test_an_append_racing_a_new_save_answers_duplicate(ns, writer, service
 
 
 async def test_unsave_where_the_namespace_does_not_record_removes_the_turn(call, ns, token, services):
-    await ok(
-        call,
-        SAVE,
-        token,
-        namespace=ns,
-        user_id="alice",
-        conversation_id="c",
-        message_id="m",
-        role="user",
-        content="only here because of the save",
-    )
+    await save(call, token, namespace=ns, content="only here because of the save")
     body = await ok(call, UNSAVE, token, namespace=ns, user_id="alice", conversation_id="c", message_id="m")
     assert body == {"found": True, "removed": True}
     assert _raw_rows(services, ns) == []
@@ -454,17 +396,7 @@ async def test_unsave_where_the_namespace_does_not_record_removes_the_turn(call,
         call, UNSAVE, token, namespace=ns, user_id="alice", conversation_id="c", message_id="m"
     ) == {"found": False, "removed": False}
     # Saving again restores it (a new generation: the first insert's token does not swallow it).
-    body = await ok(
-        call,
-        SAVE,
-        token,
-        namespace=ns,
-        user_id="alice",
-        conversation_id="c",
-        message_id="m",
-        role="user",
-        content="only here because of the save",
-    )
+    body = await save(call, token, namespace=ns, content="only here because of the save")
     assert body["saved"] is True and body["indexed"] is True
     assert len(turn_rows(services.ch, ns)) == 1
     emb = emb_row(services.ch, ns, "c", "m")
@@ -504,17 +436,7 @@ async def test_unsave_never_says_whose(call, ns, writer, services):
 
 
 async def test_a_tombstone_keeps_an_older_version_from_coming_back(call, ns, token, services):
-    await ok(
-        call,
-        SAVE,
-        token,
-        namespace=ns,
-        user_id="alice",
-        conversation_id="c",
-        message_id="m",
-        role="user",
-        content="withdrawn",
-    )
+    await save(call, token, namespace=ns, content="withdrawn")
     old = emb_row(services.ch, ns, "c", "m")
     await ok(call, UNSAVE, token, namespace=ns, user_id="alice", conversation_id="c", message_id="m")
     # A merge or a late replica brings the old version back into the same table: the
@@ -529,16 +451,7 @@ async def test_a_tombstone_keeps_an_older_version_from_coming_back(call, ns, tok
 
 async def test_own_user_token_acts_as_its_user(call, ns, mint, services):
     pinned = mint(ns, "writer", read_scope="own_user", read_user_id="carol")
-    body = await ok(
-        call,
-        SAVE,
-        pinned,
-        namespace="@me",
-        conversation_id="c",
-        message_id="m",
-        role="user",
-        content="carol's note",
-    )
+    body = await save(call, pinned, namespace="@me", user_id=None, content="carol's note")
     assert body["saved"] is True
     assert turn_rows(services.ch, ns)[0]["user_id"] == "carol"
     body = await ok(call, SAVE, pinned, namespace=ns, user_id="carol", conversation_id="c", message_id="m")

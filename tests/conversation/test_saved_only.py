@@ -12,9 +12,8 @@ from loom.clock import next_version
 from loom.providers.embedders import FakeEmbedder
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
-from tests.conversation.helpers import emb_row, ok, raise_marks, turn_rows
+from tests.conversation.helpers import emb_row, ok, raise_marks, save, turn_rows
 
-SAVE = "conversation.save_message"
 UNSAVE = "conversation.unsave_message"
 TEXT = "the billing ledger migration finished after the invoices were re-exported"
 QUERY = "billing ledger migration invoices"
@@ -39,16 +38,8 @@ async def _save(
     content: str = TEXT,
     user: str = "alice",
 ) -> dict[str, Any]:
-    body = await ok(
-        call,
-        SAVE,
-        token,
-        namespace=ns,
-        user_id=user,
-        conversation_id=thread_id,
-        message_id=msg_id,
-        role="user",
-        content=content,
+    body = await save(
+        call, token, namespace=ns, user_id=user, conversation_id=thread_id, message_id=msg_id, content=content
     )
     assert body["saved"] is True and body["indexed"] is True, body
     return body
@@ -266,17 +257,8 @@ async def test_a_saved_only_copy_leaves_another_agents_recorded_copy_searchable(
     """Agent "other" saves its own (new) copy of a turn agent "default" recorded: the
     shared embedding row keeps serving the recorded copy to conversation.search."""
     await _append(call, writer, ns, "m1")
-    body = await ok(
-        call,
-        SAVE,
-        writer,
-        namespace=ns,
-        user_id="alice",
-        conversation_id="c1",
-        message_id="m1",
-        agent="other",
-        role="user",
-        content=TEXT,
+    body = await save(
+        call, writer, namespace=ns, conversation_id="c1", message_id="m1", agent="other", content=TEXT
     )
     assert body["saved"] is True and body["indexed"] is True
     origin = {r["agent"]: r["origin"] for r in turn_rows(services.ch, ns)}

@@ -17,9 +17,9 @@ from loom.ops.conversation.saved_reads import centred_excerpt
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
+from tests.conversation import helpers
 from tests.conversation.helpers import ok, revise_turn, tombstone_turn
 
-SAVE = "conversation.save_message"
 LIST = "conversation.list_saved_messages"
 STATUS = "conversation.saved_status"
 SEARCH = "conversation.search_saved_messages"
@@ -47,9 +47,8 @@ async def save(
     conv: str = "c",
     role: str = "assistant",
 ) -> dict[str, Any]:
-    body = await ok(
+    body = await helpers.save(
         call,
-        SAVE,
         token,
         namespace=ns,
         user_id=user,
@@ -153,17 +152,8 @@ async def test_list_cursor_is_opaque_and_bound_to_its_listing(call, ns, token):
 
 
 async def test_list_ts_is_the_save_time_else_the_message_time(call, ns, token, services):
-    await ok(
-        call,
-        SAVE,
-        token,
-        namespace=ns,
-        user_id="alice",
-        conversation_id="c",
-        message_id="m",
-        role="user",
-        content="an old message saved today",
-        ts="2024-01-02T03:04:05Z",
+    await helpers.save(
+        call, token, namespace=ns, content="an old message saved today", ts="2024-01-02T03:04:05Z"
     )
     # A row an earlier build saved without a save time.
     old = datetime(2023, 5, 6, 7, 8, 9, tzinfo=UTC)
