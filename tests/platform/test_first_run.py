@@ -404,6 +404,16 @@ def _brief_read(out: str) -> None:
     assert body["sections"]["next_steps"] == ["Retire the old ledger"]
 
 
+def _fact_set(out: str) -> None:
+    body = _json(out)
+    assert [(r["stored"], r["indexed"]) for r in body["results"]] == [(True, True)], body
+
+
+def _fact_found(out: str) -> None:
+    body = _json(out)
+    assert body["hits"] and body["hits"][0]["text"] == "Wants invoices issued in EUR", body
+
+
 def _silent(out: str) -> None:
     assert out == "", out
 
@@ -421,6 +431,8 @@ README_STEPS: list[tuple[str, Callable[[str], None]]] = [
     ("/v1/conversation.search_saved_messages", _found_saved),
     ("/v1/session.brief_save", _brief_saved),
     ("/v1/session.brief_get", _brief_read),
+    ("/v1/memory.set", _fact_set),
+    ("/v1/memory.search", _fact_found),
 ]
 
 MARK = "@@loom-readme-block@@"
