@@ -1,4 +1,5 @@
-"""The `loom` command: serve, worker, migrate, token, reembed, erasure export, retention show."""
+"""The `loom` command: serve, worker, migrate, token, reembed, erasure export, retention show,
+ingest-transcript."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loom.cli.erasure import erasure_app, retention_app
+from loom.cli.ingest import ingest_transcript
 from loom.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
@@ -23,6 +25,7 @@ token_app = typer.Typer(help="Mint, list and revoke bearer tokens.", no_args_is_
 app.add_typer(token_app, name="token")
 app.add_typer(erasure_app, name="erasure")
 app.add_typer(retention_app, name="retention")
+app.command("ingest-transcript")(ingest_transcript)
 console = Console(stderr=True)
 
 

@@ -506,6 +506,10 @@ def test_every_setting_the_readme_names_is_read_and_used() -> None:
     assert re.findall(r"`_[A-Z][A-Z0-9_]*`", text) == []
     names = set(re.findall(r"\bLOOM_[A-Z0-9_]+", text))
     test_only = {n for n in names if n.startswith("LOOM_TEST_")}
+    # The clients' variables (the SDK, `loom ingest-transcript`): read there, not by the server.
+    from loom.sdk.transport import CLIENT_ENV
+
+    names -= set(CLIENT_ENV)
     conftest = (REPO / "tests" / "conftest.py").read_text()
     assert all(n in conftest for n in test_only), test_only  # the suite's own switches
     settings = {n.removeprefix("LOOM_").lower() for n in names - test_only}
