@@ -10,7 +10,9 @@ retried with backoff (honouring `Retry-After`, capped), a few times, then raised
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +102,20 @@ class Transport:
             await asyncio.sleep(min(backoff, self.retry.max_backoff_s))
             backoff *= 2
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def stream_lines(self, op: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """POST the op and yield its NDJSON answer line by line (not retried: a stream
+        half read cannot be resumed; the caller runs it again)."""
+        try:
+            async with self._http.stream("POST", f"/v1/{op}", json=body) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    raise _error(r)
+                async for line in r.aiter_lines():
+                    if line.strip():
+                        yield json.loads(line)
+        except RETRY_ERRORS as exc:
+            raise LoomError(0, "unreachable", f"{self.base_url}: {type(exc).__name__}") from None
 
 
 def _retry_after(r: httpx.Response) -> float:

@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -461,6 +462,50 @@ def test_readme_first_session_runs_as_written(served: Served) -> None:
             raise AssertionError(f"README block {phrase!r} printed {out!r}") from exc
     admin, end_user = parts[-1].split("\n")
     assert admin.startswith("loom_") and end_user.startswith("loom_") and admin != end_user
+
+
+def readme_sdk_example() -> str:
+    """The Python block of the README's SDK section (the design's own example)."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("\n## The Python SDK\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    return str(block)
+
+
+# Runs a script with top-level await as written (as `python -m asyncio` would).
+TOP_LEVEL_AWAIT = (
+    "import ast, asyncio, sys\n"
+    "code = compile(sys.stdin.read(), 'README', 'exec', flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)\n"
+    "ran = eval(code, {'__name__': '__main__'})\n"
+    "if ran is not None:\n"
+    "    asyncio.run(ran)\n"
+)
+
+
+def test_readme_sdk_example_runs_as_written(served: Served) -> None:
+    """The SDK example (Agent, session, resume, append, close, briefs.save) against this
+    `loom serve`: only the port differs; the token comes from LOOM_TOKEN."""
+    _need_up(served)
+    minted = served.run("./.venv/bin/loom", "token", "mint", "--namespace", "dev", "--role", "writer")
+    assert minted.returncode == 0, minted.stderr
+    token = minted.stdout.strip()
+    script = served.root / "readme_sdk_example.py"
+    script.write_text(readme_sdk_example().replace("localhost:7777", f"127.0.0.1:{served.port}"))
+    ran = served.run(
+        "bash",
+        "-c",
+        f"LOOM_TOKEN={token} ./.venv/bin/python -c {shlex.quote(TOP_LEVEL_AWAIT)} < {script.name}",
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "False"  # namespace dev does not record: nothing kept, no error
+    brief = _post(served, "session.brief_get", token, {"namespace": "dev", "project": "billing"})
+    assert brief["brief_key"] == "auto/billing/ledger-move" and brief["author"] == "model"
+    assert brief["sections"]["next_steps"] == ["Update the export job"]
+    recalled = _post(
+        served, "memory.recall", token, {"namespace": "dev", "user_id": "u1", "query": "invoices ledger"}
+    )
+    # close() handed the turns to extraction: kept as evidence although the transcript was not.
+    assert "We moved invoices to the new ledger." in [h["content"] for h in recalled["hits"]], recalled
 
 
 # -- what the README documents exists ------------------------------------------------------

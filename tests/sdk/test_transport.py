@@ -89,3 +89,21 @@ def test_the_token_comes_from_the_argument_or_loom_token(monkeypatch) -> None:
     assert err.value.error == "no_token" and "LOOM_TOKEN" in str(err.value)
     monkeypatch.setenv("LOOM_TOKEN", "loom_env")
     assert Transport("http://127.0.0.1:9")._http.headers["authorization"] == "Bearer loom_env"
+
+
+def test_the_sdk_loads_no_server_module() -> None:
+    """`from loom import Agent` (with the API's edge models it shares) imports neither
+    the server's framework nor its backends' drivers."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from loom import Agent, SyncAgent\n"
+        "heavy = ('fastapi', 'clickhouse_connect', 'redis', 'arq', 'numpy', 'loom.ops', 'loom.store')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from loom.api.models.common import AgentId, NamespacedRequest, StrictModel, Timestamp
-from loom.ops.briefs.events import MAX_EVENT_CHARS, MAX_EVENTS, MAX_PATH_CHARS
+from loom.limits import MAX_EVENT_CHARS, MAX_EVENTS, MAX_PATH_CHARS
 
 EventKind = Literal[
     "user", "assistant", "edit", "command", "error", "read", "search", "tool", "note", "summary"

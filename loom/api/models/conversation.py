@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from loom.api.models.bounds import JsonObject
 from loom.api.models.common import AgentId, NamespacedRequest, StrictModel, Timestamp
-from loom.ops.conversation.appending import TurnInput
-from loom.ops.conversation.common import MAX_BATCH_TURNS
+from loom.limits import MAX_BATCH_TURNS
+
+if TYPE_CHECKING:  # the ops are imported where a request is turned into their input: the SDK
+    # shares these models and must not load the server to do so
+    from loom.ops.conversation.appending import TurnInput
 
 ThreadId = Annotated[
     str, Field(min_length=1, max_length=256, description="The thread's id (any string the client picks).")
@@ -63,6 +66,8 @@ class TurnIn(StrictModel):
     tokens: Tokens | None = None
 
     def to_input(self) -> TurnInput:
+        from loom.ops.conversation.appending import TurnInput
+
         return TurnInput(
             self.thread_id,
             self.role,
@@ -119,6 +124,8 @@ class AppendRequest(NamespacedRequest):
         return self.turns is not None
 
     def turn_inputs(self) -> list[TurnInput]:
+        from loom.ops.conversation.appending import TurnInput
+
         if self.turns is not None:
             return [t.to_input() for t in self.turns]
         assert self.thread_id is not None and self.role is not None and self.content is not None

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from loom.api.models.bounds import JsonObject
 from loom.api.models.common import AgentId, NamespacedRequest, Timestamp
 from loom.api.models.conversation import Content, MsgId, RoleName, ShortText, ThreadId
-from loom.ops.conversation.saving import NewMessage
+
+if TYPE_CHECKING:
+    from loom.ops.conversation.saving import NewMessage
 
 UserId = Annotated[
     str,
@@ -53,6 +55,8 @@ class SaveRequest(SavedRequest):
         return content
 
     def new_message(self) -> NewMessage | None:
+        from loom.ops.conversation.saving import NewMessage
+
         """What the body says about a message the transcript may not hold (role and
         content are required only then, which the op decides)."""
         if self.role is None and self.content is None:

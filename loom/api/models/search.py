@@ -8,7 +8,8 @@ from pydantic import BaseModel, Field
 
 from loom.api.models.common import Namespace, RequestBody, Timestamp
 from loom.api.models.conversation import AgentOrAll, ShortText, ThreadId
-from loom.ops.conversation.searching import MAX_LIMIT, MAX_QUERY_CHARS
+from loom.limits import MAX_QUERY_CHARS
+from loom.limits import MAX_SEARCH_LIMIT as MAX_LIMIT
 
 Query = Annotated[
     str,

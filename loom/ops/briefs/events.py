@@ -19,11 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from loom.errors import InvalidRequest
+from loom.limits import MAX_EVENT_CHARS, MAX_EVENTS, MAX_PATH_CHARS
 
 KINDS = ("user", "assistant", "edit", "command", "error", "read", "search", "tool", "note", "summary")
-MAX_EVENTS = 4_000
-MAX_EVENT_CHARS = 32_000
-MAX_PATH_CHARS = 1_024
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ ROLES = ("user", "assistant", "system", "tool")
 EMBEDDED_ROLES = frozenset({"user", "assistant"})
 EMBED_CHARS = 2_048  # a turn's embedding row keeps (and is built from) this many characters
 LEGACY_EMBED_CHARS = 240  # what earlier builds kept
-MAX_BATCH_TURNS = 500
 TITLE_REFUSED = "title_refused"
 
 # Reason codes of an append that stored nothing (stable strings clients match on: never change one).

@@ -56,6 +56,8 @@ from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
 from loom.errors import ConflictingFields, InvalidRequest
+from loom.limits import MAX_QUERY_CHARS
+from loom.limits import MAX_SEARCH_LIMIT as MAX_LIMIT
 from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.common import EMBED_CHARS, LEGACY_EMBED_CHARS, as_utc
 from loom.sensitivity import reads_as_high, window_reads_as_high
@@ -67,8 +69,6 @@ from loom.store.search import Candidate, Filters
 log = loom_logging.get("loom.conversation.search")
 
 SCOPES = ("all_mine", "one")
-MAX_QUERY_CHARS = 4_000
-MAX_LIMIT = 100
 SCREEN_PAST = 1_024  # characters past the excerpt that must not read as high either
 
 VECTOR: Final = "vector"

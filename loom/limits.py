@@ -1,0 +1,9 @@
+"""Request limits that both the API's edge models and the ops enforce, in a module that
+imports nothing (the edge models, and the SDK that shares them, stay light to import)."""
+
+MAX_BATCH_TURNS = 500  # turns in one conversation.append batch
+MAX_EVENTS = 4_000  # events in one session.brief_save
+MAX_EVENT_CHARS = 32_000  # characters of one brief event
+MAX_PATH_CHARS = 1_024  # characters of a path a brief event names
+MAX_QUERY_CHARS = 4_000  # characters of a conversation.search query
+MAX_SEARCH_LIMIT = 100  # hits one conversation.search answers
