@@ -105,6 +105,17 @@ async def api(services: Any) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
+@pytest.fixture(scope="session")
+def api_url(schema: Settings) -> Iterator[str]:
+    """The API under uvicorn on a real port (its own thread, loop and services), for
+    clients that speak HTTP: the SDK, the CLI, the capture hooks. Jobs it enqueues run on
+    the `arq_worker` fixture's worker (an async test keeps that loop running)."""
+    from tests.platform.served import serve
+
+    with serve(schema) as url:
+        yield url
+
+
 @pytest.fixture
 def ns() -> str:
     """A namespace of this test's own."""

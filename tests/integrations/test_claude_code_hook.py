@@ -11,7 +11,6 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,6 @@ from typing import Any
 import pytest
 
 from tests.conftest import bearer
-from tests.platform.served import serve
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO / "integrations" / "claude-code"
@@ -67,7 +65,7 @@ class Transcript:
 
 @dataclass
 class Hook:
-    base_url: str
+    api_url: str
     token: str
     namespace: str
     state_dir: Path
@@ -79,7 +77,7 @@ class Hook:
             payload |= {"session_id": transcript.session_id, "transcript_path": str(transcript.path)}
         environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
         environ |= {
-            "LOOM_URL": self.base_url,
+            "LOOM_URL": self.api_url,
             "LOOM_TOKEN": self.token,
             "LOOM_NAMESPACE": self.namespace,
             "LOOM_USER_ID": "u-7",
@@ -99,18 +97,12 @@ class Hook:
         return proc.returncode or 0, out.decode(), err.decode(), time.monotonic() - started
 
 
-@pytest.fixture(scope="module")
-def base_url(settings: Any) -> Iterator[str]:
-    with serve(settings) as url:
-        yield url
-
-
 @pytest.fixture
-def hook(base_url: str, arq_worker: Any, ns: str, mint: Any, tmp_path: Path) -> Hook:
+def hook(api_url: str, arq_worker: Any, ns: str, mint: Any, tmp_path: Path) -> Hook:
     cwd = tmp_path / "billing-service"
     (cwd / ".git").mkdir(parents=True)
     (cwd / ".git" / "HEAD").write_text("ref: refs/heads/ledger-move\n")
-    return Hook(base_url, mint(ns, "writer"), ns, tmp_path / "state", cwd)
+    return Hook(api_url, mint(ns, "writer"), ns, tmp_path / "state", cwd)
 
 
 async def _op(api: Any, token: str, op: str, **body: Any) -> dict[str, Any]:

@@ -8,14 +8,12 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import bearer
-from tests.platform.served import serve
 
 REPO = Path(__file__).resolve().parents[2]
 CURSOR = REPO / "integrations" / "cursor" / "cursor-session-hook.sh"
@@ -23,19 +21,13 @@ GENERIC = REPO / "integrations" / "generic" / "ingest.sh"
 TRANSCRIPT = "# user\nWhere do invoices go now?\n\n# assistant\nTo the new ledger.\n"
 
 
-@pytest.fixture(scope="module")
-def base_url(settings: Any) -> Iterator[str]:
-    with serve(settings) as url:
-        yield url
-
-
 @pytest.fixture
-async def recording(base_url: str, arq_worker: Any, call: Any, ns: str, mint: Any) -> dict[str, str]:
+async def recording(api_url: str, arq_worker: Any, call: Any, ns: str, mint: Any) -> dict[str, str]:
     r = await call("conversation.set_logging", mint(ns, "admin"), namespace=ns, enabled=True)
     assert r.status_code == 200, r.text
     bin_dir = Path(sys.executable).parent  # the suite's venv holds the `loom` command
     return {
-        "LOOM_URL": base_url,
+        "LOOM_URL": api_url,
         "LOOM_TOKEN": mint(ns, "writer"),
         "LOOM_NAMESPACE": ns,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",

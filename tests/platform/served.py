@@ -37,9 +37,16 @@ def serve(settings: Settings) -> Iterator[str]:
         finally:
             await svc.close()
 
-    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # a start that failed: said, not hidden behind a timeout
+            box["error"] = exc
+            ready.set()
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    assert ready.wait(60) and box.get("port"), "the API did not start"
+    assert ready.wait(60) and box.get("port"), f"the API did not start: {box.get('error')!r}"
     try:
         yield f"http://127.0.0.1:{box['port']}"
     finally:

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ import pytest
 
 from loom.sdk.transcripts import TranscriptError, parse
 from tests.conftest import bearer
-from tests.platform.served import serve
 
 LOOM = [sys.executable, "-m", "loom.cli.main", "ingest-transcript"]
 HIGH = "the prod login is password=Tr0ub4dor&3xq"
@@ -51,21 +49,15 @@ class Ran:
         return json.loads(self.out)  # type: ignore[no-any-return]
 
 
-@pytest.fixture(scope="module")
-def base_url(settings: Any) -> Iterator[str]:
-    with serve(settings) as url:
-        yield url
-
-
 @pytest.fixture
-async def ingest(base_url: str, arq_worker: Any, ns: str, mint: Any) -> Any:
+async def ingest(api_url: str, arq_worker: Any, ns: str, mint: Any) -> Any:
     """ingest(*args, token=...) -> Ran: the command, awaited without blocking the loop
     (the suite's worker runs on it)."""
     admin = mint(ns, "admin")
 
     async def run(*args: str, token: str | None = admin, stdin: bytes | None = None) -> Ran:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
-        env["LOOM_URL"] = base_url
+        env["LOOM_URL"] = api_url
         if token is not None:
             env["LOOM_TOKEN"] = token
         proc = await asyncio.create_subprocess_exec(

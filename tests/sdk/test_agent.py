@@ -4,25 +4,17 @@ backends and worker): sessions, typed ops, errors, streaming export, the sync fa
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from loom import Agent, LoomError, SyncAgent
 from loom.api.models.search import SearchResponse
-from tests.platform.served import serve
-
-
-@pytest.fixture(scope="module")
-def base_url(settings: Any) -> Iterator[str]:
-    with serve(settings) as url:
-        yield url
 
 
 @pytest.fixture
-async def bot(base_url: str, arq_worker: Any, ns: str, mint: Any) -> Any:
-    async with Agent(ns, "staging", "support-bot", base_url=base_url, token=mint(ns, "admin")) as agent:
+async def bot(api_url: str, arq_worker: Any, ns: str, mint: Any) -> Any:
+    async with Agent(ns, "staging", "support-bot", base_url=api_url, token=mint(ns, "admin")) as agent:
         yield agent
 
 
@@ -81,9 +73,9 @@ async def test_ops_are_typed_and_checked_before_sending(bot: Agent) -> None:
 
 
 async def test_the_servers_refusal_is_raised_with_its_code(
-    base_url: str, arq_worker: Any, ns: str, mint: Any
+    api_url: str, arq_worker: Any, ns: str, mint: Any
 ) -> None:
-    async with Agent(ns, "local", "reader", base_url=base_url, token=mint(ns, "viewer")) as viewer:
+    async with Agent(ns, "local", "reader", base_url=api_url, token=mint(ns, "viewer")) as viewer:
         with pytest.raises(LoomError) as err:
             await viewer.conversation.append(thread_id="t", role="user", content="hi")
     assert (err.value.status, err.value.error) == (403, "forbidden")
@@ -98,7 +90,7 @@ async def test_briefs_save_get_list_delete(bot: Agent) -> None:
 
 
 async def test_export_streams_rows_and_the_sync_facade_blocks(
-    base_url: str, bot: Agent, ns: str, mint: Any
+    api_url: str, bot: Agent, ns: str, mint: Any
 ) -> None:
     await bot.conversation.set_logging(enabled=True)
     async with bot.session("t-3", user_id="u3") as s:
@@ -108,7 +100,7 @@ async def test_export_streams_rows_and_the_sync_facade_blocks(
     assert sorted(r["content"] for r in rows if r["kind"] == "turn") == ["one", "two"]
 
     def blocking() -> tuple[list[str], int]:
-        with SyncAgent(ns, "local", "support-bot", base_url=base_url, token=mint(ns, "admin")) as sync_bot:
+        with SyncAgent(ns, "local", "support-bot", base_url=api_url, token=mint(ns, "admin")) as sync_bot:
             turns = sync_bot.conversation.list(thread_id="t-3").messages
             exported = list(sync_bot.erasure.export(user_id="u3", namespaces=[ns]))
             return [t.content for t in turns], len(exported)
