@@ -107,7 +107,9 @@ def _read(path: Path) -> str:
 
 def ingest_transcript(
     namespace: Annotated[str, typer.Option("--namespace", help="The namespace to append to.")],
-    file: Annotated[Path, typer.Option("--file", help="A .md, .json or .jsonl transcript ('-': stdin).")],
+    file: Annotated[
+        Path, typer.Option("--file", help="A .md, .json, .jsonl or Codex session transcript ('-': stdin).")
+    ],
     thread_id: Annotated[
         str | None, typer.Option("--thread-id", help="The thread (default: derived from the file).")
     ] = None,

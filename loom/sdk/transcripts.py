@@ -8,6 +8,9 @@ Three shapes:
   heading with nothing under it, is an error naming its line.
 - JSON: an array of objects with `role` and `content` (and optionally `msg_id`).
 - JSONL: one such object per line (blank lines skipped).
+- Codex: a Codex CLI session file (`rollout-*.jsonl`: a `session_meta` line, then
+  `response_item` lines); its user and assistant messages are the turns, less the
+  context Codex itself injects as user messages (environment, instructions).
 
 Every turn gets a stable msg_id: its own `msg_id` when the file gives one, else one
 made from its position and a hash of its role and text, so ingesting the same file
@@ -24,8 +27,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 ROLES = ("user", "assistant", "system", "tool")
-Format = Literal["markdown", "json", "jsonl"]
-FORMATS: tuple[Format, ...] = ("markdown", "json", "jsonl")
+Format = Literal["markdown", "json", "jsonl", "codex"]
+FORMATS: tuple[Format, ...] = ("markdown", "json", "jsonl", "codex")
+# User messages Codex writes itself (not the person's words).
+_CODEX_INJECTED = ("<environment_context>", "<user_instructions>", "# AGENTS.md")
 _HEADING = re.compile(r"^#\s+(user|assistant|system|tool)\s*$", re.IGNORECASE)
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _SUFFIXES: dict[str, Format] = {
@@ -54,7 +59,10 @@ class Turn:
 
 
 def detect_format(path: Path, text: str) -> Format:
-    """By the file's suffix, else by its first character (`[` JSON, `{` JSONL)."""
+    """A Codex session file by its first line; else by the file's suffix, else by its
+    first character (`[` JSON, `{` JSONL)."""
+    if _is_codex(text):
+        return "codex"
     by_suffix = _SUFFIXES.get(path.suffix.lower())
     if by_suffix is not None:
         return by_suffix
@@ -63,7 +71,7 @@ def detect_format(path: Path, text: str) -> Format:
 
 
 def parse(text: str, fmt: Format) -> list[Turn]:
-    turns = {"markdown": _markdown, "json": _json_array, "jsonl": _jsonl}[fmt](text)
+    turns = {"markdown": _markdown, "json": _json_array, "jsonl": _jsonl, "codex": _codex}[fmt](text)
     if not turns:
         raise TranscriptError("no turns found")
     seen: dict[str, int] = {}
@@ -180,3 +188,39 @@ def _item_lines(text: str, count: int) -> list[int]:
         elif ch == "," and depth == 1:
             in_item = False
     return (lines + [line] * count)[:count]
+
+
+# -- Codex session files -------------------------------------------------------------------
+
+
+def _is_codex(text: str) -> bool:
+    first = text.lstrip().split("\n", 1)[0]
+    try:
+        head = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(head, dict) and head.get("type") == "session_meta"
+
+
+def _codex(text: str) -> list[Turn]:
+    turns: list[Turn] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            raise TranscriptError("not JSON", n) from None
+        payload = item.get("payload") if isinstance(item, dict) else None
+        if not isinstance(payload, dict) or item.get("type") != "response_item":
+            continue
+        role = payload.get("role")
+        if payload.get("type") != "message" or role not in ("user", "assistant"):
+            continue
+        content = payload.get("content")
+        parts = content if isinstance(content, list) else []
+        texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        body = "\n".join(texts).strip()
+        if body and not (role == "user" and body.startswith(_CODEX_INJECTED)):
+            turns.append(Turn(role, body, _msg_id(len(turns), role, body), n))
+    return turns

@@ -18,6 +18,41 @@ from tests.conftest import bearer
 REPO = Path(__file__).resolve().parents[2]
 CURSOR = REPO / "integrations" / "cursor" / "cursor-session-hook.sh"
 GENERIC = REPO / "integrations" / "generic" / "ingest.sh"
+CODEX = REPO / "integrations" / "codex" / "loom-codex-notify.sh"
+CODEX_SESSION = "0199a0c2-4b8e-7d21-9f3a-6c5e1b2d3f40"
+
+
+def codex_rollout(home: Path, turns: list[tuple[str, str]]) -> Path:
+    """A Codex CLI session file: its meta line, the context Codex injects, the turns, and
+    items that are not turns (a tool call, reasoning)."""
+    folder = home / "sessions" / "2026" / "12" / "01"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"rollout-2026-12-01T10-00-00-{CODEX_SESSION}.jsonl"
+
+    def message(role: str, text: str) -> dict[str, Any]:
+        kind = "input_text" if role == "user" else "output_text"
+        return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+
+    items: list[dict[str, Any]] = [
+        {"type": "session_meta", "payload": {"id": CODEX_SESSION, "cwd": "/work/billing"}},
+        {
+            "type": "response_item",
+            "payload": message("user", "<environment_context>cwd: /work</environment_context>"),
+        },
+    ]
+    for role, text in turns:
+        items.append({"type": "response_item", "payload": message(role, text)})
+        items.append(
+            {
+                "type": "response_item",
+                "payload": {"type": "function_call", "name": "shell", "arguments": "{}"},
+            }
+        )
+        items.append({"type": "response_item", "payload": {"type": "reasoning", "summary": []}})
+    path.write_text("".join(json.dumps({"timestamp": "2026-12-01T10:00:00Z", **i}) + "\n" for i in items))
+    return path
+
+
 TRANSCRIPT = "# user\nWhere do invoices go now?\n\n# assistant\nTo the new ledger.\n"
 
 
@@ -99,3 +134,21 @@ async def test_the_generic_script_ingests_an_exported_transcript(recording, api,
     assert await _listed(api, recording, "my-bot", "t-generic") == ["hello", "hi"]
     code, _, err, _ = await _bash(GENERIC, env=recording)
     assert code == 2 and "usage" in err
+
+
+async def test_the_codex_notify_program_ingests_the_session_file(recording, api, tmp_path: Path) -> None:
+    home = tmp_path / "codex"
+    turns = [("user", "Where do invoices go now?"), ("assistant", "To the new ledger.")]
+    codex_rollout(home, turns)
+    notice = json.dumps({"type": "agent-turn-complete", "thread-id": CODEX_SESSION, "turn-id": "1"})
+    env = recording | {"CODEX_HOME": str(home)}
+    code, _, err, _ = await _bash(CODEX, notice, env=env)
+    assert code == 0 and "stored 2" in err, err
+    codex_rollout(home, [*turns, ("user", "And the refunds?")])  # the session grew
+    code, _, err, _ = await _bash(CODEX, notice, env=env)
+    assert code == 0 and "duplicate 2" in err and "stored 1" in err, err
+    listed = await _listed(api, recording, "codex", f"codex/{CODEX_SESSION}")
+    assert listed == ["Where do invoices go now?", "To the new ledger.", "And the refunds?"]
+    # An older Codex names no session: its newest session file is taken.
+    code, _, err, _ = await _bash(CODEX, json.dumps({"type": "agent-turn-complete"}), env=env)
+    assert code == 0 and "duplicate 3" in err, err

@@ -102,6 +102,47 @@ def test_markdown_sections_split_on_role_headings_only_outside_code_blocks() -> 
     assert [t.msg_id for t in longer[:4]] == [t.msg_id for t in turns]
 
 
+def test_a_codex_session_file_is_read_by_its_first_line() -> None:
+    from pathlib import Path as P
+
+    from loom.sdk.transcripts import detect_format
+
+    lines = [
+        {"type": "session_meta", "payload": {"id": "s"}},
+        {
+            "type": "response_item",
+            "payload": {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "<environment_context>cwd</environment_context>"}],
+            },
+        },
+        {
+            "type": "response_item",
+            "payload": {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "fix the exporter"}],
+            },
+        },
+        {"type": "response_item", "payload": {"type": "function_call", "name": "shell"}},
+        {
+            "type": "response_item",
+            "payload": {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "done"}],
+            },
+        },
+    ]
+    text = "\n".join(json.dumps(x) for x in lines)
+    assert detect_format(P("rollout.jsonl"), text) == "codex"
+    assert [(t.role, t.content, t.line) for t in parse(text, "codex")] == [
+        ("user", "fix the exporter", 3),
+        ("assistant", "done", 5),
+    ]
+
+
 @pytest.mark.parametrize(
     ("text", "fmt", "line", "words"),
     [
