@@ -28,7 +28,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
 
 from loom.api.app import create_app  # noqa: E402
 from loom.auth.principal import Principal, Role  # noqa: E402
@@ -147,13 +146,9 @@ async def bench(svc: Any, rounds: int, n_events: int) -> None:
         f"backends up; {n_events} events per save (~{chars:,} characters), fake LLM -> deterministic builder"
     )
 
-    app = create_app(svc)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=120
-        ) as client,
-    ):
+    from tests.asgi import in_process
+
+    async with in_process(create_app(svc), "http://bench", timeout=120) as client:
 
         async def save(i: int, key: str) -> float:
             body = {

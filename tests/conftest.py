@@ -95,13 +95,9 @@ SERVICE_HOOKS: list[Callable[[Any], Awaitable[None]]] = []
 async def api(services: Any) -> AsyncIterator[httpx.AsyncClient]:
     """The API in-process over ASGI, on the real backends."""
     from loom.api.app import create_app
+    from tests.asgi import in_process
 
-    app = create_app(services)
-    transport = httpx.ASGITransport(app=app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://loom.test", timeout=60) as client,
-    ):
+    async with in_process(create_app(services)) as client:
         yield client
 
 

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
+from starlette.routing import Route
 
 from loom import logging as loom_logging
 from loom import memtrace
@@ -26,6 +27,8 @@ from loom.api.routes import briefs, compaction, conversation, erasure, memory, n
 from loom.embedded.backends import start_backends
 from loom.errors import BackendUnavailable
 from loom.gc_tuning import calm_the_garbage_collector
+from loom.mcp_server.http import PATH as MCP_PATH
+from loom.mcp_server.http import McpEndpoint
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
 
@@ -57,13 +60,20 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
     """With `services` given (tests), the app uses them as they are; otherwise the
     lifespan opens them from settings and closes them at shutdown."""
 
+    cfg = services.settings if services is not None else (settings or get_settings())
+    mcp = McpEndpoint(cfg.mcp_session_run_idle_seconds)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with mcp.running(), _backends(app) as ready:
+            yield ready
+
+    @contextlib.asynccontextmanager
+    async def _backends(app: FastAPI) -> AsyncIterator[None]:
         if services is not None:
             app.state.services = services
             yield
             return
-        cfg = settings or get_settings()
         loom_logging.configure(cfg.log_level)
         backends = start_backends(cfg)
         svc = await open_services(cfg, backends.clickhouse_url, backends.redis_url)
@@ -85,6 +95,8 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    # MCP over streamable HTTP (GET for the event stream, DELETE ends a session).
+    app.router.routes.append(Route(MCP_PATH, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
 
     # The last added runs first: observe (request id, metrics) wraps the gate.
     app.add_middleware(Gate)

@@ -1,5 +1,5 @@
 """The `loom` command: serve, worker, migrate, token, reembed, erasure export, retention show,
-ingest-transcript."""
+ingest-transcript, mcp."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from rich.table import Table
 
 from loom.cli.erasure import erasure_app, retention_app
 from loom.cli.ingest import ingest_transcript
+from loom.cli.mcp import mcp_stdio
 from loom.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ app.add_typer(token_app, name="token")
 app.add_typer(erasure_app, name="erasure")
 app.add_typer(retention_app, name="retention")
 app.command("ingest-transcript")(ingest_transcript)
+app.command("mcp")(mcp_stdio)
 console = Console(stderr=True)
 
 

@@ -47,14 +47,9 @@ def who() -> Callable[..., Principal]:
 @asynccontextmanager
 async def api_over(svc: Any) -> AsyncIterator[httpx.AsyncClient]:
     from loom.api.app import create_app
+    from tests.asgi import in_process
 
-    app = create_app(svc)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://loom.test", timeout=60
-        ) as client,
-    ):
+    async with in_process(create_app(svc)) as client:
         yield client
 
 

@@ -26,14 +26,9 @@ def make_svc(services: Any) -> Callable[..., Any]:
 @asynccontextmanager
 async def api_over(svc: Any) -> AsyncIterator[Callable[..., Any]]:
     from loom.api.app import create_app
+    from tests.asgi import in_process
 
-    app = create_app(svc)
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://loom.test", timeout=60
-        ) as client,
-    ):
+    async with in_process(create_app(svc)) as client:
 
         async def call(op: str, token: str, **body: Any) -> httpx.Response:
             return await client.post(f"/v1/{op}", json=body, headers={"Authorization": f"Bearer {token}"})

@@ -22,6 +22,7 @@ from loom.api.app import create_app
 from loom.providers.llm import build_llm
 from loom.services import Services
 from loom.store.clickhouse import connect
+from tests.asgi import in_process
 from tests.relay import Relay
 
 # A minimal valid body per op (namespace filled in by the test).
@@ -78,12 +79,7 @@ async def _app(
     svc = Services(settings, ch, redis, arq, build_llm("fake"))
     app = create_app(svc)
     try:
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://dead.test", timeout=60
-            ) as client,
-        ):
+        async with in_process(app, "http://dead.test") as client:
             yield client, port
     finally:
         await svc.close()

@@ -1,0 +1,92 @@
+"""`/mcp` on the API: MCP over streamable HTTP, behind the API's own bearer tokens.
+
+The endpoint checks the token before anything else (401 with the API's error body, as
+every op does), then hands the request to the session manager of the listing the URL
+asks for (`?toolset=all`, else core). A tool call is answered by the API itself,
+in-process, with the caller's own `Authorization` header: the op's route checks role
+and scope and validates the body exactly as for `POST /v1/<op>`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.types import Receive, Scope, Send
+
+from loom.api import errors
+from loom.api.deps import authenticate
+from loom.errors import InvalidRequest
+from loom.errors import LoomError as ApiError
+from loom.mcp_server import server
+from loom.mcp_server.tools import TOOLSETS, Toolset
+from loom.sdk.transport import LoomError
+
+PATH = "/mcp"
+SESSION_HEADER = "mcp-session-id"
+
+
+def _request(context: Any) -> Any:
+    return context.request  # the Starlette request the MCP message came in
+
+
+def _session(context: Any) -> str:
+    return str(_request(context).headers.get(SESSION_HEADER, "")) or "no-session"
+
+
+async def _call_api(op: str, body: dict[str, Any], context: Any) -> dict[str, Any]:
+    request = _request(context)
+    transport = httpx.ASGITransport(app=request.scope["app"])
+    async with httpx.AsyncClient(transport=transport, base_url="http://loom.mcp", timeout=120) as client:
+        r = await client.post(
+            f"/v1/{op}", json=body, headers={"authorization": request.headers.get("authorization", "")}
+        )
+    answer = r.json()
+    if r.status_code >= 400:
+        fields = (
+            answer.get("error", "error"),
+            answer.get("message", ""),
+            answer.get("field"),
+            answer.get("rule"),
+        )
+        raise LoomError(r.status_code, *fields)
+    return answer  # type: ignore[no-any-return]
+
+
+class McpEndpoint:
+    """The ASGI app at `/mcp`; `running()` is entered by the API's lifespan."""
+
+    def __init__(self, run_idle_seconds: float) -> None:
+        runs = server.Runs(run_idle_seconds)
+        self.managers: dict[Toolset, StreamableHTTPSessionManager] = {
+            t: StreamableHTTPSessionManager(app=server.build(t, _call_api, runs, _session)) for t in TOOLSETS
+        }
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for manager in self.managers.values():
+                await stack.enter_async_context(manager.run())
+            yield
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope["headers"])
+        svc = scope["app"].state.services
+        try:
+            await authenticate(svc, headers.get(b"authorization", b"").decode("latin-1"))
+        except ApiError as exc:
+            await errors.loom_response(exc)(scope, receive, send)
+            return
+        except errors.BACKEND_ERRORS as exc:
+            await errors.backend_failure(exc, PATH)(scope, receive, send)
+            return
+        toolset = parse_qs(scope.get("query_string", b"").decode()).get("toolset", ["core"])[-1]
+        if toolset not in TOOLSETS:
+            bad = InvalidRequest("toolset must be core or all", field="toolset", rule="enum")
+            await errors.loom_response(bad)(scope, receive, send)
+            return
+        await self.managers[toolset].handle_request(scope, receive, send)

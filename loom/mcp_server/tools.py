@@ -1,0 +1,133 @@
+"""The MCP tools: each is one op, its input schema the op's own request model.
+
+Two listings. The default **core** one holds what an agent needs to remember and
+resume: the unified search (`loom_search`: memory, briefs' names and conversations;
+the only way the core listing reaches conversation.search), memory, context and briefs.
+It does not hold conversation.append, and no description asks a model to log turns:
+turns are captured by a client's transcript hook. **all** (`?toolset=all`, or
+`loom mcp --toolset all`) lists every op, `loom_conversation_append` included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from loom.api.models import briefs as b
+from loom.api.models import compaction as k
+from loom.api.models import conversation as c
+from loom.api.models import erasure as e
+from loom.api.models import memory as m
+from loom.api.models import namespaces as n
+from loom.api.models import saved as s
+from loom.api.models import search as q
+
+Toolset = Literal["core", "all"]
+TOOLSETS: tuple[Toolset, ...] = ("core", "all")
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    op: str
+    request: type[BaseModel]
+    description: str
+    core: bool = False
+
+    def input_schema(self) -> dict[str, Any]:
+        return self.request.model_json_schema()
+
+    @property
+    def takes_run(self) -> bool:
+        """Its writes can join the MCP session's run."""
+        return "run_id" in self.request.model_fields or self.op == "conversation.append"
+
+
+def _spec(
+    op: str, request: type[BaseModel], description: str, *, core: bool = False, name: str = ""
+) -> ToolSpec:
+    return ToolSpec(name or "loom_" + op.replace(".", "_"), op, request, description, core)
+
+
+SPECS: tuple[ToolSpec, ...] = (
+    # core
+    _spec(
+        "search",
+        m.UnifiedSearchRequest,
+        "Search what Loom holds for a question: the user's memory, the names of saved briefs and "
+        "the namespace's recorded conversations, in one answer.",
+        core=True,
+    ),
+    _spec(
+        "memory.search", m.MemorySearchRequest, "Find a user's durable facts by meaning and words.", core=True
+    ),
+    _spec(
+        "memory.set",
+        m.MemorySetRequest,
+        "Remember durable facts about a user (a key revises one).",
+        core=True,
+    ),
+    _spec("memory.list", m.MemoryListRequest, "Page through a user's facts, newest first.", core=True),
+    _spec("memory.delete", m.MemoryDeleteRequest, "Forget facts by id.", core=True),
+    _spec(
+        "context.pack",
+        m.ContextPackRequest,
+        "What is needed to resume a user's work within a token budget: relevant facts, the thread's "
+        "recent transcript, evidence; a brief only when named.",
+        core=True,
+    ),
+    _spec(
+        "session.brief_save",
+        b.BriefSaveRequest,
+        "Save or revise a session brief (the state of a line of work).",
+        core=True,
+    ),
+    _spec(
+        "session.brief_get", b.BriefGetRequest, "Load a session brief by key, session or project.", core=True
+    ),
+    _spec(
+        "session.brief_list",
+        b.BriefListRequest,
+        "List the namespace's session briefs, newest first.",
+        core=True,
+    ),
+    # all
+    _spec("conversation.append", c.AppendRequest, "Append a turn (or a batch) to a thread's transcript."),
+    _spec("conversation.search", q.SearchRequest, "Search recorded conversation turns by meaning."),
+    _spec("conversation.create", c.CreateRequest, "Create a thread."),
+    _spec("conversation.update", c.UpdateRequest, "Change a thread's title, metadata or run."),
+    _spec("conversation.threads", c.ThreadsRequest, "List threads, newest first."),
+    _spec("conversation.get", c.GetRequest, "Read one thread."),
+    _spec("conversation.list", c.ListRequest, "Read a thread's turns in order."),
+    _spec("conversation.compact", k.CompactRequest, "Summarise a thread's older turns."),
+    _spec("conversation.compact_status", k.CompactStatusRequest, "The state of a deferred compaction."),
+    _spec("conversation.delete", e.DeleteRequest, "Delete a thread (admin)."),
+    _spec("conversation.reembed", c.ReembedRequest, "Rebuild a namespace's vectors (admin)."),
+    _spec("conversation.set_logging", n.SetLoggingRequest, "Switch transcript recording on or off (admin)."),
+    _spec("conversation.save_message", s.SaveRequest, "Save a message for a user."),
+    _spec("conversation.unsave_message", s.UnsaveRequest, "Unsave a user's message."),
+    _spec("conversation.list_saved_messages", s.ListSavedRequest, "List a user's saved messages."),
+    _spec("conversation.saved_status", s.SavedStatusRequest, "Whether messages are saved for a user."),
+    _spec("conversation.search_saved_messages", s.SearchSavedRequest, "Search a user's saved messages."),
+    _spec(
+        "memory.set_from_messages", m.SetFromMessagesRequest, "Keep messages as evidence and extract facts."
+    ),
+    _spec("memory.recall", m.RecallRequest, "Read a user's evidence by words or time."),
+    _spec("observe.record", m.ObserveRecordRequest, "Record a tool action as an observation."),
+    _spec("observe.crystallize", m.ObserveCrystallizeRequest, "Extract facts from a run's observations."),
+    _spec("session.brief_delete", b.BriefDeleteRequest, "Delete a session brief."),
+    _spec("namespace.get_config", n.GetConfigRequest, "A namespace's recording and policy."),
+    _spec("namespace.set_policy", n.SetPolicyRequest, "Set a namespace's extraction policy (admin)."),
+    _spec("erasure.request", e.ErasureRequest, "Erase a user's data (admin)."),
+    _spec("erasure.status", e.ErasureStatusRequest, "An erasure's progress and receipt."),
+)
+
+
+def listed(toolset: Toolset) -> list[ToolSpec]:
+    return [t for t in SPECS if toolset == "all" or t.core]
+
+
+def find(toolset: Toolset, name: str) -> ToolSpec | None:
+    return next((t for t in listed(toolset) if t.name == name), None)
