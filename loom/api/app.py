@@ -60,16 +60,16 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
     """With `services` given (tests), the app uses them as they are; otherwise the
     lifespan opens them from settings and closes them at shutdown."""
 
-    cfg = services.settings if services is not None else (settings or get_settings())
-    mcp = McpEndpoint(cfg.mcp_session_run_idle_seconds)
+    mcp = McpEndpoint()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with mcp.running(), _backends(app) as ready:
-            yield ready
+        cfg = services.settings if services is not None else (settings or get_settings())
+        async with mcp.running(cfg.mcp_session_run_idle_seconds), _backends(app, cfg):
+            yield
 
     @contextlib.asynccontextmanager
-    async def _backends(app: FastAPI) -> AsyncIterator[None]:
+    async def _backends(app: FastAPI, cfg: Settings) -> AsyncIterator[None]:
         if services is not None:
             app.state.services = services
             yield

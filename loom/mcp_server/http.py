@@ -60,14 +60,15 @@ async def _call_api(op: str, body: dict[str, Any], context: Any) -> dict[str, An
 class McpEndpoint:
     """The ASGI app at `/mcp`; `running()` is entered by the API's lifespan."""
 
-    def __init__(self, run_idle_seconds: float) -> None:
-        runs = server.Runs(run_idle_seconds)
+    def __init__(self) -> None:
+        self.runs = runs = server.Runs(idle_s=1800.0)  # the setting's value once running
         self.managers: dict[Toolset, StreamableHTTPSessionManager] = {
             t: StreamableHTTPSessionManager(app=server.build(t, _call_api, runs, _session)) for t in TOOLSETS
         }
 
     @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
+    async def running(self, run_idle_seconds: float) -> AsyncIterator[None]:
+        self.runs.idle_s = run_idle_seconds
         async with contextlib.AsyncExitStack() as stack:
             for manager in self.managers.values():
                 await stack.enter_async_context(manager.run())
