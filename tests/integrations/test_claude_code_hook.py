@@ -57,10 +57,9 @@ class Transcript:
     def assistant(self, text: str, *tools: dict[str, Any]) -> str:
         return self.add("assistant", [{"type": "text", "text": text}, *tools])
 
-    def tool_result(self, text: str, error: bool = False) -> str:
-        return self.add(
-            "user", [{"type": "tool_result", "tool_use_id": "x", "content": text, "is_error": error}]
-        )
+    def tool_result(self, text: str, error: bool = False, tool_use_id: str = "x") -> str:
+        result = {"type": "tool_result", "tool_use_id": tool_use_id, "content": text, "is_error": error}
+        return self.add("user", [result])
 
 
 @dataclass
@@ -198,11 +197,11 @@ async def test_compaction_and_session_end_save_the_brief_and_hand_turns_to_memor
     await _record(call, hook, mint)
     t = Transcript(tmp_path / "s7.jsonl", "s7")
     t.user("Move invoices to the new ledger.")
-    t.assistant(
-        "Editing the exporter.", {"type": "tool_use", "name": "Edit", "input": {"file_path": "src/export.py"}}
-    )
-    t.assistant("Running the tests.", {"type": "tool_use", "name": "Bash", "input": {"command": "pytest -q"}})
-    t.tool_result("1 failed: test_export", error=True)
+    edit = {"type": "tool_use", "id": "toolu_1", "name": "Edit", "input": {"file_path": "src/export.py"}}
+    bash = {"type": "tool_use", "id": "toolu_2", "name": "Bash", "input": {"command": "pytest -q"}}
+    t.assistant("Editing the exporter.", edit)
+    t.assistant("Running the tests.", bash)
+    t.tool_result("1 failed: test_export", error=True, tool_use_id="toolu_2")
     t.user(SECRET)
     code, _, err, _ = await hook.run("PreCompact", t)
     assert code == 0, err
@@ -212,6 +211,12 @@ async def test_compaction_and_session_end_save_the_brief_and_hand_turns_to_memor
     assert brief["brief_key"] == "auto/billing-service/ledger-move" and brief["revision"] == 1
     assert "src/export.py" in json.dumps(brief["sections"])
     assert "Tr0ub4dor" not in json.dumps(brief)
+    # The tool actions are observations of the session's run (the failed test run's outcome with it).
+    assert json.loads((hook.state_dir / "s7.json").read_text())["observed"] == 2
+    seen = await _op(
+        api, hook.token, "memory.recall", namespace=hook.namespace, user_id="u-7", query="pytest"
+    )
+    assert any("test_export" in h["content"] for h in seen["hits"]), seen
 
     t.assistant("The exporter now writes to the new ledger.")
     code, _, err, _ = await hook.run("SessionEnd", t)

@@ -5,9 +5,11 @@
 //   Stop          append each new user/assistant turn of the session transcript to Loom
 //                 (msg_id = the transcript entry's uuid, so a retry never doubles a turn);
 //   PreCompact    the same, then save the session's brief from the transcript's events
-//                 (session.brief_save; the server condenses them: zero model tokens here);
+//                 (session.brief_save; the server condenses them: zero model tokens here)
+//                 and record its tool actions as observations (observe.record);
 //   SessionEnd    the same as PreCompact, then hand the session's turns to
-//                 memory.set_from_messages (defer: true), recorded or not;
+//                 memory.set_from_messages (defer: true), recorded or not, and
+//                 crystallize the session's observations (observe.crystallize);
 //   SessionStart  print the names of the namespace's saved briefs (never their content:
 //                 loading one is the person's choice, through the loom-session skill).
 //
@@ -63,7 +65,7 @@ function statePath(sessionId) {
 
 function loadState(sessionId) {
   const path = statePath(sessionId);
-  const empty = { sent: 0, briefCursor: 0, verdict: null, verdictAt: 0 };
+  const empty = { sent: 0, briefCursor: 0, observed: 0, verdict: null, verdictAt: 0 };
   if (!existsSync(path)) return empty;
   try {
     return { ...empty, ...JSON.parse(readFileSync(path, "utf8")) };
@@ -183,6 +185,44 @@ async function saveBrief(entries, state, cwd) {
   state.briefCursor = entries.length;
 }
 
+// Tool actions as episodic observations: each tool call with its result's outcome,
+// keyed by the call's id (a retry records nothing twice).
+export function observationsOf(entries) {
+  const results = new Map();
+  for (const entry of entries) {
+    for (const p of parts(entry)) {
+      if (p.type === "tool_result" && p.tool_use_id) {
+        const text = typeof p.content === "string" ? p.content : JSON.stringify(p.content ?? "");
+        results.set(p.tool_use_id, `${p.is_error ? "error" : "ok"}: ${text}`.slice(0, 8000));
+      }
+    }
+  }
+  const observed = [];
+  for (const entry of entries) {
+    for (const p of parts(entry)) {
+      if (p.type !== "tool_use" || !p.id || !p.name) continue;
+      observed.push({
+        tool: String(p.name).slice(0, 256),
+        input_summary: JSON.stringify(p.input ?? {}).slice(0, 8000),
+        outcome: results.get(p.id) ?? "",
+        obs_id: String(p.id).slice(0, 256),
+        ts: entry.timestamp,
+      });
+    }
+  }
+  return observed;
+}
+
+async function recordObservations(entries, state) {
+  const observed = observationsOf(entries).slice(state.observed);
+  const scope = { run_id: state.threadId, session_id: state.threadId };
+  if (CONFIG.userId) scope.user_id = CONFIG.userId;
+  for (const o of observed) {
+    await call("observe.record", { ...scope, ...o });
+    state.observed += 1; // only past what Loom answered
+  }
+}
+
 async function handToMemory(entries, state) {
   const messages = entries.map(turnOf).filter(Boolean);
   for (let i = 0; i < messages.length; i += 500) {
@@ -238,8 +278,14 @@ async function main() {
   const state = { ...loadState(hook.session_id), threadId: threadOf(entries, hook.session_id) };
   try {
     await appendNew(entries, state);
-    if (event === "PreCompact" || event === "SessionEnd") await saveBrief(entries, state, hook.cwd);
-    if (event === "SessionEnd") await handToMemory(entries, state);
+    if (event === "PreCompact" || event === "SessionEnd") {
+      await saveBrief(entries, state, hook.cwd);
+      await recordObservations(entries, state);
+    }
+    if (event === "SessionEnd") {
+      await handToMemory(entries, state);
+      await call("observe.crystallize", { run_id: state.threadId, ...(CONFIG.userId ? { user_id: CONFIG.userId } : {}) });
+    }
   } finally {
     saveState(hook.session_id, state);
   }
