@@ -24,7 +24,13 @@ def mcp_stdio(
 
     if toolset not in TOOLSETS:
         raise typer.BadParameter("must be core or all", param_hint="--toolset")
-    asyncio.run(_serve(toolset, url, token))
+    from loom.sdk.transport import LoomError
+
+    try:
+        asyncio.run(_serve(toolset, url, token))
+    except LoomError as exc:  # no token, most likely: said plainly on stderr
+        typer.echo(f"loom mcp: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 async def _serve(toolset: Any, url: str | None, token: str | None) -> None:
