@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from loom.sdk.transcripts import (
     FORMATS,
     TranscriptError,
-    Turn,
+    TranscriptTurn,
     derived_thread_id,
     detect_format,
     parse,
@@ -49,8 +49,8 @@ class Summary:
         return {"thread_id": self.thread_id, "turns": self.turns, "by_role": self.by_role, **self.outcomes}
 
 
-def batches(turns: Sequence[Turn]) -> Iterator[list[Turn]]:
-    batch: list[Turn] = []
+def batches(turns: Sequence[TranscriptTurn]) -> Iterator[list[TranscriptTurn]]:
+    batch: list[TranscriptTurn] = []
     chars = 0
     for t in turns:
         if batch and (len(batch) == BATCH_TURNS or chars + len(t.content) > BATCH_CHARS):
@@ -75,7 +75,7 @@ async def send(
     namespace: str,
     agent: str,
     thread_id: str,
-    turns: Sequence[Turn],
+    turns: Sequence[TranscriptTurn],
     extra: dict[str, str],
     progress: Progress,
 ) -> Counter[str]:
@@ -148,7 +148,7 @@ async def _send_all(
     namespace: str,
     agent: str,
     thread_id: str,
-    turns: Sequence[Turn],
+    turns: Sequence[TranscriptTurn],
     extra: dict[str, str],
     url: str | None,
     token: str | None,

@@ -51,7 +51,7 @@ class TranscriptError(ValueError):
 
 
 @dataclass(frozen=True)
-class Turn:
+class TranscriptTurn:
     role: str
     content: str
     msg_id: str
@@ -70,7 +70,7 @@ def detect_format(path: Path, text: str) -> Format:
     return "json" if head == "[" else "jsonl" if head == "{" else "markdown"
 
 
-def parse(text: str, fmt: Format) -> list[Turn]:
+def parse(text: str, fmt: Format) -> list[TranscriptTurn]:
     turns = {"markdown": _markdown, "json": _json_array, "jsonl": _jsonl, "codex": _codex}[fmt](text)
     if not turns:
         raise TranscriptError("no turns found")
@@ -98,7 +98,7 @@ def _msg_id(index: int, role: str, content: str) -> str:
 # -- Markdown ---------------------------------------------------------------------------
 
 
-def _markdown(text: str) -> list[Turn]:
+def _markdown(text: str) -> list[TranscriptTurn]:
     sections: list[tuple[str, int, list[str]]] = []  # role, heading line, body lines
     fenced = False
     for n, line in enumerate(text.splitlines(), start=1):
@@ -116,14 +116,14 @@ def _markdown(text: str) -> list[Turn]:
         content = "\n".join(body).strip()
         if not content:
             raise TranscriptError(f"the '# {role}' section is empty", n)
-        turns.append(Turn(role, content, _msg_id(i, role, content), n))
+        turns.append(TranscriptTurn(role=role, content=content, msg_id=_msg_id(i, role, content), line=n))
     return turns
 
 
 # -- JSON and JSONL -----------------------------------------------------------------------
 
 
-def _json_array(text: str) -> list[Turn]:
+def _json_array(text: str) -> list[TranscriptTurn]:
     try:
         items = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -134,8 +134,8 @@ def _json_array(text: str) -> list[Turn]:
     return [_turn(item, i, lines[i], f"item {i}") for i, item in enumerate(items)]
 
 
-def _jsonl(text: str) -> list[Turn]:
-    turns: list[Turn] = []
+def _jsonl(text: str) -> list[TranscriptTurn]:
+    turns: list[TranscriptTurn] = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -147,7 +147,7 @@ def _jsonl(text: str) -> list[Turn]:
     return turns
 
 
-def _turn(item: Any, index: int, line: int, what: str) -> Turn:
+def _turn(item: Any, index: int, line: int, what: str) -> TranscriptTurn:
     if not isinstance(item, dict):
         raise TranscriptError(f"{what} is not an object with role and content", line)
     role, content, msg_id = item.get("role"), item.get("content"), item.get("msg_id")
@@ -157,7 +157,9 @@ def _turn(item: Any, index: int, line: int, what: str) -> Turn:
         raise TranscriptError(f"{what}: content must be non-empty text", line)
     if msg_id is not None and (not isinstance(msg_id, str) or not msg_id):
         raise TranscriptError(f"{what}: msg_id must be non-empty text", line)
-    return Turn(role, content, msg_id or _msg_id(index, role, content), line)
+    return TranscriptTurn(
+        role=role, content=content, msg_id=msg_id or _msg_id(index, role, content), line=line
+    )
 
 
 def _item_lines(text: str, count: int) -> list[int]:
@@ -202,8 +204,8 @@ def _is_codex(text: str) -> bool:
     return isinstance(head, dict) and head.get("type") == "session_meta"
 
 
-def _codex(text: str) -> list[Turn]:
-    turns: list[Turn] = []
+def _codex(text: str) -> list[TranscriptTurn]:
+    turns: list[TranscriptTurn] = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -222,5 +224,7 @@ def _codex(text: str) -> list[Turn]:
         texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
         body = "\n".join(texts).strip()
         if body and not (role == "user" and body.startswith(_CODEX_INJECTED)):
-            turns.append(Turn(role, body, _msg_id(len(turns), role, body), n))
+            turns.append(
+                TranscriptTurn(role=role, content=body, msg_id=_msg_id(len(turns), role, body), line=n)
+            )
     return turns

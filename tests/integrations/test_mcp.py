@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamablehttp_client
+from mcp.client.streamable_http import streamable_http_client
 
 from loom.mcp_server.server import Runs, with_run
 from loom.mcp_server.tools import SPECS, find, listed
@@ -38,7 +38,8 @@ async def over_http(api_url: str, token: str, toolset: str = "") -> AsyncIterato
     url = f"{api_url}/mcp" + (f"?toolset={toolset}" if toolset else "")
     headers = {"Authorization": f"Bearer {token}"}
     async with (
-        streamablehttp_client(url, headers=headers) as (read, write, _),
+        httpx.AsyncClient(headers=headers, timeout=120) as http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
