@@ -35,7 +35,7 @@ class Settings(BaseSettings):
     clickhouse_cluster: str = ""
     # The embedded engine's caches (marks, primary and vector indexes, ...) together stay
     # under this many MiB (loom.embedded.clickhouse_endpoint.engine_cache_settings).
-    clickhouse_cache_mb: int = Field(1024, ge=16)
+    clickhouse_cache_mb: int = Field(2048, ge=16)
 
     # Redis: empty URL means "start or find the embedded redis-server under LOOM_HOME".
     redis_url: str = ""

@@ -78,7 +78,7 @@ _INSERT_APPEND_MIN = 1 << 20  # coalesce body chunks: fewer, larger appends into
 _INSERT_HEAD_PEEK = 64 << 10  # an INSERT header must show up within this many body bytes
 _SINGLE_WRITE_MAX = 4 << 20  # above this, head and body go in two writes (no big copy)
 _MAX_IDLE_HANDLES = 32
-DEFAULT_CACHE_MB = 1024  # the engine's caches together (engine_cache_settings)
+DEFAULT_CACHE_MB = 2048  # the engine's caches together (engine_cache_settings)
 
 
 # --------------------------------------------------------------------------------------
@@ -761,25 +761,27 @@ class _Session:
 
 # The engine's in-memory caches, each a share of one budget (LOOM_CLICKHOUSE_CACHE_MB).
 # At ClickHouse's server defaults they may grow to GiBs each (mark, primary-index,
-# vector-index caches 5 GiB apiece), far beyond a small machine: here they sum to under
-# the budget. The HNSW indexes get half: a search above the exact-scan threshold needs
-# each part's index in memory, and a part whose index does not fit is read back from
-# disk at every search (a 384-dimension bf16 index holds about 1 kB per vector, so
-# 512 MiB is about half a million vectors). The text-index, Parquet, Iceberg and
+# vector-index caches 5 GiB apiece, about 26 GiB in all), far beyond a small machine:
+# here they sum to under the budget. The HNSW indexes get three quarters: a search above
+# the exact-scan threshold needs each part's index in memory, and an index that does not
+# fit is read back from disk at every search (measured: a 50k-vector index, 67.5 MB,
+# 8 ms per search cached, 70 ms under a 32 MiB limit). A 384-dimension bf16 index takes
+# about 1.35 kB per vector, so the default 1.5 GiB holds about 1.1 million vectors (a
+# 1536-dimension one about 4 kB: some 400 thousand). The text-index, Parquet, Iceberg and
 # unique-key caches serve nothing Loom does; they get a sliver so none is unbounded.
 _CACHE_SHARES: dict[str, float] = {
-    "vector_similarity_index_cache_size": 1 / 2,
-    "mark_cache_size": 1 / 8,
-    "primary_index_cache_size": 1 / 8,
-    "index_mark_cache_size": 1 / 16,
-    "query_condition_cache_size": 1 / 32,
-    "compiled_expression_cache_size": 1 / 64,
-    "text_index_header_cache_size": 1 / 64,
-    "text_index_tokens_cache_size": 1 / 64,
-    "text_index_postings_cache_size": 1 / 64,
-    "parquet_metadata_cache_size": 1 / 64,
-    "iceberg_metadata_files_cache_size": 1 / 64,
-    "unique_key_index_cache_size_bytes": 1 / 64,
+    "vector_similarity_index_cache_size": 3 / 4,
+    "mark_cache_size": 1 / 16,
+    "primary_index_cache_size": 1 / 16,
+    "index_mark_cache_size": 1 / 32,
+    "query_condition_cache_size": 1 / 64,
+    "compiled_expression_cache_size": 1 / 128,
+    "text_index_header_cache_size": 1 / 128,
+    "text_index_tokens_cache_size": 1 / 128,
+    "text_index_postings_cache_size": 1 / 128,
+    "parquet_metadata_cache_size": 1 / 128,
+    "iceberg_metadata_files_cache_size": 1 / 128,
+    "unique_key_index_cache_size_bytes": 1 / 128,
 }
 # Off, as at chdb's defaults, and kept off: the uncompressed-block caches copy what the
 # OS page cache already holds. (chdb builds no query cache: its size stays 0 whatever

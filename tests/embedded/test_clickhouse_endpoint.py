@@ -141,13 +141,13 @@ def test_the_engine_starts_with_its_server_settings(client: Client) -> None:
 
 
 def test_the_engine_caches_stay_under_the_budget(client: Client) -> None:
-    """Every cache the engine reports is bounded by LOOM_CLICKHOUSE_CACHE_MB (1 GiB by
+    """Every cache the engine reports is bounded by LOOM_CLICKHOUSE_CACHE_MB (2 GiB by
     default; a server's defaults are 5 GiB for several), and together the byte limits
     stay under it. A cache a new engine version adds at a GiB-sized default fails this."""
     budget = DEFAULT_CACHE_MB * 1024 * 1024
     limits = engine_cache_settings()
     assert 0 < sum(limits.values()) <= budget
-    assert engine_cache_settings(64)["mark_cache_size"] == 8 * 1024 * 1024
+    assert engine_cache_settings(64)["mark_cache_size"] == 4 * 1024 * 1024
     assert limits["uncompressed_cache_size"] == limits["index_uncompressed_cache_size"] == 0
     rows = client.query(
         "SELECT name, value FROM system.server_settings WHERE name ILIKE '%cache%size%' "
@@ -177,7 +177,7 @@ def test_the_cache_budget_setting_reaches_the_engine(tmp_path: Path) -> None:
     finally:
         backends.stop()
     assert {name: int(value) for name, value in rows} == engine_cache_settings(64)
-    assert dict(rows)["vector_similarity_index_cache_size"] == str(32 * 1024 * 1024)
+    assert dict(rows)["vector_similarity_index_cache_size"] == str(48 * 1024 * 1024)
 
 
 # 2. Native insert with insert_deduplication_token ---------------------------------------
