@@ -148,7 +148,8 @@ ENGINE_METRICS = (
 
 def engine_memory_mb(clickhouse_url: str) -> dict[str, float]:
     """The embedded engine's account of its memory, MB: tracked memory, each non-empty
-    cache, and jemalloc's allocated / resident / retained (what RSS holds beyond them)."""
+    cache, and jemalloc's allocated / resident / retained (what RSS holds beyond them);
+    and (`count_*`, plain counts) the queries running and the parts held."""
     import re
     import urllib.parse
     import urllib.request
@@ -162,6 +163,13 @@ def engine_memory_mb(clickhouse_url: str) -> dict[str, float]:
     for line in query(ENGINE_METRICS).splitlines():
         name, value = line.split("\t")
         out[name] = int(value) / 1e6
+    # Counts, not MB: queries running (each holds memory while it runs) and parts
+    # (active, and merged away but not yet removed: each keeps its metadata in memory).
+    counts = query(
+        "SELECT (SELECT value FROM system.metrics WHERE metric = 'Query'), "
+        "countIf(_state = 'Active'), countIf(_state != 'Active') FROM system.parts FORMAT TSV"
+    ).split()
+    out["count_queries_running"], out["count_parts_active"], out["count_parts_inactive"] = map(float, counts)
     stats = query("SELECT stats FROM system.jemalloc_stats FORMAT TSVRaw")
     m = re.search(
         r"Allocated: (\d+), active: (\d+), metadata: (\d+).*?resident: (\d+), mapped: (\d+), retained: (\d+)",
