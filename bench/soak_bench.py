@@ -12,15 +12,20 @@ Run: ``.venv/bin/python -m bench.soak_bench --minutes 30 [--rate R] [--out bench
    busy is counted as shed) for `--minutes`: 60 % single-turn user/assistant appends,
    25 % conversation.search, 10 % conversation.save_message of a turn appended earlier,
    5 % session.brief_save of agent-written sections (no LLM).
-4. Every `--sample-seconds` it reads VmRSS from /proc of EVERY process of the serve
-   group (``loom serve`` itself, the API, the worker, the ClickHouse endpoint,
-   redis-server, anything else they started), named by role.
+4. Every `--sample-seconds` it reads VmRSS (and its parts: RssAnon, the heap; RssFile,
+   pages of mapped files such as the chdb library's code, bounded by their size) from
+   /proc of EVERY process of the serve group (``loom serve`` itself, the API, the
+   worker, the ClickHouse endpoint, redis-server, anything else they started), named by
+   role; and the embedded engine's own account of its memory (system.metrics:
+   MemoryTracking and the caches' bytes; system.jemalloc_stats: allocated, resident,
+   retained).
 
-Per process it reports RSS after the warm-up (`--warmup-seconds`, default the first 10 %
-of the run but at least 60 s), at the end, the max, and the slope (least squares over the
-post-warm-up samples, MB per 10 minutes). A process is flat when its slope is under
-`--flat-mb` MB per 10 minutes (default 2). A process restarted during the run (its pid
-changed) is flagged: its series is not comparable. Also: requests, errors by op and
+Per process it reports RSS after the warm-up (`--warmup-seconds`, default the first
+third of the run but at least 60 s: the last 20 minutes of a 30-minute run), at the end,
+the max, and the slope (least squares over the post-warm-up samples, MB per 10 minutes),
+of RSS and of its anonymous and file-backed parts. A process is flat when the slope of
+its RSS is under `--flat-mb` MB per 10 minutes (default 2). A process restarted during
+the run (its pid changed) is flagged: its series is not comparable. Also: requests, errors by op and
 status, shed requests, and latency medians and p99 per op. Results: the table on stdout
 and ``<out>/<date>-soak-<minutes>m.{json,txt}``.
 """
@@ -119,15 +124,72 @@ def role_of(pid: int, supervisor: int) -> str:
     return cmd.split(" ")[0].rsplit("/", 1)[-1] or f"pid-{pid}"
 
 
-def rss_mb(pid: int) -> float | None:
+def rss_mb(pid: int) -> tuple[float, float, float] | None:
+    """(VmRSS, RssAnon, RssFile) in MB."""
+    fields: dict[str, float] = {}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0
+                name, _, rest = line.partition(":")
+                if name in ("VmRSS", "RssAnon", "RssFile"):
+                    fields[name] = int(rest.split()[0]) / 1024.0
     except OSError:
         return None
-    return None
+    if "VmRSS" not in fields:
+        return None
+    return fields["VmRSS"], fields.get("RssAnon", 0.0), fields.get("RssFile", 0.0)
+
+
+ENGINE_METRICS = (
+    "SELECT metric, value FROM system.metrics WHERE metric = 'MemoryTracking' "
+    "OR (metric LIKE '%CacheBytes' AND value > 0) FORMAT TSV"
+)
+
+
+def engine_memory_mb(clickhouse_url: str) -> dict[str, float]:
+    """The embedded engine's account of its memory, MB: tracked memory, each non-empty
+    cache, and jemalloc's allocated / resident / retained (what RSS holds beyond them);
+    and (`count_*`, plain counts) the queries running and the parts held."""
+    import re
+    import urllib.parse
+    import urllib.request
+
+    def query(sql: str) -> str:
+        url = f"{clickhouse_url}/?{urllib.parse.urlencode({'query': sql})}"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return str(r.read().decode())
+
+    out: dict[str, float] = {}
+    for line in query(ENGINE_METRICS).splitlines():
+        name, value = line.split("\t")
+        out[name] = int(value) / 1e6
+    # Counts, not MB: queries running (each holds memory while it runs) and parts
+    # (active, and merged away but not yet removed: each keeps its metadata in memory).
+    counts = query(
+        "SELECT (SELECT value FROM system.metrics WHERE metric = 'Query'), "
+        "countIf(_state = 'Active'), countIf(_state != 'Active') FROM system.parts FORMAT TSV"
+    ).split()
+    out["count_queries_running"], out["count_parts_active"], out["count_parts_inactive"] = map(float, counts)
+    stats = query("SELECT stats FROM system.jemalloc_stats FORMAT TSVRaw")
+    m = re.search(
+        r"Allocated: (\d+), active: (\d+), metadata: (\d+).*?resident: (\d+), mapped: (\d+), retained: (\d+)",
+        stats,
+    )
+    if m:
+        for key, value in zip(
+            (
+                "jemalloc_allocated",
+                "jemalloc_active",
+                "jemalloc_metadata",
+                "jemalloc_resident",
+                "jemalloc_mapped",
+                "jemalloc_retained",
+            ),
+            m.groups(),
+            strict=True,
+        ):
+            out[key] = int(value) / 1e6
+    return out
 
 
 def serve_group(supervisor: int) -> dict[str, int]:
@@ -148,6 +210,8 @@ def serve_group(supervisor: int) -> dict[str, int]:
 class Series:
     pids: list[int] = field(default_factory=list)  # every pid seen (a restart adds one)
     samples: list[tuple[float, float]] = field(default_factory=list)  # (t seconds, MB)
+    anon: list[tuple[float, float]] = field(default_factory=list)  # RssAnon
+    file: list[tuple[float, float]] = field(default_factory=list)  # RssFile
 
 
 def slope_mb_per_10min(points: list[tuple[float, float]]) -> float:
@@ -276,7 +340,13 @@ async def open_loop(load: Load, rate: float, seconds: float, max_inflight: int) 
 
 
 async def sampler(
-    supervisor: int, every: float, series: dict[str, Series], t0: float, stop: asyncio.Event
+    supervisor: int,
+    every: float,
+    series: dict[str, Series],
+    t0: float,
+    stop: asyncio.Event,
+    clickhouse_url: str,
+    engine: list[tuple[float, dict[str, float]]],
 ) -> None:
     while True:
         now = time.monotonic() - t0
@@ -287,7 +357,11 @@ async def sampler(
             s = series.setdefault(name, Series())
             if not s.pids or s.pids[-1] != pid:
                 s.pids.append(pid)
-            s.samples.append((now, mb))
+            s.samples.append((now, mb[0]))
+            s.anon.append((now, mb[1]))
+            s.file.append((now, mb[2]))
+        with contextlib.suppress(Exception):  # a busy or restarting endpoint: skip a sample
+            engine.append((now, await asyncio.to_thread(engine_memory_mb, clickhouse_url)))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), every)
             return
@@ -339,10 +413,11 @@ async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str
     seconds = args.minutes * 60
     log(f"  soak: {rate:.1f} ops/s for {args.minutes:g} min, RSS every {args.sample_seconds:g}s")
     series: dict[str, Series] = {}
+    engine: list[tuple[float, dict[str, float]]] = []
     stop = asyncio.Event()
     t0 = time.monotonic()
     sampling = asyncio.get_running_loop().create_task(
-        sampler(supervisor, args.sample_seconds, series, t0, stop)
+        sampler(supervisor, args.sample_seconds, series, t0, stop, stack.clickhouse_url, engine)
     )
 
     async def progress() -> None:
@@ -359,10 +434,14 @@ async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str
     stop.set()
     await sampling
     await client.aclose()
-    warmup = args.warmup_seconds if args.warmup_seconds is not None else max(60.0, 0.1 * seconds)
+    warmup = args.warmup_seconds if args.warmup_seconds is not None else max(60.0, seconds / 3)
+
+    def after(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        return [p for p in points if p[0] >= warmup] or points
+
     procs: dict[str, Any] = {}
     for name, s in series.items():
-        post = [p for p in s.samples if p[0] >= warmup] or s.samples
+        post = after(s.samples)
         slope = slope_mb_per_10min(post)
         procs[name] = {
             "pids": s.pids,
@@ -371,8 +450,24 @@ async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str
             "rss_end_mb": round(post[-1][1], 1),
             "rss_max_mb": round(max(mb for _, mb in s.samples), 1),
             "slope_mb_per_10min": round(slope, 2),
+            "anon_start_end_mb": [round(after(s.anon)[0][1], 1), round(after(s.anon)[-1][1], 1)],
+            "anon_slope_mb_per_10min": round(slope_mb_per_10min(after(s.anon)), 2),
+            "file_start_end_mb": [round(after(s.file)[0][1], 1), round(after(s.file)[-1][1], 1)],
+            "file_slope_mb_per_10min": round(slope_mb_per_10min(after(s.file)), 2),
             "flat": abs(slope) < args.flat_mb and len(s.pids) == 1,
             "samples": [[round(t, 1), round(mb, 1)] for t, mb in s.samples],
+            "samples_anon_file": [
+                [round(a[1], 1), round(f[1], 1)] for a, f in zip(s.anon, s.file, strict=True)
+            ],
+        }
+    engine_summary: dict[str, Any] = {}
+    for key in sorted({k for _, d in engine for k in d}):
+        points = [(t, d[key]) for t, d in engine if key in d]
+        post = after(points)
+        engine_summary[key] = {
+            "start_mb": round(post[0][1], 1),
+            "end_mb": round(post[-1][1], 1),
+            "slope_mb_per_10min": round(slope_mb_per_10min(post), 2),
         }
     ops = {
         op: {
@@ -396,6 +491,8 @@ async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str
         "embedding": dict(load.embedding),
         "ops": ops,
         "processes": procs,
+        "engine_memory": engine_summary,
+        "engine_samples": [[round(t, 1), {k: round(v, 2) for k, v in d.items()}] for t, d in engine],
     }
 
 
@@ -421,6 +518,25 @@ def render(r: dict[str, Any]) -> str:
             f"{name:<22} {p['rss_start_mb']:>8} {p['rss_end_mb']:>8} {p['rss_max_mb']:>8} "
             f"{p['slope_mb_per_10min']:>9}  {flag}"
         )
+    lines += [
+        "",
+        "the same, split: anonymous memory (heap) and file-backed pages (mapped code and files)",
+        f"{'process':<22} {'anon start':>10} {'anon end':>9} {'MB/10min':>9} {'file start':>11} {'file end':>9} {'MB/10min':>9}",
+    ]
+    for name, p in r["processes"].items():
+        (a0, a1), (f0, f1) = p["anon_start_end_mb"], p["file_start_end_mb"]
+        lines.append(
+            f"{name:<22} {a0:>10} {a1:>9} {p['anon_slope_mb_per_10min']:>9} {f0:>11} {f1:>9} "
+            f"{p['file_slope_mb_per_10min']:>9}"
+        )
+    if r.get("engine_memory"):
+        lines += [
+            "",
+            "embedded engine's own account (MB, after the warm-up)",
+            f"{'':<34} {'start':>8} {'end':>8} {'MB/10min':>9}",
+        ]
+        for key, e in r["engine_memory"].items():
+            lines.append(f"{key:<34} {e['start_mb']:>8} {e['end_mb']:>8} {e['slope_mb_per_10min']:>9}")
     return "\n".join(lines)
 
 
@@ -432,7 +548,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--probe-clients", type=int, default=32)
     p.add_argument("--max-inflight", type=int, default=64)
     p.add_argument("--sample-seconds", type=float, default=10.0)
-    p.add_argument("--warmup-seconds", type=float, help="default: 10%% of the run, at least 60 s")
+    p.add_argument("--warmup-seconds", type=float, help="default: the first third of the run, at least 60 s")
     p.add_argument("--flat-mb", type=float, default=2.0, help="flat: |slope| under this many MB per 10 min")
     p.add_argument("--embedder", default="minilm")
     p.add_argument("--seed", type=int, default=7)

@@ -33,6 +33,9 @@ class Settings(BaseSettings):
     clickhouse_password: str = ""
     clickhouse_database: str = "loom"
     clickhouse_cluster: str = ""
+    # The embedded engine's caches (marks, primary and vector indexes, ...) together stay
+    # under this many MiB (loom.embedded.clickhouse_endpoint.engine_cache_settings).
+    clickhouse_cache_mb: int = Field(2048, ge=16)
 
     # Redis: empty URL means "start or find the embedded redis-server under LOOM_HOME".
     redis_url: str = ""

@@ -155,11 +155,14 @@ class Supervisor:
         ch_url, redis_url = self.settings.clickhouse_url, self.settings.redis_url
         if self.settings.clickhouse_embedded:
             data_dir = clickhouse_dir(self.settings)
-            endpoint = clickhouse_endpoint.start_endpoint(data_dir, die_with_parent=True)
+            cache_mb = self.settings.clickhouse_cache_mb
+            endpoint = clickhouse_endpoint.start_endpoint(data_dir, die_with_parent=True, cache_mb=cache_mb)
             port = endpoint.port
             child = Child(
                 "clickhouse",
-                lambda: clickhouse_endpoint.spawn_endpoint(data_dir, port, die_with_parent=True),
+                lambda: clickhouse_endpoint.spawn_endpoint(
+                    data_dir, port, die_with_parent=True, cache_mb=cache_mb
+                ),
                 BACKEND_STOP_TIMEOUT_S,
             )
             child.adopt(endpoint.process)

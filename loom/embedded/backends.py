@@ -59,7 +59,9 @@ def start_backends(settings: Settings, *, need_redis: bool = True) -> Backends:
         if not backends.clickhouse_url:
             url = find_running_endpoint(clickhouse_dir(settings))
             if url is None:
-                endpoint = start_endpoint(clickhouse_dir(settings), die_with_parent=True)
+                endpoint = start_endpoint(
+                    clickhouse_dir(settings), die_with_parent=True, cache_mb=settings.clickhouse_cache_mb
+                )
                 backends.started.append(endpoint)
                 url = endpoint.url
             backends.clickhouse_url = url

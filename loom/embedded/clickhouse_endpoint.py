@@ -78,6 +78,7 @@ _INSERT_APPEND_MIN = 1 << 20  # coalesce body chunks: fewer, larger appends into
 _INSERT_HEAD_PEEK = 64 << 10  # an INSERT header must show up within this many body bytes
 _SINGLE_WRITE_MAX = 4 << 20  # above this, head and body go in two writes (no big copy)
 _MAX_IDLE_HANDLES = 32
+DEFAULT_CACHE_MB = 2048  # the engine's caches together (engine_cache_settings)
 
 
 # --------------------------------------------------------------------------------------
@@ -138,20 +139,26 @@ class EndpointProcess:
 
 
 def start_endpoint(
-    data_dir: Path, port: int = 0, *, timeout: float = 30.0, die_with_parent: bool = False
+    data_dir: Path,
+    port: int = 0,
+    *,
+    timeout: float = 30.0,
+    die_with_parent: bool = False,
+    cache_mb: int = DEFAULT_CACHE_MB,
 ) -> EndpointProcess:
     """Spawn the endpoint on `data_dir` and return once it accepts connections.
 
     Raises EndpointAlreadyRunning if another endpoint owns the directory, EndpointError
     if it fails to start in `timeout` seconds. Its stderr goes to DIR/endpoint.log.
     With die_with_parent (Linux), the kernel stops it when the calling thread exits.
+    The engine's caches together stay under `cache_mb` MiB (engine_cache_settings).
     """
     data_dir = Path(data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / LOG_FILE
     with open(log_path, "ab") as log:
         log_offset = log.tell()
-        proc = _popen(data_dir, port, subprocess.PIPE, log, die_with_parent)
+        proc = _popen(data_dir, port, subprocess.PIPE, log, die_with_parent, cache_mb)
     assert proc.stdout is not None
     try:
         line = _read_listening_line(proc, proc.stdout, timeout)
@@ -174,17 +181,19 @@ def start_endpoint(
     return EndpointProcess(proc, int(port_text), host.strip("[]"))
 
 
-def spawn_endpoint(data_dir: Path, port: int, *, die_with_parent: bool = False) -> subprocess.Popen[bytes]:
+def spawn_endpoint(
+    data_dir: Path, port: int, *, die_with_parent: bool = False, cache_mb: int = DEFAULT_CACHE_MB
+) -> subprocess.Popen[bytes]:
     """Start the endpoint on a known port without waiting for it (a supervisor's
     restart keeps the URL every client has). All its output goes to DIR/endpoint.log;
     ping(url) says when it is up."""
     data_dir = Path(data_dir).resolve()
     with open(data_dir / LOG_FILE, "ab") as log:
-        return _popen(data_dir, port, log, log, die_with_parent)
+        return _popen(data_dir, port, log, log, die_with_parent, cache_mb)
 
 
 def _popen(
-    data_dir: Path, port: int, stdout: Any, stderr: Any, die_with_parent: bool
+    data_dir: Path, port: int, stdout: Any, stderr: Any, die_with_parent: bool, cache_mb: int
 ) -> subprocess.Popen[bytes]:
     from loom.embedded.lifeline import die_with_parent as lifeline
 
@@ -196,6 +205,8 @@ def _popen(
         str(data_dir),
         "--port",
         str(port),
+        "--cache-mb",
+        str(cache_mb),
     ]
     # The child must import this package even if it is not installed (run from a checkout).
     package_root = str(Path(__file__).resolve().parents[2])
@@ -748,27 +759,67 @@ class _Session:
     last_used: float = field(default_factory=time.monotonic)
 
 
-def engine_server_settings(cpus: int | None = None) -> dict[str, int]:
+# The engine's in-memory caches, each a share of one budget (LOOM_CLICKHOUSE_CACHE_MB).
+# At ClickHouse's server defaults they may grow to GiBs each (mark, primary-index,
+# vector-index caches 5 GiB apiece, about 26 GiB in all), far beyond a small machine:
+# here they sum to under the budget. The HNSW indexes get three quarters: a search above
+# the exact-scan threshold needs each part's index in memory, and an index that does not
+# fit is read back from disk at every search (measured: a 50k-vector index, 67.5 MB,
+# 8 ms per search cached, 70 ms under a 32 MiB limit). A 384-dimension bf16 index takes
+# about 1.35 kB per vector, so the default 1.5 GiB holds about 1.1 million vectors (a
+# 1536-dimension one about 4 kB: some 400 thousand). The text-index, Parquet, Iceberg and
+# unique-key caches serve nothing Loom does; they get a sliver so none is unbounded.
+_CACHE_SHARES: dict[str, float] = {
+    "vector_similarity_index_cache_size": 3 / 4,
+    "mark_cache_size": 1 / 16,
+    "primary_index_cache_size": 1 / 16,
+    "index_mark_cache_size": 1 / 32,
+    "query_condition_cache_size": 1 / 64,
+    "compiled_expression_cache_size": 1 / 128,
+    "text_index_header_cache_size": 1 / 128,
+    "text_index_tokens_cache_size": 1 / 128,
+    "text_index_postings_cache_size": 1 / 128,
+    "parquet_metadata_cache_size": 1 / 128,
+    "iceberg_metadata_files_cache_size": 1 / 128,
+    "unique_key_index_cache_size_bytes": 1 / 128,
+}
+# Off, as at chdb's defaults, and kept off: the uncompressed-block caches copy what the
+# OS page cache already holds. (chdb builds no query cache: its size stays 0 whatever
+# is set, and use_query_cache is off.)
+_CACHES_OFF = ("uncompressed_cache_size", "index_uncompressed_cache_size")
+
+
+def engine_cache_settings(cache_mb: int = DEFAULT_CACHE_MB) -> dict[str, int]:
+    """Byte limits of the engine's caches for a budget of `cache_mb` MiB (they sum to
+    less than the budget)."""
+    budget = cache_mb * 1024 * 1024
+    limits = {name: int(budget * share) for name, share in _CACHE_SHARES.items()}
+    return limits | dict.fromkeys(_CACHES_OFF, 0)
+
+
+def engine_server_settings(cpus: int | None = None, cache_mb: int = DEFAULT_CACHE_MB) -> dict[str, int]:
     """Server settings the embedded engine starts with (a server's config.xml would hold
-    them). The engine shares the machine with the API and the embedding model: a vector
+    them): the cache limits above, and the vector index builds' threads. The engine
+    shares the machine with the API and the embedding model: a vector
     index build (at every merge of a vector table's parts) may take at most half of the
     cores. At its default (16 threads) a large merge took both cores of a 2-core machine
     for seconds, stalling the model: single-turn appends 64 % -> 68-69 % of the raw model,
     p99 344-367 -> 222-301 ms, measured back to back; batch ingest unchanged."""
     cores = cpus if cpus is not None else (os.cpu_count() or 2)
-    return {"max_build_vector_similarity_index_thread_pool_size": max(1, cores // 2)}
+    threads = {"max_build_vector_similarity_index_thread_pool_size": max(1, cores // 2)}
+    return threads | engine_cache_settings(cache_mb)
 
 
 class _Engine:
     """Owns the chdb engine: an anchor connection that keeps it open, a pool of
     handles for sessionless requests, and one handle per session_id."""
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path, cache_mb: int = DEFAULT_CACHE_MB):
         import chdb  # only here: TZ must be UTC before the engine loads
 
         self._connect = chdb.connect
         # chdb passes a file: URI's query parameters to the engine as server settings.
-        options = "&".join(f"{k}={v}" for k, v in engine_server_settings().items())
+        options = "&".join(f"{k}={v}" for k, v in engine_server_settings(cache_mb=cache_mb).items())
         self._conn_str = f"file:{data_dir}?{options}"
         # chdb shuts the engine down when its last connection closes; this one
         # stays open for the endpoint's lifetime and is closed last.
@@ -1314,6 +1365,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--host", default="127.0.0.1", help="loopback address to bind (127.x, ::1, localhost)"
     )
+    parser.add_argument(
+        "--cache-mb",
+        type=int,
+        default=DEFAULT_CACHE_MB,
+        help="the engine's caches together stay under this many MiB (LOOM_CLICKHOUSE_CACHE_MB)",
+    )
     return parser.parse_args(argv)
 
 
@@ -1342,7 +1399,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TZ"] = "UTC"  # before chdb loads: the engine's timezone is UTC
     time.tzset()
     try:
-        engine = _Engine(data_dir)
+        engine = _Engine(data_dir, args.cache_mb)
     except Exception as exc:
         print(f"cannot open the ClickHouse engine on {data_dir}: {exc}", file=sys.stderr)
         return EXIT_ENGINE_FAILED

@@ -48,11 +48,12 @@ REBUILD_PAGE = 20_000
 # key and the buckets of its two notes. ARGV: n, the claim's value (the flush id), its
 # TTL, the prefix of the flushes' live marks, their TTL in ms, then per turn the two
 # note fields and the (1-based) index of its namespace's ready mark.
-# Marks the flush live, then returns per turn a bit set: 1 claimed, 2 never noted for
-# this agent, 4 never noted for any agent, 8 its namespace is ready, 16 not claimed
-# because a save holds the claim, 32 claimed by taking it over from a flush that is no
-# longer live (it died, or ended without releasing it: its row may or may not have
-# landed, so the taker reads ClickHouse).
+# Marks the writer live, then returns per turn a bit set: 1 claimed (or held by this
+# same writer already), 2 never noted for this agent, 4 never noted for any agent, 8 its
+# namespace is ready, 16 not claimed because a live save holds the claim, 32 claimed by
+# taking it over from a writer (a flush or a save) that is no longer live (it died, or
+# ended without releasing it: its row may or may not have landed, so the taker reads
+# ClickHouse). Not claimed and no 16: a live flush holds it.
 _CLAIM_AND_NOTE = """
 local n = tonumber(ARGV[1])
 local live = ARGV[4]
@@ -69,8 +70,10 @@ for k = n + 1, #KEYS, 3 do
   if redis.call('SET', KEYS[k], ARGV[2], 'NX', 'EX', ARGV[3]) then bits = bits + 1
   else
     local holder = redis.call('GET', KEYS[k]) or ''
-    if string.sub(holder, 1, 5) == 'save:' then bits = bits + 16
-    elseif holder ~= ARGV[2] and redis.call('EXISTS', live .. holder) == 0 then
+    if holder == ARGV[2] then bits = bits + 1
+    elseif redis.call('EXISTS', live .. holder) == 1 then
+      if string.sub(holder, 1, 5) == 'save:' then bits = bits + 16 end
+    else
       redis.call('SET', KEYS[k], ARGV[2], 'EX', ARGV[3])
       bits = bits + 1 + 32
     end
@@ -84,7 +87,10 @@ return out
 """
 
 # The value a save's claim on a turn starts with (loom.ops.conversation.saving): the
-# script above tells an append that a save, not another append, holds the turn.
+# script above tells an append that a save, not another append, holds the turn. A save
+# claims through the same script, live under the same marks as a flush (its claim
+# value is its writer id): a save that died between its claim and its insert is taken
+# over like a dead flush.
 SAVE_CLAIM_PREFIX = "save:"
 
 _RUN_ID = "return string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')"
@@ -103,12 +109,12 @@ return 0
 class Noted:
     """What claim_and_note() learnt of one turn."""
 
-    claimed: bool  # this flush holds the turn's claim (no concurrent writer does)
+    claimed: bool  # this writer holds the turn's claim (no concurrent writer does)
     first_note: bool  # never noted for this agent before
     first_any: bool  # never noted for any agent before
     ready: bool  # its namespace's notes are complete
-    held_by_save: bool = False  # not claimed: a save holds the claim (its row may be saved-only)
-    taken_over: bool = False  # claimed from a flush no longer live (its row may have landed)
+    held_by_save: bool = False  # not claimed: a live save holds it (its row may be saved-only)
+    taken_over: bool = False  # claimed from a writer no longer live (its row may have landed)
 
     @property
     def certainly_new(self) -> bool:
@@ -117,8 +123,9 @@ class Noted:
 
     @property
     def contested(self) -> bool:
-        """Another append's live flush holds the claim: its row may land, or not."""
-        return not self.claimed and not self.held_by_save
+        """Another live writer (an append's flush or a save) holds the claim: its row
+        may land, or not."""
+        return not self.claimed
 
 
 def _digest(kind: str, parts: Iterable[str]) -> bytes:
@@ -156,10 +163,10 @@ async def claim_and_note(
     claim_ttl_s: int,
     live_ms: int,
 ) -> list[Noted]:
-    """In one atomic round trip: mark the flush `claim_value` live for `live_ms` (its
-    owner renews the mark while the flush runs: :func:`keep_live`), then claim each
-    turn (SET NX with a TTL, or a take-over of a claim whose flush is no longer live)
-    and note it."""
+    """In one atomic round trip: mark the writer `claim_value` (a flush id, or a save's
+    claim) live for `live_ms` (its owner renews the mark while it runs:
+    :func:`keep_live`), then claim each turn (SET NX with a TTL, or a take-over of a
+    claim whose writer is no longer live) and note it."""
     if not keys:
         return []
     namespaces = list(dict.fromkeys(k[0] for k in keys))

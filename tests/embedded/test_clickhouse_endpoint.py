@@ -4,6 +4,7 @@ running as its own process."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import os
@@ -30,18 +31,22 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
 from clickhouse_connect.driver.summary import QuerySummary
 
+from loom.embedded.backends import start_backends
 from loom.embedded.clickhouse_endpoint import (
+    DEFAULT_CACHE_MB,
     EXIT_ALREADY_RUNNING,
     EXIT_BAD_ARGS,
     LOCK_FILE,
     PORT_FILE,
     EndpointAlreadyRunning,
     EndpointProcess,
+    engine_cache_settings,
     engine_server_settings,
     find_running_endpoint,
     read_port_file,
     start_endpoint,
 )
+from loom.settings import Settings
 
 ENDPOINT_MODULE = "loom.embedded.clickhouse_endpoint"
 MakeClient = Callable[..., Client]
@@ -122,15 +127,57 @@ def test_handshake_and_command(endpoint: EndpointProcess, client: Client, data_d
 
 
 def test_the_engine_starts_with_its_server_settings(client: Client) -> None:
-    """A vector index build takes at most half of the cores (one on two)."""
-    assert engine_server_settings(2) == {"max_build_vector_similarity_index_thread_pool_size": 1}
-    assert engine_server_settings(1) == {"max_build_vector_similarity_index_thread_pool_size": 1}
-    assert engine_server_settings(16) == {"max_build_vector_similarity_index_thread_pool_size": 8}
+    """A vector index build takes at most half of the cores (one on two); the cache
+    limits are in force."""
+    threads = "max_build_vector_similarity_index_thread_pool_size"
+    assert engine_server_settings(2)[threads] == 1
+    assert engine_server_settings(1)[threads] == 1
+    assert engine_server_settings(16)[threads] == 8
     rows = client.query(
         "SELECT name, value FROM system.server_settings WHERE name IN {names:Array(String)}",
         parameters={"names": list(engine_server_settings())},
     ).result_rows
     assert {name: int(value) for name, value in rows} == engine_server_settings()
+
+
+def test_the_engine_caches_stay_under_the_budget(client: Client) -> None:
+    """Every cache the engine reports is bounded by LOOM_CLICKHOUSE_CACHE_MB (2 GiB by
+    default; a server's defaults are 5 GiB for several), and together the byte limits
+    stay under it. A cache a new engine version adds at a GiB-sized default fails this."""
+    budget = DEFAULT_CACHE_MB * 1024 * 1024
+    limits = engine_cache_settings()
+    assert 0 < sum(limits.values()) <= budget
+    assert engine_cache_settings(64)["mark_cache_size"] == 4 * 1024 * 1024
+    assert limits["uncompressed_cache_size"] == limits["index_uncompressed_cache_size"] == 0
+    rows = client.query(
+        "SELECT name, value FROM system.server_settings WHERE name ILIKE '%cache%size%' "
+        "AND name NOT ILIKE '%ratio%' AND name NOT ILIKE '%entries%' AND name NOT ILIKE '%elements%'"
+    ).result_rows
+    in_force = {name: int(value) for name, value in rows}
+    assert set(limits) <= set(in_force)
+    over = {name: value for name, value in in_force.items() if value > budget}
+    assert over == {}, f"caches above the {DEFAULT_CACHE_MB} MiB budget: {over}"
+    assert sum(in_force[name] for name in limits) <= budget
+    # The query cache: chdb builds none, and no request uses one.
+    assert in_force["query_cache.max_size_in_bytes"] == 0
+    assert client.command("SELECT value FROM system.settings WHERE name = 'use_query_cache'") == 0
+
+
+def test_the_cache_budget_setting_reaches_the_engine(tmp_path: Path) -> None:
+    """LOOM_CLICKHOUSE_CACHE_MB, through the embedded backends' start, sizes the live
+    engine's caches."""
+    settings = Settings(home=tmp_path, clickhouse_url="", clickhouse_cache_mb=64)
+    backends = start_backends(settings, need_redis=False)
+    try:
+        with contextlib.closing(clickhouse_connect.get_client(dsn=backends.clickhouse_url)) as ch:
+            rows = ch.query(
+                "SELECT name, value FROM system.server_settings WHERE name IN {names:Array(String)}",
+                parameters={"names": list(engine_cache_settings())},
+            ).result_rows
+    finally:
+        backends.stop()
+    assert {name: int(value) for name, value in rows} == engine_cache_settings(64)
+    assert dict(rows)["vector_similarity_index_cache_size"] == str(48 * 1024 * 1024)
 
 
 # 2. Native insert with insert_deduplication_token ---------------------------------------

@@ -20,7 +20,10 @@ share their ClickHouse round trips (a one-row insert costs the engine 7-10 ms):
    flush of that turn, which then reads ClickHouse for it like any re-log. A turn whose
    claim a live flush holds is answered duplicate only once its row has landed; until
    then the flush waits (CONTEST_WAIT_S, then 503), so that no append is told its turn
-   is stored while the only flush carrying it may still fail or die.
+   is stored while the only flush carrying it may still fail or die. A save storing a
+   new message claims the turn the same way and is live the same way
+   (loom.ops.conversation.saving): its claim is waited on while it lives, taken over
+   once it died.
 3. The notes answer "certainly new" for most turns; only the others (noted before: a
    re-log; or a namespace whose notes are still being rebuilt) are looked up in
    ClickHouse, for any agent: a turn that another agent's copy landed for may have a
@@ -49,7 +52,7 @@ import hashlib
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
@@ -195,7 +198,7 @@ class AppendPipeline:
         self.embedder = EmbedClient(svc)
         self._known_threads: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._rebuilding: set[str] = set()
-        self._flushing: set[str] = set()  # the flushes running: their live marks are renewed
+        self._flushing: set[str] = set()  # the writers running: their live marks are renewed
         self._renewer: asyncio.Task[None] | None = None
 
     async def close(self) -> None:
@@ -266,12 +269,22 @@ class AppendPipeline:
 
     async def _flush_batch(self, batch: _Batch) -> list[_Flushed]:
         """The flush, live (its claims are trusted) until it returns or raises."""
-        self._flushing.add(batch.flush_id)
+        async with self.live(batch.flush_id):
+            return await self._flush_live(batch)
+
+    @contextlib.asynccontextmanager
+    async def live(self, writer_id: str) -> AsyncIterator[None]:
+        """Keep a writer of turns live while inside: a flush (its id), or a save
+        (loom.ops.conversation.saving: its claim value). Its mark, set when it claims
+        (loom.store.landed.claim_and_note), is renewed every FLUSH_RENEW_S, so its claims
+        are waited on, never taken over; once it returns or raises (or its process
+        dies) the mark lapses within FLUSH_LIVE_MS, and its claims are taken over."""
+        self._flushing.add(writer_id)
         self._keep_renewing()
         try:
-            return await self._flush_live(batch)
+            yield
         finally:
-            self._flushing.discard(batch.flush_id)
+            self._flushing.discard(writer_id)
 
     def _keep_renewing(self) -> None:
         if self._renewer is None or self._renewer.done():
@@ -300,7 +313,7 @@ class AppendPipeline:
         FLUSH_SECONDS.labels("state").observe(time.perf_counter() - started)
         out, stored, release = _sort_out(batch, claimed)
         if release:
-            await self._release(release, batch.flush_id)
+            await self.release(release, batch.flush_id)
         vectors: dict[emb_store.EmbKey, str] = {}
         shared: set[emb_store.EmbKey] = set()
         if stored:
@@ -335,7 +348,7 @@ class AppendPipeline:
                 await self._settle(contested, batch.flush_id, noted)
             state = await self._landed(noted, recording)
         except BaseException:
-            await self._release([k for k, n in noted.items() if n.claimed], batch.flush_id)
+            await self.release([k for k, n in noted.items() if n.claimed], batch.flush_id)
             raise
         return _Claimed(recording, noted, {k for k, n in noted.items() if n.claimed}, state)
 
@@ -350,11 +363,11 @@ class AppendPipeline:
         flush_id: str,
         noted: dict[conv_store.TurnKey, landed.Noted],
     ) -> None:
-        """Turns another append's flush claimed, and which is live: a concurrent
-        append of the same turn, or a retry of one whose flush may still be inserting
-        it (or died: its live mark lapses within FLUSH_LIVE_MS). Answered duplicate
-        only once their row has landed; claimed here (`noted` updated) once the other
-        flush released or outlived its claim. Rare (duplicates only), so polling."""
+        """Turns another live writer claimed: a concurrent append of the same turn, a
+        retry of one whose flush may still be inserting it (or died: its live mark
+        lapses within FLUSH_LIVE_MS), or a save storing it. Answered duplicate only once
+        their row has landed; claimed here (`noted` updated) once the other writer
+        released or outlived its claim. Rare (duplicates only), so polling."""
         svc, loop = self.svc, asyncio.get_running_loop()
         deadline = loop.time() + CONTEST_WAIT_S
         pause, longest = CONTEST_POLL_S
@@ -371,7 +384,7 @@ class AppendPipeline:
             await asyncio.sleep(pause)
             pause = min(pause * 2, longest)
             again = dict(zip(pending, await self._claim_keys(pending, flush_id), strict=True))
-            noted.update({k: n for k, n in again.items() if not n.contested})
+            noted.update(again)  # the latest holder: a save's row that lands may be saved-only
             pending = [k for k, n in again.items() if n.contested]
             if not pending:
                 return
@@ -418,7 +431,7 @@ class AppendPipeline:
             else:
                 await self._insert(rows, batch.flush_id)
         except BaseException:
-            await self._release([t.key for t in rows], batch.flush_id)
+            await self.release([t.key for t in rows], batch.flush_id)
             await self._open_gate(gate, durable=False)
             raise
         FLUSH_SECONDS.labels("insert").observe(time.perf_counter() - t0)
@@ -558,7 +571,8 @@ class AppendPipeline:
         if any(h and h < flush_id for h in holders):
             raise Unavailable("two appends carry the same turns and wait on each other; retry the append")
 
-    async def _release(self, keys: list[conv_store.TurnKey], flush_id: str) -> None:
+    async def release(self, keys: list[conv_store.TurnKey], flush_id: str) -> None:
+        """Release the claims `flush_id` (a flush, or a save) still holds on `keys`."""
         try:
             pipe = self.svc.redis.pipeline(transaction=False)
             for key in keys:

@@ -18,7 +18,12 @@ again when the last embed failed, and flags rows still unflagged. A new message'
 insert carries a deduplication token derived from its identity (plus the generation
 an unsave's removal started), so two concurrent saves of it store one row; it also
 takes append's claim on the turn (loom.ops.conversation.appending), so an append of
-the same turn racing the save answers duplicate instead of writing over the flag.
+the same turn racing the save answers duplicate instead of writing over the flag. The
+claim is a live writer's, as an append flush's is: while the save runs, an append of
+the turn waits for its row; a save that failed releases it, and one that died (between
+its claim and its insert) is taken over once its live mark lapses, so no append is
+answered duplicate for a row that never landed. Likewise a save waits on a live
+flush's claim, and takes over a dead one's.
 
 How a row came to exist decides what an unsave does (``origin``, migration 007). A
 message new to the transcript is stored saved-only: it belongs to the user who saved
@@ -49,7 +54,14 @@ from loom.clock import next_version, utcnow
 from loom.errors import Forbidden, InvalidRequest, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
 from loom.ops.conversation import api_inline_embedder
-from loom.ops.conversation.appending import CLAIM_TTL_S, claim_key
+from loom.ops.conversation.appending import (
+    CLAIM_TTL_S,
+    CONTEST_POLL_S,
+    CONTEST_WAIT_S,
+    FLUSH_LIVE_MS,
+    claim_key,
+    pipeline,
+)
 from loom.ops.conversation.common import EMBEDDED_ROLES, as_utc, embed_text
 from loom.sensitivity import reads_as_high
 from loom.services import Services
@@ -66,7 +78,6 @@ HIGH_SENSITIVITY = "high_sensitivity"
 EMBED_FAILED = "embed_failed"
 
 MAX_ROUNDS = 4  # re-reads when the message changed under a computed vector
-APPEND_LANDING_WAIT_S = 2.0  # how long a save waits for a racing append's row to land
 
 
 def acting_user(who: Principal, user_id: str | None) -> str:
@@ -299,9 +310,26 @@ async def _store_new(
     # generation, so saving the message again is not taken for a duplicate insert.
     generation = emb.version if emb is not None and emb.tombstoned else 0
     token = _dedup_token(key, generation)
-    if not await _claim_turn(svc, key, token):
-        return None
-    await landed.note(svc.redis, [key])  # before the insert: append's flush must not take it for new
+    writer = f"{landed.SAVE_CLAIM_PREFIX}{token}"  # the claim's value, and the save's live mark
+    appends = pipeline(svc)
+    async with appends.live(writer):
+        if not await _claim_turn(svc, key, writer):
+            return None
+        try:
+            return await _insert_new(svc, key, user, new, token)
+        except Exception:
+            # The insert returned an error (its row may have landed all the same: an
+            # append that claims the turn next reads the store, since the save noted
+            # it). Released, so an append of the turn goes on at once. A cancelled save
+            # keeps its claim: its insert may still be running in its thread; its live
+            # mark lapses and an append then takes the claim over, reading the store.
+            await appends.release([key], writer)
+            raise
+
+
+async def _insert_new(
+    svc: Services, key: conv_store.TurnKey, user: str, new: NewMessage, token: str
+) -> saved_store.TranscriptRow:
     now = _now_ms()
     ts = as_utc(new.ts) if new.ts is not None else utcnow()
     assert new.role is not None and new.content is not None  # _refusal checked
@@ -336,26 +364,35 @@ async def _store_new(
     )
 
 
-async def _claim_turn(svc: Services, key: conv_store.TurnKey, token: str) -> bool:
-    """Take append's claim on the turn (one key per turn, shared with append's flushes),
-    so that an append of the same turn answers duplicate rather than writing a second,
-    unsaved row over the saved one. False: an append holds it and its row landed."""
-    ck = claim_key(key)
-    mine = f"{landed.SAVE_CLAIM_PREFIX}{token}"
-    if await svc.redis.set(ck, mine, nx=True, ex=CLAIM_TTL_S):
-        return True
-    holder = await svc.redis.get(ck)
-    if holder is not None and holder.decode() == mine:
-        return True  # this same save, retried or concurrent: the token dedups the insert
+async def _claim_turn(svc: Services, key: conv_store.TurnKey, writer: str) -> bool:
+    """Take append's claim on the turn (one key per turn, shared with append's flushes,
+    claimed and noted by the same script, live under the same marks), so that an
+    append of the same turn answers duplicate rather than writing a second, unsaved row
+    over the saved one. False: the turn's row landed (an append's, or an earlier save's):
+    save it in place. A live writer's claim is waited on (CONTEST_WAIT_S, then 503)."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + APPEND_LANDING_WAIT_S
-    while loop.time() < deadline:
+    deadline = loop.time() + CONTEST_WAIT_S
+    pause, longest = CONTEST_POLL_S
+    while True:
+        [noted] = await landed.claim_and_note(
+            svc.redis, [key], [claim_key(key)], writer, CLAIM_TTL_S, FLUSH_LIVE_MS
+        )
+        if noted.claimed and not noted.taken_over:
+            return True  # new, or this same save retried: the token dedups the insert
+        # Taken over from a writer that died (its row may have landed), or held by a
+        # live one (its row may land).
         if await svc.run(saved_store.transcript_row, svc.ch, key) is not None:
-            return False  # the append's row landed: save it in place
-        await asyncio.sleep(0.02)
-    # A claim whose row never landed (its flush failed and could not release it).
-    await svc.redis.set(ck, mine, ex=CLAIM_TTL_S)
-    return True
+            return False
+        if noted.claimed:
+            return True
+        if loop.time() >= deadline:
+            raise Unavailable(
+                "another write of the same message has not finished; retry the save",
+                field="message_id",
+                rule="retry",
+            )
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, longest)
 
 
 def _write_embedding(
