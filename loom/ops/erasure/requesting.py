@@ -211,11 +211,11 @@ async def _tombstone_user(
 ) -> dict[str, store.TableCount]:
     """Few statements, few one after another (on a small machine statements running at
     once compete for the cores): the briefs and the memory tables, named by the user
-    alone, from the start; the transcript's and embedding rows' keys fixed (and their
-    threads read back once) while search's change window is raised; then, under the
+    alone, from the start; the user's threads read while search's change window is
+    raised (and the keys fixed for the removal, beside everything); then, under the
     threads' leases, the turns, the thread rows and the embedding rows at the same time;
-    then one read of what was written and of the keys' digests while the window is
-    raised again (the answer carries the counts)."""
+    then one read of what was written while the window is raised again (the answer
+    carries the counts and the keys' digests)."""
     try:
         briefs, memory, conversations = await asyncio.gather(
             svc.run(store.tombstone_briefs, svc.ch, eid, ns, user),
