@@ -343,6 +343,34 @@ def written(
     return counts
 
 
+def key_stamped(
+    ch: Client, erasure_id: str, namespace: str, threads: Sequence[str], stamped: dict[str, Sequence[int]]
+) -> None:
+    """Record the keys of the rows the tombstones stamped, in one statement: the keys were
+    fixed beside the tombstones, so a row of the user that landed between the two reads
+    is tombstoned but was not keyed; this keys it, so the removal takes it too. A key
+    recorded twice changes nothing."""
+    params: dict[str, Any] = {"e": erasure_id, "ns": namespace, "th": list(threads)}
+    parts = []
+    for table, kind, agent in (
+        ("conversations", "turn", "toString(agent)"),
+        ("conversation_embeddings", "embedding", "''"),
+    ):
+        if stamped.get(table):
+            params[kind] = list(stamped[table])
+            parts.append(
+                f"SELECT {{e:String}}, {{ns:String}}, '{kind}', {agent}, thread_id, msg_id FROM {table} "
+                f"WHERE namespace = {{ns:String}} AND thread_id IN {{th:Array(String)}} "
+                f"AND version IN {{{kind}:Array(UInt64)}}"
+            )
+    if parts:
+        ch.command(
+            "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
+            + " UNION ALL ".join(parts),
+            parameters=params,
+        )
+
+
 THREAD_GONE, THREAD_KEPT = "thread", "thread_kept"
 Pair = tuple[str, str]  # (agent, thread_id)
 

@@ -306,10 +306,11 @@ async def _tombstone_conversations(
         await asyncio.gather(fixing, return_exceptions=True)
         raise
     # Counted once written (the statements that wrote them did not count first), while
-    # the window is raised again.
-    written, _ = await asyncio.gather(
+    # the window is raised again; the rows stamped are keyed for the removal too.
+    written, _, _ = await asyncio.gather(
         svc.run(store.written, svc.ch, ns, sorted({*found.threads, *keys.threads}), stamped),
         search_marks.raise_marks(svc.redis, svc.ch, svc.run, window),
+        svc.run(store.key_stamped, svc.ch, eid, ns, found.threads, stamped),
     )
     for table, n in written.items():
         counts[table].tombstoned += n
