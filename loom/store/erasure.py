@@ -159,28 +159,24 @@ _HANDED_KEYS = (
 
 
 @dataclass
-class UserKeys:
-    """What the request reads back of the keys it fixed: the threads they lie in and the
-    (agent, thread) pairs of the user's turns."""
-
-    threads: list[str]
-    pairs: list[tuple[str, str]]
-
-
-@dataclass
 class KeyDigests:
     turn: str
     embedding: str
     thread: str
 
 
+@dataclass
+class UserKeys:
+    """What the request reads back of the keys it fixed: the threads they lie in, the
+    (agent, thread) pairs of the user's turns, and the digests of the keys."""
+
+    threads: list[str]
+    pairs: list[tuple[str, str]]
+    digests: KeyDigests
+
+
 def _hex(total: Any) -> str:
     return format(int(total or 0), "016x")
-
-
-def _sum_hashes(keys: str) -> str:
-    # the same digest as _digest: the sum of the distinct sipHash64 of the keys
-    return f"(SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({keys})))"
 
 
 def fix_user_keys(
@@ -188,7 +184,9 @@ def fix_user_keys(
 ) -> UserKeys:
     """Record the keys of every transcript and embedding row any version of which the
     user owns (a save may have claimed a row no user owned before), then read back, in
-    one statement, what the rest of the request needs (:class:`UserKeys`). Recording the
+    one statement, what the rest of the request needs (:class:`UserKeys`, the receipt's
+    key digests included). It runs beside the tombstones, which name the user's rows by
+    their threads (:func:`user_threads`), not by these keys. Recording the
     same keys twice changes nothing (the reads de-duplicate). With `purge`, also the
     user's embedding rows whose message no agent's transcript row holds any more (the
     retention TTL expired it, kind expired): a user erasure tombstones those but leaves
@@ -218,35 +216,64 @@ def fix_user_keys(
         named(
             ch.query(
                 f"SELECT groupUniqArray(thread_id) AS threads, "
-                f"groupUniqArrayIf((agent, thread_id), kind = 'turn') AS pairs FROM erasure_keys WHERE {mine}",
+                f"groupUniqArrayIf((agent, thread_id), kind = 'turn') AS pairs, {_key_digest_columns()} "
+                f"FROM erasure_keys WHERE {mine}",
                 parameters=params,
             )
         )
     )
-    return UserKeys(threads=sorted(got["threads"]), pairs=sorted((str(a), str(t)) for a, t in got["pairs"]))
+    return UserKeys(
+        threads=sorted(got["threads"]),
+        pairs=sorted((str(a), str(t)) for a, t in got["pairs"]),
+        digests=KeyDigests(
+            turn=_hex(got["turn_digest"]),
+            embedding=_hex(got["embedding_digest"]),
+            thread=_hex(got["thread_digest"]),
+        ),
+    )
 
 
 def _key_digest_columns() -> str:
-    """The digests of the turn, embedding and thread keys fixed, as columns of a read."""
-    mine = "erasure_id = {e:String} AND namespace = {ns:String}"
-    threads = f"SELECT agent, thread_id FROM erasure_keys WHERE {mine} AND kind = 'turn'"
+    """The digests of the turn, embedding and thread keys fixed, as aggregates of a read
+    of the erasure's keys (one pass; the same sum as :func:`_digest`)."""
+
+    def summed(cols: str, kind: str) -> str:
+        return f"toString(arraySum(groupUniqArrayIf(sipHash64({cols}), kind = '{kind}')))"
+
     return (
-        f"{_sum_hashes(_TURN_KEYS)} AS turn_digest, {_sum_hashes(_EMB_KEYS)} AS embedding_digest, "
-        f"{_sum_hashes(threads)} AS thread_digest"
+        f"{summed('agent, thread_id, msg_id', 'turn')} AS turn_digest, "
+        f"{summed('thread_id, msg_id', 'embedding')} AS embedding_digest, "
+        f"{summed('agent, thread_id', 'turn')} AS thread_digest"
     )
 
 
-def mixed_threads(ch: Client, erasure_id: str, namespace: str, user_id: str) -> set[str]:
-    """The threads of the fixed keys that hold a row of another user (any version, no
-    FINAL): only those can keep a live turn, or hold an heir of an embedding row, once
-    the user's rows are tombstoned."""
+@dataclass
+class UserThreads:
+    """The threads any version of a transcript or embedding row of the user lies in, and
+    those of them that hold a row of another user (any version): only those can keep a
+    live turn, or hold an heir of an embedding row, once the user's rows are tombstoned."""
+
+    threads: list[str]
+    mixed: set[str]
+
+
+def user_threads(ch: Client, namespace: str, user_id: str) -> UserThreads:
+    """One read, needing no key fixed first (see :class:`UserThreads`)."""
+    mine = "namespace = {ns:String} AND user_id = {u:String}"
     rows = ch.query(
-        "SELECT DISTINCT thread_id FROM conversations WHERE namespace = {ns:String} AND thread_id IN ("
-        "SELECT thread_id FROM erasure_keys WHERE erasure_id = {e:String} AND namespace = {ns:String}) "
-        "AND user_id != {u:String}",
-        parameters={"e": erasure_id, "ns": namespace, "u": user_id},
+        # every thread of the user's embedding rows shows, its transcript rows expired or not
+        "SELECT thread_id, max(user_id != {u:String}) AS mixed FROM ("
+        "  SELECT thread_id, user_id FROM conversations WHERE namespace = {ns:String} AND thread_id IN ("
+        f"    SELECT thread_id FROM conversations WHERE {mine} "
+        f"    UNION DISTINCT SELECT thread_id FROM conversation_embeddings WHERE {mine}) "
+        f"  UNION ALL SELECT thread_id, user_id FROM conversation_embeddings WHERE {mine}"
+        ") GROUP BY thread_id",
+        parameters={"ns": namespace, "u": user_id},
     )
-    return {r["thread_id"] for r in named(rows)}
+    found = list(named(rows))
+    return UserThreads(
+        threads=sorted({r["thread_id"] for r in found}), mixed={r["thread_id"] for r in found if r["mixed"]}
+    )
 
 
 def drop_keys(ch: Client, erasure_id: str) -> None:
@@ -262,17 +289,22 @@ def drop_keys(ch: Client, erasure_id: str) -> None:
 _TURN_COLUMNS = [c for c in conv_store.COLUMNS if c != "version"]
 
 
-def tombstone_turns(ch: Client, erasure_id: str, namespace: str, user_id: str) -> int:
-    """Tombstone (reason "erased") every live transcript row of the fixed keys that the
-    user still owns, in one statement. Returns the version the tombstones carry (count
-    them with :func:`written`: a count first would be one more statement on the way to
-    the answer)."""
+# The user's live rows, named by their threads (the primary key narrows the read to
+# them) and their newest version's owner: what the fixed keys name, less what was
+# already tombstoned, so the tombstones need not wait for the keys.
+_USER_LIVE = (
+    "namespace = {ns:String} AND thread_id IN {th:Array(String)} AND user_id = {u:String} AND NOT tombstoned"
+)
+
+
+def tombstone_turns(ch: Client, namespace: str, user_id: str, threads: Sequence[str]) -> int:
+    """Tombstone (reason "erased") every live transcript row the user owns in `threads`
+    (:func:`user_threads`), in one statement. Returns the version the tombstones carry
+    (count them with :func:`written`: a count first would be one more statement on the
+    way to the answer)."""
     version = next_version()
-    params = {"e": erasure_id, "ns": namespace, "u": user_id, "v": version}
-    where = (
-        f"namespace = {{ns:String}} AND (agent, thread_id, msg_id) IN ({_TURN_KEYS}) "
-        "AND user_id = {u:String} AND NOT tombstoned"
-    )
+    params = {"ns": namespace, "u": user_id, "v": version, "th": list(threads)}
+    where = _USER_LIVE
     replaced = {"tombstoned": "true", "tombstoned_at": "now64(3)", "tombstone_reason": "'erased'"}
     exprs = [replaced.get(c, c) for c in _TURN_COLUMNS]
     ch.command(
@@ -287,31 +319,56 @@ WRITTEN_TABLES = ("conversations", "conversation_embeddings", "threads")
 
 
 def written(
-    ch: Client, erasure_id: str, namespace: str, stamped: dict[str, Sequence[int]]
-) -> tuple[dict[str, int], KeyDigests]:
-    """How many rows of the namespace the erasure's statements stamped with the versions
-    of `stamped` (per table), and the digests of the keys it fixed, in one read."""
+    ch: Client, namespace: str, threads: Sequence[str], stamped: dict[str, Sequence[int]]
+) -> dict[str, int]:
+    """How many rows of the namespace's `threads` the erasure's statements stamped with
+    the versions of `stamped` (per table), in one read (its parts run side by side)."""
     asked = {t: list(v) for t, v in stamped.items() if v}
-    parts: list[str] = [_key_digest_columns()]
-    params: dict[str, Any] = {"e": erasure_id, "ns": namespace}
+    counts = {table: 0 for table in stamped}
+    if not asked:
+        return counts
+    parts: list[str] = []
+    params: dict[str, Any] = {"ns": namespace, "th": list(threads)}
     for i, (table, versions) in enumerate(asked.items()):
         if table not in WRITTEN_TABLES:
             raise ValueError(f"not a table an erasure tombstones: {table}")
         parts.append(
-            f"(SELECT count() FROM {table} WHERE namespace = {{ns:String}} AND version IN {{v{i}:Array(UInt64)}}) "
-            f"AS c{i}"
+            f"SELECT {i} AS i, count() AS n FROM {table} WHERE namespace = {{ns:String}} "
+            f"AND thread_id IN {{th:Array(String)}} AND version IN {{v{i}:Array(UInt64)}}"
         )
         params[f"v{i}"] = versions
-    row = next(named(ch.query(f"SELECT {', '.join(parts)}", parameters=params)))
-    counts = {table: 0 for table in stamped}
-    for i, table in enumerate(asked):
-        counts[table] = int(row[f"c{i}"])
-    digests = KeyDigests(
-        turn=_hex(row["turn_digest"]),
-        embedding=_hex(row["embedding_digest"]),
-        thread=_hex(row["thread_digest"]),
-    )
-    return counts, digests
+    tables = list(asked)
+    for row in named(ch.query(" UNION ALL ".join(parts), parameters=params)):
+        counts[tables[int(row["i"])]] = int(row["n"])
+    return counts
+
+
+def key_stamped(
+    ch: Client, erasure_id: str, namespace: str, threads: Sequence[str], stamped: dict[str, Sequence[int]]
+) -> None:
+    """Record the keys of the rows the tombstones stamped, in one statement: the keys were
+    fixed beside the tombstones, so a row of the user that landed between the two reads
+    is tombstoned but was not keyed; this keys it, so the removal takes it too. A key
+    recorded twice changes nothing."""
+    params: dict[str, Any] = {"e": erasure_id, "ns": namespace, "th": list(threads)}
+    parts = []
+    for table, kind, agent in (
+        ("conversations", "turn", "toString(agent)"),
+        ("conversation_embeddings", "embedding", "''"),
+    ):
+        if stamped.get(table):
+            params[kind] = list(stamped[table])
+            parts.append(
+                f"SELECT {{e:String}}, {{ns:String}}, '{kind}', {agent}, thread_id, msg_id FROM {table} "
+                f"WHERE namespace = {{ns:String}} AND thread_id IN {{th:Array(String)}} "
+                f"AND version IN {{{kind}:Array(UInt64)}}"
+            )
+    if parts:
+        ch.command(
+            "INSERT INTO erasure_keys (erasure_id, namespace, kind, agent, thread_id, msg_id) "
+            + " UNION ALL ".join(parts),
+            parameters=params,
+        )
 
 
 THREAD_GONE, THREAD_KEPT = "thread", "thread_kept"
@@ -438,16 +495,14 @@ def hand_over(ch: Client, erasure_id: str, namespace: str, rows: Sequence[emb_st
 _EMB_COLUMNS = [c for c in emb_store.COLUMNS if c != "version"]
 
 
-def tombstone_embeddings(ch: Client, erasure_id: str, namespace: str, user_id: str) -> int:
-    """Tombstone every live embedding row of the fixed keys the user still owns (text
-    and vector emptied; saved_at stays so the per-user vector index takes it), in one
-    statement. Returns the version the tombstones carry (:func:`written` counts them)."""
+def tombstone_embeddings(ch: Client, namespace: str, user_id: str, threads: Sequence[str]) -> int:
+    """Tombstone every live embedding row the user owns in `threads` (text and vector
+    emptied; saved_at stays so the per-user vector index takes it), in one statement;
+    rows passed to another user's copy first are that user's. Returns the version the
+    tombstones carry (:func:`written` counts them)."""
     version = next_version()
-    params = {"e": erasure_id, "ns": namespace, "u": user_id, "v": version}
-    where = (
-        f"namespace = {{ns:String}} AND (thread_id, msg_id) IN ({_EMB_KEYS}) "
-        "AND user_id = {u:String} AND NOT tombstoned"
-    )
+    params = {"ns": namespace, "u": user_id, "v": version, "th": list(threads)}
+    where = _USER_LIVE
     replaced = {
         "text": "''",
         "embedding": "CAST([] AS Array(Float32))",
@@ -507,17 +562,15 @@ def tombstone_briefs(ch: Client, erasure_id: str, namespace: str, user_id: str) 
         f"SELECT brief_key FROM session_briefs WHERE {mine} UNION DISTINCT "
         f"SELECT brief_key FROM session_brief_revisions WHERE {mine}"
     )
-    found = next(
-        named(
-            ch.query(
-                f"SELECT {_sum_hashes(keys)} AS total, "
-                f"(SELECT count() FROM session_briefs WHERE {mine}) AS versions, "
-                f"(SELECT count() FROM session_briefs FINAL WHERE {mine} AND NOT deleted) AS live, "
-                f"(SELECT count() FROM session_brief_revisions WHERE {revisions}) AS revisions",
-                parameters=params,
-            )
-        )
+    # One read, a branch per figure (the engine runs them side by side).
+    rows = ch.query(
+        f"SELECT 'total' AS k, toString(sum(DISTINCT sipHash64(brief_key))) AS n FROM ({keys}) "
+        f"UNION ALL SELECT 'versions', toString(count()) FROM session_briefs WHERE {mine} "
+        f"UNION ALL SELECT 'live', toString(count()) FROM session_briefs FINAL WHERE {mine} AND NOT deleted "
+        f"UNION ALL SELECT 'revisions', toString(count()) FROM session_brief_revisions WHERE {revisions}",
+        parameters=params,
     )
+    found = {r["k"]: r["n"] for r in named(rows)}
     count, removed = int(found["live"]), int(found["revisions"])
     if int(found["versions"]):  # every version goes, a brief deleted before included
         ch.command(
@@ -544,16 +597,17 @@ _MEMORY_WHERE = "namespace = {ns:String} AND user_id = {u:String}"
 
 def count_user_memory(ch: Client, namespace: str, user_id: str) -> dict[str, TableCount]:
     """The user's rows in every memory table (every version) and the digest of their
-    keys, in one read."""
-    parts = []
-    for i, table in enumerate(MEMORY_TABLES):
-        keys = f"SELECT {', '.join(NAMESPACE_TABLES[table])} FROM {table} WHERE {_MEMORY_WHERE}"
-        parts.append(
-            f"(SELECT count() FROM {table} WHERE {_MEMORY_WHERE}) AS rows{i}, {_sum_hashes(keys)} AS total{i}"
-        )
-    found = next(named(ch.query(f"SELECT {', '.join(parts)}", parameters={"ns": namespace, "u": user_id})))
+    keys, in one read: a branch per table, which the engine runs side by side (scalar
+    subqueries would run one after another)."""
+    parts = [
+        f"SELECT {i} AS i, count() AS n, toString(sum(DISTINCT sipHash64({', '.join(NAMESPACE_TABLES[table])}))) "
+        f"AS total FROM {table} WHERE {_MEMORY_WHERE}"
+        for i, table in enumerate(MEMORY_TABLES)
+    ]
+    rows = named(ch.query(" UNION ALL ".join(parts), parameters={"ns": namespace, "u": user_id}))
+    found = {int(r["i"]): r for r in rows}
     return {
-        table: TableCount(tombstoned=int(found[f"rows{i}"]), digest=_hex(found[f"total{i}"]))
+        table: TableCount(tombstoned=int(found[i]["n"]), digest=_hex(found[i]["total"]))
         for i, table in enumerate(MEMORY_TABLES)
     }
 

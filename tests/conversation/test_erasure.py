@@ -138,6 +138,52 @@ async def test_a_user_erasure_is_unreadable_at_once_then_removed_with_a_receipt(
     await _done(call, admin, again["erasure_id"])
 
 
+def _digest_of(ch, sql, params):
+    """A receipt's key digest as an operator recomputes it from the rows: the sum of the
+    distinct sipHash64 of the keys, mod 2^64, in hex."""
+    total = ch.query(
+        f"SELECT toString(sum(h)) FROM (SELECT DISTINCT sipHash64(*) AS h FROM ({sql}))", parameters=params
+    ).result_rows[0][0]
+    return format(int(total or 0), "016x")
+
+
+async def test_a_receipts_digests_are_those_of_the_users_keys(call, ns, writer, mint, services):
+    """The request reads its digests in one pass over the keys it fixed, beside the
+    tombstones: each equals the digest recomputed from the user's rows, and a key set
+    that differs gives a different digest."""
+    admin = mint(ns, "admin")
+    ch = services.ch
+    await _seed_user(call, writer, ns, "u1", "t1")
+    await _seed_user(call, writer, ns, "u1", "t1b")
+    await _seed_user(call, writer, ns, "u2", "t2")
+    p = {"ns": ns}
+    mine = "WHERE namespace = {ns:String} AND user_id = 'u1'"
+    expected = {
+        "conversations": _digest_of(
+            ch, f"SELECT toString(agent), thread_id, msg_id FROM conversations {mine} GROUP BY 1, 2, 3", p
+        ),
+        "conversation_embeddings": _digest_of(
+            ch, f"SELECT thread_id, msg_id FROM conversation_embeddings {mine} GROUP BY 1, 2", p
+        ),
+        "threads": _digest_of(
+            ch, f"SELECT toString(agent), thread_id FROM conversations {mine} GROUP BY 1, 2", p
+        ),
+        "session_briefs": _digest_of(ch, f"SELECT brief_key FROM session_briefs {mine} GROUP BY 1", p),
+    }
+    other = _digest_of(
+        ch,
+        "SELECT toString(agent), thread_id, msg_id FROM conversations "
+        "WHERE namespace = {ns:String} AND user_id = 'u2' GROUP BY 1, 2, 3",
+        p,
+    )
+    got = await ok(call, "erasure.request", admin, user_id="u1")
+    tables = got["receipt"]["tables"]
+    assert {t: tables[t]["digests"][ns] for t in expected} == expected
+    assert tables["conversations"]["tombstoned"] == 6 and tables["threads"]["tombstoned"] == 2
+    assert expected["conversations"] != other and expected["conversations"] != format(0, "016x")
+    await _done(call, admin, got["erasure_id"])
+
+
 async def test_purge_removes_the_embedding_rows_but_a_shared_row_passes_to_the_other_users_copy(
     call, ns, writer, mint, services
 ):

@@ -160,3 +160,50 @@ async def test_a_user_erasure_settles_the_users_thread_rows(call, ns, writer, mi
     assert "solo" not in by_thread  # every version gone from disk
     assert [v["title"] for v in by_thread["mixed"]] == [""]  # only the emptied version left
     assert "about other" in [v["title"] for v in by_thread["other"]]
+
+
+async def test_a_row_that_lands_between_the_key_fixing_and_the_tombstones_is_removed_too(
+    ns, writer, services, monkeypatch
+):
+    """The keys are fixed beside the tombstones, which name the user's rows by thread and
+    owner: a row of the user that lands after the keys were read but before the
+    tombstones read the threads is tombstoned, and keyed after, so the removal takes it
+    from disk as well (no tombstone of it, with its text, left in the part files)."""
+    del writer  # the fixture turns recording on
+    writer = Principal("w", (ns,), Role.writer)
+    admin = Principal("x", (ns,), Role.admin)
+    await append(services, writer, ns, "a", [TurnInput("t1", "user", "u1 first words", user_id="u1")])
+    keys_fixed = threading.Event()
+    fix, threads_of = erasure_store.fix_user_keys, erasure_store.user_threads
+
+    def fix_then_signal(*args: Any, **kwargs: Any) -> Any:
+        got = fix(*args, **kwargs)
+        keys_fixed.set()
+        return got
+
+    def land_then_read(ch: Any, namespace: str, user_id: str) -> Any:
+        assert keys_fixed.wait(10)
+        # Lands now, past every fence (as a row an earlier build or a replica wrote).
+        ch.command(
+            "INSERT INTO conversations SELECT * REPLACE ('m-late' AS msg_id, version + 1 AS version, "
+            "'u1 landed late' AS content) FROM conversations WHERE namespace = {ns:String} "
+            "AND user_id = 'u1' LIMIT 1",
+            parameters={"ns": namespace},
+        )
+        return threads_of(ch, namespace, user_id)
+
+    monkeypatch.setattr(erasure_store, "fix_user_keys", fix_then_signal)
+    monkeypatch.setattr(erasure_store, "user_threads", land_then_read)
+    req = await requesting.request(
+        services, admin, user_id="u1", namespaces=None, namespace_list=None, purge=False
+    )
+    assert req.receipt["tables"]["conversations"]["tombstoned"] == 2
+    rows = turn_rows(services.ch, ns)
+    assert {r["msg_id"] for r in rows if r["user_id"] == "u1" and r["tombstoned"]} >= {"m-late"}
+    await requesting.run_removal(services, req.erasure_id)
+    left = services.ch.query(
+        "SELECT count() FROM conversations WHERE namespace = {ns:String} AND user_id = 'u1' "
+        "SETTINGS apply_deleted_mask = 0",
+        parameters={"ns": ns},
+    ).result_rows[0][0]
+    assert left == 0

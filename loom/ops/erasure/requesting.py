@@ -211,11 +211,11 @@ async def _tombstone_user(
 ) -> dict[str, store.TableCount]:
     """Few statements, few one after another (on a small machine statements running at
     once compete for the cores): the briefs and the memory tables, named by the user
-    alone, from the start; the transcript's and embedding rows' keys fixed (and their
-    threads read back once) while search's change window is raised; then, under the
+    alone, from the start; the user's threads read while search's change window is
+    raised (and the keys fixed for the removal, beside everything); then, under the
     threads' leases, the turns, the thread rows and the embedding rows at the same time;
-    then one read of what was written and of the keys' digests while the window is
-    raised again (the answer carries the counts)."""
+    then one read of what was written while the window is raised again (the answer
+    carries the counts and the keys' digests)."""
     try:
         briefs, memory, conversations = await asyncio.gather(
             svc.run(store.tombstone_briefs, svc.ch, eid, ns, user),
@@ -237,39 +237,52 @@ async def _tombstone_user(
 async def _tombstone_conversations(
     svc: Services, eid: str, ns: str, user: str, purge: bool
 ) -> dict[str, store.TableCount]:
+    """On the way to the answer, one read after another: the user's threads (one read),
+    then, under their leases, the turns' and embedding rows' tombstones side by side,
+    then their count. The keys the removal needs (and the receipt's digests) are fixed
+    beside all that, off the way: the tombstones name the user's live rows by thread and
+    newest owner, which is what the keys name less what was already tombstoned. Only
+    the thread rows' fate, and a hand-over (a thread holding another user's rows), wait
+    for the keys."""
     window = [(ns, search_marks.WHOLE)]
     # Search's change window for the whole namespace, raised before any row is rewritten
-    # (the key fixing only reads and notes keys, so it goes at the same time) and again
-    # after (also when a write fails: part of it may have landed).
-    keys, _ = await asyncio.gather(
-        svc.run(store.fix_user_keys, svc.ch, eid, ns, user, purge=purge),
-        search_marks.raise_marks(svc.redis, svc.ch, svc.run, window),
-    )
+    # (the reads only read, so they go at the same time) and again after (also when a
+    # write fails: part of it may have landed).
+    fixing = asyncio.ensure_future(svc.run(store.fix_user_keys, svc.ch, eid, ns, user, purge=purge))
+    try:
+        found, _ = await asyncio.gather(
+            svc.run(store.user_threads, svc.ch, ns, user),
+            search_marks.raise_marks(svc.redis, svc.ch, svc.run, window),
+        )
+    except BaseException:
+        await asyncio.gather(fixing, return_exceptions=True)
+        raise
     counts: dict[str, store.TableCount] = {
         t: store.TableCount() for t in ("conversations", "conversation_embeddings", "handed_over", "threads")
     }
-    # Read once the keys are fixed, beside the tombstones (off the way to the answer):
-    # which threads hold another user's rows (the thread rows and the hand-over need
-    # it; the turns' tombstones do not wait for it).
-    mixed = asyncio.ensure_future(svc.run(store.mixed_threads, svc.ch, eid, ns, user))
     stamped: dict[str, list[int]] = {t: [] for t in store.WRITTEN_TABLES}
     settled = False
 
-    def embeddings(shared: set[str]) -> None:
-        counts["handed_over"].tombstoned += _hand_over(svc, eid, ns, user, shared)
-        stamped["conversation_embeddings"].append(store.tombstone_embeddings(svc.ch, eid, ns, user))
+    async def embeddings() -> None:
+        if found.mixed:  # the hand-over reads the fixed keys
+            await fixing
+            counts["handed_over"].tombstoned += await svc.run(_hand_over, svc, eid, ns, user, found.mixed)
+        stamped["conversation_embeddings"].append(
+            await svc.run(store.tombstone_embeddings, svc.ch, ns, user, found.threads)
+        )
 
     def turns() -> None:
-        stamped["conversations"].append(store.tombstone_turns(svc.ch, eid, ns, user))
+        stamped["conversations"].append(store.tombstone_turns(svc.ch, ns, user, found.threads))
 
     async def threads() -> None:
         # The thread rows' fate does not wait for the turns' tombstones (a turn of the
         # user counts as gone); they are settled once (the keys are fixed).
         nonlocal settled
+        keys = await fixing
         if settled:
             return
         settled = True
-        gone, kept = await svc.run(store.thread_fates, svc.ch, ns, user, keys, await mixed)
+        gone, kept = await svc.run(store.thread_fates, svc.ch, ns, user, keys, found.mixed)
         version = next_version()
         await asyncio.gather(
             svc.run(store.record_thread_keys, svc.ch, eid, ns, gone, kept, version),
@@ -280,31 +293,30 @@ async def _tombstone_conversations(
     async def work(_: set[tuple[str, str]]) -> None:
         # Run once per set of thread leases won (usually once); each pass re-reads, so one
         # that runs again finds nothing left, and rows written meanwhile are caught.
-        async def embedding_rows() -> None:
-            await svc.run(embeddings, await mixed)
-
-        await asyncio.gather(svc.run(turns), embedding_rows(), threads())
+        await asyncio.gather(svc.run(turns), embeddings(), threads())
 
     try:
-        if keys.threads:
-            await under_thread_leases(svc.redis, [(ns, t) for t in keys.threads], work, wait_s=30.0)
+        if found.threads:
+            await under_thread_leases(svc.redis, [(ns, t) for t in found.threads], work, wait_s=30.0)
         else:
             await work(set())
+        keys = await fixing
     except BaseException:
         await search_marks.raise_marks(svc.redis, svc.ch, svc.run, window)
-        await asyncio.gather(mixed, return_exceptions=True)
+        await asyncio.gather(fixing, return_exceptions=True)
         raise
-    # Counted once written (the statements that wrote them did not count first), in one
-    # read with the keys' digests, while the window is raised again.
-    (written, fixed), _ = await asyncio.gather(
-        svc.run(store.written, svc.ch, eid, ns, stamped),
+    # Counted once written (the statements that wrote them did not count first), while
+    # the window is raised again; the rows stamped are keyed for the removal too.
+    written, _, _ = await asyncio.gather(
+        svc.run(store.written, svc.ch, ns, sorted({*found.threads, *keys.threads}), stamped),
         search_marks.raise_marks(svc.redis, svc.ch, svc.run, window),
+        svc.run(store.key_stamped, svc.ch, eid, ns, found.threads, stamped),
     )
     for table, n in written.items():
         counts[table].tombstoned += n
-    counts["conversations"].digest = fixed.turn
-    counts["conversation_embeddings"].digest = fixed.embedding
-    counts["threads"].digest = fixed.thread
+    counts["conversations"].digest = keys.digests.turn
+    counts["conversation_embeddings"].digest = keys.digests.embedding
+    counts["threads"].digest = keys.digests.thread
     return counts
 
 
