@@ -13,10 +13,10 @@ embedding included. A second shape (`one`) puts every fact under one user (the w
 case: above facts.SCAN_MAX_FACTS, so the server-side legs, an exact scan of 100k vectors).
 
 "before" is the two server-side legs every scope used before the one-read path
-(loom.store.memory_scan), replayed in the same run, interleaved with the current ops
+(loom.store.memory_scan), and evidence BM25 over the postings (evidence.SCAN_MAX_ROWS = 0), replayed in the same run, interleaved with the current ops
 (the ops themselves, with facts.SCAN_MAX_FACTS = 0), so the ratios hold whatever the
 load. Then each step alone (embed, the one read and its ranking here, the vector leg,
-the BM25 leg, evidence BM25). The machine may be shared (2 cores): medians and p95 are
+the BM25 leg, evidence BM25 by one read and over the postings). The machine may be shared (2 cores): medians and p95 are
 printed, the load average, and the server's CPU per op and per step (the endpoint
 process's CPU time; it moves little with the load of other processes).
 """
@@ -110,13 +110,13 @@ def pct(xs: list[float], p: float) -> float:
 
 
 async def measure_before(svc: Any, ns: str, users: int, queries: int, seed: int) -> dict[str, list[float]]:
-    """measure() with the one-read path turned off (both ops)."""
-    kept = facts.SCAN_MAX_FACTS
-    facts.SCAN_MAX_FACTS = 0
+    """measure() with the one-read paths turned off (facts and evidence)."""
+    kept = facts.SCAN_MAX_FACTS, ev_store.SCAN_MAX_ROWS
+    facts.SCAN_MAX_FACTS, ev_store.SCAN_MAX_ROWS = 0, 0
     try:
         return await measure(svc, ns, users, queries, seed)
     finally:
-        facts.SCAN_MAX_FACTS = kept
+        facts.SCAN_MAX_FACTS, ev_store.SCAN_MAX_ROWS = kept
 
 
 async def measure(svc: Any, ns: str, users: int, queries: int, seed: int) -> dict[str, list[float]]:
@@ -147,7 +147,7 @@ async def steps(
     ranking in this process), and the server's CPU per query of each step."""
     rng = random.Random(seed + 2)
     out: dict[str, list[float]] = {
-        k: [] for k in ("ping", "embed", "scan", "rank", "vector", "bm25", "evidence")
+        k: [] for k in ("ping", "embed", "scan", "rank", "vector", "bm25", "evidence", "evidence_postings")
     }
     cpu: dict[str, float] = dict.fromkeys(out, 0.0)
 
@@ -186,6 +186,11 @@ async def steps(
         )
         await timed("bm25", store.bm25, svc.ch, scope, q, limit=50)
         await timed("evidence", ev_store.search, svc.ch, scope, q, limit=10)
+        kept, ev_store.SCAN_MAX_ROWS = ev_store.SCAN_MAX_ROWS, 0
+        try:
+            await timed("evidence_postings", ev_store.search, svc.ch, scope, q, limit=10)
+        finally:
+            ev_store.SCAN_MAX_ROWS = kept
     return out, {k: v for k, v in cpu.items() if k != "rank"}
 
 
