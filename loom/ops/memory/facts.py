@@ -162,8 +162,11 @@ class FactSearch:
 
 # A scope of at most this many live facts is searched by one read of all of them, sent
 # while the query is embedded (loom.store.memory_scan); a larger one by the two
-# server-side legs. 0 turns the one-read path off.
-SCAN_MAX_FACTS = 1000
+# server-side legs. 0 turns the one-read path off. Measured (bench/memory_bench.py,
+# same-run ratios): at 100 facts a user the one read took search to 0.56 of the legs'
+# median; at 1,000 it was no faster for search and slower for context.pack (the API
+# parsing 1,000 rows and their vectors), so the cap sits between.
+SCAN_MAX_FACTS = 400
 # Scopes found above SCAN_MAX_FACTS, remembered per process (at most this many) so their
 # searches go straight to the server-side legs. A hint only: either path answers the same.
 _LARGE_SCOPES = "memory.large_scopes"
