@@ -185,12 +185,9 @@ async def steps(
             min_similarity=0.0,
         )
         await timed("bm25", store.bm25, svc.ch, scope, q, limit=50)
-        await timed("evidence", ev_store.search, svc.ch, scope, q, limit=10)
-        kept, ev_store.SCAN_MAX_ROWS = ev_store.SCAN_MAX_ROWS, 0
-        try:
-            await timed("evidence_postings", ev_store.search, svc.ch, scope, q, limit=10)
-        finally:
-            ev_store.SCAN_MAX_ROWS = kept
+        # evidence BM25: the one read (None above the cap), then over the postings
+        await timed("evidence", ev_store.scan_search, svc.ch, scope, q, limit=10, cap=ev_store.SCAN_MAX_ROWS)
+        await timed("evidence_postings", ev_store.search, svc.ch, scope, q, limit=10)
     return out, {k: v for k, v in cpu.items() if k != "rank"}
 
 

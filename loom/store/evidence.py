@@ -92,8 +92,9 @@ def recent(
     )
 
 
-# A scope of at most this many readable rows (in the time window) is searched by one
-# read that tokenises their text on the server (see _SCAN); a larger one by the postings.
+# A scope of at most this many readable rows (in the time window) can be searched by one
+# read that tokenises their text on the server (scan_search); a larger one by the
+# postings (search). 0 turns the one read off.
 SCAN_MAX_ROWS = 2000
 
 # BM25 without the postings, for a small scope: each readable row of the scope comes
@@ -112,10 +113,19 @@ LIMIT {{cap:UInt32}}
 """
 
 
-def _scan(
-    ch: Client, scope: Scope, query: str, cond: str, params: dict[str, Any], *, limit: int, cap: int
+def scan_search(
+    ch: Client,
+    scope: Scope,
+    query: str,
+    *,
+    limit: int,
+    cap: int,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> list[tuple[Evidence, float, tuple[str, ...]]] | None:
-    """BM25 by one read of the scope's rows, or None when it holds more than `cap`."""
+    """What :func:`search` answers, by one read of the scope's readable rows in the
+    window (no postings join), or None when they are more than `cap`."""
+    cond, params = _window(since, until)
     result = ch.query(
         _SCAN.replace("{scope}", scope.where()).replace("{window}", cond),
         parameters=scope.params() | params | {"q": query, "cap": cap + 1},
@@ -143,13 +153,8 @@ def search(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> list[tuple[Evidence, float, tuple[str, ...]]]:
-    """BM25 of `query` over the scope's readable evidence in the time window, best first
-    (one round trip when the scope is small, see _SCAN; else two: the rows come with
-    their scores from the postings)."""
+    """BM25 of `query` over the scope's readable evidence in the time window, best first,
+    from the postings (one round trip: the rows come with their scores)."""
     cond, params = _window(since, until)
-    if SCAN_MAX_ROWS > 0:
-        found = _scan(ch, scope, query, cond, params, limit=limit, cap=SCAN_MAX_ROWS)
-        if found is not None:
-            return found
     hits = bm25(ch, scope, query, limit=limit, table="memory_evidence", extra=cond, extra_params=params)
     return [(h.row, h.score, h.matched) for h in hits if not h.row.high_sensitivity]

@@ -229,13 +229,15 @@ async def test_bm25_ranks_as_the_sql_reference_does(call, ns, mint, services):
             assert (
                 memory_scan.vector(found, emb.vectors[0], "another-model", limit=3, min_similarity=-1) == []
             )
-            got_e = ev_store._scan(services.ch, scope, query, "", {}, limit=50, cap=100)
+            got_e = ev_store.scan_search(services.ch, scope, query, limit=50, cap=100)
             ref_e = store.bm25(services.ch, scope, query, limit=50, table="memory_evidence")
             assert got_e is not None
             assert [(e.evidence_id, round(s, 9), sorted(m)) for e, s, m in got_e] == [
                 (h.id, round(h.score, 9), sorted(h.matched)) for h in ref_e if not h.row.high_sensitivity
             ]
             assert all(e.content for e, _, _ in got_e)
+            if got_e:
+                assert ev_store.scan_search(services.ch, scope, query, limit=50, cap=0) is None
 
 
 def _same_lexical(got: list[Any], ref: list[Any]) -> None:
@@ -251,6 +253,7 @@ async def test_a_scope_above_the_one_read_cap_is_ranked_by_the_server_alike(
     """Above facts.SCAN_MAX_FACTS (or evidence.SCAN_MAX_ROWS) a scope is ranked by the
     server-side legs, with the same answer; the scope is then remembered as large."""
     from loom.ops.memory import facts as fact_ops
+    from loom.ops.memory.common import large_scopes, search_evidence
     from loom.store import evidence as ev_store
     from loom.store import memories as store
 
@@ -279,16 +282,16 @@ async def test_a_scope_above_the_one_read_cap_is_ranked_by_the_server_alike(
 
     async def answers() -> tuple[Any, Any]:
         got = await fact_ops.hybrid(services, scope, "coffee garden", limit=10)
-        ev = ev_store.search(services.ch, scope, "coffee garden", limit=10)
+        ev = await search_evidence(services, scope, "coffee garden", limit=10)
         return [(h.fact.memory_id, h.score, h.legs) for h in got.hits], [(e.evidence_id, s) for e, s, _ in ev]
 
     one_read = await answers()
     assert len(one_read[0]) == 3 and len(one_read[1]) == 4  # the cello holds neither word
-    assert (ns, "u1", "", "") not in services.extras.get("memory.large_scopes", {})
+    assert scope not in large_scopes(services, "facts") and scope not in large_scopes(services, "evidence")
     monkeypatch.setattr(fact_ops, "SCAN_MAX_FACTS", 3)
     monkeypatch.setattr(ev_store, "SCAN_MAX_ROWS", 3)
     assert await answers() == one_read
-    assert (ns, "u1", "", "") in services.extras["memory.large_scopes"]
+    assert scope in large_scopes(services, "facts") and scope in large_scopes(services, "evidence")
     monkeypatch.setattr(fact_ops, "SCAN_MAX_FACTS", 0)
     monkeypatch.setattr(ev_store, "SCAN_MAX_ROWS", 0)
     assert await answers() == one_read

@@ -22,7 +22,6 @@ own table and are never embedded: they cannot be a hit.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from loom.auth.principal import Principal, Role
@@ -31,7 +30,7 @@ from loom.errors import InvalidRequest
 from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.common import decode_cursor, encode_cursor
 from loom.ops.memory import erasing
-from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, new_memory_id, scope_for
+from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, large_scopes, new_memory_id, scope_for
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import memories as store
@@ -167,10 +166,6 @@ class FactSearch:
 # median; at 1,000 it was no faster for search and slower for context.pack (the API
 # parsing 1,000 rows and their vectors), so the cap sits between.
 SCAN_MAX_FACTS = 400
-# Scopes found above SCAN_MAX_FACTS, remembered per process (at most this many) so their
-# searches go straight to the server-side legs. A hint only: either path answers the same.
-_LARGE_SCOPES = "memory.large_scopes"
-LARGE_SCOPES_KEPT = 4096
 
 
 async def hybrid(svc: Services, scope: Scope, query: str, *, limit: int) -> FactSearch:
@@ -181,9 +176,8 @@ async def hybrid(svc: Services, scope: Scope, query: str, *, limit: int) -> Fact
     both legs are ranked from that read; a larger one is ranked by the server: BM25
     starts while the query is embedded, the vector leg as soon as the vector is there."""
     depth = max(50, limit * 3)
-    large = _large_scopes(svc)
-    key = (scope.namespace, scope.user_id, scope.session_id, scope.run_id)
-    if SCAN_MAX_FACTS <= 0 or key in large:
+    large = large_scopes(svc, "facts")  # scopes found above the cap: the server ranks
+    if SCAN_MAX_FACTS <= 0 or scope in large:
         lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth))
         try:
             emb, fallback = await _query_vector(svc, query)
@@ -197,9 +191,7 @@ async def hybrid(svc: Services, scope: Scope, query: str, *, limit: int) -> Fact
     finally:
         found = await scan_job
     if found is None:  # too large for one read: the server ranks (the vector is ready)
-        large[key] = None
-        while len(large) > LARGE_SCOPES_KEPT:
-            large.popitem(last=False)
+        large.add(scope)
         lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth))
         try:
             vec = await _vector_leg(svc, scope, emb, depth)
@@ -234,13 +226,6 @@ async def _vector_leg(
         limit=depth,
         min_similarity=svc.settings.conversation_search_min_similarity,
     )
-
-
-def _large_scopes(svc: Services) -> OrderedDict[tuple[str, str, str, str], None]:
-    found = svc.extras.get(_LARGE_SCOPES)
-    if found is None:
-        found = svc.extras[_LARGE_SCOPES] = OrderedDict()
-    return found
 
 
 async def _query_vector(
