@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from clickhouse_connect.driver.client import Client
@@ -54,25 +53,12 @@ LIMIT {{cap:UInt32}}
 
 @dataclass(frozen=True)
 class ScopeScan:
-    """Every live fact of a scope, with what both legs rank by. A fact's row is decoded
-    only when it is a hit (:meth:`fact`): decoding every row of a large scope cost more
-    than both rankings."""
+    """Every live fact of a scope, with what both legs rank by."""
 
-    ids: list[str]
-    models: list[str]
+    facts: list[Fact]
     lengths: list[int]  # BM25 document length of each fact
     vectors: list[bytes]  # float32 little-endian, empty when the fact has no vector
     terms: list[list[tuple[str, int]]]  # each fact's query terms with their counts
-    rows: Sequence[Sequence[Any]]  # the raw rows, decoded by fact()
-
-    def fact(self, i: int) -> Fact:
-        return TABLE.decode(self.rows[i][:_READ_COLUMNS])
-
-
-# Positions in a scanned row: the read list (declaration order), then the scan's own.
-_READ_COLUMNS = len(TABLE.read_names)
-_ID, _MODEL = TABLE.read_names.index("memory_id"), TABLE.read_names.index("model")
-_DL, _VEC, _TERMS, _TFS = range(_READ_COLUMNS, _READ_COLUMNS + 4)
 
 
 def scan(ch: Client, scope: Scope, query: str, *, cap: int) -> ScopeScan | None:
@@ -82,34 +68,29 @@ def scan(ch: Client, scope: Scope, query: str, *, cap: int) -> ScopeScan | None:
         parameters=scope.params() | {"q": query, "cap": cap + 1},
         column_formats={"_vec": "bytes"},
     )
-    rows = result.result_rows
-    assert not rows or tuple(result.column_names[_DL:]) == ("_dl", "_vec", "_terms", "_tfs")
+    rows = TABLE.rows_with(result)
     if len(rows) > cap:
         return None
     return ScopeScan(
-        ids=[r[_ID] for r in rows],
-        models=[r[_MODEL] for r in rows],
-        lengths=[int(r[_DL]) for r in rows],
-        vectors=[r[_VEC] for r in rows],
-        terms=[list(zip(r[_TERMS], (int(t) for t in r[_TFS]), strict=True)) for r in rows],
-        rows=rows,
+        facts=[f for f, _ in rows],
+        lengths=[int(own["_dl"]) for _, own in rows],
+        vectors=[own["_vec"] for _, own in rows],
+        terms=[list(zip(own["_terms"], (int(t) for t in own["_tfs"]), strict=True)) for _, own in rows],
     )
 
 
 def lexical(found: ScopeScan, *, limit: int) -> list[LexicalHit]:
     """BM25's best facts of the scan (what :func:`loom.store.memories.bm25` answers)."""
-    n = len(found.ids)
+    n = len(found.facts)
     if not n:
         return []
     avgdl = sum(found.lengths) / n
     pairs = [
-        (mid, term, tf, dl, n, avgdl)
-        for mid, dl, held in zip(found.ids, found.lengths, found.terms, strict=True)
+        (f.memory_id, term, tf, dl, n, avgdl)
+        for f, dl, held in zip(found.facts, found.lengths, found.terms, strict=True)
         for term, tf in held
     ]
-    position = {mid: i for i, mid in enumerate(found.ids)}  # memory_id is unique in a scope
-    hits = rank_scored(pairs, position, limit=limit)
-    return [LexicalHit(h.id, h.score, h.matched, found.fact(h.row)) for h in hits]
+    return rank_scored(pairs, {f.memory_id: f for f in found.facts}, limit=limit)
 
 
 def vector(
@@ -121,8 +102,8 @@ def vector(
     width = 4 * len(q)
     mine = [
         i
-        for i, (m, v) in enumerate(zip(found.models, found.vectors, strict=True))
-        if m == model and len(v) == width and width > 0
+        for i, (f, v) in enumerate(zip(found.facts, found.vectors, strict=True))
+        if f.model == model and len(v) == width and width > 0
     ]
     if not mine:
         return []
@@ -132,6 +113,6 @@ def vector(
         sims = matrix @ q / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(q))
     ranked = sorted(
         ((float(s), i) for i, s in zip(mine, sims, strict=True) if np.isfinite(s)),
-        key=lambda si: (-si[0], found.ids[si[1]]),
+        key=lambda si: (-si[0], found.facts[si[1]].memory_id),
     )[:limit]
-    return [VectorHit(found.ids[i], s, found.fact(i)) for s, i in ranked if s >= min_similarity]
+    return [VectorHit(found.facts[i].memory_id, s, found.facts[i]) for s, i in ranked if s >= min_similarity]

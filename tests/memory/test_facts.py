@@ -211,9 +211,9 @@ async def test_bm25_ranks_as_the_sql_reference_does(call, ns, mint, services):
         for query in ("coffee garden", "kyoto coffee cello", "ledger", "?!"):
             found = memory_scan.scan(services.ch, scope, query, cap=100)
             assert found is not None
-            facts = [found.fact(i) for i in range(len(found.ids))]
+            facts = found.facts
             assert facts and all(not f.tombstoned and f.text and f.namespace == ns for f in facts)
-            assert memory_scan.scan(services.ch, scope, query, cap=len(found.ids) - 1) is None
+            assert memory_scan.scan(services.ch, scope, query, cap=len(facts) - 1) is None
             _same_lexical(
                 memory_scan.lexical(found, limit=50), store.bm25(services.ch, scope, query, limit=50)
             )
