@@ -1,7 +1,7 @@
 """memory.search and context.pack latency at scale (loom.ops.memory).
 
     .venv/bin/python -m bench.memory_bench [--facts 100000] [--users 1000] [--queries 100] [--embedder minilm]
-        [--shapes spread,one]
+        [--shapes spread,one] [--one-queries 20]
 
 On a private embedded endpoint and Redis: `--facts` facts in one namespace spread over
 `--users` users (memory is per user), each with a random unit vector stamped with the
@@ -10,15 +10,15 @@ plus evidence rows (one per 10 facts). Then, for random users and queries, the o
 latency of memory.search (hybrid: the query embedding, the vector leg, the BM25 leg and
 the fusion) and of context.pack (4k-token budget, with a query), both with the query
 embedding included. A second shape (`one`) puts every fact under one user (the worst
-case of the exact per-user vector scan).
+case: above facts.SCAN_MAX_FACTS, so the server-side legs, an exact scan of 100k vectors).
 
-The previous BM25 (the whole ranking in SQL, store.bm25_sql, then a join back to the
-rows FINAL) is replayed in the same run, interleaved with the current one (the ops
-themselves, with the old BM25 swapped in), so the ratios hold whatever the load. Then
-each step alone (embed, vector leg, BM25 leg, evidence BM25, and the previous BM25
-legs). The machine is shared (2 cores): medians and p95 are printed, and the server's
-CPU per query (the endpoint process's CPU time over the step's queries; it does not
-move with the load of other processes).
+"before" is the two server-side legs every scope used before the one-read path
+(loom.store.memory_scan), and evidence BM25 over the postings (evidence.SCAN_MAX_ROWS = 0), replayed in the same run, interleaved with the current ops
+(the ops themselves, with facts.SCAN_MAX_FACTS = 0), so the ratios hold whatever the
+load. Then each step alone (embed, the one read and its ranking here, the vector leg,
+the BM25 leg, evidence BM25 by one read and over the postings). The machine may be shared (2 cores): medians and p95 are
+printed, the load average, and the server's CPU per op and per step (the endpoint
+process's CPU time; it moves little with the load of other processes).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from loom.services import open_services
 from loom.settings import Settings
 from loom.store import evidence as ev_store
 from loom.store import memories as store
+from loom.store import memory_scan
 
 BATCH = 10_000
 WORDS = [f"w{i}" for i in range(5_000)] + [
@@ -103,54 +104,19 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-# -- the previous BM25 (before the one-join ranking), replayed in the same run for the ratios --
-
-
-def previous_bm25(
-    ch: Any,
-    scope: store.Scope,
-    query: str,
-    *,
-    limit: int,
-    table: str = "memories",
-    extra: str = "",
-    extra_params: dict[str, Any] | None = None,
-) -> list[store.LexicalHit]:
-    """store.bm25 as it was: the ranking in SQL (store.bm25_sql), joined back to the rows."""
-    spec, id_col, live, read = (
-        (store.TABLE, "memory_id", "NOT tombstoned", store._READ_NO_VECTOR)
-        if table == "memories"
-        else (
-            ev_store.TABLE,
-            "evidence_id",
-            "NOT tombstoned AND NOT high_sensitivity",
-            ev_store.TABLE.read_list,
-        )
-    )
-    ranked = store.bm25_sql(table, id_col, live + extra).replace("{scope}", scope.where())
-    sql = (
-        f"SELECT {read}, b.score AS _score, b.matched AS _matched FROM {table} FINAL "
-        f"INNER JOIN ({ranked}) AS b ON {id_col} = b.id WHERE {scope.where()} AND {live}{extra} "
-        "ORDER BY length(b.matched) DESC, b.score DESC, b.id"
-    )
-    params = scope.params() | {"q": query, "lim": limit} | (extra_params or {})
-    return [
-        store.LexicalHit(getattr(row, id_col), float(own["_score"]), tuple(own["_matched"]), row)
-        for row, own in spec.rows_with(ch.query(sql, parameters=params))
-        if own["_score"] > 0
-    ]
+# -- "before": the two server-side legs (postings BM25 while the query is embedded, exact
+# cosine in ClickHouse after), which every scope used before the one-read path and a scope
+# above facts.SCAN_MAX_FACTS still uses; replayed in the same run for the ratios --
 
 
 async def measure_before(svc: Any, ns: str, users: int, queries: int, seed: int) -> dict[str, list[float]]:
-    """measure() with the previous BM25 in place of the current one (both callers)."""
-    current = store.bm25
-    for module in (store, ev_store):
-        vars(module)["bm25"] = previous_bm25
+    """measure() with the one-read paths turned off (facts and evidence)."""
+    kept = facts.SCAN_MAX_FACTS, ev_store.SCAN_MAX_ROWS
+    facts.SCAN_MAX_FACTS, ev_store.SCAN_MAX_ROWS = 0, 0
     try:
         return await measure(svc, ns, users, queries, seed)
     finally:
-        for module in (store, ev_store):
-            vars(module)["bm25"] = current
+        facts.SCAN_MAX_FACTS, ev_store.SCAN_MAX_ROWS = kept
 
 
 async def measure(svc: Any, ns: str, users: int, queries: int, seed: int) -> dict[str, list[float]]:
@@ -177,11 +143,11 @@ def server_cpu_ms(pid: int) -> float:
 async def steps(
     svc: Any, ns: str, users: int, queries: int, seed: int, pid: int
 ) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """Each step of one memory.search / context.pack alone (one round trip each), and the
-    server's CPU per query of each step (the previous BM25 legs too)."""
+    """Each step of one memory.search / context.pack alone (one round trip each, or the
+    ranking in this process), and the server's CPU per query of each step."""
     rng = random.Random(seed + 2)
     out: dict[str, list[float]] = {
-        k: [] for k in ("ping", "embed", "vector", "bm25", "evidence", "bm25_prev", "evidence_prev")
+        k: [] for k in ("ping", "embed", "scan", "rank", "vector", "bm25", "evidence", "evidence_postings")
     }
     cpu: dict[str, float] = dict.fromkeys(out, 0.0)
 
@@ -200,6 +166,14 @@ async def steps(
         emb = await api_inline_embedder.embed(svc, [q])
         out["embed"].append((time.perf_counter() - t0) * 1000)
         assert emb.vectors
+        # the one-read path: the scope's read, then both legs ranked here
+        found = await timed("scan", memory_scan.scan, svc.ch, scope, q, cap=facts.SCAN_MAX_FACTS)
+        if found is not None:
+            t0 = time.perf_counter()
+            memory_scan.lexical(found, limit=50)
+            memory_scan.vector(found, emb.vectors[0], emb.model_id, limit=50, min_similarity=0.0)
+            out["rank"].append((time.perf_counter() - t0) * 1000)
+        # the server-side legs
         await timed(
             "vector",
             store.vector_search,
@@ -211,14 +185,16 @@ async def steps(
             min_similarity=0.0,
         )
         await timed("bm25", store.bm25, svc.ch, scope, q, limit=50)
-        await timed("evidence", ev_store.search, svc.ch, scope, q, limit=10)
-        await timed("bm25_prev", previous_bm25, svc.ch, scope, q, limit=50)
-        await timed("evidence_prev", previous_bm25, svc.ch, scope, q, limit=10, table="memory_evidence")
-    return out, cpu
+        # evidence BM25: the one read (None above the cap), then over the postings
+        await timed("evidence", ev_store.scan_search, svc.ch, scope, q, limit=10, cap=ev_store.SCAN_MAX_ROWS)
+        await timed("evidence_postings", ev_store.search, svc.ch, scope, q, limit=10)
+    return out, {k: v for k, v in cpu.items() if k != "rank"}
 
 
 def report(label: str, figures: dict[str, list[float]], before: dict[str, list[float]] | None = None) -> None:
     for op, xs in figures.items():
+        if not xs:
+            continue
         ratio = ""
         if before and op in before:
             ratio = (
@@ -237,6 +213,7 @@ async def main() -> None:
     ap.add_argument("--facts", type=int, default=100_000)
     ap.add_argument("--users", type=int, default=1_000)
     ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--one-queries", type=int, default=20, help="queries of the one-user shape")
     ap.add_argument(
         "--shapes", default="spread,one", help="spread (facts over --users users), one (one user)"
     )
@@ -258,29 +235,38 @@ async def main() -> None:
 
         prepare(settings, settings.clickhouse_url)
         svc = await open_services(settings, settings.clickhouse_url, settings.redis_url)
+        print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         probe = await api_inline_embedder.embed(svc, ["warm up the model"])
         assert probe.ok and probe.vectors, probe.error
         model, dim = probe.model_id, len(probe.vectors[0])
-        for label, ns, users in (
-            (f"{args.facts:,} facts / {args.users:,} users", "spread", args.users),
-            (f"{args.facts:,} facts / 1 user", "one", 1),
+        for label, ns, users, queries in (
+            (f"{args.facts:,} facts / {args.users:,} users", "spread", args.users, args.queries),
+            (f"{args.facts:,} facts / 1 user", "one", 1, args.one_queries),
         ):
             if ns not in args.shapes.split(","):
                 continue
             t0 = time.perf_counter()
             await svc.run(load, svc.ch, ns, args.facts, users, model, dim, args.seed)
             print(f"{label}: loaded in {time.perf_counter() - t0:.1f} s", flush=True)
-            await measure(svc, ns, users, 10, args.seed)  # warm-up
-            await measure_before(svc, ns, users, 10, args.seed)
+            await measure(svc, ns, users, min(10, queries), args.seed)  # warm-up
+            await measure_before(svc, ns, users, min(10, queries), args.seed)
             # Interleaved halves, so load that changes during the run hits both paths alike.
             after: dict[str, list[float]] = {"search": [], "pack": []}
             before: dict[str, list[float]] = {"search": [], "pack": []}
+            server = {"after": 0.0, "before": 0.0}
             for half in range(2):
-                for got, fn in ((after, measure), (before, measure_before)):
-                    for op, xs in (await fn(svc, ns, users, args.queries // 2, args.seed + half)).items():
+                for name, got, fn in (("after", after, measure), ("before", before, measure_before)):
+                    c0 = server_cpu_ms(endpoint.pid)
+                    for op, xs in (await fn(svc, ns, users, queries // 2, args.seed + half)).items():
                         got[op] += xs
+                    server[name] += (server_cpu_ms(endpoint.pid) - c0) / (2 * (queries // 2))
             report(label, after, before)
-            timings, cpu = await steps(svc, ns, users, max(20, args.queries // 4), args.seed, endpoint.pid)
+            print(
+                f"{label} (server CPU per op, search and pack averaged, ms): after {server['after']:.1f}, "
+                f"before {server['before']:.1f}; load average {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+            timings, cpu = await steps(svc, ns, users, max(10, queries // 4), args.seed, endpoint.pid)
             report(label + " (steps)", timings)
             print(
                 f"{label} (server CPU per query, ms): "

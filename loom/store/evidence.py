@@ -15,7 +15,8 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from loom.store.memories import Scope, bm25
+from loom.store.bm25 import MAX_QUERY_TERMS, terms_sql
+from loom.store.memories import Scope, bm25, rank_scored
 from loom.store.rows import Column, column, table
 
 
@@ -91,6 +92,58 @@ def recent(
     )
 
 
+# A scope of at most this many readable rows (in the time window) can be searched by one
+# read that tokenises their text on the server (scan_search); a larger one by the
+# postings (search). 0 turns the one read off.
+SCAN_MAX_ROWS = 2000
+
+# BM25 without the postings, for a small scope: each readable row of the scope comes
+# back with its length and the query terms its text holds, with their counts (the
+# tokeniser evidence_terms is written with, so they equal the postings), and its text
+# only when it holds one. N, df and avgdl are then counted here over the rows.
+_SCAN = f"""
+WITH arraySlice(arrayDistinct({terms_sql("{q:String}")}), 1, {MAX_QUERY_TERMS}) AS qterms,
+     {terms_sql("content")} AS toks
+SELECT {TABLE.read_list.replace(", content,", ", if(empty(_terms), '', content) AS _content,")},
+       doc_len AS _dl, arrayFilter(t -> has(toks, t), qterms) AS _terms,
+       arrayMap(t -> toUInt32(countEqual(toks, t)), _terms) AS _tfs
+FROM memory_evidence FINAL
+WHERE {{scope}} AND NOT tombstoned AND NOT high_sensitivity {{window}}
+LIMIT {{cap:UInt32}}
+"""
+
+
+def scan_search(
+    ch: Client,
+    scope: Scope,
+    query: str,
+    *,
+    limit: int,
+    cap: int,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[tuple[Evidence, float, tuple[str, ...]]] | None:
+    """What :func:`search` answers, by one read of the scope's readable rows in the
+    window (no postings join), or None when they are more than `cap`."""
+    cond, params = _window(since, until)
+    result = ch.query(
+        _SCAN.replace("{scope}", scope.where()).replace("{window}", cond),
+        parameters=scope.params() | params | {"q": query, "cap": cap + 1},
+    )
+    rows = TABLE.rows_with(result)
+    if len(rows) > cap:
+        return None
+    n = len(rows)
+    avgdl = sum(int(own["_dl"]) for _, own in rows) / n if n else 0.0
+    pairs = [
+        (e.evidence_id, term, int(tf), int(own["_dl"]), n, avgdl)
+        for e, own in rows
+        for term, tf in zip(own["_terms"], own["_tfs"], strict=True)
+    ]
+    hits = rank_scored(pairs, {e.evidence_id: e for e, _ in rows}, limit=limit)
+    return [(h.row, h.score, h.matched) for h in hits if not h.row.high_sensitivity]
+
+
 def search(
     ch: Client,
     scope: Scope,
@@ -100,8 +153,8 @@ def search(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> list[tuple[Evidence, float, tuple[str, ...]]]:
-    """BM25 of `query` over the scope's readable evidence in the time window, best first
-    (one round trip: the rows come with their scores)."""
+    """BM25 of `query` over the scope's readable evidence in the time window, best first,
+    from the postings (one round trip: the rows come with their scores)."""
     cond, params = _window(since, until)
     hits = bm25(ch, scope, query, limit=limit, table="memory_evidence", extra=cond, extra_params=params)
     return [(h.row, h.score, h.matched) for h in hits if not h.row.high_sensitivity]

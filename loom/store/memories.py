@@ -182,9 +182,9 @@ class LexicalHit:
 
 def bm25_sql(table: str, id_col: str, live: str) -> str:
     """The whole ranking in SQL (postings joined to the scope's live rows, N, df and
-    avgdl by window functions): the reference :func:`bm25` must agree with, and the
-    path bench/memory_bench.py replays. Not on the serving path: it costs twice the
-    server time of :func:`bm25`'s one join."""
+    avgdl by window functions): the reference :func:`bm25` (and loom.store.memory_scan)
+    must agree with (tests/memory/test_facts.py). Not on the serving path: it costs
+    twice the server time of :func:`bm25`'s one join."""
     terms_table = _TERMS_TABLE[table]
     return f"""
 WITH arraySlice(arrayDistinct({terms_sql("{q:String}")}), 1, {MAX_QUERY_TERMS}) AS qterms
@@ -280,6 +280,14 @@ def bm25(
         row_id = getattr(row, id_col)
         rows[row_id] = row
         pairs.append((row_id, own["_term"], own["_tf"], own["_dl"], own["_n"], own["_avgdl"]))
+    return rank_scored(pairs, rows, limit=limit)
+
+
+def rank_scored(
+    pairs: Sequence[tuple[str, str, int, int, int, float]], rows: dict[str, Any], *, limit: int
+) -> list[LexicalHit]:
+    """The best `limit` rows by their (id, term, tf, dl, n, avgdl) pairs: more query terms
+    held first, then score, then id; a row scoring 0 is no hit."""
     scored = bm25_scores(pairs)
     best = sorted(scored.items(), key=lambda kv: (-len(kv[1][1]), -kv[1][0], kv[0]))[:limit]
     return [LexicalHit(i, score, tuple(matched), rows[i]) for i, (score, matched) in best if score > 0]

@@ -202,3 +202,96 @@ async def test_bm25_ranks_as_the_sql_reference_does(call, ns, mint, services):
                 for h, (_, score, matched) in zip(got, ref, strict=False):
                     assert abs(h.score - score) < 1e-9 and sorted(h.matched) == sorted(matched)
                 assert got or table == "memory_evidence" or query == "ledger" and scope.session_id
+    # The one-read path (loom.store.memory_scan, evidence's _scan) answers what the
+    # server-side legs answer, over the same corpus.
+    from loom.store import evidence as ev_store
+    from loom.store import memory_scan
+
+    for scope in (store.Scope(ns, "u1"), store.Scope(ns, "u1", session_id="s1")):
+        for query in ("coffee garden", "kyoto coffee cello", "ledger", "?!"):
+            found = memory_scan.scan(services.ch, scope, query, cap=100)
+            assert found is not None
+            facts = found.facts
+            assert facts and all(not f.tombstoned and f.text and f.namespace == ns for f in facts)
+            assert memory_scan.scan(services.ch, scope, query, cap=len(facts) - 1) is None
+            _same_lexical(
+                memory_scan.lexical(found, limit=50), store.bm25(services.ch, scope, query, limit=50)
+            )
+            emb = await api_inline_embedder.embed(services, [query])
+            assert emb.vectors
+            for floor in (-1.0, 0.0, 0.2):
+                got_v = memory_scan.vector(found, emb.vectors[0], emb.model_id, limit=3, min_similarity=floor)
+                ref_v = store.vector_search(
+                    services.ch, scope, emb.vectors[0], emb.model_id, limit=3, min_similarity=floor
+                )
+                assert [h.memory_id for h in got_v] == [h.memory_id for h in ref_v], (query, floor)
+                assert all(abs(a.similarity - b.similarity) < 1e-5 for a, b in zip(got_v, ref_v, strict=True))
+            assert (
+                memory_scan.vector(found, emb.vectors[0], "another-model", limit=3, min_similarity=-1) == []
+            )
+            got_e = ev_store.scan_search(services.ch, scope, query, limit=50, cap=100)
+            ref_e = store.bm25(services.ch, scope, query, limit=50, table="memory_evidence")
+            assert got_e is not None
+            assert [(e.evidence_id, round(s, 9), sorted(m)) for e, s, m in got_e] == [
+                (h.id, round(h.score, 9), sorted(h.matched)) for h in ref_e if not h.row.high_sensitivity
+            ]
+            assert all(e.content for e, _, _ in got_e)
+            if got_e:
+                assert ev_store.scan_search(services.ch, scope, query, limit=50, cap=0) is None
+
+
+def _same_lexical(got: list[Any], ref: list[Any]) -> None:
+    assert [h.id for h in got] == [h.id for h in ref]
+    for a, b in zip(got, ref, strict=True):
+        assert abs(a.score - b.score) < 1e-9 and sorted(a.matched) == sorted(b.matched)
+        assert a.row == b.row
+
+
+async def test_a_scope_above_the_one_read_cap_is_ranked_by_the_server_alike(
+    call, ns, mint, services, monkeypatch
+):
+    """Above facts.SCAN_MAX_FACTS (or evidence.SCAN_MAX_ROWS) a scope is ranked by the
+    server-side legs, with the same answer; the scope is then remembered as large."""
+    from loom.ops.memory import facts as fact_ops
+    from loom.ops.memory.common import large_scopes, search_evidence
+    from loom.store import evidence as ev_store
+    from loom.store import memories as store
+
+    w = mint(ns, "writer")
+    await _set(
+        call,
+        w,
+        ns,
+        {"text": "Drinks coffee every morning in Kyoto"},
+        {"text": "Grows coffee plants in the garden"},
+        {"text": "Plays the cello"},
+        {"text": "Keeps the coffee ledger"},
+        user_id="u1",
+    )
+    gone = await _set(call, w, ns, {"text": "coffee coffee coffee"}, user_id="u1")
+    await call("memory.delete", w, namespace=ns, user_id="u1", memory_ids=[gone[0]["memory_id"]])
+    r = await call(
+        "memory.set_from_messages",
+        w,
+        namespace=ns,
+        user_id="u1",
+        messages=[{"role": "user", "content": f"coffee in the garden {i}"} for i in range(4)],
+    )
+    assert r.status_code == 200, r.text
+    scope = store.Scope(ns, "u1")
+
+    async def answers() -> tuple[Any, Any]:
+        got = await fact_ops.hybrid(services, scope, "coffee garden", limit=10)
+        ev = await search_evidence(services, scope, "coffee garden", limit=10)
+        return [(h.fact.memory_id, h.score, h.legs) for h in got.hits], [(e.evidence_id, s) for e, s, _ in ev]
+
+    one_read = await answers()
+    assert len(one_read[0]) == 3 and len(one_read[1]) == 4  # the cello holds neither word
+    assert scope not in large_scopes(services, "facts") and scope not in large_scopes(services, "evidence")
+    monkeypatch.setattr(fact_ops, "SCAN_MAX_FACTS", 3)
+    monkeypatch.setattr(ev_store, "SCAN_MAX_ROWS", 3)
+    assert await answers() == one_read
+    assert scope in large_scopes(services, "facts") and scope in large_scopes(services, "evidence")
+    monkeypatch.setattr(fact_ops, "SCAN_MAX_FACTS", 0)
+    monkeypatch.setattr(ev_store, "SCAN_MAX_ROWS", 0)
+    assert await answers() == one_read

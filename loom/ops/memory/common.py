@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections import OrderedDict
+from datetime import datetime
 
 from loom.auth.principal import Principal
 from loom.errors import Forbidden, InvalidRequest
+from loom.services import Services
+from loom.store import evidence as ev_store
+from loom.store.evidence import Evidence
 from loom.store.memories import Scope
 
 MAX_FACT_CHARS = 2_000
@@ -63,3 +68,68 @@ def evidence_id(scope: Scope, source: str, msg_id: str) -> str:
 
 def derive_msg_id(role: str, content: str) -> str:
     return "h" + _digest(role, content)[:24]
+
+
+# -- scopes too large for one read (a per-process hint) -------------------------------------
+
+LARGE_SCOPES_KEPT = 4096
+
+
+class LargeScopes:
+    """Scopes found above a one-read cap, remembered per process (the newest
+    LARGE_SCOPES_KEPT) so their searches skip the read that would only find them large
+    again. A hint only: both paths answer the same."""
+
+    def __init__(self) -> None:
+        self._seen: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
+
+    @staticmethod
+    def key(scope: Scope) -> tuple[str, str, str, str]:
+        return (scope.namespace, scope.user_id, scope.session_id, scope.run_id)
+
+    def __contains__(self, scope: Scope) -> bool:
+        return self.key(scope) in self._seen
+
+    def add(self, scope: Scope) -> None:
+        self._seen[self.key(scope)] = None
+        while len(self._seen) > LARGE_SCOPES_KEPT:
+            self._seen.popitem(last=False)
+
+
+def large_scopes(svc: Services, kind: str) -> LargeScopes:
+    """This process's hint for `kind` (facts | evidence)."""
+    name = f"memory.large_scopes.{kind}"
+    found = svc.extras.get(name)
+    if found is None:
+        found = svc.extras[name] = LargeScopes()
+    assert isinstance(found, LargeScopes)
+    return found
+
+
+async def search_evidence(
+    svc: Services,
+    scope: Scope,
+    query: str,
+    *,
+    limit: int,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[tuple[Evidence, float, tuple[str, ...]]]:
+    """BM25 over the scope's readable evidence (memory.recall, context.pack): one read of
+    a small scope, else the postings."""
+    large = large_scopes(svc, "evidence")
+    if ev_store.SCAN_MAX_ROWS > 0 and scope not in large:
+        found = await svc.run(
+            ev_store.scan_search,
+            svc.ch,
+            scope,
+            query,
+            limit=limit,
+            cap=ev_store.SCAN_MAX_ROWS,
+            since=since,
+            until=until,
+        )
+        if found is not None:
+            return found
+        large.add(scope)
+    return await svc.run(ev_store.search, svc.ch, scope, query, limit=limit, since=since, until=until)

@@ -28,7 +28,7 @@ from datetime import datetime
 from loom.auth.principal import Principal, Role
 from loom.ops.briefs import ops as brief_ops
 from loom.ops.memory import facts as fact_ops
-from loom.ops.memory.common import scope_for
+from loom.ops.memory.common import scope_for, search_evidence
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
@@ -164,7 +164,7 @@ def _take_tail(budget: _Budget, s: Section, newest_first: list[Item]) -> None:
 
 async def _evidence(svc: Services, scope: store.Scope, query: str) -> tuple[Section, list[Item]]:
     if query.strip():
-        rows = [e for e, _, _ in await svc.run(ev_store.search, svc.ch, scope, query, limit=EVIDENCE)]
+        rows = [e for e, _, _ in await search_evidence(svc, scope, query, limit=EVIDENCE)]
     else:
         rows = await svc.run(ev_store.recent, svc.ch, scope, limit=EVIDENCE)
     return Section("evidence"), [

@@ -8,8 +8,12 @@ embed stores the fact with the error on its row, out of the vector leg, still fo
 BM25.
 
 memory.search is hybrid: exact cosine over the scope's live embedded facts, and BM25 over
-their whole text (postings with per-query statistics), fused by reciprocal rank (k=60).
-The legs run concurrently, one round trip each, and answer their facts whole.
+their whole text (per-query statistics), fused by reciprocal rank (k=60). A scope of at
+most SCAN_MAX_FACTS live facts (the usual user) is read whole in one round trip that runs
+while the query is embedded, and both legs are ranked from that read in this process
+(loom.store.memory_scan): the search costs one query and waits for no read after the
+embedding. A larger scope is ranked by the server, one round trip per leg run
+concurrently (BM25 over the postings while the query is embedded, exact cosine after).
 Each hit says which legs found it, its source (set / extraction / crystallize, with the
 evidence ids an extraction decided from) and its times. Session briefs live in their
 own table and are never embedded: they cannot be a hit.
@@ -26,10 +30,11 @@ from loom.errors import InvalidRequest
 from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.common import decode_cursor, encode_cursor
 from loom.ops.memory import erasing
-from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, new_memory_id, scope_for
+from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, large_scopes, new_memory_id, scope_for
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import memories as store
+from loom.store import memory_scan
 from loom.store.memories import Fact, Scope
 
 RRF_K = 60
@@ -154,35 +159,89 @@ class FactSearch:
     fallback_reason: str | None = None
 
 
+# A scope of at most this many live facts is searched by one read of all of them, sent
+# while the query is embedded (loom.store.memory_scan); a larger one by the two
+# server-side legs. 0 turns the one-read path off. Measured (bench/memory_bench.py,
+# same-run ratios): at 100 facts a user the one read took search to 0.56 of the legs'
+# median; at 1,000 it was no faster for search and slower for context.pack (the API
+# parsing 1,000 rows and their vectors), so the cap sits between.
+SCAN_MAX_FACTS = 400
+
+
 async def hybrid(svc: Services, scope: Scope, query: str, *, limit: int) -> FactSearch:
     """The scope's live facts ranked for `query` (no role check: callers have done it).
 
-    The two legs run at once, each one round trip that answers its facts whole (the
-    newest live version, read FINAL): BM25 starts while the query is embedded, the
-    vector leg as soon as the vector is there, and the fusion needs no re-read."""
+    Both legs read the newest live versions and answer their facts whole. A scope of
+    at most SCAN_MAX_FACTS live facts is read once, while the query is embedded, and
+    both legs are ranked from that read; a larger one is ranked by the server: BM25
+    starts while the query is embedded, the vector leg as soon as the vector is there."""
     depth = max(50, limit * 3)
-    lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth))
-    vec: list[store.VectorHit] = []
-    fallback = None
+    large = large_scopes(svc, "facts")  # scopes found above the cap: the server ranks
+    if SCAN_MAX_FACTS <= 0 or scope in large:
+        lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth))
+        try:
+            emb, fallback = await _query_vector(svc, query)
+            vec = await _vector_leg(svc, scope, emb, depth)
+        finally:
+            lex = await lex_job
+        return FactSearch(_fuse(vec, lex, scope, limit), fallback)
+    scan_job = asyncio.ensure_future(svc.run(memory_scan.scan, svc.ch, scope, query, cap=SCAN_MAX_FACTS))
     try:
-        if reads_as_high(query):
-            fallback = "query_high_sensitivity"  # never sent to the embedder
-        else:
-            emb = await api_inline_embedder.embed(svc, [query])
-            if emb.ok and emb.vectors:
-                vec = await svc.run(
-                    store.vector_search,
-                    svc.ch,
-                    scope,
-                    emb.vectors[0],
-                    emb.model_id,
-                    limit=depth,
-                    min_similarity=svc.settings.conversation_search_min_similarity,
-                )
-            else:
-                fallback = f"embedder_unavailable: {emb.error or 'no vector'}"[:500]
+        emb, fallback = await _query_vector(svc, query)
     finally:
-        lex = await lex_job
+        found = await scan_job
+    if found is None:  # too large for one read: the server ranks (the vector is ready)
+        large.add(scope)
+        lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth))
+        try:
+            vec = await _vector_leg(svc, scope, emb, depth)
+        finally:
+            lex = await lex_job
+        return FactSearch(_fuse(vec, lex, scope, limit), fallback)
+    lex = memory_scan.lexical(found, limit=depth)
+    vec = []
+    if emb is not None and emb.vectors:
+        vec = memory_scan.vector(
+            found,
+            emb.vectors[0],
+            emb.model_id,
+            limit=depth,
+            min_similarity=svc.settings.conversation_search_min_similarity,
+        )
+    return FactSearch(_fuse(vec, lex, scope, limit), fallback)
+
+
+async def _vector_leg(
+    svc: Services, scope: Scope, emb: api_inline_embedder.InlineResult | None, depth: int
+) -> list[store.VectorHit]:
+    """The server-side vector leg (exact cosine in ClickHouse), if there is a vector."""
+    if emb is None or not emb.vectors:
+        return []
+    return await svc.run(
+        store.vector_search,
+        svc.ch,
+        scope,
+        emb.vectors[0],
+        emb.model_id,
+        limit=depth,
+        min_similarity=svc.settings.conversation_search_min_similarity,
+    )
+
+
+async def _query_vector(
+    svc: Services, query: str
+) -> tuple[api_inline_embedder.InlineResult | None, str | None]:
+    """The query's embedding, or why there is none (the search then ranks by BM25 alone)."""
+    if reads_as_high(query):
+        return None, "query_high_sensitivity"  # never sent to the embedder
+    emb = await api_inline_embedder.embed(svc, [query])
+    if emb.ok and emb.vectors:
+        return emb, None
+    return None, f"embedder_unavailable: {emb.error or 'no vector'}"[:500]
+
+
+def _fuse(vec: list[store.VectorHit], lex: list[store.LexicalHit], scope: Scope, limit: int) -> list[FactHit]:
+    """Reciprocal rank fusion of the two legs, best `limit` first."""
     scores: dict[str, FactHit] = {}
     for rank, v in enumerate(vec, 1):
         h = scores.setdefault(v.memory_id, FactHit(v.fact, 0.0, []))
@@ -205,7 +264,7 @@ async def hybrid(svc: Services, scope: Scope, query: str, *, limit: int) -> Fact
         hits.append(h)
         if len(hits) == limit:
             break
-    return FactSearch(hits, fallback)
+    return hits
 
 
 def _in_scope(f: Fact, scope: Scope) -> bool:

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from loom.auth.principal import Principal, Role
 from loom.errors import ConflictingFields
-from loom.ops.memory.common import scope_for
+from loom.ops.memory.common import scope_for, search_evidence
 from loom.services import Services
 from loom.store import evidence as ev_store
 from loom.store.evidence import Evidence
@@ -46,7 +46,7 @@ async def recall(
     if since is not None and until is not None and since >= until:
         raise ConflictingFields("since must be before until", fields=["since", "until"], rule="window")
     if query.strip():
-        hits = await svc.run(ev_store.search, svc.ch, scope, query, limit=limit, since=since, until=until)
+        hits = await search_evidence(svc, scope, query, limit=limit, since=since, until=until)
         return [RecallHit(e, round(s, 6), list(m)) for e, s, m in hits]
     rows = await svc.run(ev_store.recent, svc.ch, scope, limit=limit, since=since, until=until)
     return [RecallHit(e, None, []) for e in rows]
