@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -134,15 +135,20 @@ def _json_array(text: str) -> list[TranscriptTurn]:
     return [_turn(item, i, lines[i], f"item {i}") for i, item in enumerate(items)]
 
 
-def _jsonl(text: str) -> list[TranscriptTurn]:
-    turns: list[TranscriptTurn] = []
+def _json_lines(text: str) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line's number and value (JSONL, Codex session files)."""
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
+            yield n, json.loads(line)
         except json.JSONDecodeError as exc:
             raise TranscriptError(f"not JSON: {exc.msg}", n) from None
+
+
+def _jsonl(text: str) -> list[TranscriptTurn]:
+    turns: list[TranscriptTurn] = []
+    for n, item in _json_lines(text):
         turns.append(_turn(item, len(turns), n, "the object"))
     return turns
 
@@ -206,13 +212,7 @@ def _is_codex(text: str) -> bool:
 
 def _codex(text: str) -> list[TranscriptTurn]:
     turns: list[TranscriptTurn] = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
-            raise TranscriptError("not JSON", n) from None
+    for n, item in _json_lines(text):
         payload = item.get("payload") if isinstance(item, dict) else None
         if not isinstance(payload, dict) or item.get("type") != "response_item":
             continue
