@@ -24,7 +24,7 @@ from loom.errors import InvalidRequest
 from loom.errors import LoomError as ApiError
 from loom.mcp_server import server
 from loom.mcp_server.tools import TOOLSETS, Toolset
-from loom.sdk.transport import LoomError
+from loom.sdk.transport import error_from
 
 PATH = "/mcp"
 SESSION_HEADER = "mcp-session-id"
@@ -38,33 +38,28 @@ def _session(context: Any) -> str:
     return str(_request(context).headers.get(SESSION_HEADER, "")) or "no-session"
 
 
-async def _call_api(op: str, body: dict[str, Any], context: Any) -> dict[str, Any]:
-    request = _request(context)
-    transport = httpx.ASGITransport(app=request.scope["app"])
-    async with httpx.AsyncClient(transport=transport, base_url="http://loom.mcp", timeout=120) as client:
-        r = await client.post(
-            f"/v1/{op}", json=body, headers={"authorization": request.headers.get("authorization", "")}
-        )
-    answer = r.json()
-    if r.status_code >= 400:
-        fields = (
-            answer.get("error", "error"),
-            answer.get("message", ""),
-            answer.get("field"),
-            answer.get("rule"),
-        )
-        raise LoomError(r.status_code, *fields)
-    return answer  # type: ignore[no-any-return]
-
-
 class McpEndpoint:
     """The ASGI app at `/mcp`; `running()` is entered by the API's lifespan."""
 
     def __init__(self) -> None:
         self.runs = runs = server.Runs(idle_s=1800.0)  # the setting's value once running
+        self._client: httpx.AsyncClient | None = None  # to the API itself, made on the first call
         self.managers: dict[Toolset, StreamableHTTPSessionManager] = {
-            t: StreamableHTTPSessionManager(app=server.build(t, _call_api, runs, _session)) for t in TOOLSETS
+            t: StreamableHTTPSessionManager(app=server.build(t, self._call_api, runs, _session))
+            for t in TOOLSETS
         }
+
+    async def _call_api(self, op: str, body: dict[str, Any], context: Any) -> dict[str, Any]:
+        """The op's route, in-process, with the MCP caller's own Authorization header."""
+        request = _request(context)
+        if self._client is None:
+            transport = httpx.ASGITransport(app=request.scope["app"])
+            self._client = httpx.AsyncClient(transport=transport, base_url="http://loom.mcp", timeout=120)
+        auth = {"authorization": request.headers.get("authorization", "")}
+        r = await self._client.post(f"/v1/{op}", json=body, headers=auth)
+        if r.status_code >= 400:
+            raise error_from(r)
+        return r.json()  # type: ignore[no-any-return]
 
     @contextlib.asynccontextmanager
     async def running(self, run_idle_seconds: float) -> AsyncIterator[None]:
@@ -72,7 +67,12 @@ class McpEndpoint:
         async with contextlib.AsyncExitStack() as stack:
             for manager in self.managers.values():
                 await stack.enter_async_context(manager.run())
-            yield
+            try:
+                yield
+            finally:
+                if self._client is not None:
+                    await self._client.aclose()
+                    self._client = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = dict(scope["headers"])

@@ -97,7 +97,7 @@ class Transport:
                 if r.status_code < 400:
                     return r.json()  # type: ignore[no-any-return]
                 if r.status_code not in RETRY_STATUSES or last:
-                    raise _error(r)
+                    raise error_from(r)
                 backoff = max(backoff, _retry_after(r))
             await asyncio.sleep(min(backoff, self.retry.max_backoff_s))
             backoff *= 2
@@ -110,7 +110,7 @@ class Transport:
             async with self._http.stream("POST", f"/v1/{op}", json=body) as r:
                 if r.status_code >= 400:
                     await r.aread()
-                    raise _error(r)
+                    raise error_from(r)
                 async for line in r.aiter_lines():
                     if line.strip():
                         yield json.loads(line)
@@ -125,7 +125,8 @@ def _retry_after(r: httpx.Response) -> float:
         return 0.0
 
 
-def _error(r: httpx.Response) -> LoomError:
+def error_from(r: httpx.Response) -> LoomError:
+    """The LoomError an API answer of status >= 400 carries (its JSON error body)."""
     try:
         body = r.json()
     except ValueError:
