@@ -24,6 +24,7 @@ from loom.api.deps import authenticate
 from loom.api.gate import Gate
 from loom.api.observe import ObserveMiddleware
 from loom.api.routes import briefs, compaction, conversation, erasure, memory, namespaces, saved, search
+from loom.dashboard.app import install as install_dashboard
 from loom.embedded.backends import start_backends
 from loom.errors import BackendUnavailable
 from loom.gc_tuning import calm_the_garbage_collector
@@ -95,6 +96,7 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    install_dashboard(app)
     # MCP over streamable HTTP (GET for the event stream, DELETE ends a session).
     app.router.routes.append(Route(MCP_PATH, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
 

@@ -122,6 +122,7 @@ def _serve_until_stopped(sup: Supervisor, settings: Settings, workers: int, star
     console.print(
         f"[green]Loom is up[/green] in {time.monotonic() - started:.1f}s\n"
         f"  API        {base}/v1/<op>\n  OpenAPI    {base}/docs\n"
+        f"  Dashboard  {base}/dashboard\n"
         f"  Health     {base}/healthz\n"
         f"  Home       {settings.home}\nPress Ctrl-C to stop."
     )

@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+import httpx
+
 from loom.api.models.conversation import AppendBatchResponse
 from loom.api.models.memory import ContextPackResponse, SetFromMessagesResponse
 from loom.sdk.ops import Briefs, Conversation, Erasure, Memory, Namespace, Saved
@@ -44,9 +46,12 @@ class Agent:
         token: str | None = None,
         timeout_s: float = 60.0,
         retry: Retry | None = None,
+        http_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.namespace, self.environment, self.name = namespace, environment, name
-        self.transport = Transport(base_url, token, timeout_s=timeout_s, retry=retry)
+        self.transport = Transport(
+            base_url, token, timeout_s=timeout_s, retry=retry, http_transport=http_transport
+        )
         self.conversation = Conversation(self)
         self.saved = Saved(self)
         self.memory = Memory(self)

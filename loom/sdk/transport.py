@@ -70,13 +70,17 @@ class Transport:
         *,
         timeout_s: float = 60.0,
         retry: Retry | None = None,
+        http_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        # http_transport: how requests travel (default: the network); the dashboard passes
+        # an in-process one to call the API it is part of.
         self.base_url = resolve_url(base_url)
         self.retry = retry or Retry()
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers={"Authorization": f"Bearer {resolve_token(token)}"},
             timeout=timeout_s,
+            transport=http_transport,
         )
 
     async def aclose(self) -> None:

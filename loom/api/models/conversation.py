@@ -249,12 +249,20 @@ class MessageOut(BaseModel):
     is_summary: bool
     is_saved: bool
     saved_at: Timestamp | None
+    embedding: str | None = Field(
+        None,
+        description='With include_embedding: "embedded", "failed:<code>", "pending", "removed" '
+        'or "not_indexed" (system and tool turns, and turns that read as high).',
+    )
 
 
 class GetRequest(NamespacedRequest):
     agent: AgentId = "default"
     thread_id: ThreadId
     include_messages: bool = False
+    include_embedding: bool = Field(
+        False, description="Each message's embedding state (with include_messages)."
+    )
     order: Order = Field("asc", description='"desc" pages from the newest turn back (the tail).')
     limit: int = Field(50, ge=1, le=500)
     cursor: str | None = Field(None, max_length=4096)

@@ -115,6 +115,7 @@ class SavedMessageOut(BaseModel):
         description="When the user saved it (the message time where no save time was recorded)."
     )
     excerpt: str = Field(description="The start of the message; empty when it reads as high.")
+    agent: str = Field(description="The agent whose copy of the message is saved (unsave names it).")
 
 
 class ListSavedResponse(BaseModel):
@@ -162,6 +163,7 @@ class SavedHitOut(BaseModel):
     )
     excerpt: str = Field(description="Centred on the matched terms for a lexical hit, else the start.")
     legs: list[Literal["vector", "lexical"]] = Field(description="The legs that found it.")
+    agent: str = Field(description="The agent whose copy of the message is saved (unsave names it).")
 
 
 class SearchSavedResponse(BaseModel):

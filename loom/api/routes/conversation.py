@@ -40,12 +40,13 @@ from loom.store.conversations import Message
 router = APIRouter(prefix="/v1", tags=["conversation"], responses=error_responses(*COMMON))
 
 
-def _messages(messages: list[Message]) -> list[MessageOut]:
+def _messages(messages: list[Message], embedding: dict[str, str] | None = None) -> list[MessageOut]:
     out = []
     for m in messages:
         fields = asdict(m)
         fields["ts"] = as_utc(m.ts)
         fields["saved_at"] = as_utc(m.saved_at) if m.saved_at else None
+        fields["embedding"] = embedding.get(m.msg_id) if embedding is not None else None
         out.append(MessageOut(**fields))
     return out
 
@@ -182,6 +183,7 @@ async def get(
         body.agent,
         body.thread_id,
         include_messages=body.include_messages,
+        include_embedding=body.include_embedding,
         limit=body.limit,
         order=body.order,
         cursor=body.cursor,
@@ -189,7 +191,9 @@ async def get(
     if page is None:
         return GetResponse(thread=ThreadOut(**asdict(view)))
     return GetResponse(
-        thread=ThreadOut(**asdict(view)), messages=_messages(page.messages), next_cursor=page.next_cursor
+        thread=ThreadOut(**asdict(view)),
+        messages=_messages(page.messages, page.embedding),
+        next_cursor=page.next_cursor,
     )
 
 
@@ -210,7 +214,7 @@ async def list_turns(
         cursor=body.cursor,
         run_id=body.run_id,
     )
-    return ListResponse(messages=_messages(page.messages), next_cursor=page.next_cursor)
+    return ListResponse(messages=_messages(page.messages, page.embedding), next_cursor=page.next_cursor)
 
 
 @router.post("/conversation.reembed", response_model=ReembedResponse)

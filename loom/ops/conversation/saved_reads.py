@@ -59,6 +59,7 @@ class SavedItem:
     role: str
     ts: datetime  # when the user saved it (the message time where no save time was recorded)
     excerpt: str
+    agent: str  # the agent whose copy it is (unsave names it)
 
 
 @dataclass
@@ -99,7 +100,7 @@ async def list_saved_messages(
             continue
         excerpt = "" if window_reads_as_high(head.head, shown) else head.head[:shown]
         page.messages.append(
-            SavedItem(e.thread_id, e.msg_id, head.role, as_utc(head.saved_at or head.ts), excerpt)
+            SavedItem(e.thread_id, e.msg_id, head.role, as_utc(head.saved_at or head.ts), excerpt, e.agent)
         )
     if more and entries:
         tail = entries[-1]
@@ -149,6 +150,7 @@ class SavedHit:
     score: float
     excerpt: str
     legs: list[str]
+    agent: str
 
 
 @dataclass
@@ -339,6 +341,7 @@ def _hit(c: _Candidate, score: float, v: saved_store.Verified, shown: int) -> Sa
         round(score, 6),
         excerpt,
         legs,
+        v.agent,
     )
 
 

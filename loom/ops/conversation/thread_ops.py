@@ -25,7 +25,9 @@ from loom.ops.conversation.common import TITLE_REFUSED, as_utc, decode_cursor, e
 from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
+from loom.store import embeddings as emb_store
 from loom.store import threads as thread_store
+from loom.store.search import SEARCHED_ROLES
 
 ALL_AGENTS = "*"
 
@@ -60,6 +62,37 @@ class ThreadSummary:
 class Page:
     messages: list[conv_store.Message] = field(default_factory=list)
     next_cursor: str | None = None
+    # msg_id -> its embedding's state (see embedding_status); only when asked for.
+    embedding: dict[str, str] | None = None
+
+
+# What a turn's embedding is, for a reader that shows it (the dashboard's thread view).
+EMBEDDED, PENDING, NOT_INDEXED, REMOVED = "embedded", "pending", "not_indexed", "removed"
+FAILED_PREFIX = "failed:"
+
+
+def embedding_status(m: conv_store.Message, state: emb_store.EmbeddingState | None) -> str:
+    """ "embedded", "failed:<code>" (the stored code, never a driver's text), "pending"
+    (no row yet), "removed" (tombstoned), or "not_indexed" (system and tool turns, and a
+    turn that reads as high, which never get a vector)."""
+    if m.high_sensitivity or not (m.role in SEARCHED_ROLES or m.is_summary):
+        return NOT_INDEXED
+    if state is None:
+        return PENDING
+    if state.tombstoned:
+        return REMOVED
+    if state.has_vector:
+        return EMBEDDED
+    return FAILED_PREFIX + (state.error or "unknown")
+
+
+async def _with_embedding(svc: Services, ns: str, thread_id: str, page: Page) -> Page:
+    keys = [(ns, thread_id, m.msg_id) for m in page.messages]
+    states = await svc.run(emb_store.states, svc.ch, keys)
+    page.embedding = {
+        m.msg_id: embedding_status(m, states.get((ns, thread_id, m.msg_id))) for m in page.messages
+    }
+    return page
 
 
 def _client_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -267,11 +300,13 @@ async def get(
     thread_id: str,
     *,
     include_messages: bool = False,
+    include_embedding: bool = False,
     limit: int = 50,
     order: str = "asc",
     cursor: str | None = None,
 ) -> tuple[ThreadView, Page | None]:
-    """conversation.get (viewer): a thread's metadata; with include_messages, a page of its turns."""
+    """conversation.get (viewer): a thread's metadata; with include_messages, a page of its
+    turns (with include_embedding, each with its embedding's state)."""
     who.require_role(Role.viewer)
     ns = who.namespace(namespace)
     row, activity = await asyncio.gather(
@@ -289,6 +324,8 @@ async def get(
         page = await _page(
             svc, ns, agent, thread_id, kind="get", limit=limit, order=order, cursor=cursor, run_id=None
         )
+        if include_embedding:
+            page = await _with_embedding(svc, ns, thread_id, page)
     return _view(row, activity), page
 
 

@@ -1,0 +1,36 @@
+"""Calling an op for a page: its answer, or the refusal the page shows in its place."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from fastapi.responses import HTMLResponse
+
+from loom.dashboard.render import page, problem
+from loom.dashboard.visit import Visit
+from loom.sdk.transport import LoomError
+
+T = TypeVar("T")
+
+
+@dataclass
+class Outcome(Generic[T]):
+    value: T | None = None
+    problem: dict[str, Any] | None = None
+
+
+async def attempt(call: Awaitable[T]) -> Outcome[T]:
+    try:
+        return Outcome(value=await call)
+    except LoomError as exc:
+        return Outcome(problem=problem(exc))
+
+
+def refused(visit: Visit, refusal: dict[str, Any] | None) -> HTMLResponse:
+    """The page that says an op refused a change (its status: a call that got no answer
+    at all, status 0, is a 502)."""
+    status = refusal.get("status") if refusal else 0
+    status = status if isinstance(status, int) and status >= 400 else 502
+    return page(visit, visit.request, "refused.html", status=status, title="Refused", refused=refusal)

@@ -1,0 +1,54 @@
+"""A session brief: its sections, its revisions, loading it (full=true, with the
+client's own last compaction summary below), and deleting it. Briefs never load on
+their own: this page is where a person asks for one."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from loom.dashboard.calls import attempt, refused
+from loom.dashboard.render import back, page, same_origin
+from loom.dashboard.visit import open_visit
+
+router = APIRouter()
+
+
+@router.get("/brief", response_model=None)
+async def brief(
+    request: Request,
+    key: Annotated[str, Query(min_length=1, max_length=512)],
+    ns: str | None = None,
+    revision: Annotated[int | None, Query(ge=1)] = None,
+    full: bool = False,
+) -> HTMLResponse | RedirectResponse:
+    visit = await open_visit(request, ns)
+    if visit.end_user:
+        return back("/saved")
+    async with visit.api() as api:
+        got = await attempt(api.briefs.get(brief_key=key, revision=revision, full=full))
+    return page(
+        visit,
+        request,
+        "brief.html",
+        status=got.problem["status"] if got.problem else 200,
+        title=f"Brief {key}",
+        got=got,
+        key=key,
+        full=full,
+        revision=revision,
+    )
+
+
+@router.post("/brief/delete", dependencies=[Depends(same_origin)], response_model=None)
+async def delete(
+    request: Request, ns: Annotated[str, Form()], key: Annotated[str, Form(max_length=512)]
+) -> HTMLResponse | RedirectResponse:
+    visit = await open_visit(request, ns)
+    async with visit.api() as api:
+        done = await attempt(api.briefs.delete(brief_key=key))
+    if done.problem:
+        return refused(visit, done.problem)
+    return back("/conversations", ns=visit.namespace)

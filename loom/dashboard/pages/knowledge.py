@@ -1,0 +1,98 @@
+"""Knowledge → Conversations: the conversation plane's live settings (the search floor,
+the excerpt length, the titler's switch, cadence, window, minimum turns and per-pass
+cap). An admin's change is stored by settings.set and reaches every API and worker
+process within seconds; the page shows where each value comes from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from loom.dashboard.calls import attempt
+from loom.dashboard.render import back, page, same_origin
+from loom.dashboard.visit import Visit, open_visit
+
+router = APIRouter()
+
+RESET = "reset"  # the form field naming a setting to put back to its default
+
+
+@router.get("/settings", response_model=None)
+async def settings(
+    request: Request, ns: str | None = None, saved: int = 0
+) -> HTMLResponse | RedirectResponse:
+    visit = await open_visit(request, ns)
+    if visit.end_user:
+        return back("/saved")
+    return await _render(visit, saved=bool(saved))
+
+
+@router.post("/settings", dependencies=[Depends(same_origin)], response_model=None)
+async def change(request: Request) -> HTMLResponse | RedirectResponse:
+    form = await request.form()
+    visit = await open_visit(request, str(form.get("ns", "")) or None)
+    async with visit.api() as api:
+        current = await attempt(api.transport.call("settings.get", {}))
+    if current.value is None:
+        return await _render(visit)
+    known = {s["name"]: s for s in current.value["settings"]}
+    reset = str(form.get(RESET, ""))
+    if reset:
+        values: dict[str, Any] = {reset: None}
+    else:
+        values = {
+            name: _typed(str(form[name]), known[name]["type"])
+            for name in known
+            if name in form and _typed(str(form[name]), known[name]["type"]) != known[name]["value"]
+        }
+    if not values:
+        return back("/settings", ns=visit.namespace)
+    async with visit.api() as api:
+        done = await attempt(api.transport.call("settings.set", {"values": values}))
+    if done.problem:
+        entered = {name: str(form[name]) for name in known if name in form}
+        return await _render(visit, problem=done.problem, entered=entered, status=done.problem["status"])
+    return back("/settings", ns=visit.namespace, saved=1)
+
+
+async def _render(
+    visit: Visit,
+    *,
+    saved: bool = False,
+    problem: dict[str, Any] | None = None,
+    entered: dict[str, str] | None = None,
+    status: int = 200,
+) -> HTMLResponse:
+    async with visit.api() as api:
+        shown = await attempt(api.transport.call("settings.get", {}))
+    error_field = str(problem.get("field") or "") if problem else ""
+    return page(
+        visit,
+        visit.request,
+        "settings.html",
+        status=status if shown.value is not None else (shown.problem or {}).get("status", 502),
+        title="Knowledge → Conversations",
+        shown=shown,
+        saved=saved,
+        problem=problem,
+        error_for=error_field.removeprefix("values."),
+        entered=entered or {},
+    )
+
+
+def _typed(raw: str, kind: str) -> Any:
+    """A form's text as the setting's JSON type; text that is not one is sent as it is,
+    so the op names the rule it breaks."""
+    raw = raw.strip()
+    try:
+        if kind == "bool":
+            return {"true": True, "false": False}.get(raw.lower(), raw)
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except ValueError:
+        return raw
+    return raw

@@ -1,0 +1,33 @@
+"""The operator's pages: Retention and tiering (what the server has in force per
+table) and Health (backends, the job queue, embedding outcomes, rates)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from loom.dashboard.calls import attempt
+from loom.dashboard.render import back, page
+from loom.dashboard.visit import open_visit
+
+router = APIRouter()
+
+
+@router.get("/retention", response_model=None)
+async def retention(request: Request, ns: str | None = None) -> HTMLResponse | RedirectResponse:
+    visit = await open_visit(request, ns)
+    if visit.end_user:
+        return back("/saved")
+    async with visit.api() as api:
+        shown = await attempt(api.erasure.retention())
+    return page(visit, request, "retention.html", title="Retention and tiering", shown=shown)
+
+
+@router.get("/health", response_model=None)
+async def health(request: Request, ns: str | None = None) -> HTMLResponse | RedirectResponse:
+    visit = await open_visit(request, ns)
+    if visit.end_user:
+        return back("/saved")
+    async with visit.api() as api:
+        shown = await attempt(api.transport.call("health.show", {}))
+    return page(visit, request, "health.html", title="Health", shown=shown)

@@ -1,0 +1,114 @@
+"""The Saved panel: one user's saved messages, newest saved first; a search that
+narrows as the user types; save and unsave. An end-user token sees only its own
+(namespace "@me"); a namespace-wide token names the user."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from loom.dashboard.calls import Outcome, attempt, refused
+from loom.dashboard.render import back, page, same_origin
+from loom.dashboard.visit import Visit, open_visit
+
+router = APIRouter()
+
+UserQuery = Annotated[str, Query(max_length=256)]
+SearchQuery = Annotated[str, Query(max_length=4_000)]
+
+
+def _user(visit: Visit, user: str) -> dict[str, Any]:
+    """The user the saved-message ops act for: an end-user token's own (the API knows it)."""
+    return {} if visit.end_user else {"user_id": user}
+
+
+async def _search(visit: Visit, user: str, q: str) -> Outcome[Any] | None:
+    if not q.strip() or not (visit.end_user or user):
+        return None
+    async with visit.api() as api:
+        return await attempt(api.saved.search(query=q.strip(), limit=20, **_user(visit, user)))
+
+
+@router.get("/saved", response_model=None)
+async def saved(
+    request: Request, ns: str | None = None, user: UserQuery = "", q: SearchQuery = ""
+) -> HTMLResponse:
+    visit = await open_visit(request, ns)
+    listed = None
+    if visit.end_user or user:
+        async with visit.api() as api:
+            listed, hits = await asyncio.gather(
+                attempt(api.saved.list(limit=50, **_user(visit, user))), _search(visit, user, q)
+            )
+    else:
+        hits = None
+    return page(visit, request, "saved.html", title="Saved", listed=listed, hits=hits, user=user, q=q)
+
+
+@router.get("/saved/results", response_model=None)
+async def results(
+    request: Request, ns: str | None = None, user: UserQuery = "", q: SearchQuery = ""
+) -> HTMLResponse:
+    """The panel's result list alone: what the page's script swaps in as the user types."""
+    visit = await open_visit(request, ns)
+    if q.strip():
+        hits = await _search(visit, user, q)
+        return page(visit, request, "_saved_hits.html", hits=hits, user=user, q=q)
+    async with visit.api() as api:
+        listed = (
+            await attempt(api.saved.list(limit=50, **_user(visit, user))) if visit.end_user or user else None
+        )
+    return page(visit, request, "_saved_list.html", listed=listed, user=user, q=q)
+
+
+@router.post("/saved/save", dependencies=[Depends(same_origin)], response_model=None)
+async def save(
+    request: Request,
+    ns: Annotated[str, Form()],
+    conversation_id: Annotated[str, Form(max_length=256)],
+    message_id: Annotated[str, Form(max_length=256)],
+    agent: Annotated[str, Form(max_length=256)] = "default",
+    content: Annotated[str, Form(max_length=100_000)] = "",
+    role: Annotated[str, Form(max_length=32)] = "user",
+    user: Annotated[str, Form(max_length=256)] = "",
+) -> HTMLResponse | RedirectResponse:
+    visit = await open_visit(request, ns)
+    # Content only for a message not in the transcript yet (the op's rule).
+    new = {"role": role, "content": content} if content else {}
+    async with visit.api() as api:
+        done = await attempt(
+            api.saved.save(
+                conversation_id=conversation_id,
+                message_id=message_id,
+                agent=agent,
+                **new,
+                **_user(visit, user),
+            )
+        )
+    if done.problem:
+        return refused(visit, done.problem)
+    return back("/saved", ns=visit.namespace, user=user)
+
+
+@router.post("/saved/unsave", dependencies=[Depends(same_origin)], response_model=None)
+async def unsave(
+    request: Request,
+    ns: Annotated[str, Form()],
+    conversation_id: Annotated[str, Form(max_length=256)],
+    message_id: Annotated[str, Form(max_length=256)],
+    agent: Annotated[str, Form(max_length=256)] = "default",
+    user: Annotated[str, Form(max_length=256)] = "",
+) -> HTMLResponse | RedirectResponse:
+    visit = await open_visit(request, ns)
+    async with visit.api() as api:
+        done = await attempt(
+            api.saved.unsave(
+                conversation_id=conversation_id, message_id=message_id, agent=agent, **_user(visit, user)
+            )
+        )
+    if done.problem:
+        return refused(visit, done.problem)
+    return back("/saved", ns=visit.namespace, user=user)

@@ -1,0 +1,86 @@
+"""One signed-in page view: the token (from the session cookie), who it is, the
+namespace the page is about, and a client that calls the API in-process as that token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+from fastapi import Request
+
+from loom.api.deps import authenticate
+from loom.auth.principal import ME, Principal, Role
+from loom.errors import LoomError as ApiError
+from loom.sdk.agent import Agent
+from loom.sdk.transport import Retry
+
+COOKIE = "loom_dashboard"
+PATH = "/dashboard"
+AGENT = "dashboard"  # the SDK client's agent name; pages name the thread's agent themselves
+# The ops answer in-process; a refusal shows on the page at once (no retries behind it).
+NO_RETRY = Retry(attempts=1)
+
+
+class SignInNeeded(Exception):
+    """No valid token in the cookie: the page answers with the sign-in form."""
+
+
+@dataclass(frozen=True)
+class Visit:
+    who: Principal
+    namespace: str  # the namespace the page is about ("@me" for an end-user token)
+    token: str
+    request: Request
+
+    @property
+    def end_user(self) -> bool:
+        """A token pinned to one user: it sees only its own Saved panel."""
+        return self.who.bounded
+
+    def may(self, role: str) -> bool:
+        return not self.end_user and self.who.role >= Role[role]
+
+    @contextlib.asynccontextmanager
+    async def api(self) -> AsyncIterator[Agent]:
+        """The SDK, pointed at this very app in-process, as the visitor's token."""
+        transport = httpx.ASGITransport(app=self.request.app)
+        agent = Agent(
+            self.namespace,
+            "dashboard",
+            AGENT,
+            base_url="http://loom.dashboard",
+            token=self.token,
+            retry=NO_RETRY,
+            http_transport=transport,
+        )
+        try:
+            yield agent
+        finally:
+            await agent.aclose()
+
+
+async def principal_of(request: Request, token: str) -> Principal | None:
+    """The token's caller, verified as the API verifies a bearer token; None if it names none."""
+    try:
+        return await authenticate(request.app.state.services, f"Bearer {token}")
+    except ApiError:
+        return None
+
+
+async def open_visit(request: Request, namespace: str | None = None) -> Visit:
+    token = request.cookies.get(COOKIE, "")
+    who = await principal_of(request, token) if token else None
+    if who is None:
+        raise SignInNeeded
+    return Visit(who, _namespace(who, namespace), token, request)
+
+
+def _namespace(who: Principal, asked: str | None) -> str:
+    if who.bounded:
+        return ME
+    if asked and asked in who.namespaces:
+        return asked
+    return who.namespaces[0] if who.namespaces else ""
