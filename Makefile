@@ -3,7 +3,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-quick lint clean
+.PHONY: run test bench bench-quick lint clean browser screenshots
+
+# The dashboard's browser tests drive the system's Chromium (Debian's package).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -16,8 +19,16 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/loom serve
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -p no:cacheprovider
+
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  $(SUDO) sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium'
+
+# Refresh the committed screenshots of the dashboard (taken by its browser tests).
+screenshots: $(STAMP) browser
+	LOOM_TEST_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -p no:cacheprovider tests/dashboard/test_browser.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -28,9 +28,16 @@ async def attempt(call: Awaitable[T]) -> Outcome[T]:
         return Outcome(problem=problem(exc))
 
 
+def status_of(outcome: Outcome[Any]) -> int:
+    """A page's status: its main op's refusal's (a call with no answer at all is a 502)."""
+    if outcome.problem is None:
+        return 200
+    status = outcome.problem.get("status")
+    return status if isinstance(status, int) and status >= 400 else 502
+
+
 def refused(visit: Visit, refusal: dict[str, Any] | None) -> HTMLResponse:
     """The page that says an op refused a change (its status: a call that got no answer
     at all, status 0, is a 502)."""
-    status = refusal.get("status") if refusal else 0
-    status = status if isinstance(status, int) and status >= 400 else 502
+    status = status_of(Outcome(problem=refusal or {}))
     return page(visit, visit.request, "refused.html", status=status, title="Refused", refused=refusal)

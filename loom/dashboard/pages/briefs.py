@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import attempt, refused
+from loom.dashboard.calls import attempt, refused, status_of
 from loom.dashboard.render import back, page, same_origin
 from loom.dashboard.visit import open_visit
 
@@ -33,7 +33,7 @@ async def brief(
         visit,
         request,
         "brief.html",
-        status=got.problem["status"] if got.problem else 200,
+        status=status_of(got),
         title=f"Brief {key}",
         got=got,
         key=key,

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import attempt
+from loom.dashboard.calls import attempt, status_of
 from loom.dashboard.render import back, page, same_origin
 from loom.dashboard.visit import Visit, open_visit
 
@@ -72,7 +72,7 @@ async def _render(
         visit,
         visit.request,
         "settings.html",
-        status=status if shown.value is not None else (shown.problem or {}).get("status", 502),
+        status=status if shown.value is not None else status_of(shown),
         title="Knowledge → Conversations",
         shown=shown,
         saved=saved,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import attempt
+from loom.dashboard.calls import attempt, status_of
 from loom.dashboard.render import back, page
 from loom.dashboard.visit import open_visit
 
@@ -20,7 +20,9 @@ async def retention(request: Request, ns: str | None = None) -> HTMLResponse | R
         return back("/saved")
     async with visit.api() as api:
         shown = await attempt(api.erasure.retention())
-    return page(visit, request, "retention.html", title="Retention and tiering", shown=shown)
+    return page(
+        visit, request, "retention.html", status=status_of(shown), title="Retention and tiering", shown=shown
+    )
 
 
 @router.get("/health", response_model=None)
@@ -30,4 +32,4 @@ async def health(request: Request, ns: str | None = None) -> HTMLResponse | Redi
         return back("/saved")
     async with visit.api() as api:
         shown = await attempt(api.transport.call("health.show", {}))
-    return page(visit, request, "health.html", title="Health", shown=shown)
+    return page(visit, request, "health.html", status=status_of(shown), title="Health", shown=shown)
