@@ -49,6 +49,7 @@ class Ctx:
     admin: str
     services: Any
     spy: LeakSpy
+    http: Any = None  # the API's own client, for the dashboard's pages
     answers: list[int] = field(default_factory=list)
 
     async def ok(self, op: str, token: str, **body: Any) -> dict[str, Any]:
@@ -330,6 +331,43 @@ async def drive_memory(ctx: Ctx) -> None:
         )
 
 
+async def drive_dashboard(ctx: Ctx) -> None:
+    """The dashboard's pages call the ops above: its search boxes and save form reach the
+    embedder, and a page must not show a high text (a masked turn, an excerpt)."""
+    signed = await ctx.http.post("/dashboard/signin", data={"token": ctx.admin})
+    assert signed.status_code == 303
+    cookies = {"loom_dashboard": ctx.admin}
+    shown = []
+    for text in HIGH.values():
+        for path, query in (
+            ("/dashboard/conversations", {"ns": ctx.ns, "q": text}),
+            ("/dashboard/saved", {"ns": ctx.ns, "user": "alice", "q": text}),
+            ("/dashboard/saved/results", {"ns": ctx.ns, "user": "alice", "q": text}),
+        ):
+            r = await ctx.http.get(path, params=query, cookies=cookies)
+            assert r.status_code == 200, path
+        r = await ctx.http.post(
+            "/dashboard/saved/save",
+            data={
+                "ns": ctx.ns,
+                "user": "alice",
+                "conversation_id": "dash",
+                "message_id": "m",
+                "content": text,
+            },
+            cookies=cookies,
+        )
+        assert r.status_code == 303
+    for path, query in (
+        ("/dashboard/conversations", {"ns": ctx.ns}),
+        ("/dashboard/thread", {"ns": ctx.ns, "agent": "default", "thread": "leak"}),
+        ("/dashboard/saved", {"ns": ctx.ns, "user": "alice"}),
+    ):
+        shown.append((await ctx.http.get(path, params=query, cookies=cookies)).text)
+    for i, page in enumerate(shown):  # no page shows a high text it was not asked to reveal
+        assert not [kind for kind, text in HIGH.items() if text in page], i
+
+
 # The ops that can reach a provider. A later feature adds its own.
 DRIVERS: list[tuple[str, Driver]] = [
     ("conversation.append", drive_append),
@@ -341,6 +379,7 @@ DRIVERS: list[tuple[str, Driver]] = [
     ("conversation.compact", drive_compact),
     ("conversation_titler", drive_titler),
     ("memory.set + search + set_from_messages", drive_memory),
+    ("the dashboard's pages", drive_dashboard),
 ]
 
 
@@ -374,12 +413,12 @@ async def test_the_llm_spy_fails_on_a_high_text() -> None:
     assert len(spy.leaks) == 1
 
 
-async def test_no_op_sends_a_provider_text_that_reads_as_high(call, ns, mint, services, leak_spy):
+async def test_no_op_sends_a_provider_text_that_reads_as_high(call, api, ns, mint, services, leak_spy):
     namespaces.update(services.ch, ns, conversation_logging_enabled=True)
     await services.redis.delete(recording_cache.key(ns))
     assert leak_spy.llm is not None
     leak_spy.llm.inner = ScriptedLLM(_brief_model)  # a configured model for the briefs
-    ctx = Ctx(call, ns, mint(ns, "writer"), mint(ns, "admin"), services, leak_spy)
+    ctx = Ctx(call, ns, mint(ns, "writer"), mint(ns, "admin"), services, leak_spy, http=api)
     for name, drive in DRIVERS:
         await drive(ctx)
         assert not leak_spy.leaks, f"{name}: {leak_spy.leaks}"

@@ -97,6 +97,14 @@ def test_render_and_headline() -> None:
     assert headline(Sections(status="first\nsecond")) == "first"
 
 
+def test_a_headline_that_reads_as_high_is_empty() -> None:
+    """A listing line is an excerpt: it reaches session primers and the dashboard."""
+    assert headline(Sections(goal="rotate the key: password=Tr0ub4dor&3xq")) == ""
+    assert headline(Sections(status="my SSN is 123-45-6789\nthen ship")) == ""
+    # Judged on what it shows and 1,024 characters past it, as thread excerpts are.
+    assert headline(Sections(goal="x" * 2000 + " password=Tr0ub4dor&3xq")) == "x" * 119 + "…"
+
+
 def test_json_round_trip() -> None:
     s = apply(Sections(), sections_patch({"goal": "g", "decisions": ["d"], "pointers": ["p"]}))
     assert Sections.from_json(s.to_json()) == s

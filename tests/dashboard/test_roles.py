@@ -40,7 +40,9 @@ async def signed_in(served: str, mint: Any, ns: str) -> AsyncIterator[Any]:
 async def thread(ns: str, mint: Any, call: Any) -> str:
     admin = mint(ns, "admin")
     await call("conversation.set_logging", admin, namespace=ns, enabled=True)
-    r = await call("conversation.append", admin, namespace=ns, thread_id="th-roles", role="user", content="hello")
+    r = await call(
+        "conversation.append", admin, namespace=ns, thread_id="th-roles", role="user", content="hello"
+    )
     assert r.json()["stored"] is True
     return "th-roles"
 
@@ -68,14 +70,19 @@ async def test_pages_follow_the_token(kind, signed_in, ns, thread):
         page = await client.get(path)
         assert page.status_code == (200 if kind == "admin" else 403), (path, page.status_code)
         if kind != "admin":
-            assert "forbidden" in page.text and "<form method=\"post\" action=\"/dashboard/settings\"" not in page.text
+            assert (
+                "forbidden" in page.text
+                and '<form method="post" action="/dashboard/settings"' not in page.text
+            )
 
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_changes_follow_the_token(kind, signed_in, ns, thread, call, mint):
     client = await signed_in(kind)
     flip = await client.post("/dashboard/conversations/recording", data={"ns": ns, "enabled": "false"})
-    compact = await client.post("/dashboard/thread/compact", data={"ns": ns, "agent": "default", "thread": thread})
+    compact = await client.post(
+        "/dashboard/thread/compact", data={"ns": ns, "agent": "default", "thread": thread}
+    )
     delete = await client.post(
         "/dashboard/thread/delete", data={"ns": ns, "agent": "default", "thread": thread, "confirm": "nope"}
     )

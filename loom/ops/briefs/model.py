@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from loom.sensitivity import window_reads_as_high
+
 MAX_RENDERED_CHARS = 12_000
 
 TEXT_SECTIONS = ("goal", "status")
@@ -243,8 +245,13 @@ def render(sections: Sections, *, key: str = "", revision: int | None = None) ->
 
 
 def headline(sections: Sections, limit: int = 120) -> str:
-    """One line for a listing: the goal, else the first line of the status."""
+    """One line for a listing: the goal, else the first line of the status; empty when
+    that reads as high sensitivity (a listing is an excerpt: it reaches session primers,
+    and so a model's context, and the dashboard), judged on what it shows and 1,024
+    characters past it, as thread excerpts are."""
     text = sections.goal or (sections.status.splitlines()[0] if sections.status else "")
+    if window_reads_as_high(text, limit):
+        return ""
     return clip(one_line(text), limit)
 
 
