@@ -105,6 +105,11 @@ SPECS: tuple[ToolSpec, ...] = (
     _spec("conversation.compact_status", k.CompactStatusRequest, "The state of a deferred compaction."),
     _spec("conversation.delete", e.DeleteRequest, "Delete a thread (admin)."),
     _spec("conversation.reembed", c.ReembedRequest, "Rebuild a namespace's vectors (admin)."),
+    _spec(
+        "conversation.high_turns",
+        c.HighTurnsRequest,
+        "List turns that read as high sensitivity (ids and kinds, never text; admin).",
+    ),
     _spec("conversation.set_logging", n.SetLoggingRequest, "Switch transcript recording on or off (admin)."),
     _spec("conversation.save_message", s.SaveRequest, "Save a message for a user."),
     _spec("conversation.unsave_message", s.UnsaveRequest, "Unsave a user's message."),

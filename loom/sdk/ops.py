@@ -91,6 +91,9 @@ class Conversation(_Group):
     async def list(self, **fields: Any) -> c.ListResponse:
         return await self._op("conversation.list", c.ListRequest, c.ListResponse, fields)
 
+    async def high_turns(self, **fields: Any) -> c.HighTurnsResponse:
+        return await self._op("conversation.high_turns", c.HighTurnsRequest, c.HighTurnsResponse, fields)
+
     async def reembed(self, **fields: Any) -> c.ReembedResponse:
         return await self._op("conversation.reembed", c.ReembedRequest, c.ReembedResponse, fields)
 

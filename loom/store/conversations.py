@@ -314,3 +314,27 @@ def copy_texts(
         if key in wanted:
             out.setdefault(key, []).append((r["content"], bool(r["high_sensitivity"])))
     return out
+
+
+@dataclass(frozen=True)
+class HighTurn:
+    agent: str
+    thread_id: str
+    msg_id: str
+    role: str
+    ts: datetime
+    origin: str
+    user_id: str
+    content: str  # for the caller to name the shapes found; never returned to a client
+
+
+def high_turns(ch: Client, namespace: str, *, limit: int, offset: int) -> list[HighTurn]:
+    """The namespace's live turns that read as high (recorded and saved-only), newest first."""
+    rows = ch.query(
+        "SELECT toString(agent) AS agent, thread_id, msg_id, toString(role) AS role, ts, "
+        "toString(origin) AS origin, user_id, content FROM conversations FINAL "
+        "WHERE namespace = {ns:String} AND high_sensitivity AND NOT tombstoned "
+        "ORDER BY ts DESC, thread_id, msg_id, agent LIMIT {lim:UInt32} OFFSET {off:UInt32}",
+        parameters={"ns": namespace, "lim": limit, "off": offset},
+    )
+    return [HighTurn(**r) for r in named(rows)]

@@ -100,7 +100,7 @@ async def test_titled_thread_opens_with_its_turns(desktop, mint, ns, call, shots
     await page.screenshot(path=shots / "thread.png", full_page=True)
 
 
-async def test_high_turn_stays_masked_until_an_admin_reveals_it(desktop, mint, ns, call):
+async def test_high_turn_stays_masked_until_an_admin_reveals_it(desktop, mint, ns, call, shots):
     admin = mint(ns, "admin")
     await call("conversation.set_logging", admin, namespace=ns, enabled=True)
     secret = "my password=Tr0ub4dor&3horse for the billing box"
@@ -120,6 +120,12 @@ async def test_high_turn_stays_masked_until_an_admin_reveals_it(desktop, mint, n
     await page.wait_for_load_state()
     assert secret in await page.locator("#turns").inner_text()
     assert "embedding" in await page.content() and "not_indexed" in await page.content()
+    # The owner finds such turns from the Review page, which names them, not their text.
+    await page.click("nav[aria-label=Pages] >> text=Review")
+    await page.wait_for_load_state()
+    listed = await page.locator("#high-turns").inner_text()
+    assert "th-high" in listed and "password assignment" in listed and "Tr0ub4dor" not in listed
+    await page.screenshot(path=shots / "review.png", full_page=True)
 
 
 async def test_saved_panel_with_an_end_user_token(desktop, mint, ns, shots):

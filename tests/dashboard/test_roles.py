@@ -12,6 +12,7 @@ import pytest
 pytestmark = pytest.mark.usefixtures("arq_worker")
 
 KINDS = ("viewer", "writer", "admin", "end_user")
+ADMIN_PAGES = ("/dashboard/review", "/dashboard/settings", "/dashboard/retention", "/dashboard/health")
 
 
 def _token(mint: Any, ns: str, kind: str) -> str:
@@ -57,7 +58,7 @@ async def test_pages_follow_the_token(kind, signed_in, ns, thread):
         assert thr.status_code == 303
         saved = await client.get("/dashboard/saved")
         assert saved.status_code == 200 and ">Conversations<" not in saved.text
-        for path in ("/dashboard/settings", "/dashboard/retention", "/dashboard/health"):
+        for path in ADMIN_PAGES:
             assert (await client.get(path)).status_code == 303
         return
     assert conv.status_code == 200 and thr.status_code == 200
@@ -66,7 +67,7 @@ async def test_pages_follow_the_token(kind, signed_in, ns, thread):
     assert ('id="compact"' in thr.text) == (kind in ("writer", "admin"))
     assert ('id="delete"' in thr.text) == (kind == "admin")
     assert (">Knowledge<" in conv.text) == (kind == "admin")
-    for path in ("/dashboard/settings", "/dashboard/retention", "/dashboard/health"):
+    for path in ADMIN_PAGES:
         page = await client.get(path)
         assert page.status_code == (200 if kind == "admin" else 403), (path, page.status_code)
         if kind != "admin":

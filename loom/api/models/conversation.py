@@ -301,3 +301,28 @@ class ReembedResponse(BaseModel):
     skipped_changed: int
     failed: int
     errors: list[str]
+
+
+class HighTurnsRequest(NamespacedRequest):
+    limit: int = Field(50, ge=1, le=500)
+    offset: int = Field(0, ge=0, le=100_000)
+
+
+class HighTurnOut(BaseModel):
+    agent: str
+    thread_id: str
+    msg_id: str
+    role: str
+    ts: Timestamp
+    saved_only: bool = Field(description="Stored by conversation.save_message alone (not in the transcript).")
+    user_id: str
+    kinds: list[str] = Field(
+        description="The kinds of high shape found (api_key, password, ...); never the text."
+    )
+
+
+class HighTurnsResponse(BaseModel):
+    turns: list[HighTurnOut]
+    limit: int
+    offset: int
+    has_more: bool

@@ -18,6 +18,9 @@ from loom.api.models.conversation import (
     CreateResponse,
     GetRequest,
     GetResponse,
+    HighTurnOut,
+    HighTurnsRequest,
+    HighTurnsResponse,
     ListRequest,
     ListResponse,
     MessageOut,
@@ -215,6 +218,19 @@ async def list_turns(
         run_id=body.run_id,
     )
     return ListResponse(messages=_messages(page.messages, page.embedding), next_cursor=page.next_cursor)
+
+
+@router.post("/conversation.high_turns", response_model=HighTurnsResponse)
+async def high_turns(
+    body: HighTurnsRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
+) -> HighTurnsResponse:
+    """The namespace's live turns that read as high sensitivity (stored as written, never
+    embedded), newest first, with the kinds of shape found and never the text: so an
+    owner can find them and delete or redact them."""
+    turns, more = await ops.high_turns(svc, who, body.namespace, limit=body.limit, offset=body.offset)
+    return HighTurnsResponse(
+        turns=[HighTurnOut(**asdict(t)) for t in turns], limit=body.limit, offset=body.offset, has_more=more
+    )
 
 
 @router.post("/conversation.reembed", response_model=ReembedResponse)

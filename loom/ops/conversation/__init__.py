@@ -1,4 +1,5 @@
 """The conversation plane's ops: append, create, update, threads, get, list, search, reembed,
+high_turns,
 and the saved-message ops (save, unsave, list, status, search of saved messages).
 
 Each op checks role and namespace first (``who.require_role``, ``who.namespace``).
@@ -9,7 +10,7 @@ from loom.ops.conversation.reembedding import ReembedReport, reembed, reembed_na
 from loom.ops.conversation.saved_reads import list_saved_messages, saved_status, search_saved_messages
 from loom.ops.conversation.saving import save_message, unsave_message
 from loom.ops.conversation.searching import SearchResult, search
-from loom.ops.conversation.thread_ops import ALL_AGENTS, create, get, list_turns, threads, update
+from loom.ops.conversation.thread_ops import ALL_AGENTS, create, get, high_turns, list_turns, threads, update
 
 __all__ = [
     "ALL_AGENTS",
@@ -21,6 +22,7 @@ __all__ = [
     "close_pipeline",
     "create",
     "get",
+    "high_turns",
     "list_saved_messages",
     "list_turns",
     "pipeline",

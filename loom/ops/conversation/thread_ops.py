@@ -22,7 +22,7 @@ from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest, NotFound
 from loom.leases import thread_lease
 from loom.ops.conversation.common import TITLE_REFUSED, as_utc, decode_cursor, encode_cursor, micros
-from loom.sensitivity import reads_as_high, window_reads_as_high
+from loom.sensitivity import high_reasons, reads_as_high, window_reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
@@ -347,3 +347,41 @@ async def list_turns(
     return await _page(
         svc, ns, agent, thread_id, kind="list", limit=limit, order=order, cursor=cursor, run_id=run_id
     )
+
+
+@dataclass
+class HighTurnView:
+    agent: str
+    thread_id: str
+    msg_id: str
+    role: str
+    ts: datetime
+    saved_only: bool
+    user_id: str
+    kinds: list[str]  # the shapes found (api_key, password, ...), never the text
+
+
+async def high_turns(
+    svc: Services, who: Principal, namespace: str, *, limit: int = 50, offset: int = 0
+) -> tuple[list[HighTurnView], bool]:
+    """conversation.high_turns (admin): the namespace's live turns that read as high,
+    newest first, with the kinds of shape found, so an owner can find and clean them.
+    The text itself is never part of the answer; conversation.get serves it to a reader
+    who opens the thread."""
+    who.require_role(Role.admin)
+    ns = who.namespace(namespace)
+    found = await svc.run(conv_store.high_turns, svc.ch, ns, limit=limit + 1, offset=offset)
+    views = [
+        HighTurnView(
+            t.agent,
+            t.thread_id,
+            t.msg_id,
+            t.role,
+            as_utc(t.ts),
+            t.origin == conv_store.SAVED_ONLY,
+            t.user_id,
+            high_reasons(t.content),
+        )
+        for t in found[:limit]
+    ]
+    return views, len(found) > limit
