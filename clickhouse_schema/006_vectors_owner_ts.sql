@@ -1,3 +1,5 @@
+-- loom: writers-must-upgrade
+-- (Writers of older builds write rows without the columns this adds: see runner.py.)
 -- The vector tables also keep each turn's owner and time, so a search hit can be
 -- answered from its vector row alone when nothing can have changed the turn since the
 -- row was written (loom.store.search_marks says when: no save, unsave, re-embed,

@@ -1,3 +1,5 @@
+-- loom: writers-must-upgrade
+-- (Writers of older builds write rows without the columns this adds: see runner.py.)
 -- How each transcript row came to exist: `origin`.
 --
 --   'recorded'  an append or an ingest stored it (the namespace recorded the turn), or

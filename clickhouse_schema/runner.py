@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,18 @@ _ENGINE = re.compile(r"ENGINE\s*=\s*(\w*MergeTree)\s*(\(([^)]*)\))?")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 MIGRATIONS_TABLE = "schema_migrations"
+# A migration that changes what writers must write carries this line: while a live
+# replica writes an older schema, applying it would let that replica write rows the new
+# schema's readers misread, so the runner refuses until it is gone (or is forced).
+WRITERS_MUST_UPGRADE = "-- loom: writers-must-upgrade"
+
+
+class SchemaTooNew(RuntimeError):
+    """The database holds migrations this build does not know: it must not write there."""
+
+
+class MigrationBlocked(RuntimeError):
+    """A live replica writes an older schema than a writers-must-upgrade migration needs."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,10 @@ class Migration:
 
     def statements(self, cluster: str = "") -> list[str]:
         return split_statements(render(self.path.read_text(), cluster))
+
+    @property
+    def writers_must_upgrade(self) -> bool:
+        return any(line.strip() == WRITERS_MUST_UPGRADE for line in self.path.read_text().splitlines())
 
 
 def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
@@ -83,14 +100,52 @@ def applied(client: Client) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
-def migrate(client: Client, cluster: str = "") -> list[Migration]:
-    """Apply what is missing; returns the migrations this call applied."""
+def newest_known() -> int:
+    """The newest migration this build knows: the schema it writes."""
+    return max(m.number for m in discover())
+
+
+def check_not_newer(client: Client) -> None:
+    """Refuse a database migrated by a newer build (its writers write what this build's
+    readers and writers do not know)."""
+    done = applied(client) if _has_table(client) else set()
+    unknown = sorted(n for n in done if n > newest_known())
+    if unknown:
+        raise SchemaTooNew(
+            f"the database's schema is at migration {unknown[-1]:03d}, newer than this build knows "
+            f"({newest_known():03d}); run a build of Loom at least as new"
+        )
+
+
+def _has_table(client: Client) -> bool:
+    return bool(client.command(f"EXISTS TABLE {MIGRATIONS_TABLE}"))
+
+
+# Who writes an older schema than `number` (a description per live replica).
+Blockers = Callable[[int], list[str]]
+
+
+def migrate(
+    client: Client, cluster: str = "", *, blockers: Blockers | None = None, force: bool = False
+) -> list[Migration]:
+    """Apply what is missing; returns the migrations this call applied. A
+    writers-must-upgrade migration waits for every older live writer to be gone
+    (MigrationBlocked), unless `force` (then it is logged by the caller)."""
     _ensure_table(client, cluster)
+    check_not_newer(client)
     done = applied(client)
     ran: list[Migration] = []
     for migration in discover():
         if migration.number in done:
             continue
+        if migration.writers_must_upgrade and blockers is not None and not force:
+            older = blockers(migration.number)
+            if older:
+                raise MigrationBlocked(
+                    f"migration {migration.number:03d}_{migration.name} changes what writers write, "
+                    f"and live replicas write an older schema: {', '.join(older)}; roll them first "
+                    "(or force it: `loom migrate --force`)"
+                )
         for statement in migration.statements(cluster):
             client.command(statement)
         client.insert(

@@ -73,5 +73,13 @@ class BackendUnavailable(Unavailable):
     retry_after = 5
 
 
+class CapabilityMissing(Unavailable):
+    """A live replica of a rolling deploy lacks what the op relies on: retry once the
+    deploy has rolled (loom.replicas)."""
+
+    code = "replica_lacks_capability"
+    retry_after = 15
+
+
 class BodyTooLarge(LoomError):
     status, code = 413, "body_too_large"

@@ -34,6 +34,7 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | embed_gate          | string | the gate's TTL              | append flush (API), read by the worker       |
 | embed_gate_wake     | list   | the gate's TTL              | append flush (API), popped by the worker     |
 | reply               | list   | the reply TTL               | the worker pushes, one API process pops      |
+| REPLICAS            | hash   | none (entries expire by their heartbeat) | every API and worker process (loom.replicas) |
 
 The TTLs themselves stay beside the code that sets them (named in the table), since
 each is a rule of that code, not of the key.
@@ -92,6 +93,12 @@ EMBED_GATE = "loom:gate:"
 """Prefix. String per gated job ("ok" or "fail"), plus a wake-up list beside it."""
 REPLY = "loom:reply:"
 """Prefix. List per API process: the workers' JSON replies to its jobs."""
+
+# -- the live replicas of a deploy (loom.replicas) -------------------------------------
+
+REPLICAS = "loom:replicas"
+"""Hash: replica id -> JSON of its build, schema, capabilities and last heartbeat. An
+entry whose heartbeat is older than the liveness window is a replica that is gone."""
 
 
 def memory_lease(namespace: str, user_id: str) -> str:

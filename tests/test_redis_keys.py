@@ -38,6 +38,7 @@ PINNED = [
     (redis_keys.embed_gate("g"), "loom:gate:g"),
     (redis_keys.embed_gate_wake("g"), "loom:gate:g:wake"),
     (redis_keys.reply("p"), "loom:reply:p"),
+    (redis_keys.REPLICAS, "loom:replicas"),
     (redis_keys.compact_done("j"), "loom:compact:done:j"),
     (redis_keys.memory_erasing("ns", "u"), "loom:erasing:memory:ns:u"),
 ]

@@ -7,6 +7,7 @@ texts of many concurrent jobs into one model call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -16,7 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from loom import logging as loom_logging
-from loom import memtrace
+from loom import memtrace, replicas
 from loom.gc_tuning import calm_the_garbage_collector
 from loom.queue import QUEUE, WAKE_KEY
 from loom.services import open_services, redis_settings
@@ -88,6 +89,8 @@ def quiet_job_logs() -> None:
 def _startup(settings: Settings, clickhouse_url: str, redis_url: str) -> Any:
     async def on_startup(ctx: dict[str, Any]) -> None:
         ctx["loom"] = await open_services(settings, clickhouse_url, redis_url)
+        ctx["replica"] = contextlib.AsyncExitStack()
+        await ctx["replica"].enter_async_context(replicas.serving(ctx["loom"], "worker"))
         for hook in STARTUP_HOOKS:
             await hook(ctx)
         calm_the_garbage_collector()
@@ -99,6 +102,8 @@ def _startup(settings: Settings, clickhouse_url: str, redis_url: str) -> Any:
 async def _shutdown(ctx: dict[str, Any]) -> None:
     for hook in SHUTDOWN_HOOKS:
         await hook(ctx)
+    if "replica" in ctx:
+        await ctx["replica"].aclose()
     if "loom" in ctx:
         await ctx["loom"].close()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -18,12 +18,22 @@ from pydantic import BaseModel, Field
 from starlette.routing import Route
 
 from loom import logging as loom_logging
-from loom import memtrace
+from loom import memtrace, replicas
 from loom.api import errors
 from loom.api.deps import authenticate
 from loom.api.gate import Gate
 from loom.api.observe import ObserveMiddleware
-from loom.api.routes import briefs, compaction, conversation, erasure, memory, namespaces, saved, search
+from loom.api.routes import (
+    briefs,
+    compaction,
+    conversation,
+    deploy,
+    erasure,
+    memory,
+    namespaces,
+    saved,
+    search,
+)
 from loom.dashboard.app import install as install_dashboard
 from loom.embedded.backends import start_backends
 from loom.errors import BackendUnavailable
@@ -44,6 +54,7 @@ ROUTERS = [
     briefs.router,
     erasure.router,
     memory.router,
+    deploy.router,
 ]
 
 
@@ -54,6 +65,10 @@ class Health(BaseModel):
     )
     redis: str | None = Field(
         None, description='"ok" or "down: <kind>"; only for a caller with a valid token.'
+    )
+    capabilities: list[str] | None = Field(
+        None,
+        description="What every live replica shares (see replicas.show); only for a caller with a valid token.",
     )
 
 
@@ -82,7 +97,8 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         calm_the_garbage_collector()
         memtrace.start(cfg, "api")
         try:
-            yield
+            async with replicas.serving(svc, "api"):
+                yield
         finally:
             await svc.close()
             backends.stop()
@@ -118,9 +134,12 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
             "redis": await _check(svc.redis.ping()),
         }
         ok = all(v == "ok" for v in checks.values())
-        body: dict[str, str] = {"status": "ok" if ok else "degraded"}
+        body: dict[str, Any] = {"status": "ok" if ok else "degraded"}
         if await _authenticated(svc, request.headers.get("authorization", "")):
             body.update(checks)
+            with contextlib.suppress(Exception):  # Redis down: reported above
+                shared = await asyncio.wait_for(replicas.shared(svc.redis), timeout=2.0)
+                body["capabilities"] = sorted(shared)
         headers = None if ok else {"Retry-After": str(BackendUnavailable.retry_after)}
         return JSONResponse(body, status_code=200 if ok else 503, headers=headers)
 

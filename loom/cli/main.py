@@ -40,14 +40,28 @@ def _settings() -> Settings:
 
 
 @app.command()
-def migrate() -> None:
-    """Apply the schema migrations and the retention/tiering TTL (idempotent)."""
+def migrate(
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Apply a migration that changes what writers write while older writers are live."
+        ),
+    ] = False,
+) -> None:
+    """Apply the schema migrations and the retention/tiering TTL (idempotent). With
+    LOOM_REDIS_URL set, a migration that changes what writers write waits until no live
+    replica writes an older schema."""
+    from clickhouse_schema.runner import MigrationBlocked, SchemaTooNew
     from loom.embedded.backends import backends_for
     from loom.store.schema import prepare
 
     settings = _settings()
     with backends_for(settings, need_redis=False) as backends:
-        report = prepare(settings, backends.clickhouse_url)
+        try:
+            report = prepare(settings, backends.clickhouse_url, redis_url=settings.redis_url, force=force)
+        except (MigrationBlocked, SchemaTooNew) as exc:
+            console.print(f"[red]{exc}[/red]")
+            raise typer.Exit(2) from None
     console.print(f"applied: {', '.join(report.applied) or 'nothing new'}")
     console.print(
         f"retention: {report.storage.retention_days or 'keep forever'} days; "
@@ -105,10 +119,14 @@ def serve(
 
 def _serve_until_stopped(sup: Supervisor, settings: Settings, workers: int, started: float) -> str:
     """Start everything, then supervise until stopped; why Loom failed, or "" after a stop."""
+    from clickhouse_schema.runner import MigrationBlocked, SchemaTooNew
     from loom.store.schema import prepare
 
     clickhouse_url, redis_url = sup.start_backends()
-    report = prepare(settings, clickhouse_url)
+    try:
+        report = prepare(settings, clickhouse_url, redis_url=redis_url)
+    except (MigrationBlocked, SchemaTooNew) as exc:
+        return str(exc)
     if report.applied:
         console.print(f"migrations applied: {', '.join(report.applied)}")
     if settings.tiering_conversations_warm_days:

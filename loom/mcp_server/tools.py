@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from loom.api.models import briefs as b
 from loom.api.models import compaction as k
 from loom.api.models import conversation as c
+from loom.api.models import deploy as d
 from loom.api.models import erasure as e
 from loom.api.models import memory as m
 from loom.api.models import namespaces as n
@@ -127,6 +128,7 @@ SPECS: tuple[ToolSpec, ...] = (
     _spec("namespace.set_policy", n.SetPolicyRequest, "Set a namespace's extraction policy (admin)."),
     _spec("erasure.request", e.ErasureRequest, "Erase a user's data (admin)."),
     _spec("erasure.status", e.ErasureStatusRequest, "An erasure's progress and receipt."),
+    _spec("replicas.show", d.ReplicasShowRequest, "What every live replica of the deploy shares."),
 )
 
 

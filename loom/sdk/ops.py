@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from loom.api.models import briefs as b
 from loom.api.models import compaction as k
 from loom.api.models import conversation as c
+from loom.api.models import deploy as d
 from loom.api.models import erasure as e
 from loom.api.models import memory as m
 from loom.api.models import namespaces as n
@@ -213,6 +214,12 @@ class Namespace(_Group):
 
     async def set_policy(self, **fields: Any) -> n.NamespaceConfigResponse:
         return await self._op("namespace.set_policy", n.SetPolicyRequest, n.NamespaceConfigResponse, fields)
+
+
+class Deploy(_Group):
+    async def replicas(self) -> d.ReplicasShowResponse:
+        """What every live replica shares (and, for an admin, the replicas)."""
+        return await self._op("replicas.show", d.ReplicasShowRequest, d.ReplicasShowResponse, {})
 
 
 class Erasure(_Group):

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from redis import Redis as SyncRedis
+
 from clickhouse_schema import runner
+from loom import logging as loom_logging
+from loom import replicas
 from loom.settings import Settings
 from loom.store.clickhouse import connect
+
+log = loom_logging.get("loom.schema")
 
 
 @dataclass(frozen=True)
@@ -15,7 +21,29 @@ class SchemaReport:
     storage: runner.StorageReport
 
 
-def prepare(settings: Settings, clickhouse_url: str) -> SchemaReport:
+def older_writers(redis_url: str) -> runner.Blockers:
+    """Who, among the live replicas registered in Redis, writes a schema older than a
+    migration's number."""
+
+    def blockers(number: int) -> list[str]:
+        client = SyncRedis.from_url(redis_url)
+        try:
+            return [
+                f"{r.replica_id} (schema {r.schema:03d})"
+                for r in replicas.live_sync(client)
+                if r.schema < number
+            ]
+        finally:
+            client.close()
+
+    return blockers
+
+
+def prepare(
+    settings: Settings, clickhouse_url: str, *, redis_url: str = "", force: bool = False
+) -> SchemaReport:
+    """Migrate and apply the storage rules. With `redis_url`, a migration that changes what
+    writers write waits for older live replicas to be gone (unless `force`)."""
     bootstrap = connect(
         clickhouse_url,
         database="default",
@@ -35,7 +63,10 @@ def prepare(settings: Settings, clickhouse_url: str) -> SchemaReport:
         user=settings.clickhouse_user,
         password=settings.clickhouse_password,
     )
-    applied = runner.migrate(ch, settings.clickhouse_cluster)
+    blockers = older_writers(redis_url) if redis_url else None
+    if force:
+        log.warning("migrations forced past older live writers", redis=bool(redis_url))
+    applied = runner.migrate(ch, settings.clickhouse_cluster, blockers=blockers, force=force)
     storage = runner.apply_storage_rules(
         ch,
         settings.retention_conversations_days,

@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from loom.dashboard.calls import Outcome, attempt, refused
 from loom.dashboard.render import back, page, same_origin
 from loom.dashboard.visit import Visit, open_visit
+from loom.replicas import SAVED_STATE
 
 router = APIRouter()
 
@@ -37,15 +38,26 @@ async def saved(
     request: Request, ns: str | None = None, user: UserQuery = "", q: SearchQuery = ""
 ) -> HTMLResponse:
     visit = await open_visit(request, ns)
-    listed = None
-    if visit.end_user or user:
-        async with visit.api() as api:
+    listed = hits = None
+    async with visit.api() as api:
+        deploy = await attempt(api.deploy.replicas())
+        if visit.end_user or user:
             listed, hits = await asyncio.gather(
                 attempt(api.saved.list(limit=50, **_user(visit, user))), _search(visit, user, q)
             )
-    else:
-        hits = None
-    return page(visit, request, "saved.html", title="Saved", listed=listed, hits=hits, user=user, q=q)
+    # Saving pauses while a replica of a rolling deploy could lose saved state: no form then.
+    may_save = deploy.value is not None and SAVED_STATE in deploy.value.capabilities
+    return page(
+        visit,
+        request,
+        "saved.html",
+        title="Saved",
+        listed=listed,
+        hits=hits,
+        user=user,
+        q=q,
+        may_save=may_save,
+    )
 
 
 @router.get("/saved/results", response_model=None)

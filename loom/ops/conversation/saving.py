@@ -48,10 +48,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from loom import failures
+from loom import failures, replicas
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
-from loom.errors import Forbidden, InvalidRequest, Unavailable
+from loom.errors import CapabilityMissing, Forbidden, InvalidRequest, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
 from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.appending import (
@@ -201,6 +201,18 @@ def _refusal(
 # -- save ------------------------------------------------------------------------------
 
 
+async def _every_replica_keeps_saved_state(svc: Services) -> None:
+    """A save is taken only while every live replica keeps saved turns through compaction
+    and deletes: during a rolling deploy an older one could summarise the saved turn away."""
+    if replicas.SAVED_STATE not in await replicas.shared(svc.redis):
+        raise CapabilityMissing(
+            "saving is paused while a live replica of this deploy does not keep saved messages "
+            "through compaction; it resumes once every replica runs a newer build",
+            rule="capability",
+            capability=replicas.SAVED_STATE,
+        )
+
+
 async def save_message(
     svc: Services,
     who: Principal,
@@ -217,6 +229,7 @@ async def save_message(
     who.require_role(Role.writer)
     ns = who.namespace(namespace)
     user = acting_user(who, user_id)
+    await _every_replica_keeps_saved_state(svc)
     key = (ns, agent, conversation_id, message_id)
     vector: _Vector | None = None
     for _ in range(MAX_ROUNDS):
