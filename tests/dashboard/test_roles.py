@@ -126,3 +126,33 @@ async def test_a_namespace_the_token_lacks_is_never_shown(signed_in, mint, ns, c
     client = await signed_in("admin")
     r = await client.get(f"/dashboard/conversations?ns={other}")
     assert r.status_code == 200 and other not in r.text.replace(ns, "")  # falls back to its own
+
+
+async def test_threads_page_through_every_agent_newest_first(signed_in, mint, ns, call):
+    admin = mint(ns, "admin")
+    await call("conversation.set_logging", admin, namespace=ns, enabled=True)
+    turns = [{"thread_id": f"th-{i:02d}", "role": "user", "content": f"turn number {i}"} for i in range(27)]
+    r = await call("conversation.append", admin, namespace=ns, turns=turns)
+    assert r.json()["stored"] == 27
+    other = await call(
+        "conversation.append",
+        admin,
+        namespace=ns,
+        agent="helper",
+        thread_id="th-helper",
+        role="user",
+        content="by another agent",
+    )
+    assert other.json()["stored"] is True
+    client = await signed_in("viewer")
+    first = await client.get("/dashboard/conversations")
+    rows = first.text.count("/dashboard/thread?")
+    assert (
+        rows == 25 and "th-helper" in first.text and ">Older<" in first.text and ">Newer<" not in first.text
+    )
+    second = await client.get("/dashboard/conversations", params={"offset": 25})
+    assert (
+        second.text.count("/dashboard/thread?") == 3
+        and ">Newer<" in second.text
+        and ">Older<" not in second.text
+    )
