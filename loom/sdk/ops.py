@@ -4,7 +4,7 @@ name) and the answer is parsed into the API's response model.
 
 Methods take the request's fields as keywords; `namespace` and `agent` default to the
 Agent's. Grouped as the API groups them: `bot.conversation`, `bot.saved`, `bot.memory`,
-`bot.briefs`, `bot.erasure`, `bot.namespace`.
+`bot.briefs`, `bot.erasure`, `bot.namespaces`, `bot.ops`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from loom.api.models import briefs as b
 from loom.api.models import compaction as k
 from loom.api.models import conversation as c
 from loom.api.models import erasure as e
+from loom.api.models import health as h
 from loom.api.models import memory as m
 from loom.api.models import namespaces as n
 from loom.api.models import saved as s
@@ -228,3 +229,9 @@ class Erasure(_Group):
         body = request_body(self._agent, e.ExportRequest, fields)
         async for row in self._agent.transport.stream_lines("erasure.export", body):
             yield row
+
+
+class Ops(_Group):
+    async def health(self) -> h.HealthShowResponse:
+        """health.show (admin): the backends, the job queue, the embedding outcomes, the rates."""
+        return await self._op("health.show", h.HealthShowRequest, h.HealthShowResponse, {})
