@@ -24,7 +24,7 @@ TOMBSTONED = "tombstoned"  # a deletion's, an erasure's or a re-embed's tombston
 NO_VECTOR = "no_vector"  # neither: a live row without a vector or an error (a revision of such)
 OTHER_CODE = "other"  # a failure text that starts with no known code (an earlier build's)
 
-_MAX_SECONDS = 5  # what the embedding statement may cost the server, at most
+_MAX_SECONDS = 2  # what the embedding statement may cost the server (health.show waits as long)
 _MAX_GROUPS = 64
 
 

@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from loom.api.app import create_app
 from loom.auth.principal import Principal, Role
 from loom.errors import Forbidden
-from loom.ops import health
+from loom.ops import health, rates
 from loom.providers.llm import build_llm
 from loom.services import Services, redis_settings
 from loom.store import queue_state
@@ -252,3 +252,22 @@ async def test_both_backends_down_the_op_still_answers(services, ns):
     assert report.status == "degraded" and report.queue is None and report.embeddings.rows is None
     assert report.backends.clickhouse.startswith("down: ") and report.backends.redis.startswith("down: ")
     assert report.backends.clickhouse_version is None
+
+
+def test_the_sampler_answers_over_the_last_minute_of_readings():
+    clock, count = [0.0], [0.0]
+    sampler = rates.Sampler(read=lambda: rates.Totals(append_requests=count[0]), clock=lambda: clock[0])
+    for _ in range(30):  # a reading every 10 s at 1 append/s
+        sampler.sample()
+        clock[0] += 10.0
+        count[0] += 10.0
+    count[0] += 600.0  # then a burst of 600 appends
+    clock[0] += 0.5
+    window, totals = sampler.rates()
+    assert totals.append_requests == 900.0
+    # From the oldest reading within the last 60 s (t=250, 250 appends) to now (t=300.5).
+    assert window.window_s == 50.5 and window.append_requests_per_s == round(650 / 50.5, 3)
+    for _ in range(500):  # a busy dashboard: the ring stays bounded
+        clock[0] += 0.1
+        sampler.rates()
+    assert len(sampler._ring) <= rates._KEPT
