@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY
 
+from loom import logging as loom_logging
+
+log = loom_logging.get("loom.rates")
+
 # The metrics read (loom.api.observe REQUESTS, loom.ops.conversation.appending APPENDED
 # and EMBEDDINGS), by sample name: the registry is asked for these alone.
 REQUESTS_TOTAL = "loom_requests_total"
@@ -128,5 +132,8 @@ SAMPLER = Sampler()
 async def sample_every(interval_s: float = SAMPLE_EVERY_S, sampler: Sampler = SAMPLER) -> None:
     """The API's background readings (a task of its lifespan; cancelled at shutdown)."""
     while True:
-        sampler.sample()
+        try:
+            sampler.sample()
+        except Exception as exc:  # a reading missed widens the window; it must not end the task
+            log.warning("could not read the request counters", error=type(exc).__name__)
         await asyncio.sleep(interval_s)
