@@ -43,8 +43,8 @@ class EmbeddingCount:
 
 def server_info(ch: Client) -> ServerInfo:
     """One round trip: it doubles as the liveness probe of the store."""
-    rows = list(named(ch.query("SELECT version() AS server_version, uptime() AS uptime_s")))
-    return ServerInfo(version=str(rows[0]["server_version"]), uptime_s=int(rows[0]["uptime_s"]))
+    row = ch.query("SELECT version() AS server_version, uptime() AS uptime_s").first_item or {}
+    return ServerInfo(version=str(row["server_version"]), uptime_s=int(row["uptime_s"]))
 
 
 def embedding_counts(ch: Client, namespaces: list[str], seconds: int) -> list[EmbeddingCount]:

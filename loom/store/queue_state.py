@@ -17,12 +17,13 @@ result carries its job's arguments, an embedding job's turns among them). A figu
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix, result_key_prefix
-from arq.jobs import DeserializationError, deserialize_result
+from arq.jobs import DeserializationError, Deserializer, deserialize_result
 
 DUE_CAP = 1_000  # due jobs read (oldest first) to tell the running from the waiting
 SCAN_COUNT = 1_000  # keys a SCAN call walks
@@ -92,14 +93,23 @@ async def results_of(arq: ArqRedis, queue: str) -> Results:
         calls += 1
         if cursor == 0:
             break
+    keys = list(dict.fromkeys(keys))  # a SCAN may return a key twice
     at_least = cursor != 0 or len(keys) > RESULT_CAP
     keys, skipped = await _within_budget(arq, keys[:RESULT_CAP])
+    values = await arq.mget(keys) if keys else []
+    # Unpickling up to RESULT_BYTES is CPU work: off the event loop that serves the API.
+    failed, succeeded = await asyncio.to_thread(_count, values, queue, arq.job_deserializer)
+    return Results(failed, succeeded, at_least or skipped)
+
+
+def _count(values: list[bytes | None], queue: str, deserializer: Deserializer | None) -> tuple[int, int]:
+    """(failed, succeeded) among the results of `queue`'s jobs."""
     failed = succeeded = 0
-    for data in await arq.mget(keys) if keys else []:
+    for data in values:
         if data is None:  # expired since the scan
             continue
         try:
-            result = deserialize_result(data, deserializer=arq.job_deserializer)
+            result = deserialize_result(data, deserializer=deserializer)
         except DeserializationError:  # another build's or another serializer's result
             continue
         if result.queue_name != queue:
@@ -108,7 +118,7 @@ async def results_of(arq: ArqRedis, queue: str) -> Results:
             succeeded += 1
         else:
             failed += 1
-    return Results(failed, succeeded, at_least or skipped)
+    return failed, succeeded
 
 
 async def _within_budget(arq: ArqRedis, keys: list[bytes]) -> tuple[list[bytes], bool]:
