@@ -16,6 +16,9 @@ QUEUE = redis_keys.QUEUE
 # instead of polling the queue every few milliseconds.
 WAKE_KEY = redis_keys.QUEUE_WAKE
 WAKE_TTL_S = 60
+# How long arq keeps a finished job's result (the worker's keep_result): health.show
+# counts the failed jobs of that last stretch.
+RESULTS_KEPT_S = 60
 
 
 async def wake_workers(redis: Redis) -> None:

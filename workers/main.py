@@ -19,7 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from loom import logging as loom_logging
 from loom import memtrace, replicas
 from loom.gc_tuning import calm_the_garbage_collector
-from loom.queue import QUEUE, WAKE_KEY
+from loom.queue import QUEUE, RESULTS_KEPT_S, WAKE_KEY
 from loom.services import open_services, redis_settings
 from loom.settings import Settings
 from workers import embed_jobs
@@ -158,7 +158,7 @@ def build_worker(settings: Settings, clickhouse_url: str, redis_url: str, **over
         max_jobs=256,
         poll_delay=0,  # the wait between polls is WakeableWorker's (woken per job)
         job_timeout=300,
-        keep_result=60,
+        keep_result=RESULTS_KEPT_S,
         handle_signals=True,
         job_completion_wait=STOP_WAIT_S,
     )

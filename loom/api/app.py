@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -29,6 +29,7 @@ from loom.api.routes import (
     conversation,
     deploy,
     erasure,
+    health,
     memory,
     namespaces,
     saved,
@@ -40,10 +41,10 @@ from loom.errors import BackendUnavailable
 from loom.gc_tuning import calm_the_garbage_collector
 from loom.mcp_server.http import PATH as MCP_PATH
 from loom.mcp_server.http import McpEndpoint
+from loom.ops import rates
+from loom.ops.health import check
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
-
-log = loom_logging.get("loom.api")
 
 ROUTERS = [
     namespaces.router,
@@ -55,6 +56,7 @@ ROUTERS = [
     erasure.router,
     memory.router,
     deploy.router,
+    health.router,
 ]
 
 
@@ -81,8 +83,19 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         cfg = services.settings if services is not None else (settings or get_settings())
-        async with mcp.running(cfg.mcp_session_run_idle_seconds), _backends(app, cfg):
+        async with mcp.running(cfg.mcp_session_run_idle_seconds), _backends(app, cfg), _sampling():
             yield
+
+    @contextlib.asynccontextmanager
+    async def _sampling() -> AsyncIterator[None]:
+        # health.show's rates need readings of the counters over the last minute.
+        task = asyncio.create_task(rates.sample_every())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     @contextlib.asynccontextmanager
     async def _backends(app: FastAPI, cfg: Settings) -> AsyncIterator[None]:
@@ -130,8 +143,8 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         """`status` for anyone; each backend's state too for a caller with a valid token."""
         svc: Services = request.app.state.services
         checks = {
-            "clickhouse": await _check(svc.run(svc.ch.command, "SELECT 1")),
-            "redis": await _check(svc.redis.ping()),
+            "clickhouse": await check(svc.run(svc.ch.command, "SELECT 1")),
+            "redis": await check(svc.redis.ping()),
         }
         ok = all(v == "ok" for v in checks.values())
         body: dict[str, Any] = {"status": "ok" if ok else "degraded"}
@@ -158,16 +171,6 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
 
     return app
-
-
-async def _check(probe: Awaitable[object]) -> str:
-    try:
-        await asyncio.wait_for(probe, timeout=2.0)
-        return "ok"
-    except Exception as exc:  # a health probe reports, it never raises
-        # The kind of failure only: the driver's text names internal addresses.
-        log.warning("health check failed", error=type(exc).__name__, detail=errors.safe_detail(exc))
-        return f"down: {type(exc).__name__}"
 
 
 async def _authenticated(svc: Services, authorization: str) -> bool:

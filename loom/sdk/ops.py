@@ -4,7 +4,7 @@ name) and the answer is parsed into the API's response model.
 
 Methods take the request's fields as keywords; `namespace` and `agent` default to the
 Agent's. Grouped as the API groups them: `bot.conversation`, `bot.saved`, `bot.memory`,
-`bot.briefs`, `bot.erasure`, `bot.namespace`.
+`bot.briefs`, `bot.erasure`, `bot.namespaces`, `bot.ops`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from loom.api.models import compaction as k
 from loom.api.models import conversation as c
 from loom.api.models import deploy as d
 from loom.api.models import erasure as e
+from loom.api.models import health as h
 from loom.api.models import memory as m
 from loom.api.models import namespaces as n
 from loom.api.models import saved as s
@@ -216,12 +217,6 @@ class Namespace(_Group):
         return await self._op("namespace.set_policy", n.SetPolicyRequest, n.NamespaceConfigResponse, fields)
 
 
-class Deploy(_Group):
-    async def replicas(self) -> d.ReplicasShowResponse:
-        """What every live replica shares (and, for an admin, the replicas)."""
-        return await self._op("replicas.show", d.ReplicasShowRequest, d.ReplicasShowResponse, {})
-
-
 class Erasure(_Group):
     async def request(self, **fields: Any) -> e.ErasureResponse:
         return await self._op("erasure.request", e.ErasureRequest, e.ErasureResponse, fields)
@@ -238,3 +233,13 @@ class Erasure(_Group):
         body = request_body(self._agent, e.ExportRequest, fields)
         async for row in self._agent.transport.stream_lines("erasure.export", body):
             yield row
+
+
+class Ops(_Group):
+    async def health(self) -> h.HealthShowResponse:
+        """health.show (admin): the backends, the job queue, the embedding outcomes, the rates."""
+        return await self._op("health.show", h.HealthShowRequest, h.HealthShowResponse, {})
+
+    async def replicas(self) -> d.ReplicasShowResponse:
+        """replicas.show: what every live replica shares (and, for an admin, the replicas)."""
+        return await self._op("replicas.show", d.ReplicasShowRequest, d.ReplicasShowResponse, {})

@@ -107,3 +107,10 @@ async def test_export_streams_rows_and_the_sync_facade_blocks(
 
     contents, exported = await asyncio.to_thread(blocking)  # the worker keeps this loop
     assert contents == ["one", "two"] and exported == len(rows)
+
+
+async def test_ops_health_answers_the_health_figures(bot: Agent) -> None:
+    health = await bot.ops.health()
+    assert health.status == "ok" and health.backends.clickhouse == "ok" and health.backends.redis == "ok"
+    assert health.queue is not None and health.queue.name == "loom:queue"
+    assert health.embeddings.rows == [] and health.rates.window_s >= 0

@@ -31,5 +31,5 @@ async def health(request: Request, ns: str | None = None) -> HTMLResponse | Redi
     if visit.end_user:
         return back("/saved")
     async with visit.api() as api:
-        shown = await attempt(api.transport.call("health.show", {}))
+        shown = await attempt(api.ops.health())
     return page(visit, request, "health.html", status=status_of(shown), title="Health", shown=shown)

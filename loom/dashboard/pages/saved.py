@@ -40,7 +40,7 @@ async def saved(
     visit = await open_visit(request, ns)
     listed = hits = None
     async with visit.api() as api:
-        deploy = await attempt(api.deploy.replicas())
+        deploy = await attempt(api.ops.replicas())
         if visit.end_user or user:
             listed, hits = await asyncio.gather(
                 attempt(api.saved.list(limit=50, **_user(visit, user))), _search(visit, user, q)

@@ -106,6 +106,8 @@ FLUSH_SECONDS = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 APPENDED = Counter("loom_append_turns_total", "Appended turns by outcome", ["outcome"])
+# What an append answered for each turn's embedding: embedded, failed, skipped:<why>.
+EMBEDDINGS = Counter("loom_append_embeddings_total", "Appended turns by embedding outcome", ["outcome"])
 
 CLAIM_TTL_S = 3_600
 CLAIM_PREFIX = redis_keys.TURN_CLAIM
@@ -249,6 +251,7 @@ class AppendPipeline:
                     res.stored, res.reason = False, DELETED
                 elif outcome.status == FAILED:
                     res.embedding_error = failures.safe(outcome.error)  # a code, never a driver's text
+            EMBEDDINGS.labels(res.embedding).inc()
             results.append(res)
         return results
 
