@@ -40,6 +40,8 @@ PINNED = [
     (redis_keys.reply("p"), "loom:reply:p"),
     (redis_keys.compact_done("j"), "loom:compact:done:j"),
     (redis_keys.memory_erasing("ns", "u"), "loom:erasing:memory:ns:u"),
+    (redis_keys.SETTINGS_VERSION, "loom:settings:version"),
+    (redis_keys.TITLER_LAST_PASS, "loom:titler:last_pass"),
 ]
 
 

@@ -24,11 +24,13 @@ from loom.api.deps import authenticate
 from loom.api.gate import Gate
 from loom.api.observe import ObserveMiddleware
 from loom.api.routes import briefs, compaction, conversation, erasure, memory, namespaces, saved, search
+from loom.api.routes import settings as settings_routes
 from loom.embedded.backends import start_backends
 from loom.errors import BackendUnavailable
 from loom.gc_tuning import calm_the_garbage_collector
 from loom.mcp_server.http import PATH as MCP_PATH
 from loom.mcp_server.http import McpEndpoint
+from loom.ops import live_settings
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
 
@@ -43,6 +45,7 @@ ROUTERS = [
     briefs.router,
     erasure.router,
     memory.router,
+    settings_routes.router,
 ]
 
 
@@ -78,11 +81,13 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         backends = start_backends(cfg)
         svc = await open_services(cfg, backends.clickhouse_url, backends.redis_url)
         app.state.services = svc
+        await live_settings.follow(svc)
         calm_the_garbage_collector()
         memtrace.start(cfg, "api")
         try:
             yield
         finally:
+            await live_settings.unfollow(svc)
             await svc.close()
             backends.stop()
 

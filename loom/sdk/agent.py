@@ -27,7 +27,7 @@ from typing import Any
 
 from loom.api.models.conversation import AppendBatchResponse
 from loom.api.models.memory import ContextPackResponse, SetFromMessagesResponse
-from loom.sdk.ops import Briefs, Conversation, Erasure, Memory, Namespace, Saved
+from loom.sdk.ops import Briefs, Conversation, Erasure, Memory, Namespace, Saved, Settings
 from loom.sdk.transport import Retry, Transport
 
 FLUSH_EVERY = 10  # turns buffered before they go to memory.set_from_messages
@@ -53,6 +53,7 @@ class Agent:
         self.briefs = Briefs(self)
         self.erasure = Erasure(self)
         self.namespaces = Namespace(self)
+        self.settings = Settings(self)
 
     def session(
         self,
