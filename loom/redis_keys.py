@@ -29,6 +29,7 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | TITLER_LEASE        | string | the lease's TTL (renewed)   | the conversation_titler pass (worker cron)   |
 | TITLER_LAST_PASS    | string | none                        | the titler's tick (worker cron; Lua)         |
 | SETTINGS_VERSION    | string | none                        | settings.set (INCR); every process reads it  |
+| settings_applied    | string | APPLIED_TTL_S (live_settings)| each process's settings follower            |
 | memory_lease        | string | the lease's TTL (renewed)   | memory.set_from_messages' decisions (per user) |
 | memory_erasing      | string | a day (an hour while pending)| a user erasure's memory step (per user)      |
 | compact_job         | string | an hour                     | conversation.compact (API), read by compact_status |
@@ -88,6 +89,9 @@ memory, then the version stamped when it had (loom.ops.memory.erasing)."""
 SETTINGS_VERSION = "loom:settings:version"
 """String (an integer): bumped by every settings.set; each process re-reads the stored
 overrides when it changes."""
+SETTINGS_APPLIED = "loom:settings:applied:"
+"""Prefix. String (JSON) per process ("api:host:pid"): the version and the overrides its
+follower applied last (settings.get lists them)."""
 
 # -- compaction (loom.ops.conversation.compacting) ------------------------------------
 
@@ -111,6 +115,10 @@ def memory_lease(namespace: str, user_id: str) -> str:
 
 def memory_erasing(namespace: str, user_id: str) -> str:
     return f"{MEMORY_ERASING}{namespace}:{user_id}"
+
+
+def settings_applied(process: str) -> str:
+    return f"{SETTINGS_APPLIED}{process}"
 
 
 def compact_job(job_id: str) -> str:

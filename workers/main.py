@@ -90,7 +90,7 @@ def quiet_job_logs() -> None:
 def _startup(settings: Settings, clickhouse_url: str, redis_url: str) -> Any:
     async def on_startup(ctx: dict[str, Any]) -> None:
         ctx["loom"] = svc = await open_services(settings, clickhouse_url, redis_url)
-        await live_settings.follow(svc)
+        await live_settings.follow(svc, "worker")
         for hook in STARTUP_HOOKS:
             await hook(ctx)
         calm_the_garbage_collector()

@@ -81,7 +81,7 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         backends = start_backends(cfg)
         svc = await open_services(cfg, backends.clickhouse_url, backends.redis_url)
         app.state.services = svc
-        await live_settings.follow(svc)
+        await live_settings.follow(svc, "api")
         calm_the_garbage_collector()
         memtrace.start(cfg, "api")
         try:

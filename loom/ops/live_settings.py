@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
+import json
+import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -37,6 +39,7 @@ log = loom_logging.get("loom.settings")
 
 POLL_S = 1.0  # between reads of the version number (one GET)
 REFRESH_S = 30.0  # the overrides are re-read this often even when the number did not move
+APPLIED_TTL_S = 3 * REFRESH_S  # a process's report outlives two missed refreshes
 VERSION_KEY = redis_keys.SETTINGS_VERSION
 FOLLOWER = "loom.live_settings"  # the key of a process's Follower in Services.extras
 
@@ -132,11 +135,43 @@ async def bump(svc: Services) -> None:
     await svc.redis.incr(VERSION_KEY)
 
 
-class Follower:
-    """Keeps ``svc.settings`` as the stored overrides say (see the module docstring)."""
+@dataclass(frozen=True)
+class ProcessReport:
+    """What one process's follower applied last: the version and its overrides."""
 
-    def __init__(self, svc: Services, *, poll_s: float = POLL_S, refresh_s: float = REFRESH_S) -> None:
+    process: str  # "<api|worker>:<host>:<pid>"
+    version: int
+    overrides: dict[str, Any]  # LOOM_ name -> value
+
+
+def process_name(kind: str) -> str:
+    return f"{kind}:{socket.gethostname()}:{os.getpid()}"
+
+
+async def reports(svc: Services) -> list[ProcessReport]:
+    """Every live process's last report (each expires APPLIED_TTL_S after its last refresh)."""
+    keys = sorted([k async for k in svc.redis.scan_iter(match=redis_keys.SETTINGS_APPLIED + "*", count=500)])
+    values = await svc.redis.mget(keys) if keys else []
+    out = []
+    for key, raw in zip(keys, values, strict=True):
+        if raw is None:  # expired between the scan and the read
+            continue
+        body = json.loads(raw)
+        name = key.decode().removeprefix(redis_keys.SETTINGS_APPLIED)
+        out.append(ProcessReport(name, int(body["version"]), dict(body["overrides"])))
+    return out
+
+
+class Follower:
+    """Keeps ``svc.settings`` as the stored overrides say (see the module docstring).
+    With a `process` name, it reports what it applied (settings.get lists the reports:
+    which processes have a change in force)."""
+
+    def __init__(
+        self, svc: Services, *, process: str = "", poll_s: float = POLL_S, refresh_s: float = REFRESH_S
+    ) -> None:
         self.svc = svc
+        self.process = process
         self.poll_s, self.refresh_s = poll_s, refresh_s
         self.applied: dict[str, Any] = {}
         self.version: bytes | None = None
@@ -152,32 +187,43 @@ class Follower:
         log.info("live settings applied", overrides=sorted(env_name(n) for n in found))
         return True
 
+    async def _sync(self, version: bytes | None) -> None:
+        """Refresh for `version` (read before the overrides: a write after the read
+        moves the number again, so it is never missed) and report it."""
+        await self.refresh()
+        self.version = version
+        if self.process:
+            body = {
+                "version": int(version or 0),
+                "overrides": {env_name(k): v for k, v in self.applied.items()},
+            }
+            key = redis_keys.settings_applied(self.process)
+            await self.svc.redis.set(key, json.dumps(body), ex=int(APPLIED_TTL_S))
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        last = -math.inf
+        last = loop.time()
         failed = 0  # failures in a row: the retries back off up to refresh_s
         while True:
+            await asyncio.sleep(min(self.poll_s * 2 ** min(failed, 10), self.refresh_s))
             try:
                 version = await self.svc.redis.get(VERSION_KEY)
                 if version != self.version or loop.time() - last >= self.refresh_s:
-                    await self.refresh()
-                    self.version, last = version, loop.time()
+                    await self._sync(version)
+                    last = loop.time()
                 failed = 0
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a backend away: said, and tried again
                 failed += 1
                 log.warning("live settings not refreshed; retrying", error=failures.detail(exc))
-            await asyncio.sleep(min(self.poll_s * 2 ** min(failed, 10), self.refresh_s))
 
     async def start(self) -> None:
         """Apply what is stored now (best effort), then follow in the background."""
-        with contextlib.suppress(Exception):
-            self.version = await self.svc.redis.get(VERSION_KEY)
         try:
-            await self.refresh()
+            await self._sync(await self.svc.redis.get(VERSION_KEY))
         except Exception as exc:  # the loop tries again
-            self.version = None
+            self.version = b"?"  # not a version: the loop's first read differs
             log.warning("live settings not read at start; retrying", error=failures.detail(exc))
         self._task = asyncio.create_task(self._run(), name="loom-live-settings")
 
@@ -187,11 +233,15 @@ class Follower:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self.process:
+            with contextlib.suppress(Exception):  # gone anyway within APPLIED_TTL_S
+                await self.svc.redis.delete(redis_keys.settings_applied(self.process))
 
 
-async def follow(svc: Services) -> Follower:
-    """Start this process's follower (API lifespan, worker start-up)."""
-    follower = Follower(svc)
+async def follow(svc: Services, kind: str) -> Follower:
+    """Start this process's follower (`kind`: "api" from the API's lifespan, "worker"
+    from the worker's start-up)."""
+    follower = Follower(svc, process=process_name(kind))
     await follower.start()
     svc.extras[FOLLOWER] = follower
     return follower

@@ -40,6 +40,16 @@ class SettingView:
     updated_by: str = ""
 
 
+@dataclass(frozen=True)
+class SettingsReport:
+    """settings.get's answer: the settings, the current version of the overrides, and
+    what each running process (API, worker) applied last."""
+
+    settings: list[SettingView]
+    version: int
+    processes: list[live.ProcessReport]
+
+
 def _allowed(who: Principal) -> None:
     who.require_role(Role.admin)
     if who.bounded:
@@ -74,12 +84,17 @@ def _views(svc: Services, stored: Mapping[str, store.Override]) -> list[SettingV
     return views
 
 
-async def show(svc: Services, who: Principal) -> list[SettingView]:
+async def _report(svc: Services, stored: Mapping[str, store.Override]) -> SettingsReport:
+    version = int(await svc.redis.get(live.VERSION_KEY) or 0)
+    return SettingsReport(_views(svc, stored), version, await live.reports(svc))
+
+
+async def show(svc: Services, who: Principal) -> SettingsReport:
     """settings.get (admin, unbounded): every live setting, where its value comes from.
     Read from the store, so the answer is what every process applies (or will within
-    a second), whichever process answers."""
+    a second), whichever process answers; `processes` says which have."""
     _allowed(who)
-    return _views(svc, await svc.run(store.live, svc.ch))
+    return await _report(svc, await svc.run(store.live, svc.ch))
 
 
 def _checked(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,7 +124,7 @@ def _checked(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def update(svc: Services, who: Principal, values: Mapping[str, Any]) -> list[SettingView]:
+async def update(svc: Services, who: Principal, values: Mapping[str, Any]) -> SettingsReport:
     """settings.set (admin, unbounded): {"LOOM_NAME": value or None}; None clears the
     override (the environment's value applies again). All or nothing."""
     _allowed(who)
@@ -119,4 +134,4 @@ async def update(svc: Services, who: Principal, values: Mapping[str, Any]) -> li
     stored = await svc.run(store.live, svc.ch)
     # In force here at once; the other processes follow the version just bumped.
     live.apply(svc, live.in_force(stored))
-    return _views(svc, stored)
+    return await _report(svc, stored)

@@ -71,12 +71,12 @@ async def test_a_value_from_the_environment_says_so(services, monkeypatch):
     base = services.base_settings
     env = Settings(**{k: getattr(base, k) for k in base.model_fields_set})
     svc = dataclasses.replace(services, settings=env, extras={})
-    shown = {v.name: v for v in await ops.show(svc, ADMIN)}
+    shown = {v.name: v for v in (await ops.show(svc, ADMIN)).settings}
     turns = shown["LOOM_CONVERSATION_TITLER_MIN_TURNS"]
     assert (turns.value, turns.default, turns.source) == (7, 7, "environment")
     assert shown[EXCERPT].source == "default"
     await ops.update(svc, ADMIN, {"LOOM_CONVERSATION_TITLER_MIN_TURNS": 9})
-    turns = {v.name: v for v in await ops.show(svc, ADMIN)}["LOOM_CONVERSATION_TITLER_MIN_TURNS"]
+    turns = {v.name: v for v in (await ops.show(svc, ADMIN)).settings}["LOOM_CONVERSATION_TITLER_MIN_TURNS"]
     assert (turns.value, turns.default, turns.source) == (9, 7, "override")
     assert svc.settings.conversation_titler_min_turns == 9
 
@@ -231,7 +231,7 @@ async def test_another_process_follows_within_a_second_and_skips_what_it_cannot_
             == services.base_settings.conversation_titler_min_turns
         )
         assert follower._task is not None and not follower._task.done()
-        shown = {v.name: v for v in await ops.show(services, ADMIN)}
+        shown = {v.name: v for v in (await ops.show(services, ADMIN)).settings}
         assert shown["LOOM_CONVERSATION_TITLER_MIN_TURNS"].source == "default"
         # Cleared everywhere: the environment's values come back.
         await ops.update(services, ADMIN, dict.fromkeys(ALL))

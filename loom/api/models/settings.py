@@ -42,5 +42,16 @@ class SettingOut(BaseModel):
     updated_by: str = Field("", description="The id of the token that stored the override.")
 
 
+class ProcessOut(BaseModel):
+    process: str = Field(description='"api:<host>:<pid>" or "worker:<host>:<pid>".')
+    version: int = Field(description="The overrides' version it applied last.")
+    overrides: dict[str, bool | int | float] = Field(description="The overrides it has in force.")
+
+
 class SettingsResponse(BaseModel):
     settings: list[SettingOut]
+    version: int = Field(description="The overrides' current version (every settings.set moves it).")
+    processes: list[ProcessOut] = Field(
+        description="Each running API and worker process and the version it applied last: a change is "
+        "in force everywhere once every process shows its version."
+    )

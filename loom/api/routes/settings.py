@@ -9,17 +9,27 @@ from fastapi import APIRouter, Depends
 
 from loom.api.deps import require, services
 from loom.api.models.errors import COMMON, error_responses
-from loom.api.models.settings import SettingOut, SettingsGetRequest, SettingsResponse, SettingsSetRequest
+from loom.api.models.settings import (
+    ProcessOut,
+    SettingOut,
+    SettingsGetRequest,
+    SettingsResponse,
+    SettingsSetRequest,
+)
 from loom.auth.principal import Principal, Role
 from loom.ops import settings as ops
-from loom.ops.settings import SettingView
+from loom.ops.settings import SettingsReport
 from loom.services import Services
 
 router = APIRouter(prefix="/v1", tags=["settings"], responses=error_responses(*COMMON))
 
 
-def _answer(views: list[SettingView]) -> SettingsResponse:
-    return SettingsResponse(settings=[SettingOut(**asdict(v)) for v in views])
+def _answer(report: SettingsReport) -> SettingsResponse:
+    return SettingsResponse(
+        settings=[SettingOut(**asdict(v)) for v in report.settings],
+        version=report.version,
+        processes=[ProcessOut(**asdict(p)) for p in report.processes],
+    )
 
 
 @router.post("/settings.get", response_model=SettingsResponse)
