@@ -62,9 +62,9 @@ def env_name(field: str) -> str:
 
 
 def field_of(name: str) -> str | None:
-    """The Settings field a LOOM_ name names, when it is a live one."""
-    field = name.removeprefix("LOOM_").lower() if name.startswith("LOOM_") else ""
-    return field if field in LIVE_SETTINGS else None
+    """The Settings field a LOOM_ name names (spelled exactly so), when it is a live one."""
+    field = name.removeprefix("LOOM_").lower()
+    return field if field in LIVE_SETTINGS and env_name(field) == name else None
 
 
 @cache

@@ -127,6 +127,11 @@ async def test_set_then_get_round_trip_and_null_clears(call, ns, mint, services)
         ({ENABLED: 1}, f"values.{ENABLED}", "bool_type"),
         ({"LOOM_PORT": 80}, "values.LOOM_PORT", "unknown_setting"),
         (
+            {"LOOM_conversation_search_excerpt_chars": 300},
+            "values.LOOM_conversation_search_excerpt_chars",
+            "unknown_setting",
+        ),
+        (
             {"conversation_search_excerpt_chars": 300},
             "values.conversation_search_excerpt_chars",
             "unknown_setting",
