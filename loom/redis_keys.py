@@ -27,6 +27,9 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | brief_lease         | string | the lease's TTL (renewed)   | session.brief_save / brief_delete            |
 | EMBED_RECOVERY_LEASE| string | the lease's TTL (renewed)   | the embedding recovery pass (worker cron)    |
 | TITLER_LEASE        | string | the lease's TTL (renewed)   | the conversation_titler pass (worker cron)   |
+| TITLER_LAST_PASS    | string | none                        | the titler's tick (worker cron; Lua)         |
+| SETTINGS_VERSION    | string | none                        | settings.set (INCR); every process reads it  |
+| settings_applied    | string | APPLIED_TTL_S (live_settings)| each process's settings follower            |
 | memory_lease        | string | the lease's TTL (renewed)   | memory.set_from_messages' decisions (per user) |
 | memory_erasing      | string | a day (an hour while pending)| a user erasure's memory step (per user)      |
 | compact_job         | string | an hour                     | conversation.compact (API), read by compact_status |
@@ -73,11 +76,23 @@ EMBED_RECOVERY_LEASE = "loom:lease:embed-recovery"
 """String: the token of the one worker running the embedding recovery pass."""
 TITLER_LEASE = "loom:lease:conversation_titler"
 """String: the token of the one worker running a conversation_titler pass."""
+TITLER_LAST_PASS = "loom:titler:last_pass"
+"""String: the Unix time (seconds) the last conversation_titler pass started; the tick
+sets it and starts a pass only once the live interval has passed (loom.ops.conversation.titler_tick)."""
 MEMORY_LEASE = "loom:lease:memory:"
 """Prefix. String per (namespace, user): the extraction deciding over that user's facts."""
 MEMORY_ERASING = "loom:erasing:memory:"
 """Prefix. String per (namespace, user): "pending" while an erasure hides the user's
 memory, then the version stamped when it had (loom.ops.memory.erasing)."""
+
+# -- live settings (loom.ops.settings) ------------------------------------------------
+
+SETTINGS_VERSION = "loom:settings:version"
+"""String (an integer): bumped by every settings.set; each process re-reads the stored
+overrides when it changes."""
+SETTINGS_APPLIED = "loom:settings:applied:"
+"""Prefix. String (JSON) per process ("api:host:pid"): the version and the overrides its
+follower applied last (settings.get lists them)."""
 
 # -- compaction (loom.ops.conversation.compacting) ------------------------------------
 
@@ -107,6 +122,10 @@ def memory_lease(namespace: str, user_id: str) -> str:
 
 def memory_erasing(namespace: str, user_id: str) -> str:
     return f"{MEMORY_ERASING}{namespace}:{user_id}"
+
+
+def settings_applied(process: str) -> str:
+    return f"{SETTINGS_APPLIED}{process}"
 
 
 def compact_job(job_id: str) -> str:

@@ -33,6 +33,12 @@ class Services:
     llm: LLM
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(64, "loom-io"))
     extras: dict[str, Any] = field(default_factory=dict)
+    # The settings the environment gave this process: `settings` is this with the live
+    # overrides an admin stored on top (loom.ops.live_settings), re-applied when they change.
+    base_settings: Settings = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.base_settings = self.settings
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking I/O (the ClickHouse client is synchronous) off the event loop."""

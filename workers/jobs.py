@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from loom import jobs
-from loom.ops.conversation import compacting, titling
+from loom.ops.conversation import compacting, titler_tick
 from loom.ops.erasure import requesting
 from loom.ops.memory import extraction
 from workers import embed_jobs
@@ -72,8 +72,8 @@ def compaction_gate(ctx: dict[str, Any]) -> asyncio.Semaphore:
 
 
 async def conversation_titler(ctx: dict[str, Any]) -> dict[str, Any]:
-    """One conversation_titler pass (cron)."""
-    report = await titling.titler_pass(ctx["loom"])
+    """The conversation_titler's tick (cron): a pass when the live settings say one is due."""
+    report = await titler_tick.tick(ctx["loom"])
     return {"ran": report.ran, "titled": report.titled, "refused": report.refused}
 
 

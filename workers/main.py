@@ -19,6 +19,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from loom import logging as loom_logging
 from loom import memtrace, replicas
 from loom.gc_tuning import calm_the_garbage_collector
+from loom.ops import live_settings
+from loom.ops.conversation.titler_tick import TICK_S
 from loom.queue import QUEUE, RESULTS_KEPT_S, WAKE_KEY
 from loom.services import open_services, redis_settings
 from loom.settings import Settings
@@ -88,9 +90,10 @@ def quiet_job_logs() -> None:
 
 def _startup(settings: Settings, clickhouse_url: str, redis_url: str) -> Any:
     async def on_startup(ctx: dict[str, Any]) -> None:
-        ctx["loom"] = await open_services(settings, clickhouse_url, redis_url)
+        ctx["loom"] = svc = await open_services(settings, clickhouse_url, redis_url)
         ctx["replica"] = contextlib.AsyncExitStack()
-        await ctx["replica"].enter_async_context(replicas.serving(ctx["loom"], "worker"))
+        await ctx["replica"].enter_async_context(replicas.serving(svc, "worker"))
+        await live_settings.follow(svc, "worker")
         for hook in STARTUP_HOOKS:
             await hook(ctx)
         calm_the_garbage_collector()
@@ -105,6 +108,7 @@ async def _shutdown(ctx: dict[str, Any]) -> None:
     if "replica" in ctx:
         await ctx["replica"].aclose()
     if "loom" in ctx:
+        await live_settings.unfollow(ctx["loom"])
         await ctx["loom"].close()
 
 
@@ -127,9 +131,11 @@ def every(interval_s: int) -> tuple[set[int], set[int] | None]:
 def cron_jobs(settings: Settings) -> list[CronJob]:
     """The pool's periodic jobs: the embedding recovery pass, also once at start-up
     (each worker enqueues it; its lease lets one run at a time), and the
-    conversation_titler (when switched on; its lease too lets one pass run at a time)."""
+    conversation_titler's tick, every TICK_S seconds whatever the settings: the tick
+    reads the titler's switch and interval live (loom.ops.conversation.titler_tick), so
+    an admin's change applies without a restart."""
     second, minute = every(settings.embed_recovery_interval_seconds)
-    jobs = [
+    return [
         cron(
             recover_embeddings,
             name="recover_embeddings",
@@ -137,14 +143,9 @@ def cron_jobs(settings: Settings) -> list[CronJob]:
             minute=minute,
             run_at_startup=True,
             max_tries=1,
-        )
+        ),
+        cron(conversation_titler, name="conversation_titler", second=every(TICK_S)[0], max_tries=1),
     ]
-    if settings.conversation_titler_enabled:
-        second, minute = every(settings.conversation_titler_interval_seconds)
-        jobs.append(
-            cron(conversation_titler, name="conversation_titler", second=second, minute=minute, max_tries=1)
-        )
-    return jobs
 
 
 def build_worker(settings: Settings, clickhouse_url: str, redis_url: str, **overrides: Any) -> Worker:

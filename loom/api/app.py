@@ -35,13 +35,14 @@ from loom.api.routes import (
     saved,
     search,
 )
+from loom.api.routes import settings as settings_routes
 from loom.dashboard.app import install as install_dashboard
 from loom.embedded.backends import start_backends
 from loom.errors import BackendUnavailable
 from loom.gc_tuning import calm_the_garbage_collector
 from loom.mcp_server.http import PATH as MCP_PATH
 from loom.mcp_server.http import McpEndpoint
-from loom.ops import rates
+from loom.ops import live_settings, rates
 from loom.ops.health import check
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
@@ -57,6 +58,7 @@ ROUTERS = [
     memory.router,
     deploy.router,
     health.router,
+    settings_routes.router,
 ]
 
 
@@ -107,12 +109,14 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         backends = start_backends(cfg)
         svc = await open_services(cfg, backends.clickhouse_url, backends.redis_url)
         app.state.services = svc
+        await live_settings.follow(svc, "api")
         calm_the_garbage_collector()
         memtrace.start(cfg, "api")
         try:
             async with replicas.serving(svc, "api"):
                 yield
         finally:
+            await live_settings.unfollow(svc)
             await svc.close()
             backends.stop()
 

@@ -29,7 +29,7 @@ import httpx
 
 from loom.api.models.conversation import AppendBatchResponse
 from loom.api.models.memory import ContextPackResponse, SetFromMessagesResponse
-from loom.sdk.ops import Briefs, Conversation, Erasure, Memory, Namespace, Ops, Saved
+from loom.sdk.ops import Briefs, Conversation, Erasure, Memory, Namespace, Ops, Saved, Settings
 from loom.sdk.transport import Retry, Transport
 
 FLUSH_EVERY = 10  # turns buffered before they go to memory.set_from_messages
@@ -59,6 +59,7 @@ class Agent:
         self.erasure = Erasure(self)
         self.namespaces = Namespace(self)
         self.ops = Ops(self)
+        self.settings = Settings(self)
 
     def session(
         self,

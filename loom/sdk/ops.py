@@ -4,7 +4,7 @@ name) and the answer is parsed into the API's response model.
 
 Methods take the request's fields as keywords; `namespace` and `agent` default to the
 Agent's. Grouped as the API groups them: `bot.conversation`, `bot.saved`, `bot.memory`,
-`bot.briefs`, `bot.erasure`, `bot.namespaces`, `bot.ops`.
+`bot.briefs`, `bot.erasure`, `bot.namespaces`, `bot.ops`, `bot.settings`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from loom.api.models import memory as m
 from loom.api.models import namespaces as n
 from loom.api.models import saved as s
 from loom.api.models import search as q
+from loom.api.models import settings as st
 from loom.sdk.transport import LoomError
 
 if TYPE_CHECKING:
@@ -243,3 +244,14 @@ class Ops(_Group):
     async def replicas(self) -> d.ReplicasShowResponse:
         """replicas.show: what every live replica shares (and, for an admin, the replicas)."""
         return await self._op("replicas.show", d.ReplicasShowRequest, d.ReplicasShowResponse, {})
+
+
+class Settings(_Group):
+    """The live settings (admin, a token not bound to one user)."""
+
+    async def get(self) -> st.SettingsResponse:
+        return await self._op("settings.get", st.SettingsGetRequest, st.SettingsResponse, {})
+
+    async def set(self, **fields: Any) -> st.SettingsResponse:
+        """`values={"LOOM_...": value or None}`; None clears the override."""
+        return await self._op("settings.set", st.SettingsSetRequest, st.SettingsResponse, fields)

@@ -94,13 +94,29 @@ def _fuzz_one(
     return sent
 
 
+async def _clear_live_settings(svc: Any) -> None:
+    """settings.set was fuzzed with valid values too: the overrides it stored would reach
+    every later test's processes (their followers), so they are cleared here."""
+    from loom.auth.principal import Principal, Role
+    from loom.ops import live_settings
+    from loom.ops import settings as settings_ops
+
+    admin = Principal("contract-fuzz", ("-",), Role.admin)
+    await settings_ops.update(
+        svc, admin, {live_settings.env_name(f): None for f in live_settings.LIVE_SETTINGS}
+    )
+
+
 @pytest.mark.timeout(240)
 async def test_the_openapi_contract_holds_under_fuzzing(
     schema: Settings, arq_worker: Any, mint: Any, ns: str
 ):
     token = mint(ns, "admin")
-    with serve(schema) as base_url:
-        # In a thread: the session loop keeps running the arq worker that embeds appends.
-        sent, failures = await asyncio.to_thread(_fuzz, base_url, token, ns)
+    try:
+        with serve(schema) as base_url:
+            # In a thread: the session loop keeps running the arq worker that embeds appends.
+            sent, failures = await asyncio.to_thread(_fuzz, base_url, token, ns)
+    finally:
+        await _clear_live_settings(arq_worker.ctx["loom"])
     assert sent >= 200, sent
     assert failures == [], "\n".join(failures[:20])

@@ -114,3 +114,22 @@ async def test_ops_health_answers_the_health_figures(bot: Agent) -> None:
     assert health.status == "ok" and health.backends.clickhouse == "ok" and health.backends.redis == "ok"
     assert health.queue is not None and health.queue.name == "loom:queue"
     assert health.embeddings.rows == [] and health.rates.window_s >= 0
+
+
+async def test_live_settings_get_and_set(bot: Agent) -> None:
+    name = "LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS"
+    try:
+        changed = await bot.settings.set(values={name: 300})
+        assert {s.name: (s.value, s.source) for s in changed.settings}[name] == (300, "override")
+        shown = {s.name: s for s in (await bot.settings.get()).settings}
+        assert (shown[name].value, shown[name].source, shown[name].type) == (300, "override", "int")
+        with pytest.raises(LoomError) as err:
+            await bot.settings.set(values={name: 0})
+        assert (err.value.status, err.value.field, err.value.rule) == (
+            422,
+            f"values.{name}",
+            "greater_than_equal",
+        )
+    finally:
+        cleared = await bot.settings.set(values={name: None})
+    assert {s.name: s.source for s in cleared.settings}[name] == "default"

@@ -34,26 +34,23 @@ async def change(request: Request) -> HTMLResponse | RedirectResponse:
     form = await request.form()
     visit = await open_visit(request, str(form.get("ns", "")) or None)
     async with visit.api() as api:
-        current = await attempt(api.transport.call("settings.get", {}))
+        current = await attempt(api.settings.get())
     if current.value is None:
         return await _render(visit)
-    known = {s["name"]: s for s in current.value["settings"]}
+    known = {s.name: s for s in current.value.settings}
     reset = str(form.get(RESET, ""))
     if reset:
         values: dict[str, Any] = {reset: None}
     else:
-        values = {
-            name: _typed(str(form[name]), known[name]["type"])
-            for name in known
-            if name in form and _typed(str(form[name]), known[name]["type"]) != known[name]["value"]
-        }
+        entered = {name: _typed(str(form[name]), known[name].type) for name in known if name in form}
+        values = {name: value for name, value in entered.items() if value != known[name].value}
     if not values:
         return back("/settings", ns=visit.namespace)
     async with visit.api() as api:
-        done = await attempt(api.transport.call("settings.set", {"values": values}))
+        done = await attempt(api.settings.set(values=values))
     if done.problem:
-        entered = {name: str(form[name]) for name in known if name in form}
-        return await _render(visit, problem=done.problem, entered=entered, status=done.problem["status"])
+        typed = {name: str(form[name]) for name in known if name in form}
+        return await _render(visit, problem=done.problem, entered=typed, status=status_of(done))
     return back("/settings", ns=visit.namespace, saved=1)
 
 
@@ -66,7 +63,7 @@ async def _render(
     status: int = 200,
 ) -> HTMLResponse:
     async with visit.api() as api:
-        shown = await attempt(api.transport.call("settings.get", {}))
+        shown = await attempt(api.settings.get())
     error_field = str(problem.get("field") or "") if problem else ""
     return page(
         visit,

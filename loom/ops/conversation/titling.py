@@ -1,6 +1,7 @@
-"""The conversation_titler: a periodic pass (an arq cron job on the worker pool,
-every LOOM_CONVERSATION_TITLER_INTERVAL_SECONDS) giving untitled threads a short
-LLM-written title, which conversation.threads returns.
+"""The conversation_titler: a periodic pass (started by the worker pool's cron tick
+every LOOM_CONVERSATION_TITLER_INTERVAL_SECONDS, read live: titler_tick.py) giving
+untitled threads a short LLM-written title, which conversation.threads returns. Every
+setting below is live: a pass reads them from ``svc.settings`` when it starts.
 
 - It covers namespaces that record conversations (and whose model calls are switched
   on), threads active in the last LOOM_CONVERSATION_TITLER_WINDOW_HOURS with at least

@@ -1,0 +1,50 @@
+"""Routes of settings.get and settings.set (admin; tokens bound to one user or session
+are refused): the live settings, in force in every process within seconds."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from fastapi import APIRouter, Depends
+
+from loom.api.deps import require, services
+from loom.api.models.errors import COMMON, error_responses
+from loom.api.models.settings import (
+    ProcessOut,
+    SettingOut,
+    SettingsGetRequest,
+    SettingsResponse,
+    SettingsSetRequest,
+)
+from loom.auth.principal import Principal, Role
+from loom.ops import settings as ops
+from loom.ops.settings import SettingsReport
+from loom.services import Services
+
+router = APIRouter(prefix="/v1", tags=["settings"], responses=error_responses(*COMMON))
+
+
+def _answer(report: SettingsReport) -> SettingsResponse:
+    return SettingsResponse(
+        settings=[SettingOut(**asdict(v)) for v in report.settings],
+        version=report.version,
+        processes=[ProcessOut(**asdict(p)) for p in report.processes],
+    )
+
+
+@router.post("/settings.get", response_model=SettingsResponse)
+async def settings_get(
+    body: SettingsGetRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
+) -> SettingsResponse:
+    """Every live setting: the value in force, the default, and where it comes from
+    (`default`, `environment` or `override`)."""
+    return _answer(await ops.show(svc, who))
+
+
+@router.post("/settings.set", response_model=SettingsResponse)
+async def settings_set(
+    body: SettingsSetRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
+) -> SettingsResponse:
+    """Store overrides (null clears one); every API and worker process applies them
+    within a few seconds, without a restart. Answers as settings.get."""
+    return _answer(await ops.update(svc, who, body.values))

@@ -1,0 +1,58 @@
+"""SQL of loom.settings_overrides: the live settings an admin stored (loom.ops.settings).
+
+A change is a new row per setting; the newest row of a name (by ``version``) is its
+state, and a cleared row means "no override: the environment's value applies".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+from loom.clock import next_version, utcnow
+from loom.store.rows import Column, column
+from loom.store.rows import table as declare_table
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _unjson(raw: str) -> Any:
+    return json.loads(raw) if raw else None
+
+
+@dataclass(frozen=True)
+class Override:
+    """A row of loom.settings_overrides: one setting's stored value (JSON-able)."""
+
+    name: str = column("LowCardinality(String)")
+    value: Any = column("String", default=None, encode=_json, decode=_unjson)
+    cleared: bool = column("Bool", default=False)
+    updated_at: datetime | None = column("DateTime64(3, 'UTC')", default=None)
+    updated_by: str = column("String", default="")
+
+
+TABLE = declare_table("settings_overrides", Override, extra=[Column("version", "UInt64")])
+
+
+def live(ch: Client) -> dict[str, Override]:
+    """Every override in force (the newest row of each name, unless it clears it), by name."""
+    rows = TABLE.select(ch, "WHERE NOT cleared", {})
+    return {r.name: r for r in rows}
+
+
+def write(ch: Client, values: Mapping[str, Any], token_id: str) -> None:
+    """One insert for a batch of changes: a value per name, None clearing its override.
+    One version for the whole batch (they are one change)."""
+    now = utcnow()
+    rows = [
+        Override(name=name, value=value, cleared=value is None, updated_at=now, updated_by=token_id)
+        for name, value in values.items()
+    ]
+    TABLE.insert(ch, rows, version=next_version())
