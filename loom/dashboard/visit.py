@@ -19,7 +19,10 @@ from loom.sdk.transport import Retry
 
 COOKIE = "loom_dashboard"
 PATH = "/dashboard"
-AGENT = "dashboard"  # the SDK client's agent name; pages name the thread's agent themselves
+# The SDK client's agent name, which it fills into every request that has an `agent`
+# field and leaves it out: a page names the agent itself wherever that matters (a thread's
+# agent, or "*" for every agent), or it would read and write as an agent "dashboard".
+AGENT = "dashboard"
 # The ops answer in-process; a refusal shows on the page at once (no retries behind it).
 NO_RETRY = Retry(attempts=1)
 

@@ -192,7 +192,7 @@ async def test_load_a_brief(desktop, mint, ns, call, shots):
 async def test_excerpt_length_changes_search_hits_live(desktop, mint, ns, call, shots):
     token = mint(ns, "admin")
     await call("conversation.set_logging", token, namespace=ns, enabled=True)
-    long_turn = "Invoices moved to the new ledger. " + "Every detail of the migration is here. " * 20
+    long_turn = "Invoices ledger migration: " + "the invoices ledger migration notes " * 20
     await _append(call, token, ns, "th-long", long_turn)
     page = desktop
     await sign_in(page, token)
@@ -216,9 +216,8 @@ async def test_excerpt_length_changes_search_hits_live(desktop, mint, ns, call, 
         await page.goto(f"/dashboard/conversations?ns={ns}&q=invoices+ledger+migration")
         first = await page.locator("#search-hits .excerpt").first.inner_text()
         assert len(first) == 60
-    finally:
-        r = await call("settings.set", token, values={"LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS": None})
-        assert r.status_code == 200, r.text
+    finally:  # the setting is the server's: put it back for the tests after this one
+        await call("settings.set", token, values={"LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS": None})
 
 
 async def test_retention_and_health_pages(desktop, mint, ns, shots):

@@ -43,7 +43,9 @@ async def conversations(
         )
         hits = None
         if q.strip():
-            hits = await attempt(api.conversation.search(namespace_scope="one", query=q.strip(), limit=20))
+            hits = await attempt(
+                api.conversation.search(namespace_scope="one", agent=ALL_AGENTS, query=q.strip(), limit=20)
+            )
     return page(
         visit,
         request,
