@@ -90,4 +90,6 @@ class McpEndpoint:
             bad = InvalidRequest("toolset must be core or all", field="toolset", rule="enum")
             await errors.loom_response(bad)(scope, receive, send)
             return
+        # A live setting: read per request, so a change reaches open sessions too.
+        self.runs.idle_s = float(svc.settings.mcp_session_run_idle_seconds)
         await self.managers[toolset].handle_request(scope, receive, send)

@@ -43,7 +43,9 @@ APPLIED_TTL_S = 3 * REFRESH_S  # a process's report outlives two missed refreshe
 VERSION_KEY = redis_keys.SETTINGS_VERSION
 FOLLOWER = "loom.live_settings"  # the key of a process's Follower in Services.extras
 
-# Field name -> what it does (the dashboard's help text). Exactly these are live.
+# Field name -> what it does (the dashboard's help text). Exactly these are live: every
+# setting of the conversation plane's table, in four groups (GROUPS). Secrets (API keys,
+# passwords) and where the backends are are never live, and never shown.
 LIVE_SETTINGS: dict[str, str] = {
     "conversation_search_min_similarity": (
         "conversation.search leaves out hits whose similarity to the query is below this (-1 to 1)."
@@ -54,7 +56,36 @@ LIVE_SETTINGS: dict[str, str] = {
     "conversation_titler_window_hours": "A titler pass covers threads active within this many hours.",
     "conversation_titler_min_turns": "A thread is titled once it has at least this many live turns.",
     "conversation_titler_max_threads_per_pass": "The most threads one titler pass titles.",
+    "retention_conversations_days": (
+        "Days a transcript turn is kept (0: forever). Applied to the tables' TTL at once; "
+        "shortening it deletes older turns, so it must be confirmed."
+    ),
+    "tiering_conversations_warm_days": (
+        "Days after which transcript parts move to the 'warm' volume (0: never; only where the "
+        "storage policy has one)."
+    ),
+    "session_brief_llm": "Whether a model revises session briefs from their events.",
+    "session_brief_llm_model": "The model that revises briefs (empty: the LLM provider's own).",
+    "session_brief_window_chars": "How many characters of events one brief revision reads.",
+    "session_brief_max_windows": "The most windows of events one brief save reads (older ones drop).",
+    "mcp_session_run_idle_seconds": "An MCP session's implicit run closes after this long without a call.",
 }
+CONVERSATIONS, RETENTION, CONTEXT, MCP = "Conversations", "Retention and storage tiering", "Context", "Mcp"
+GROUPS: dict[str, str] = {
+    "retention_conversations_days": RETENTION,
+    "tiering_conversations_warm_days": RETENTION,
+    "session_brief_llm": CONTEXT,
+    "session_brief_llm_model": CONTEXT,
+    "session_brief_window_chars": CONTEXT,
+    "session_brief_max_windows": CONTEXT,
+    "mcp_session_run_idle_seconds": MCP,
+}
+# Changing these rewrites the conversation tables' TTL (loom.ops.settings.update).
+STORAGE_RULES = ("retention_conversations_days", "tiering_conversations_warm_days")
+
+
+def group(field: str) -> str:
+    return GROUPS.get(field, CONVERSATIONS)
 
 
 def env_name(field: str) -> str:
@@ -86,7 +117,7 @@ def validate(field: str, value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Bounds:
-    kind: str  # "float" | "int" | "bool"
+    kind: str  # "float" | "int" | "bool" | "str"
     min: float | None
     max: float | None
 
@@ -94,7 +125,7 @@ class Bounds:
 @cache
 def bounds(field: str) -> Bounds:
     info = Settings.model_fields[field]
-    kind = {float: "float", int: "int", bool: "bool"}[info.annotation]  # type: ignore[index]
+    kind = {float: "float", int: "int", bool: "bool", str: "str"}[info.annotation]  # type: ignore[index]
     low = next((m.ge for m in info.metadata if isinstance(m, Ge)), None)
     high = next((m.le for m in info.metadata if isinstance(m, Le)), None)
     return Bounds(kind, low, high)  # type: ignore[arg-type]

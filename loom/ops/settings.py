@@ -17,7 +17,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from clickhouse_schema import runner
 from loom.auth.principal import Principal, Role
+from loom.clock import utcnow
 from loom.errors import Forbidden, InvalidRequest
 from loom.ops import live_settings as live
 from loom.services import Services
@@ -32,7 +34,8 @@ class SettingView:
     value: Any  # in force: the override, else the default
     default: Any  # what the environment (or Loom's built-in default) gives
     source: str  # "default" | "environment" | "override"
-    type: str  # "float" | "int" | "bool"
+    type: str  # "float" | "int" | "bool" | "str"
+    group: str  # Conversations | Retention and storage tiering | Context | Mcp
     description: str
     min: float | None = None
     max: float | None = None
@@ -48,6 +51,7 @@ class SettingsReport:
     settings: list[SettingView]
     version: int
     processes: list[live.ProcessReport]
+    changes: list[store.Change]  # the audit trail, newest first
 
 
 def _allowed(who: Principal) -> None:
@@ -74,6 +78,7 @@ def _views(svc: Services, stored: Mapping[str, store.Override]) -> list[SettingV
                 default=default,
                 source=source,
                 type=bounds.kind,
+                group=live.group(field),
                 description=description,
                 min=bounds.min,
                 max=bounds.max,
@@ -84,9 +89,13 @@ def _views(svc: Services, stored: Mapping[str, store.Override]) -> list[SettingV
     return views
 
 
+CHANGES_SHOWN = 50
+
+
 async def _report(svc: Services, stored: Mapping[str, store.Override]) -> SettingsReport:
     version = int(await svc.redis.get(live.VERSION_KEY) or 0)
-    return SettingsReport(_views(svc, stored), version, await live.reports(svc))
+    changes = await svc.run(store.recent_changes, svc.ch, CHANGES_SHOWN)
+    return SettingsReport(_views(svc, stored), version, await live.reports(svc), changes)
 
 
 async def show(svc: Services, who: Principal) -> SettingsReport:
@@ -124,14 +133,70 @@ def _checked(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def update(svc: Services, who: Principal, values: Mapping[str, Any]) -> SettingsReport:
+def _in_force(svc: Services, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Every live setting's value with `overrides` in force (the environment's otherwise)."""
+    return {f: overrides.get(f, getattr(svc.base_settings, f)) for f in live.LIVE_SETTINGS}
+
+
+def _confirmed(before: Mapping[str, Any], after: Mapping[str, Any], confirm: bool) -> None:
+    """Shortening retention deletes the turns older than the new limit at the next merge:
+    it needs the caller's confirmation (the dashboard asks for it)."""
+    old, new = before["retention_conversations_days"], after["retention_conversations_days"]
+    shorter = new > 0 and (old == 0 or new < old)
+    if shorter and not confirm:
+        raise InvalidRequest(
+            f"shortening transcript retention to {new} days deletes every older turn; "
+            "send confirm_shorter_retention: true to do it",
+            field="confirm_shorter_retention",
+            rule="required_to_shorten_retention",
+        )
+
+
+def _changes(before: Mapping[str, Any], after: Mapping[str, Any], token_id: str) -> list[store.Change]:
+    now = utcnow()
+    return [
+        store.Change(
+            changed_at=now,
+            name=live.env_name(f),
+            old_value=before[f],
+            new_value=after[f],
+            changed_by=token_id,
+        )
+        for f in live.LIVE_SETTINGS
+        if before[f] != after[f]
+    ]
+
+
+async def update(
+    svc: Services, who: Principal, values: Mapping[str, Any], *, confirm_shorter_retention: bool = False
+) -> SettingsReport:
     """settings.set (admin, unbounded): {"LOOM_NAME": value or None}; None clears the
-    override (the environment's value applies again). All or nothing."""
+    override (the environment's value applies again). All or nothing: every value is
+    checked, and a shorter retention confirmed, before anything is written. A retention or
+    tiering change is applied to the tables' TTL at once; every change is audited."""
     _allowed(who)
     checked = _checked(values)
+    stored = await svc.run(store.live, svc.ch)
+    current = live.in_force(stored)
+    before = _in_force(svc, current)
+    # A cleared override (None) leaves the environment's value in force.
+    after = _in_force(svc, {k: v for k, v in {**current, **checked}.items() if v is not None})
+    _confirmed(before, after, confirm_shorter_retention)
     await svc.run(store.write, svc.ch, checked, who.token_id)
+    await svc.run(store.record, svc.ch, _changes(before, after, who.token_id))
+    if any(before[f] != after[f] for f in live.STORAGE_RULES):
+        await svc.run(_apply_storage_rules, svc, after)
     await live.bump(svc)
     stored = await svc.run(store.live, svc.ch)
     # In force here at once; the other processes follow the version just bumped.
     live.apply(svc, live.in_force(stored))
     return await _report(svc, stored)
+
+
+def _apply_storage_rules(svc: Services, values: Mapping[str, Any]) -> None:
+    runner.apply_storage_rules(
+        svc.ch,
+        values["retention_conversations_days"],
+        values["tiering_conversations_warm_days"],
+        svc.settings.clickhouse_cluster,
+    )

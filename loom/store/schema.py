@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from clickhouse_connect.driver.client import Client
 from redis import Redis as SyncRedis
 
 from clickhouse_schema import runner
 from loom import logging as loom_logging
 from loom import replicas
 from loom.settings import Settings
+from loom.store import settings_overrides as overrides
 from loom.store.clickhouse import connect
 
 log = loom_logging.get("loom.schema")
@@ -67,10 +69,21 @@ def prepare(
     if force:
         log.warning("migrations forced past older live writers", redis=bool(redis_url))
     applied = runner.migrate(ch, settings.clickhouse_cluster, blockers=blockers, force=force)
+    # An admin's stored override of retention or tiering wins over the environment here
+    # too, or a restart would put the environment's TTL back.
+    effective = _with_stored_overrides(settings, ch)
     storage = runner.apply_storage_rules(
         ch,
-        settings.retention_conversations_days,
-        settings.tiering_conversations_warm_days,
+        effective.retention_conversations_days,
+        effective.tiering_conversations_warm_days,
         settings.clickhouse_cluster,
     )
     return SchemaReport([f"{m.number:03d}_{m.name}" for m in applied], storage)
+
+
+def _with_stored_overrides(settings: Settings, ch: Client) -> Settings:
+    from loom.ops import live_settings  # the live settings' own validation (ops layer)
+
+    if not ch.command(f"EXISTS TABLE {overrides.TABLE.name}"):  # a run that stops short of 011 (tests)
+        return settings
+    return live_settings.with_overrides(settings, settings, live_settings.in_force(overrides.live(ch)))

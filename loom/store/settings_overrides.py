@@ -56,3 +56,29 @@ def write(ch: Client, values: Mapping[str, Any], token_id: str) -> None:
         for name, value in values.items()
     ]
     TABLE.insert(ch, rows, version=next_version())
+
+
+@dataclass(frozen=True)
+class Change:
+    """A row of loom.settings_changes: one setting changed by settings.set."""
+
+    changed_at: datetime = column("DateTime64(3, 'UTC')")
+    name: str = column("LowCardinality(String)")
+    old_value: Any = column("String", encode=_json, decode=_unjson)
+    new_value: Any = column("String", encode=_json, decode=_unjson)
+    changed_by: str = column("String")
+
+
+CHANGES = declare_table("settings_changes", Change)
+
+
+def record(ch: Client, changes: list[Change]) -> None:
+    if changes:
+        CHANGES.insert(ch, changes)
+
+
+def recent_changes(ch: Client, limit: int) -> list[Change]:
+    """The newest changes first."""
+    return CHANGES.select(
+        ch, "ORDER BY changed_at DESC, name LIMIT {lim:UInt32}", {"lim": limit}, final=False
+    )

@@ -200,7 +200,7 @@ async def test_excerpt_length_changes_search_hits_live(desktop, mint, ns, call, 
         await page.goto(f"/dashboard/conversations?ns={ns}&q=invoices+ledger+migration")
         first = await page.locator("#search-hits .excerpt").first.inner_text()
         assert len(first) == 240  # the default LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS
-        await page.click("nav[aria-label=Pages] >> text=Knowledge")
+        await page.click("nav[aria-label=Pages] >> text=Settings")
         await page.fill("#loom-conversation-search-excerpt-chars", "0")
         await page.click("#save-settings")
         await page.wait_for_load_state()

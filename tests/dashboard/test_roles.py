@@ -66,7 +66,7 @@ async def test_pages_follow_the_token(kind, signed_in, ns, thread):
     assert 'id="record-state"' in conv.text  # everyone sees the state, honestly
     assert ('id="compact"' in thr.text) == (kind in ("writer", "admin"))
     assert ('id="delete"' in thr.text) == (kind == "admin")
-    assert (">Knowledge<" in conv.text) == (kind == "admin")
+    assert (">Settings<" in conv.text) == (kind == "admin")
     for path in ADMIN_PAGES:
         page = await client.get(path)
         assert page.status_code == (200 if kind == "admin" else 403), (path, page.status_code)

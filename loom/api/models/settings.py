@@ -27,14 +27,19 @@ class SettingsSetRequest(RequestBody):
             "value and nothing is stored (422 naming `values.LOOM_...` and the rule)."
         ),
     )
+    confirm_shorter_retention: bool = Field(
+        False,
+        description="Required (true) to shorten LOOM_RETENTION_CONVERSATIONS_DAYS: the older turns are deleted.",
+    )
 
 
 class SettingOut(BaseModel):
     name: str = Field(description="The LOOM_ name.")
-    value: bool | int | float = Field(description="The value in force.")
-    default: bool | int | float = Field(description="What the environment (or Loom's default) gives.")
+    value: bool | int | float | str = Field(description="The value in force.")
+    default: bool | int | float | str = Field(description="What the environment (or Loom's default) gives.")
     source: Literal["default", "environment", "override"]
-    type: Literal["float", "int", "bool"]
+    type: Literal["float", "int", "bool", "str"]
+    group: str = Field(description="Conversations, Retention and storage tiering, Context or Mcp.")
     min: float | None = None
     max: float | None = None
     description: str
@@ -45,7 +50,15 @@ class SettingOut(BaseModel):
 class ProcessOut(BaseModel):
     process: str = Field(description='"api:<host>:<pid>" or "worker:<host>:<pid>".')
     version: int = Field(description="The overrides' version it applied last.")
-    overrides: dict[str, bool | int | float] = Field(description="The overrides it has in force.")
+    overrides: dict[str, bool | int | float | str] = Field(description="The overrides it has in force.")
+
+
+class ChangeOut(BaseModel):
+    changed_at: Timestamp
+    name: str = Field(description="The LOOM_ name.")
+    old_value: bool | int | float | str | None = Field(description="The value in force before.")
+    new_value: bool | int | float | str | None = Field(description="The value in force after.")
+    changed_by: str = Field(description="The id of the token that changed it.")
 
 
 class SettingsResponse(BaseModel):
@@ -55,3 +68,4 @@ class SettingsResponse(BaseModel):
         description="Each running API and worker process and the version it applied last: a change is "
         "in force everywhere once every process shows its version."
     )
+    changes: list[ChangeOut] = Field(description="The audit trail: the latest changes, newest first.")

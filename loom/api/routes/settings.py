@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends
 from loom.api.deps import require, services
 from loom.api.models.errors import COMMON, error_responses
 from loom.api.models.settings import (
+    ChangeOut,
     ProcessOut,
     SettingOut,
     SettingsGetRequest,
@@ -29,6 +30,7 @@ def _answer(report: SettingsReport) -> SettingsResponse:
         settings=[SettingOut(**asdict(v)) for v in report.settings],
         version=report.version,
         processes=[ProcessOut(**asdict(p)) for p in report.processes],
+        changes=[ChangeOut(**asdict(c)) for c in report.changes],
     )
 
 
@@ -46,5 +48,8 @@ async def settings_set(
     body: SettingsSetRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
 ) -> SettingsResponse:
     """Store overrides (null clears one); every API and worker process applies them
-    within a few seconds, without a restart. Answers as settings.get."""
-    return _answer(await ops.update(svc, who, body.values))
+    within a few seconds, without a restart. A retention or tiering change is applied to
+    the tables' TTL at once (a shorter retention needs `confirm_shorter_retention`). Every
+    change is audited. Answers as settings.get."""
+    done = await ops.update(svc, who, body.values, confirm_shorter_retention=body.confirm_shorter_retention)
+    return _answer(done)

@@ -1,7 +1,9 @@
-"""Knowledge → Conversations: the conversation plane's live settings (the search floor,
-the excerpt length, the titler's switch, cadence, window, minimum turns and per-pass
-cap). An admin's change is stored by settings.set and reaches every API and worker
-process within seconds; the page shows where each value comes from."""
+"""Settings: the live settings, in the groups the owner knows them by (Knowledge →
+Conversations: the search floor, the excerpt length, the titler's switch, cadence,
+window, minimum turns and per-pass cap; Retention and storage tiering; Context; Mcp).
+An admin's change is stored by settings.set and reaches every API and worker process
+within seconds; the page shows where each value comes from, and the latest changes.
+Shortening retention deletes turns: the page asks for a confirmation first."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from loom.dashboard.visit import Visit, open_visit
 router = APIRouter()
 
 RESET = "reset"  # the form field naming a setting to put back to its default
+CONFIRM = "confirm_shorter_retention"  # the form's checkbox: shortening retention deletes turns
 
 
 @router.get("/settings", response_model=None)
@@ -47,7 +50,7 @@ async def change(request: Request) -> HTMLResponse | RedirectResponse:
     if not values:
         return back("/settings", ns=visit.namespace)
     async with visit.api() as api:
-        done = await attempt(api.settings.set(values=values))
+        done = await attempt(api.settings.set(values=values, confirm_shorter_retention=CONFIRM in form))
     if done.problem:
         typed = {name: str(form[name]) for name in known if name in form}
         return await _render(visit, problem=done.problem, entered=typed, status=status_of(done))
@@ -90,6 +93,8 @@ def _typed(raw: str, kind: str) -> Any:
             return int(raw)
         if kind == "float":
             return float(raw)
+        if kind == "str":
+            return raw
     except ValueError:
         return raw
     return raw
