@@ -119,7 +119,18 @@ class Conversation(_Group):
         )
 
 
+# What every replica of a deploy must declare before a save is taken (loom.replicas).
+SAVED_STATE = "saved_state_preserved_in_compaction"
+
+
 class Saved(_Group):
+    async def available(self) -> bool:
+        """Whether saving is open now: false while a replica of a rolling deploy could
+        lose saved state (a save then answers 503 replica_lacks_capability). A client
+        hides its "save" action while this is false."""
+        shared = await self._op("replicas.show", d.ReplicasShowRequest, d.ReplicasShowResponse, {})
+        return SAVED_STATE in shared.capabilities
+
     async def save(self, **fields: Any) -> s.SaveResponse:
         return await self._op("conversation.save_message", s.SaveRequest, s.SaveResponse, fields)
 

@@ -22,6 +22,7 @@ from redis import Redis as SyncRedis
 from clickhouse_schema import runner
 from loom import replicas
 from loom.redis_keys import REPLICAS
+from loom.sdk.agent import Agent
 from loom.settings import Settings
 from loom.store.clickhouse import connect
 from loom.store.schema import prepare
@@ -81,6 +82,10 @@ async def test_saving_pauses_while_a_replica_lacks_the_capability(call, api, min
             "/dashboard/saved", params={"ns": ns, "user": "u1"}, cookies={"loom_dashboard": writer}
         )
         assert 'id="saving-paused"' in panel.text and 'id="save"' not in panel.text
+        async with Agent(
+            ns, "test", "bot", base_url="http://loom.test", token=writer, http_transport=api._transport
+        ) as bot:
+            assert await bot.saved.available() is False  # the SDK's clients hide "save" meanwhile
         old.kill()  # dies without deregistering: gone once its heartbeat is old
         old.wait()
     await asyncio.sleep(2.5)

@@ -109,6 +109,13 @@ async def test_export_streams_rows_and_the_sync_facade_blocks(
     assert contents == ["one", "two"] and exported == len(rows)
 
 
+async def test_saving_is_available_when_every_replica_keeps_saved_state(bot: Agent) -> None:
+    from loom import replicas
+
+    assert await bot.saved.available() is True
+    assert replicas.SAVED_STATE == "saved_state_preserved_in_compaction"  # the SDK's own copy
+
+
 async def test_ops_health_answers_the_health_figures(bot: Agent) -> None:
     health = await bot.ops.health()
     assert health.status == "ok" and health.backends.clickhouse == "ok" and health.backends.redis == "ok"
