@@ -80,7 +80,12 @@ async def test_healthz_and_metrics(api, mint, ns):
     r = await api.get("/healthz")
     assert r.status_code == 200 and r.json() == {"status": "ok"}  # no details without a token
     r = await api.get("/healthz", headers={"Authorization": f"Bearer {mint(ns, 'viewer')}"})
-    assert r.status_code == 200 and r.json() == {"status": "ok", "clickhouse": "ok", "redis": "ok"}
+    assert r.status_code == 200 and r.json() == {
+        "status": "ok",
+        "clickhouse": "ok",
+        "redis": "ok",
+        "capabilities": ["saved_state_preserved_in_compaction"],
+    }
     r = await api.get("/metrics")
     assert r.status_code == 200 and "loom_requests_total" in r.text
 

@@ -332,7 +332,6 @@ def test_every_url_serve_prints_answers(served: Served) -> None:
     _need_up(served)
     urls = re.findall(r"http://\S+", served.output())
     assert urls, served.output()
-    assert not any("dashboard" in u for u in urls)
     token = served.run(
         "./.venv/bin/loom", "token", "mint", "--namespace", "urls", "--role", "viewer"
     ).stdout.strip()
@@ -344,11 +343,11 @@ def test_every_url_serve_prints_answers(served: Served) -> None:
                 headers={"Authorization": f"Bearer {token}"},
                 timeout=30,
             )
-        else:
-            r = httpx.get(url, timeout=30)
+        else:  # the dashboard sends a visitor without a session to its sign-in page
+            r = httpx.get(url, timeout=30, follow_redirects=True)
         assert r.status_code == 200, (url, r.status_code, r.text[:300])
     printed = {u.removeprefix(served.base) for u in urls}
-    assert printed == {"/v1/<op>", "/docs", "/healthz"}, printed
+    assert printed == {"/v1/<op>", "/docs", "/dashboard", "/healthz"}, printed
 
 
 # -- the README's first session ---------------------------------------------------------
