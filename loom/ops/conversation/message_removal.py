@@ -1,0 +1,350 @@
+"""What conversation.delete_message and conversation.redact share: the guard they run
+under, the embedding rows they settle or rebuild, the derived copies they rewrite, the
+compaction rule, the removal of older row versions from disk, and the receipt.
+
+Rules (stated once here, for both ops):
+
+- Guard. Each runs under the thread lease (save, unsave, append's embedding write,
+  compaction and conversation.delete share it) and inside search's change window
+  (loom.store.search_marks.changing), so conversation.search never serves the old text.
+- Embedding row. The turn's row passes to another agent's live copy with the same text
+  when there is one, or is tombstoned, exactly as conversation.delete settles a row
+  (loom.ops.conversation.deleting: the hand-over and the 240-character rule). A turn that
+  stays live with a new text (a redaction) gets a new row built from that text when it
+  no longer reads as high (a user or assistant turn, or a summary), embedded in the API
+  process as a saved message is; still high, it gets none.
+- Derived copies. The saved-message index (saved_docs, its postings in saved_terms and
+  the per-user vectors in saved_vectors) and the vector tables follow the new versions
+  through their views; their rows of the older versions are removed. Memory evidence
+  an extraction kept of the turn (the same message id, and the turn's owner or its very
+  text) is tombstoned (a deletion) or rewritten with the same spans replaced (a
+  redaction), with its postings.
+- Compaction. A live summary of the agent's thread whose ``compacted_from`` lists the
+  turn was built from the old text, so it is tombstoned (reason ``recompact``, text
+  emptied, its embedding row settled) and the turns it replaced are live again (each
+  re-embedded when it may be): the thread is back to its turns, and the next
+  conversation.compact summarises them again from their current text. The turn itself
+  stays deleted (a deletion) or comes back redacted (a redaction).
+- Gone from disk. Every version older than the one just written, of every row named
+  above (the turn, its embedding row and their copies, the summary, the evidence, a
+  thread row whose title held a removed span), is removed by a mutation that rewrites
+  the parts holding it, waited for before the op answers: no older version of the text
+  is left to find, FINAL or not. The engine drops the replaced parts' files after its
+  usual delay (old_parts_lifetime), as for every mutation.
+- The answer is a receipt: per table, the rows written and the rows removed from disk;
+  when, by which token; never any removed text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from loom import logging as loom_logging
+from loom.clock import next_version, utcnow
+from loom.errors import Unavailable
+from loom.leases import LeaseTimeout, thread_lease
+from loom.ops.conversation import api_inline_embedder
+from loom.ops.conversation.common import EMBED_CHARS, EMBEDDED_ROLES, embed_text
+from loom.ops.conversation.deleting import ThreadState, settle_writes, with_vectors
+from loom.sensitivity import reads_as_high
+from loom.services import Services
+from loom.store import conversations as conv_store
+from loom.store import deletion, search_marks
+from loom.store import embeddings as emb_store
+from loom.store import evidence as evidence_store
+from loom.store import redaction as store
+
+log = loom_logging.get("loom.conversation.message_removal")
+
+RECOMPACT = "recompact"  # the tombstone_reason of a summary built from a removed text
+COMPACTED = "compacted"
+
+
+@dataclass
+class TableCount:
+    """One table's line of a receipt."""
+
+    written: int = 0  # new row versions written (tombstones, rewritten texts, hand-overs)
+    removed: int = 0  # older row versions removed from disk
+
+
+@dataclass
+class Receipt:
+    """What a removal did: per table, rows written and removed from disk; when, by whom."""
+
+    namespace: str
+    agent: str
+    thread_id: str
+    msg_id: str
+    action: str  # deleted | redacted
+    found: bool = True
+    done: bool = False  # False: nothing was left to do (asked again)
+    tables: dict[str, TableCount] = field(default_factory=dict)
+    embedding: str = "none"  # what became of the turn's embedding row
+    summaries_tombstoned: int = 0
+    turns_restored: int = 0
+    placeholder: str = ""
+    spans: int = 0
+    high_sensitivity: bool = False  # the turn reads as high after a redaction
+    at: datetime | None = None
+    by: str = ""  # the token id
+
+    def wrote(self, table: str, n: int = 1) -> None:
+        self.tables.setdefault(table, TableCount()).written += n
+
+    def removed(self, counts: dict[str, int]) -> None:
+        for table, n in counts.items():
+            self.tables.setdefault(table, TableCount()).removed += n
+
+
+@contextlib.asynccontextmanager
+async def guarded(svc: Services, namespace: str, thread_id: str) -> AsyncIterator[None]:
+    """The thread lease and search's change window around a removal."""
+    try:
+        async with (
+            thread_lease(svc.redis, namespace, thread_id, wait_s=30.0),
+            search_marks.changing(svc.redis, svc.ch, svc.run, [(namespace, thread_id)]),
+        ):
+            yield
+    except LeaseTimeout:
+        raise Unavailable(
+            "the conversation is busy with another write; retry", field="thread_id", rule="retry"
+        ) from None
+
+
+# -- embedding rows ---------------------------------------------------------------
+
+
+def embeddable(t: conv_store.Turn) -> bool:
+    """A live turn search indexes and the embedder may see."""
+    return (
+        not t.tombstoned
+        and (t.role in EMBEDDED_ROLES or t.is_summary)
+        and not t.high_sensitivity
+        and not reads_as_high(t.content)
+    )
+
+
+def settle_turns(
+    svc: Services, namespace: str, thread_id: str, retired: dict[str, Sequence[str]]
+) -> tuple[list[emb_store.EmbeddingRow], list[emb_store.EmbeddingRow]]:
+    """The embedding rows of the named turns (agent -> msg_ids) whose copy no longer holds
+    their text: passed to another agent's live copy with that text, or tombstoned
+    (conversation.delete's rules). Returns (hand-overs, tombstones), not yet written."""
+    wanted = {m for ids in retired.values() for m in ids}
+    copies = deletion.copies(svc.ch, namespace, thread_id, EMBED_CHARS)
+    rows = [
+        r
+        for r in deletion.thread_embeddings(svc.ch, namespace, thread_id, vectors=False)
+        if r.msg_id in wanted
+    ]
+    state = ThreadState({m: c for m, c in copies.items() if m in wanted}, rows)
+    for agent, ids in retired.items():
+        state.retired(agent, ids)
+    writes, _ = settle_writes(state)
+    writes = with_vectors(svc, writes)
+    return [w for w in writes if not w.tombstoned], [w for w in writes if w.tombstoned]
+
+
+def live_row_of_other(svc: Services, t: conv_store.Turn) -> bool:
+    """The turn's embedding row serves another agent's live copy (leave it be)."""
+    row = emb_store.get(svc.ch, t.namespace, t.thread_id, t.msg_id)
+    return row is not None and not row.tombstoned and row.agent != t.agent
+
+
+async def embed_rows(svc: Services, turns: Sequence[conv_store.Turn]) -> list[emb_store.EmbeddingRow]:
+    """New embedding rows for live turns that may be embedded (screened: none that reads
+    as high reaches the embedder). A failed embed writes the row with its safe error
+    (fail-open, as a save does)."""
+    todo = [t for t in turns if embeddable(t)]
+    if not todo:
+        return []
+    texts = [embed_text(t.content) for t in todo]
+    got = await api_inline_embedder.embed(svc, texts)
+    out = []
+    for i, t in enumerate(todo):
+        out.append(
+            emb_store.EmbeddingRow(
+                namespace=t.namespace,
+                thread_id=t.thread_id,
+                msg_id=t.msg_id,
+                agent=t.agent,
+                role=t.role,
+                run_id=t.run_id,
+                user_id=t.user_id,
+                ts=t.ts,
+                text=texts[i],
+                embedding=got.vectors[i] if got.ok and got.vectors is not None else [],
+                model=got.model_id if got.ok else "",
+                error="" if got.ok else got.error,
+                is_summary=t.is_summary,
+                is_saved=t.is_saved,
+                saved_at=t.saved_at,
+                tombstoned=False,
+                version=next_version(),
+                origin=t.origin,
+            )
+        )
+    return out
+
+
+async def embedding_bound(
+    svc: Services, t: conv_store.Turn, written: dict[str, emb_store.EmbeddingRow]
+) -> int:
+    """The version below which the turn's embedding row's versions go from disk: the one
+    just written, or a tombstone written before; 0 (none go) when the row serves another
+    agent's live copy this removal did not touch."""
+    if t.msg_id in written:
+        return written[t.msg_id].version
+    row = await svc.run(emb_store.get, svc.ch, t.namespace, t.thread_id, t.msg_id)
+    if row is None or (not row.tombstoned and row.agent != t.agent):
+        return 0
+    return row.version
+
+
+# -- the compaction rule -----------------------------------------------------------
+
+
+@dataclass
+class Recompaction:
+    """The summaries listing the turn, tombstoned, and the turns they replaced, restored
+    (newest versions to write), and the removals of the summaries' older versions."""
+
+    summaries: list[conv_store.Turn] = field(default_factory=list)
+    restored: list[conv_store.Turn] = field(default_factory=list)
+
+
+def recompaction(svc: Services, t: conv_store.Turn, version: int, *, keep: str = "") -> Recompaction:
+    """Tombstoned versions of the live summaries listing turn `t`, and live versions of
+    the turns they replaced (every one but `t` itself, which the op writes, and `keep`)."""
+    summaries = store.summaries_of(svc.ch, t.namespace, t.agent, t.thread_id, t.msg_id)
+    if not summaries:
+        return Recompaction()
+    at = utcnow()
+    out = Recompaction()
+    replaced: list[str] = []
+    for s in summaries:
+        out.summaries.append(
+            replace(
+                s,
+                content="",
+                reasoning="",
+                tombstoned=True,
+                tombstoned_at=at,
+                tombstone_reason=RECOMPACT,
+                version=version,
+            )
+        )
+        ids = s.metadata.get("compacted_from")
+        replaced += [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+    others = [i for i in dict.fromkeys(replaced) if i not in (t.msg_id, keep)]
+    for r in store.turns(svc.ch, t.namespace, t.agent, t.thread_id, others):
+        if r.tombstoned and r.tombstone_reason == COMPACTED:
+            out.restored.append(
+                replace(r, tombstoned=False, tombstoned_at=None, tombstone_reason="", version=version)
+            )
+    return out
+
+
+# -- derived copies ----------------------------------------------------------------
+
+
+def rewrite_evidence(
+    copies: store.EvidenceCopies, change: Any, version: int
+) -> list[evidence_store.Evidence]:
+    """New versions of the evidence rows `change(content)` alters (None: leave it). A
+    row whose new text reads as high keeps none (as memory evidence is stored)."""
+    out = []
+    for e in copies.rows:
+        new = change(e.content)
+        if new is None:
+            continue
+        high = bool(new) and reads_as_high(new)
+        content = "" if high else new
+        tombstoned = e.tombstoned or not new
+        if (content, tombstoned) == (e.content, e.tombstoned):
+            continue
+        out.append(replace(e, content=content, high_sensitivity=high, tombstoned=tombstoned, version=version))
+    return out
+
+
+def removals_of(
+    t: conv_store.Turn,
+    version: int,
+    *,
+    saved_docs: Sequence[int],
+    emb_below: int,
+    evidence: Sequence[evidence_store.Evidence],
+    evidence_docs: Sequence[int],
+    summaries: Sequence[conv_store.Turn],
+    summary_emb_below: dict[str, int],
+    thread_below: int = 0,
+) -> list[store.Removal]:
+    """Every older version a removal takes from disk (see the module's rules)."""
+    out = store.turn_versions(t.namespace, t.agent, t.thread_id, t.msg_id, version)
+    out += store.postings("saved_terms", t.namespace, saved_docs)
+    if emb_below:
+        out += store.embedding_versions(t.namespace, t.thread_id, t.msg_id, emb_below)
+    out += store.evidence_versions(t.namespace, [(e.user_id, e.evidence_id, e.version) for e in evidence])
+    if evidence:
+        out += store.postings("evidence_terms", t.namespace, evidence_docs)
+    for s in summaries:
+        out += store.turn_versions(s.namespace, s.agent, s.thread_id, s.msg_id, s.version)
+        below = summary_emb_below.get(s.msg_id, 0)
+        if below:
+            out += store.embedding_versions(s.namespace, s.thread_id, s.msg_id, below)
+    if thread_below:
+        out += store.thread_versions(t.namespace, t.agent, t.thread_id, thread_below)
+    return out
+
+
+async def remove_from_disk(svc: Services, removals: Sequence[store.Removal]) -> dict[str, int]:
+    """Count the rows, then remove them: each table's mutations in order, the tables side
+    by side, every one waited for."""
+    counts = await svc.run(store.count, svc.ch, removals)
+    tables = [t for t in dict.fromkeys(r.table for r in removals) if counts.get(t)]
+    await asyncio.gather(*(svc.run(store.remove, svc.ch, t, removals) for t in tables))
+    return {t: n for t, n in counts.items() if n}
+
+
+def record(svc: Services, receipt: Receipt, user_id: str) -> None:
+    store.record(
+        svc.ch,
+        store.Record(
+            namespace=receipt.namespace,
+            agent=receipt.agent,
+            thread_id=receipt.thread_id,
+            msg_id=receipt.msg_id,
+            user_id=user_id,
+            action=receipt.action,
+            placeholder=receipt.placeholder,
+            spans=receipt.spans,
+            token_id=receipt.by,
+            redacted_at=receipt.at or utcnow(),
+        ),
+    )
+    receipt.wrote("message_redactions")
+
+
+__all__ = [
+    "RECOMPACT",
+    "Receipt",
+    "Recompaction",
+    "TableCount",
+    "embed_rows",
+    "embeddable",
+    "guarded",
+    "live_row_of_other",
+    "embedding_bound",
+    "recompaction",
+    "record",
+    "remove_from_disk",
+    "removals_of",
+    "rewrite_evidence",
+    "settle_turns",
+]

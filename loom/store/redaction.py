@@ -1,0 +1,288 @@
+"""SQL of conversation.delete_message and conversation.redact: reading one turn (any
+state), the compaction summaries that list it, its saved-index documents and memory
+evidence, writing the record of a removal, and removing a turn's older row versions
+from disk.
+
+A removal from disk is a mutation (``ALTER TABLE ... DELETE``) waited for, as the
+erasure worker removes rows: the engine rewrites the parts that hold the rows without
+them. Each removal names the rows it takes by their key and a version bound below the
+version the op just wrote, so the newest version (the tombstone or the redacted text)
+stays and a retry names the same rows. The rules (what is removed, what is rewritten)
+are the ops' (loom.ops.conversation.message_removal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+from loom.store import conversations as conv_store
+from loom.store import evidence as evidence_store
+from loom.store.rows import column, named
+from loom.store.rows import table as declare_table
+
+_TURN = "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}"
+_COLUMNS = ", ".join(
+    f"toString({c}) AS {c}" if c in ("namespace", "agent", "role", "origin", "tombstone_reason") else c
+    for c in conv_store.COLUMNS
+)
+
+
+def _turns(ch: Client, where: str, params: dict[str, Any]) -> list[conv_store.Turn]:
+    rows = ch.query(
+        f"SELECT {_COLUMNS} FROM conversations FINAL WHERE {_TURN} AND {where} ORDER BY ts, msg_id",
+        parameters=params,
+    ).named_results()
+    out = []
+    for r in rows:
+        r["metadata"] = conv_store._metadata(r["metadata"])
+        for flag in ("high_sensitivity", "is_summary", "is_saved", "tombstoned"):
+            r[flag] = bool(r[flag])
+        out.append(conv_store.Turn(**r))
+    return out
+
+
+def turn(ch: Client, namespace: str, agent: str, thread_id: str, msg_id: str) -> conv_store.Turn | None:
+    """The newest version of one agent's turn, tombstoned or not, recorded or saved-only."""
+    found = _turns(ch, "msg_id = {m:String}", {"ns": namespace, "ag": agent, "th": thread_id, "m": msg_id})
+    return found[0] if found else None
+
+
+def turns(
+    ch: Client, namespace: str, agent: str, thread_id: str, msg_ids: Sequence[str]
+) -> list[conv_store.Turn]:
+    """The newest versions of the named turns of one agent's thread."""
+    if not msg_ids:
+        return []
+    return _turns(
+        ch,
+        "msg_id IN {ids:Array(String)}",
+        {"ns": namespace, "ag": agent, "th": thread_id, "ids": list(msg_ids)},
+    )
+
+
+def summaries_of(
+    ch: Client, namespace: str, agent: str, thread_id: str, msg_id: str
+) -> list[conv_store.Turn]:
+    """The live compaction summaries of the agent's thread whose ``compacted_from``
+    lists the turn."""
+    return _turns(
+        ch,
+        "is_summary AND NOT tombstoned "
+        "AND has(JSONExtract(metadata, 'compacted_from', 'Array(String)'), {m:String})",
+        {"ns": namespace, "ag": agent, "th": thread_id, "m": msg_id},
+    )
+
+
+def saved_docs(ch: Client, namespace: str, agent: str, thread_id: str, msg_id: str, below: int) -> list[int]:
+    """The saved-index document ids (what saved_terms' postings name) of the turn's
+    versions older than `below`."""
+    rows = ch.query(
+        "SELECT DISTINCT doc FROM saved_docs WHERE namespace = {ns:String} AND thread_id = {th:String} "
+        "AND msg_id = {m:String} AND agent = {ag:String} AND version < {v:UInt64}",
+        parameters={"ns": namespace, "ag": agent, "th": thread_id, "m": msg_id, "v": below},
+    )
+    return [int(r[0]) for r in rows.result_rows]
+
+
+@dataclass(frozen=True)
+class EvidenceCopies:
+    """The memory evidence an extraction kept of the turn: the newest version of each
+    row, and the BM25 document ids (evidence_terms' postings) of every version."""
+
+    rows: list[evidence_store.Evidence]
+    docs: list[int]
+
+
+def evidence_of(ch: Client, namespace: str, msg_id: str, user_id: str, content: str) -> EvidenceCopies:
+    """Evidence rows of the namespace that hold the turn: the same message id, and the
+    turn's owner or (for a turn no user owns, or evidence filed under another subject)
+    the turn's very text."""
+    params = {"ns": namespace, "m": msg_id, "u": user_id, "c": content}
+    where = (
+        "namespace = {ns:String} AND msg_id = {m:String} "
+        "AND ((user_id = {u:String} AND {u:String} != '') OR content = {c:String})"
+    )
+    keys = f"(user_id, evidence_id) IN (SELECT user_id, evidence_id FROM memory_evidence WHERE {where})"
+    rows = evidence_store.TABLE.select(ch, f"WHERE namespace = {{ns:String}} AND {keys}", params, final=True)
+    docs = ch.query(
+        f"SELECT DISTINCT doc FROM memory_evidence WHERE namespace = {{ns:String}} AND {keys}",
+        parameters=params,
+    )
+    return EvidenceCopies(rows, [int(r[0]) for r in docs.result_rows])
+
+
+# -- the record of a removal --------------------------------------------------------
+
+REDACTED = "redacted"
+DELETED = "deleted"
+
+
+@dataclass
+class Record:
+    """A row of loom.message_redactions (no text of the turn)."""
+
+    namespace: str = column("LowCardinality(String)")
+    agent: str = column("LowCardinality(String)")
+    thread_id: str = column("String")
+    msg_id: str = column("String")
+    user_id: str = column("String")
+    action: str = column("LowCardinality(String)")
+    placeholder: str = column("String")
+    spans: int = column("UInt32")
+    token_id: str = column("String")
+    redacted_at: datetime = column("DateTime64(3, 'UTC')")
+
+
+RECORDS = declare_table("message_redactions", Record)
+
+
+def record(ch: Client, rec: Record) -> None:
+    RECORDS.insert(ch, [rec])
+
+
+def records_of_user(ch: Client, namespace: str, user_id: str) -> bytes:
+    """The user's removal records in one namespace, as NDJSON (erasure.export's
+    ``kind: "redaction"`` lines)."""
+    return ch.raw_query(
+        "SELECT 'redaction' AS kind, toString(namespace) AS namespace, toString(agent) AS agent, thread_id, "
+        "msg_id, user_id, toString(action) AS action, placeholder, spans, token_id, redacted_at "
+        "FROM message_redactions WHERE namespace = {ns:String} AND user_id = {u:String} "
+        "ORDER BY thread_id, msg_id, redacted_at",
+        parameters={"ns": namespace, "u": user_id},
+        fmt="JSONEachRow",
+        settings={"output_format_json_quote_64bit_integers": 0},
+    )
+
+
+# -- removal from disk --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Removal:
+    """Rows of `table` matching `where` (server-side parameters `params`): counted, then
+    removed from disk by a mutation waited for."""
+
+    table: str
+    where: str
+    params: dict[str, Any]
+
+
+def _emb_key(namespace: str, thread_id: str, msg_id: str, below: int) -> dict[str, Any]:
+    return {"ns": namespace, "th": thread_id, "m": msg_id, "v": below}
+
+
+_EMB_WHERE = (
+    "namespace = {ns:String} AND thread_id = {th:String} AND msg_id = {m:String} AND version < {v:UInt64}"
+)
+VECTOR_TABLES = ("conversation_vectors_384", "conversation_vectors_1536")
+
+
+def turn_versions(namespace: str, agent: str, thread_id: str, msg_id: str, below: int) -> list[Removal]:
+    """A transcript row's versions older than `below`, and the saved index's copies of them."""
+    params = {"ns": namespace, "ag": agent, "th": thread_id, "m": msg_id, "v": below}
+    return [
+        Removal("conversations", f"{_TURN} AND msg_id = {{m:String}} AND version < {{v:UInt64}}", params),
+        Removal(
+            "saved_docs",
+            "namespace = {ns:String} AND thread_id = {th:String} AND msg_id = {m:String} "
+            "AND agent = {ag:String} AND version < {v:UInt64}",
+            params,
+        ),
+    ]
+
+
+def embedding_versions(namespace: str, thread_id: str, msg_id: str, below: int) -> list[Removal]:
+    """An embedding row's versions older than `below` and every copy of them: the vector
+    tables' and the per-user saved vectors'."""
+    params = _emb_key(namespace, thread_id, msg_id, below)
+    return [
+        Removal(t, _EMB_WHERE, params) for t in ("conversation_embeddings", *VECTOR_TABLES, "saved_vectors")
+    ]
+
+
+def postings(table: str, namespace: str, docs: Sequence[int]) -> list[Removal]:
+    """The postings (saved_terms or evidence_terms) of the named documents."""
+    if not docs:
+        return []
+    return [
+        Removal(
+            table,
+            "namespace = {ns:String} AND doc IN {docs:Array(UInt64)}",
+            {"ns": namespace, "docs": list(docs)},
+        )
+    ]
+
+
+def evidence_versions(namespace: str, rows: Sequence[tuple[str, str, int]]) -> list[Removal]:
+    """Evidence rows' versions older than each bound: (user_id, evidence_id, below)."""
+    return [
+        Removal(
+            "memory_evidence",
+            "namespace = {ns:String} AND user_id = {u:String} AND evidence_id = {e:String} AND version < {v:UInt64}",
+            {"ns": namespace, "u": u, "e": e, "v": v},
+        )
+        for u, e, v in rows
+    ]
+
+
+def thread_versions(namespace: str, agent: str, thread_id: str, below: int) -> list[Removal]:
+    params = {"ns": namespace, "ag": agent, "th": thread_id, "v": below}
+    return [Removal("threads", f"{_TURN} AND version < {{v:UInt64}}", params)]
+
+
+def count(ch: Client, removals: Sequence[Removal]) -> dict[str, int]:
+    """How many rows each table's removals name (every version), in one read."""
+    if not removals:
+        return {}
+    parts: list[str] = []
+    params: dict[str, Any] = {}
+    for i, r in enumerate(removals):
+        where = r.where
+        for name in r.params:
+            where = where.replace(f"{{{name}:", f"{{p{i}_{name}:")
+            params[f"p{i}_{name}"] = r.params[name]
+        parts.append(f"SELECT {i} AS i, count() AS n FROM {r.table} WHERE {where}")
+    out: dict[str, int] = {}
+    for row in named(ch.query(" UNION ALL ".join(parts), parameters=params)):
+        table = removals[int(row["i"])].table
+        out[table] = out.get(table, 0) + int(row["n"])
+    return out
+
+
+def remove(ch: Client, table: str, removals: Sequence[Removal]) -> None:
+    """One table's removals, one mutation each, waited for (the engine queues a table's
+    mutations in order; different tables' run side by side)."""
+    for r in removals:
+        if r.table != table:
+            continue
+        ch.command(
+            f"ALTER TABLE {table} DELETE WHERE {r.where}", parameters=r.params, settings={"mutations_sync": 2}
+        )
+
+
+__all__ = [
+    "DELETED",
+    "REDACTED",
+    "EvidenceCopies",
+    "Record",
+    "Removal",
+    "count",
+    "embedding_versions",
+    "evidence_of",
+    "evidence_versions",
+    "postings",
+    "record",
+    "records_of_user",
+    "remove",
+    "saved_docs",
+    "summaries_of",
+    "thread_versions",
+    "turn",
+    "turn_versions",
+    "turns",
+]
