@@ -3,9 +3,9 @@ state), the compaction summaries that list it, its saved-index documents and mem
 evidence, writing the record of a removal, and removing a turn's older row versions
 from disk.
 
-A removal from disk is a mutation (``ALTER TABLE ... DELETE``) waited for, as the
-erasure worker removes rows: the engine rewrites the parts that hold the rows without
-them. Each removal names the rows it takes by their key and a version bound below the
+A removal hides the rows first (a lightweight DELETE: unreadable by any read at once),
+then rewrites the parts that hold them without them (``APPLY DELETED MASK``, a mutation
+waited for), as a namespace erasure removes rows. Each removal names the rows it takes by their key and a version bound below the
 version the op just wrote, so the newest version (the tombstone or the redacted text)
 stays and a retry names the same rows. The rules (what is removed, what is rewritten)
 are the ops' (loom.ops.conversation.message_removal).
@@ -164,8 +164,8 @@ def records_of_user(ch: Client, namespace: str, user_id: str) -> bytes:
 
 @dataclass(frozen=True)
 class Removal:
-    """Rows of `table` matching `where` (server-side parameters `params`): counted, then
-    removed from disk by a mutation waited for."""
+    """Rows of `table` matching `where` (server-side parameters `params`): counted,
+    hidden, then removed from disk."""
 
     table: str
     where: str
@@ -254,15 +254,18 @@ def count(ch: Client, removals: Sequence[Removal]) -> dict[str, int]:
     return out
 
 
-def remove(ch: Client, table: str, removals: Sequence[Removal]) -> None:
-    """One table's removals, one mutation each, waited for (the engine queues a table's
-    mutations in order; different tables' run side by side)."""
+def hide(ch: Client, table: str, removals: Sequence[Removal]) -> None:
+    """One table's removals as lightweight DELETEs: the rows are unreadable at once (by
+    every read, FINAL or not), though still in the part files."""
     for r in removals:
-        if r.table != table:
-            continue
-        ch.command(
-            f"ALTER TABLE {table} DELETE WHERE {r.where}", parameters=r.params, settings={"mutations_sync": 2}
-        )
+        if r.table == table:
+            ch.command(f"DELETE FROM {table} WHERE {r.where}", parameters=r.params)
+
+
+def purge(ch: Client, table: str) -> None:
+    """Rewrite the table's parts that hold hidden rows without them (a mutation, waited
+    for): the rows leave the disk."""
+    ch.command(f"ALTER TABLE {table} APPLY DELETED MASK", settings={"mutations_sync": 2})
 
 
 __all__ = [
@@ -278,7 +281,8 @@ __all__ = [
     "postings",
     "record",
     "records_of_user",
-    "remove",
+    "hide",
+    "purge",
     "saved_docs",
     "summaries_of",
     "thread_versions",

@@ -54,6 +54,8 @@ class RemovalReceipt(BaseModel):
     turns_restored: int = Field(description="Turns those summaries had replaced, live again.")
     at: Timestamp | None = None
     by: str = Field(description="The token id that asked.")
+    unreadable_ms: float = Field(description="From the op's start until no read found the old text.")
+    gone_ms: float = Field(description="From the op's start until no part file held it.")
 
 
 class DeleteMessageResponse(RemovalReceipt):

@@ -64,7 +64,7 @@ async def delete(
 
 def _receipt(r: Receipt) -> dict[str, object]:
     body = asdict(r)
-    del body["action"], body["done"]
+    del body["action"], body["done"], body["started"]
     return body
 
 

@@ -138,7 +138,7 @@ async def _delete(svc: Services, t: conv_store.Turn, receipt: mr.Receipt) -> Non
         summaries=rc.summaries,
         summary_emb_below=summary_below,
     )
-    receipt.removed(await mr.remove_from_disk(svc, removals))
+    await mr.remove_from_disk(svc, receipt, removals)
     receipt.done = True
     receipt.at = at
     await svc.run(mr.record, svc, receipt, t.user_id)

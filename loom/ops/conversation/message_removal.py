@@ -27,10 +27,12 @@ Rules (stated once here, for both ops):
   stays deleted (a deletion) or comes back redacted (a redaction).
 - Gone from disk. Every version older than the one just written, of every row named
   above (the turn, its embedding row and their copies, the summary, the evidence, a
-  thread row whose title held a removed span), is removed by a mutation that rewrites
-  the parts holding it, waited for before the op answers: no older version of the text
-  is left to find, FINAL or not. The engine drops the replaced parts' files after its
-  usual delay (old_parts_lifetime), as for every mutation.
+  thread row whose title held a removed span), is hidden by a lightweight DELETE (no
+  read finds it from then on, FINAL or not), then the parts holding it are rewritten
+  without it (``APPLY DELETED MASK``, waited for) before the op answers. The engine
+  drops the replaced parts' files after its usual delay (old_parts_lifetime), as for
+  every mutation. The receipt says when each stage was reached (``unreadable_ms``,
+  ``gone_ms``).
 - The answer is a receipt: per table, the rows written and the rows removed from disk;
   when, by which token; never any removed text.
 """
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -93,6 +96,14 @@ class Receipt:
     high_sensitivity: bool = False  # the turn reads as high after a redaction
     at: datetime | None = None
     by: str = ""  # the token id
+    # Milliseconds from the op's start until no read found the old text, and until no
+    # part file held it (0 when nothing was removed).
+    unreadable_ms: float = 0.0
+    gone_ms: float = 0.0
+    started: float = field(default_factory=time.perf_counter, repr=False)
+
+    def elapsed_ms(self) -> float:
+        return round((time.perf_counter() - self.started) * 1000, 1)
 
     def wrote(self, table: str, n: int = 1) -> None:
         self.tables.setdefault(table, TableCount()).written += n
@@ -303,13 +314,17 @@ def removals_of(
     return out
 
 
-async def remove_from_disk(svc: Services, removals: Sequence[store.Removal]) -> dict[str, int]:
-    """Count the rows, then remove them: each table's mutations in order, the tables side
-    by side, every one waited for."""
+async def remove_from_disk(svc: Services, receipt: Receipt, removals: Sequence[store.Removal]) -> None:
+    """Count the rows, hide them (lightweight DELETEs: from then on no read finds the old
+    text), then rewrite the parts without them; the tables side by side, every step
+    waited for. The receipt gets the counts and when each stage was reached."""
     counts = await svc.run(store.count, svc.ch, removals)
     tables = [t for t in dict.fromkeys(r.table for r in removals) if counts.get(t)]
-    await asyncio.gather(*(svc.run(store.remove, svc.ch, t, removals) for t in tables))
-    return {t: n for t, n in counts.items() if n}
+    await asyncio.gather(*(svc.run(store.hide, svc.ch, t, removals) for t in tables))
+    receipt.unreadable_ms = receipt.elapsed_ms()
+    await asyncio.gather(*(svc.run(store.purge, svc.ch, t) for t in tables))
+    receipt.gone_ms = receipt.elapsed_ms()
+    receipt.removed({t: n for t, n in counts.items() if n})
 
 
 def record(svc: Services, receipt: Receipt, user_id: str) -> None:

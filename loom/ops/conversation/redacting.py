@@ -213,7 +213,7 @@ async def _redact(svc: Services, t: conv_store.Turn, located: list[Span], receip
         summary_emb_below=summary_below,
         thread_below=thread_below,
     )
-    receipt.removed(await mr.remove_from_disk(svc, removals))
+    await mr.remove_from_disk(svc, receipt, removals)
     receipt.done = True
     receipt.at = at
     await svc.run(mr.record, svc, receipt, t.user_id)
