@@ -3,9 +3,9 @@ state), the compaction summaries that list it, its saved-index documents and mem
 evidence, writing the record of a removal, and removing a turn's older row versions
 from disk.
 
-A removal hides the rows first (a lightweight DELETE: unreadable by any read at once),
-then rewrites the parts that hold them without them (``APPLY DELETED MASK``, a mutation
-waited for), as a namespace erasure removes rows. Each removal names the rows it takes by their key and a version bound below the
+A removal from disk is one mutation per table (``ALTER TABLE ... DELETE``), waited for,
+as the erasure worker removes rows: the engine rewrites the parts that hold the rows
+without them. Each removal names the rows it takes by their key and a version bound below the
 version the op just wrote, so the newest version (the tombstone or the redacted text)
 stays and a retry names the same rows. The rules (what is removed, what is rewritten)
 are the ops' (loom.ops.conversation.message_removal).
@@ -164,8 +164,8 @@ def records_of_user(ch: Client, namespace: str, user_id: str) -> bytes:
 
 @dataclass(frozen=True)
 class Removal:
-    """Rows of `table` matching `where` (server-side parameters `params`): counted,
-    hidden, then removed from disk."""
+    """Rows of `table` matching `where` (server-side parameters `params`): counted, then
+    removed from disk."""
 
     table: str
     where: str
@@ -235,6 +235,16 @@ def thread_versions(namespace: str, agent: str, thread_id: str, below: int) -> l
     return [Removal("threads", f"{_TURN} AND version < {{v:UInt64}}", params)]
 
 
+def _renamed(i: int, r: Removal) -> tuple[str, dict[str, Any]]:
+    """The removal's condition with its parameters renamed apart (``p<i>_<name>``), so
+    several can share one statement."""
+    where, params = r.where, {}
+    for name, value in r.params.items():
+        where = where.replace(f"{{{name}:", f"{{p{i}_{name}:")
+        params[f"p{i}_{name}"] = value
+    return where, params
+
+
 def count(ch: Client, removals: Sequence[Removal]) -> dict[str, int]:
     """How many rows each table's removals name (every version), in one read."""
     if not removals:
@@ -242,10 +252,8 @@ def count(ch: Client, removals: Sequence[Removal]) -> dict[str, int]:
     parts: list[str] = []
     params: dict[str, Any] = {}
     for i, r in enumerate(removals):
-        where = r.where
-        for name in r.params:
-            where = where.replace(f"{{{name}:", f"{{p{i}_{name}:")
-            params[f"p{i}_{name}"] = r.params[name]
+        where, own = _renamed(i, r)
+        params |= own
         parts.append(f"SELECT {i} AS i, count() AS n FROM {r.table} WHERE {where}")
     out: dict[str, int] = {}
     for row in named(ch.query(" UNION ALL ".join(parts), parameters=params)):
@@ -254,18 +262,22 @@ def count(ch: Client, removals: Sequence[Removal]) -> dict[str, int]:
     return out
 
 
-def hide(ch: Client, table: str, removals: Sequence[Removal]) -> None:
-    """One table's removals as lightweight DELETEs: the rows are unreadable at once (by
-    every read, FINAL or not), though still in the part files."""
-    for r in removals:
+def remove(ch: Client, table: str, removals: Sequence[Removal]) -> None:
+    """One table's removals in one mutation, waited for: the engine rewrites the parts
+    holding the rows without them (different tables' mutations run side by side)."""
+    wheres: list[str] = []
+    params: dict[str, Any] = {}
+    for i, r in enumerate(removals):
         if r.table == table:
-            ch.command(f"DELETE FROM {table} WHERE {r.where}", parameters=r.params)
-
-
-def purge(ch: Client, table: str) -> None:
-    """Rewrite the table's parts that hold hidden rows without them (a mutation, waited
-    for): the rows leave the disk."""
-    ch.command(f"ALTER TABLE {table} APPLY DELETED MASK", settings={"mutations_sync": 2})
+            where, own = _renamed(i, r)
+            wheres.append(f"({where})")
+            params |= own
+    if wheres:
+        ch.command(
+            f"ALTER TABLE {table} DELETE WHERE {' OR '.join(wheres)}",
+            parameters=params,
+            settings={"mutations_sync": 2},
+        )
 
 
 __all__ = [
@@ -281,8 +293,7 @@ __all__ = [
     "postings",
     "record",
     "records_of_user",
-    "hide",
-    "purge",
+    "remove",
     "saved_docs",
     "summaries_of",
     "thread_versions",

@@ -22,6 +22,7 @@ A missing turn is a 404 naming ``msg_id``. Asked again, a removed turn answers
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from loom.auth.principal import Principal, Role
@@ -88,7 +89,11 @@ async def _delete(svc: Services, t: conv_store.Turn, receipt: mr.Receipt) -> Non
     ns, thread_id = t.namespace, t.thread_id
     v = next_version()
     at = utcnow()
-    rc = await svc.run(mr.recompaction, svc, t, v)
+    rc, docs, evidence = await asyncio.gather(
+        svc.run(mr.recompaction, svc, t, v),
+        svc.run(store.saved_docs, svc.ch, ns, t.agent, thread_id, t.msg_id, v),
+        svc.run(store.evidence_of, svc.ch, ns, t.msg_id, t.user_id, t.content),
+    )
     tomb = replace(
         t,
         content="",
@@ -99,8 +104,6 @@ async def _delete(svc: Services, t: conv_store.Turn, receipt: mr.Receipt) -> Non
         tombstone_reason=DELETED,
         version=v,
     )
-    docs = await svc.run(store.saved_docs, svc.ch, ns, t.agent, thread_id, t.msg_id, v)
-    evidence = await svc.run(store.evidence_of, svc.ch, ns, t.msg_id, t.user_id, t.content)
     await svc.run(conv_store.insert, svc.ch, [tomb, *rc.summaries, *rc.restored])
     receipt.wrote("conversations", 1 + len(rc.summaries) + len(rc.restored))
     receipt.summaries_tombstoned, receipt.turns_restored = len(rc.summaries), len(rc.restored)
@@ -125,6 +128,7 @@ async def _delete(svc: Services, t: conv_store.Turn, receipt: mr.Receipt) -> Non
     if new_evidence:
         await svc.run(evidence_store.insert, svc.ch, new_evidence)
         receipt.wrote("memory_evidence", len(new_evidence))
+    receipt.unreadable_ms = receipt.elapsed_ms()
 
     emb_below = await mr.embedding_bound(svc, t, mine)
     summary_below = {s.msg_id: await mr.embedding_bound(svc, s, mine) for s in rc.summaries}

@@ -25,14 +25,18 @@ Rules (stated once here, for both ops):
   re-embedded when it may be): the thread is back to its turns, and the next
   conversation.compact summarises them again from their current text. The turn itself
   stays deleted (a deletion) or comes back redacted (a redaction).
-- Gone from disk. Every version older than the one just written, of every row named
-  above (the turn, its embedding row and their copies, the summary, the evidence, a
-  thread row whose title held a removed span), is hidden by a lightweight DELETE (no
-  read finds it from then on, FINAL or not), then the parts holding it are rewritten
-  without it (``APPLY DELETED MASK``, waited for) before the op answers. The engine
-  drops the replaced parts' files after its usual delay (old_parts_lifetime), as for
-  every mutation. The receipt says when each stage was reached (``unreadable_ms``,
-  ``gone_ms``).
+- Unreadable, then gone from disk. Once the new versions are written (the turn's, its
+  embedding row's, the evidence's, the summary's), no op reads the old text: every read
+  takes a row's newest version (FINAL), and the indexes' reads (vector tables, saved
+  postings, evidence postings) check each row against it; the receipt's
+  ``unreadable_ms`` is that moment. Then every version older than the one just written,
+  of every row named above (the turn and its saved_docs copy, its postings by document
+  id, its embedding row with the vector tables' and saved_vectors' copies, the summary's
+  rows, the evidence and its postings, a thread row whose title held a removed span), is
+  removed by one mutation per table that rewrites the parts holding it, waited for
+  before the op answers (``gone_ms``): no older version of the text is left in a part,
+  FINAL or not. The engine drops the replaced parts' files after its usual delay
+  (old_parts_lifetime), as for every mutation.
 - The answer is a receipt: per table, the rows written and the rows removed from disk;
   when, by which token; never any removed text.
 """
@@ -96,8 +100,9 @@ class Receipt:
     high_sensitivity: bool = False  # the turn reads as high after a redaction
     at: datetime | None = None
     by: str = ""  # the token id
-    # Milliseconds from the op's start until no read found the old text, and until no
-    # part file held it (0 when nothing was removed).
+    # Milliseconds from the op's start until no op could read the old text (its newer
+    # versions written: every read takes the newest version, or checks an index's row
+    # against it), and until no part file held it (0 when nothing was removed).
     unreadable_ms: float = 0.0
     gone_ms: float = 0.0
     started: float = field(default_factory=time.perf_counter, repr=False)
@@ -315,14 +320,11 @@ def removals_of(
 
 
 async def remove_from_disk(svc: Services, receipt: Receipt, removals: Sequence[store.Removal]) -> None:
-    """Count the rows, hide them (lightweight DELETEs: from then on no read finds the old
-    text), then rewrite the parts without them; the tables side by side, every step
-    waited for. The receipt gets the counts and when each stage was reached."""
+    """Count the rows, then remove them from disk: one mutation per table, the tables
+    side by side, every one waited for. The receipt gets the counts and ``gone_ms``."""
     counts = await svc.run(store.count, svc.ch, removals)
     tables = [t for t in dict.fromkeys(r.table for r in removals) if counts.get(t)]
-    await asyncio.gather(*(svc.run(store.hide, svc.ch, t, removals) for t in tables))
-    receipt.unreadable_ms = receipt.elapsed_ms()
-    await asyncio.gather(*(svc.run(store.purge, svc.ch, t) for t in tables))
+    await asyncio.gather(*(svc.run(store.remove, svc.ch, t, removals) for t in tables))
     receipt.gone_ms = receipt.elapsed_ms()
     receipt.removed({t: n for t, n in counts.items() if n})
 

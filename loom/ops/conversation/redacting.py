@@ -27,6 +27,7 @@ token, the placeholder, how many spans: never the removed text) for erasure.expo
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -167,7 +168,12 @@ async def _redact(svc: Services, t: conv_store.Turn, located: list[Span], receip
     content = splice(t.content, located, placeholder)
     v = next_version()
     at = utcnow()
-    rc = await svc.run(mr.recompaction, svc, t, v)
+    rc, docs, evidence, thread = await asyncio.gather(
+        svc.run(mr.recompaction, svc, t, v),
+        svc.run(store.saved_docs, svc.ch, ns, t.agent, thread_id, t.msg_id, v),
+        svc.run(store.evidence_of, svc.ch, ns, t.msg_id, t.user_id, t.content),
+        svc.run(thread_store.get, svc.ch, ns, t.agent, thread_id),
+    )
     back = bool(rc.summaries) and t.tombstoned and t.tombstone_reason == COMPACTED
     still_high = reads_as_high(content)
     new = replace(
@@ -180,9 +186,6 @@ async def _redact(svc: Services, t: conv_store.Turn, located: list[Span], receip
         tombstone_reason="" if back else t.tombstone_reason,
         version=v,
     )
-    docs = await svc.run(store.saved_docs, svc.ch, ns, t.agent, thread_id, t.msg_id, v)
-    evidence = await svc.run(store.evidence_of, svc.ch, ns, t.msg_id, t.user_id, t.content)
-    thread = await svc.run(thread_store.get, svc.ch, ns, t.agent, thread_id)
     await svc.run(conv_store.insert, svc.ch, [new, *rc.summaries, *rc.restored])
     receipt.wrote("conversations", 1 + len(rc.summaries) + len(rc.restored))
     receipt.summaries_tombstoned, receipt.turns_restored = len(rc.summaries), len(rc.restored)
@@ -199,6 +202,7 @@ async def _redact(svc: Services, t: conv_store.Turn, located: list[Span], receip
         thread_below = next_version()
         await svc.run(thread_store.insert, svc.ch, [replace(thread, title=title, version=thread_below)])
         receipt.wrote("threads")
+    receipt.unreadable_ms = receipt.elapsed_ms()
 
     emb_below = await mr.embedding_bound(svc, t, mine)
     summary_below = {s.msg_id: await mr.embedding_bound(svc, s, mine) for s in rc.summaries}
