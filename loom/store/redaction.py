@@ -91,29 +91,36 @@ def saved_docs(ch: Client, namespace: str, agent: str, thread_id: str, msg_id: s
 
 @dataclass(frozen=True)
 class EvidenceCopies:
-    """The memory evidence an extraction kept of the turn: the newest version of each
-    row, and the BM25 document ids (evidence_terms' postings) of every version."""
+    """Memory evidence of one message id: the newest version of each row, and the BM25
+    document ids (evidence_terms' postings) of every version, by (user_id, evidence_id)."""
 
     rows: list[evidence_store.Evidence]
-    docs: list[int]
+    docs: dict[tuple[str, str], list[int]]
+
+    def holding(self, user_id: str, content: str) -> EvidenceCopies:
+        """The rows that hold the turn: its owner's, or (for a turn no user owns, or
+        evidence filed under another subject) those with the turn's very text."""
+        rows = [e for e in self.rows if (user_id and e.user_id == user_id) or e.content == content]
+        keys = {(e.user_id, e.evidence_id) for e in rows}
+        return EvidenceCopies(rows, {k: v for k, v in self.docs.items() if k in keys})
+
+    def all_docs(self) -> list[int]:
+        return sorted({d for docs in self.docs.values() for d in docs})
 
 
-def evidence_of(ch: Client, namespace: str, msg_id: str, user_id: str, content: str) -> EvidenceCopies:
-    """Evidence rows of the namespace that hold the turn: the same message id, and the
-    turn's owner or (for a turn no user owns, or evidence filed under another subject)
-    the turn's very text."""
-    params = {"ns": namespace, "m": msg_id, "u": user_id, "c": content}
-    where = (
-        "namespace = {ns:String} AND msg_id = {m:String} "
-        "AND ((user_id = {u:String} AND {u:String} != '') OR content = {c:String})"
-    )
-    keys = f"(user_id, evidence_id) IN (SELECT user_id, evidence_id FROM memory_evidence WHERE {where})"
-    rows = evidence_store.TABLE.select(ch, f"WHERE namespace = {{ns:String}} AND {keys}", params, final=True)
+def evidence_of(ch: Client, namespace: str, msg_id: str) -> EvidenceCopies:
+    """The namespace's evidence rows of the message id, any user (two reads)."""
+    params = {"ns": namespace, "m": msg_id}
+    where = "WHERE namespace = {ns:String} AND msg_id = {m:String}"
+    rows = evidence_store.TABLE.select(ch, where, params, final=True)
+    if not rows:
+        return EvidenceCopies([], {})
     docs = ch.query(
-        f"SELECT DISTINCT doc FROM memory_evidence WHERE namespace = {{ns:String}} AND {keys}",
+        f"SELECT user_id, evidence_id, groupUniqArray(doc) AS docs FROM memory_evidence {where} "
+        "GROUP BY user_id, evidence_id",
         parameters=params,
     )
-    return EvidenceCopies(rows, [int(r[0]) for r in docs.result_rows])
+    return EvidenceCopies(rows, {(r[0], r[1]): [int(d) for d in r[2]] for r in docs.result_rows})
 
 
 # -- the record of a removal --------------------------------------------------------

@@ -74,26 +74,22 @@ async def delete_message(
     ns = _check_caller(who, namespace)
     receipt = mr.Receipt(ns, agent, thread_id, msg_id, store.DELETED, by=who.token_id)
     async with mr.guarded(svc, ns, thread_id):
-        t = await svc.run(store.turn, svc.ch, ns, agent, thread_id, msg_id)
+        v = next_version()
+        snap = await mr.snapshot(svc, ns, agent, thread_id, msg_id, v)
+        t = snap.turn
         if t is None:
             raise NotFound(f"no message {msg_id!r} in this thread", field="msg_id", rule="exists")
         _check_owner(who, t)
         if _nothing_left(t):
             receipt.found = False
             return receipt
-        await _delete(svc, t, receipt)
+        await _delete(svc, snap, t, v, receipt)
     return receipt
 
 
-async def _delete(svc: Services, t: conv_store.Turn, receipt: mr.Receipt) -> None:
-    ns, thread_id = t.namespace, t.thread_id
-    v = next_version()
+async def _delete(svc: Services, snap: mr.Snapshot, t: conv_store.Turn, v: int, receipt: mr.Receipt) -> None:
     at = utcnow()
-    rc, docs, evidence = await asyncio.gather(
-        svc.run(mr.recompaction, svc, t, v),
-        svc.run(store.saved_docs, svc.ch, ns, t.agent, thread_id, t.msg_id, v),
-        svc.run(store.evidence_of, svc.ch, ns, t.msg_id, t.user_id, t.content),
-    )
+    rc = await svc.run(mr.recompaction, svc, snap, v) if snap.summaries else mr.Recompaction()
     tomb = replace(
         t,
         content="",
@@ -104,18 +100,25 @@ async def _delete(svc: Services, t: conv_store.Turn, receipt: mr.Receipt) -> Non
         tombstone_reason=DELETED,
         version=v,
     )
-    await svc.run(conv_store.insert, svc.ch, [tomb, *rc.summaries, *rc.restored])
-    receipt.wrote("conversations", 1 + len(rc.summaries) + len(rc.restored))
-    receipt.summaries_tombstoned, receipt.turns_restored = len(rc.summaries), len(rc.restored)
-
+    evidence = snap.evidence.holding(t.user_id, t.content)
     retired = {t.agent: [t.msg_id, *(s.msg_id for s in rc.summaries)]}
-    handed, tombs = await svc.run(mr.settle_turns, svc, ns, thread_id, retired)
-    restored = [r for r in rc.restored if not await svc.run(mr.live_row_of_other, svc, r)]
-    fresh = await mr.embed_rows(svc, restored)
+    handed, tombs = await svc.run(mr.settle_turns, svc, snap, retired)
+    fresh = await mr.embed_rows(svc, [r for r in rc.restored if not mr.live_row_of_other(snap, r)])
     rows = [*handed, *tombs, *fresh]
+    new_evidence = mr.rewrite_evidence(evidence, lambda _c: "", v)
+    # The transcript's versions first: an embedding row never serves a turn not yet there.
+    await svc.run(conv_store.insert, svc.ch, [tomb, *rc.summaries, *rc.restored])
+    await asyncio.gather(
+        svc.run(emb_store.insert, svc.ch, rows) if rows else asyncio.sleep(0),
+        svc.run(evidence_store.insert, svc.ch, new_evidence) if new_evidence else asyncio.sleep(0),
+    )
+    receipt.unreadable_ms = receipt.elapsed_ms()
+    receipt.wrote("conversations", 1 + len(rc.summaries) + len(rc.restored))
     if rows:
-        await svc.run(emb_store.insert, svc.ch, rows)
         receipt.wrote("conversation_embeddings", len(rows))
+    if new_evidence:
+        receipt.wrote("memory_evidence", len(new_evidence))
+    receipt.summaries_tombstoned, receipt.turns_restored = len(rc.summaries), len(rc.restored)
     mine = {r.msg_id: r for r in [*handed, *tombs]}
     receipt.embedding = (
         "handed_over"
@@ -124,23 +127,16 @@ async def _delete(svc: Services, t: conv_store.Turn, receipt: mr.Receipt) -> Non
         if t.msg_id in mine
         else "none"
     )
-    new_evidence = mr.rewrite_evidence(evidence, lambda _c: "", v)
-    if new_evidence:
-        await svc.run(evidence_store.insert, svc.ch, new_evidence)
-        receipt.wrote("memory_evidence", len(new_evidence))
-    receipt.unreadable_ms = receipt.elapsed_ms()
 
-    emb_below = await mr.embedding_bound(svc, t, mine)
-    summary_below = {s.msg_id: await mr.embedding_bound(svc, s, mine) for s in rc.summaries}
     removals = mr.removals_of(
         t,
         v,
-        saved_docs=docs,
-        emb_below=emb_below,
+        saved_docs=snap.saved_docs,
+        emb_below=await mr.embedding_bound(svc, snap, t, mine),
         evidence=new_evidence,
-        evidence_docs=evidence.docs,
+        evidence_docs=evidence.all_docs(),
         summaries=rc.summaries,
-        summary_emb_below=summary_below,
+        summary_emb_below={s.msg_id: await mr.embedding_bound(svc, snap, s, mine) for s in rc.summaries},
     )
     await mr.remove_from_disk(svc, receipt, removals)
     receipt.done = True

@@ -65,6 +65,7 @@ from loom.store import deletion, search_marks
 from loom.store import embeddings as emb_store
 from loom.store import evidence as evidence_store
 from loom.store import redaction as store
+from loom.store import threads as thread_store
 
 log = loom_logging.get("loom.conversation.message_removal")
 
@@ -133,6 +134,44 @@ async def guarded(svc: Services, namespace: str, thread_id: str) -> AsyncIterato
         ) from None
 
 
+# -- what a removal reads first ------------------------------------------------------
+
+
+@dataclass
+class Snapshot:
+    """Everything a removal reads before it writes, read side by side (one round of
+    reads on the way to the answer)."""
+
+    turn: conv_store.Turn | None
+    summaries: list[conv_store.Turn]  # live summaries listing the turn
+    saved_docs: list[int]  # the saved index's document ids of the turn's older versions
+    evidence: store.EvidenceCopies  # memory evidence of the message id (any user)
+    thread: thread_store.ThreadRow | None
+    copies: dict[str, dict[str, deletion.Copy]]  # every agent's copy of every turn of the thread
+    rows: list[emb_store.EmbeddingRow]  # the thread's live embedding rows, without vectors
+    emb: emb_store.EmbeddingRow | None  # the turn's embedding row, newest version, any state
+
+
+async def snapshot(svc: Services, ns: str, agent: str, thread_id: str, msg_id: str, below: int) -> Snapshot:
+    ch = svc.ch
+    # Two groups, because asyncio.gather's types stop at six awaitables; all eight run at once.
+    (turn, summaries, docs, evidence), (thread, copies, rows, emb) = await asyncio.gather(
+        asyncio.gather(
+            svc.run(store.turn, ch, ns, agent, thread_id, msg_id),
+            svc.run(store.summaries_of, ch, ns, agent, thread_id, msg_id),
+            svc.run(store.saved_docs, ch, ns, agent, thread_id, msg_id, below),
+            svc.run(store.evidence_of, ch, ns, msg_id),
+        ),
+        asyncio.gather(
+            svc.run(thread_store.get, ch, ns, agent, thread_id),
+            svc.run(deletion.copies, ch, ns, thread_id, EMBED_CHARS),
+            svc.run(deletion.thread_embeddings, ch, ns, thread_id, vectors=False),
+            svc.run(emb_store.get, ch, ns, thread_id, msg_id),
+        ),
+    )
+    return Snapshot(turn, summaries, docs, evidence, thread, copies, rows, emb)
+
+
 # -- embedding rows ---------------------------------------------------------------
 
 
@@ -147,19 +186,14 @@ def embeddable(t: conv_store.Turn) -> bool:
 
 
 def settle_turns(
-    svc: Services, namespace: str, thread_id: str, retired: dict[str, Sequence[str]]
+    svc: Services, snap: Snapshot, retired: dict[str, Sequence[str]]
 ) -> tuple[list[emb_store.EmbeddingRow], list[emb_store.EmbeddingRow]]:
     """The embedding rows of the named turns (agent -> msg_ids) whose copy no longer holds
     their text: passed to another agent's live copy with that text, or tombstoned
     (conversation.delete's rules). Returns (hand-overs, tombstones), not yet written."""
     wanted = {m for ids in retired.values() for m in ids}
-    copies = deletion.copies(svc.ch, namespace, thread_id, EMBED_CHARS)
-    rows = [
-        r
-        for r in deletion.thread_embeddings(svc.ch, namespace, thread_id, vectors=False)
-        if r.msg_id in wanted
-    ]
-    state = ThreadState({m: c for m, c in copies.items() if m in wanted}, rows)
+    copies = {m: dict(c) for m, c in snap.copies.items() if m in wanted}
+    state = ThreadState(copies, [r for r in snap.rows if r.msg_id in wanted])
     for agent, ids in retired.items():
         state.retired(agent, ids)
     writes, _ = settle_writes(state)
@@ -167,10 +201,9 @@ def settle_turns(
     return [w for w in writes if not w.tombstoned], [w for w in writes if w.tombstoned]
 
 
-def live_row_of_other(svc: Services, t: conv_store.Turn) -> bool:
+def live_row_of_other(snap: Snapshot, t: conv_store.Turn) -> bool:
     """The turn's embedding row serves another agent's live copy (leave it be)."""
-    row = emb_store.get(svc.ch, t.namespace, t.thread_id, t.msg_id)
-    return row is not None and not row.tombstoned and row.agent != t.agent
+    return any(r.msg_id == t.msg_id and r.agent != t.agent for r in snap.rows)
 
 
 async def embed_rows(svc: Services, turns: Sequence[conv_store.Turn]) -> list[emb_store.EmbeddingRow]:
@@ -210,14 +243,17 @@ async def embed_rows(svc: Services, turns: Sequence[conv_store.Turn]) -> list[em
 
 
 async def embedding_bound(
-    svc: Services, t: conv_store.Turn, written: dict[str, emb_store.EmbeddingRow]
+    svc: Services, snap: Snapshot, t: conv_store.Turn, written: dict[str, emb_store.EmbeddingRow]
 ) -> int:
     """The version below which the turn's embedding row's versions go from disk: the one
     just written, or a tombstone written before; 0 (none go) when the row serves another
     agent's live copy this removal did not touch."""
     if t.msg_id in written:
         return written[t.msg_id].version
-    row = await svc.run(emb_store.get, svc.ch, t.namespace, t.thread_id, t.msg_id)
+    if snap.turn is not None and t.msg_id == snap.turn.msg_id:
+        row = snap.emb
+    else:
+        row = await svc.run(emb_store.get, svc.ch, t.namespace, t.thread_id, t.msg_id)
     if row is None or (not row.tombstoned and row.agent != t.agent):
         return 0
     return row.version
@@ -229,22 +265,22 @@ async def embedding_bound(
 @dataclass
 class Recompaction:
     """The summaries listing the turn, tombstoned, and the turns they replaced, restored
-    (newest versions to write), and the removals of the summaries' older versions."""
+    (newest versions to write)."""
 
     summaries: list[conv_store.Turn] = field(default_factory=list)
     restored: list[conv_store.Turn] = field(default_factory=list)
 
 
-def recompaction(svc: Services, t: conv_store.Turn, version: int, *, keep: str = "") -> Recompaction:
-    """Tombstoned versions of the live summaries listing turn `t`, and live versions of
-    the turns they replaced (every one but `t` itself, which the op writes, and `keep`)."""
-    summaries = store.summaries_of(svc.ch, t.namespace, t.agent, t.thread_id, t.msg_id)
-    if not summaries:
+def recompaction(svc: Services, snap: Snapshot, version: int) -> Recompaction:
+    """Tombstoned versions of the live summaries listing the turn, and live versions of
+    the turns they replaced (every one but the turn itself, which the op writes)."""
+    t = snap.turn
+    if t is None or not snap.summaries:
         return Recompaction()
     at = utcnow()
     out = Recompaction()
     replaced: list[str] = []
-    for s in summaries:
+    for s in snap.summaries:
         out.summaries.append(
             replace(
                 s,
@@ -258,7 +294,7 @@ def recompaction(svc: Services, t: conv_store.Turn, version: int, *, keep: str =
         )
         ids = s.metadata.get("compacted_from")
         replaced += [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
-    others = [i for i in dict.fromkeys(replaced) if i not in (t.msg_id, keep)]
+    others = [i for i in dict.fromkeys(replaced) if i != t.msg_id]
     for r in store.turns(svc.ch, t.namespace, t.agent, t.thread_id, others):
         if r.tombstoned and r.tombstone_reason == COMPACTED:
             out.restored.append(

@@ -28,8 +28,10 @@ token, the placeholder, how many spans: never the removed text) for erasure.expo
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC
 
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
@@ -150,30 +152,47 @@ async def redact(
     receipt = mr.Receipt(
         ns, agent, thread_id, msg_id, store.REDACTED, placeholder=placeholder, by=who.token_id
     )
+    await _embedding_settled(svc, ns, agent, thread_id, msg_id)
     async with mr.guarded(svc, ns, thread_id):
-        t = await svc.run(store.turn, svc.ch, ns, agent, thread_id, msg_id)
+        v = next_version()
+        snap = await mr.snapshot(svc, ns, agent, thread_id, msg_id, v)
+        t = snap.turn
         if t is None:
             raise NotFound(f"no message {msg_id!r} in this thread", field="msg_id", rule="exists")
         located = locate(t.content, spans or [], ranges or [], high)
         receipt.high_sensitivity = t.high_sensitivity
         if not located:
             return receipt
-        await _redact(svc, t, located, receipt)
+        await _redact(svc, snap, t, v, located, receipt)
     return receipt
 
 
-async def _redact(svc: Services, t: conv_store.Turn, located: list[Span], receipt: mr.Receipt) -> None:
-    ns, thread_id, placeholder = t.namespace, t.thread_id, receipt.placeholder
+async def _embedding_settled(svc: Services, ns: str, agent: str, thread_id: str, msg_id: str) -> None:
+    """Wait (bounded) for the old text's own embedding when it may still be on its way:
+    the worker writes a turn's vector under the thread lease after checking only that
+    the turn is live, so a vector of the old text written after the redaction would
+    bring the text back. A turn that may be embedded and has no embedding row yet is
+    waited for until its row lands (a failed embed writes one too) or the worker's write
+    deadline for it has passed (after it the worker writes nothing; the recovery pass
+    embeds the current text)."""
+    t = await svc.run(store.turn, svc.ch, ns, agent, thread_id, msg_id)
+    if t is None or not mr.embeddable(t):
+        return
+    deadline = t.ts.replace(tzinfo=t.ts.tzinfo or UTC).timestamp() + svc.settings.recovery_grace_seconds
+    while time.time() < deadline:
+        if await svc.run(emb_store.get, svc.ch, ns, thread_id, msg_id) is not None:
+            return
+        await asyncio.sleep(0.05)
+
+
+async def _redact(
+    svc: Services, snap: mr.Snapshot, t: conv_store.Turn, v: int, located: list[Span], receipt: mr.Receipt
+) -> None:
+    placeholder = receipt.placeholder
     change = Replacer([t.content[a:b] for a, b in located], placeholder)
     content = splice(t.content, located, placeholder)
-    v = next_version()
     at = utcnow()
-    rc, docs, evidence, thread = await asyncio.gather(
-        svc.run(mr.recompaction, svc, t, v),
-        svc.run(store.saved_docs, svc.ch, ns, t.agent, thread_id, t.msg_id, v),
-        svc.run(store.evidence_of, svc.ch, ns, t.msg_id, t.user_id, t.content),
-        svc.run(thread_store.get, svc.ch, ns, t.agent, thread_id),
-    )
+    rc = await svc.run(mr.recompaction, svc, snap, v) if snap.summaries else mr.Recompaction()
     back = bool(rc.summaries) and t.tombstoned and t.tombstone_reason == COMPACTED
     still_high = reads_as_high(content)
     new = replace(
@@ -186,36 +205,39 @@ async def _redact(svc: Services, t: conv_store.Turn, located: list[Span], receip
         tombstone_reason="" if back else t.tombstone_reason,
         version=v,
     )
+    evidence = snap.evidence.holding(t.user_id, t.content)
+    new_evidence = mr.rewrite_evidence(evidence, change, v)
+    title = change(snap.thread.title) if snap.thread is not None else None
+    threads = [] if snap.thread is None or title is None else [replace(snap.thread, title=title, version=v)]
+    rows = await _embeddings(svc, snap, t, new, rc, receipt)
+    # The transcript's versions first: an embedding row never serves a turn not yet there.
     await svc.run(conv_store.insert, svc.ch, [new, *rc.summaries, *rc.restored])
+    await asyncio.gather(
+        svc.run(emb_store.insert, svc.ch, rows) if rows else asyncio.sleep(0),
+        svc.run(evidence_store.insert, svc.ch, new_evidence) if new_evidence else asyncio.sleep(0),
+        svc.run(thread_store.insert, svc.ch, threads) if threads else asyncio.sleep(0),
+    )
+    receipt.unreadable_ms = receipt.elapsed_ms()
     receipt.wrote("conversations", 1 + len(rc.summaries) + len(rc.restored))
+    for table, n in (("conversation_embeddings", len(rows)), ("memory_evidence", len(new_evidence))):
+        if n:
+            receipt.wrote(table, n)
+    if threads:
+        receipt.wrote("threads")
     receipt.summaries_tombstoned, receipt.turns_restored = len(rc.summaries), len(rc.restored)
     receipt.spans, receipt.high_sensitivity = len(located), still_high
 
-    mine = await _embeddings(svc, t, new, rc, receipt)
-    new_evidence = mr.rewrite_evidence(evidence, change, v)
-    if new_evidence:
-        await svc.run(evidence_store.insert, svc.ch, new_evidence)
-        receipt.wrote("memory_evidence", len(new_evidence))
-    thread_below = 0
-    title = change(thread.title) if thread is not None else None
-    if thread is not None and title is not None:
-        thread_below = next_version()
-        await svc.run(thread_store.insert, svc.ch, [replace(thread, title=title, version=thread_below)])
-        receipt.wrote("threads")
-    receipt.unreadable_ms = receipt.elapsed_ms()
-
-    emb_below = await mr.embedding_bound(svc, t, mine)
-    summary_below = {s.msg_id: await mr.embedding_bound(svc, s, mine) for s in rc.summaries}
+    mine = {r.msg_id: r for r in rows}
     removals = mr.removals_of(
         t,
         v,
-        saved_docs=docs,
-        emb_below=emb_below,
+        saved_docs=snap.saved_docs,
+        emb_below=await mr.embedding_bound(svc, snap, t, mine),
         evidence=new_evidence,
-        evidence_docs=evidence.docs if new_evidence else [],
+        evidence_docs=evidence.all_docs() if new_evidence else [],
         summaries=rc.summaries,
-        summary_emb_below=summary_below,
-        thread_below=thread_below,
+        summary_emb_below={s.msg_id: await mr.embedding_bound(svc, snap, s, mine) for s in rc.summaries},
+        thread_below=v if threads else 0,
     )
     await mr.remove_from_disk(svc, receipt, removals)
     receipt.done = True
@@ -224,26 +246,26 @@ async def _redact(svc: Services, t: conv_store.Turn, located: list[Span], receip
 
 
 async def _embeddings(
-    svc: Services, old: conv_store.Turn, new: conv_store.Turn, rc: mr.Recompaction, receipt: mr.Receipt
-) -> dict[str, emb_store.EmbeddingRow]:
-    """Settle the old text's embedding row (and the summaries'), embed the new text and
-    the restored turns; returns the rows written, by msg_id."""
-    ns, thread_id = old.namespace, old.thread_id
-    others = await svc.run(mr.live_row_of_other, svc, old)
+    svc: Services,
+    snap: mr.Snapshot,
+    old: conv_store.Turn,
+    new: conv_store.Turn,
+    rc: mr.Recompaction,
+    receipt: mr.Receipt,
+) -> list[emb_store.EmbeddingRow]:
+    """The embedding rows to write: the old text's row settled (and the summaries'), the
+    new text and the restored turns embedded."""
+    others = mr.live_row_of_other(snap, old)
     retired = {old.agent: [*([] if others else [old.msg_id]), *(s.msg_id for s in rc.summaries)]}
-    handed, tombs = await svc.run(mr.settle_turns, svc, ns, thread_id, retired)
+    handed, tombs = await svc.run(mr.settle_turns, svc, snap, retired)
     is_handed = old.msg_id in {r.msg_id for r in handed}
-    todo = [r for r in rc.restored if not await svc.run(mr.live_row_of_other, svc, r)]
+    todo = [r for r in rc.restored if not mr.live_row_of_other(snap, r)]
     if not others and not is_handed:
         todo.append(new)
     fresh = await mr.embed_rows(svc, todo)
     fresh_ids = {r.msg_id for r in fresh}
     rows = [*handed, *(r for r in tombs if r.msg_id not in fresh_ids), *fresh]
-    if rows:
-        await svc.run(emb_store.insert, svc.ch, rows)
-        receipt.wrote("conversation_embeddings", len(rows))
-    written = {r.msg_id: r for r in rows}
-    mine = written.get(old.msg_id)
+    mine = {r.msg_id: r for r in rows}.get(old.msg_id)
     receipt.embedding = (
         "kept_by_other_agent"
         if others
@@ -257,7 +279,7 @@ async def _embeddings(
         if mine.error
         else "embedded"
     )
-    return written
+    return rows
 
 
 __all__ = ["PLACEHOLDER", "PLACEHOLDER_MAX", "high_spans", "locate", "redact", "splice"]
