@@ -83,11 +83,17 @@ async def delete_message(
         if _nothing_left(t):
             receipt.found = False
             return receipt
-        await _delete(svc, snap, t, v, receipt)
+        removals = await _delete(svc, snap, t, v, receipt)
+    # Outside the lease and the change window: what is readable no longer changes (only
+    # versions below the ones just written go), and a long rewrite holds up no writer.
+    await mr.remove_from_disk(svc, receipt, removals)
+    await svc.run(mr.record, svc, receipt, t.user_id)
     return receipt
 
 
-async def _delete(svc: Services, snap: mr.Snapshot, t: conv_store.Turn, v: int, receipt: mr.Receipt) -> None:
+async def _delete(
+    svc: Services, snap: mr.Snapshot, t: conv_store.Turn, v: int, receipt: mr.Receipt
+) -> list[store.Removal]:
     at = utcnow()
     rc = await svc.run(mr.recompaction, svc, snap, v) if snap.summaries else mr.Recompaction()
     tomb = replace(
@@ -106,9 +112,10 @@ async def _delete(svc: Services, snap: mr.Snapshot, t: conv_store.Turn, v: int, 
     fresh = await mr.embed_rows(svc, [r for r in rc.restored if not mr.live_row_of_other(snap, r)])
     rows = [*handed, *tombs, *fresh]
     new_evidence = mr.rewrite_evidence(evidence, lambda _c: "", v)
-    # The transcript's versions first: an embedding row never serves a turn not yet there.
-    await svc.run(conv_store.insert, svc.ch, [tomb, *rc.summaries, *rc.restored])
+    # One round of writes, side by side: the change window covers the moment an
+    # embedding row may land before its transcript row.
     await asyncio.gather(
+        svc.run(conv_store.insert, svc.ch, [tomb, *rc.summaries, *rc.restored]),
         svc.run(emb_store.insert, svc.ch, rows) if rows else asyncio.sleep(0),
         svc.run(evidence_store.insert, svc.ch, new_evidence) if new_evidence else asyncio.sleep(0),
     )
@@ -138,10 +145,9 @@ async def _delete(svc: Services, snap: mr.Snapshot, t: conv_store.Turn, v: int, 
         summaries=rc.summaries,
         summary_emb_below={s.msg_id: await mr.embedding_bound(svc, snap, s, mine) for s in rc.summaries},
     )
-    await mr.remove_from_disk(svc, receipt, removals)
     receipt.done = True
     receipt.at = at
-    await svc.run(mr.record, svc, receipt, t.user_id)
+    return removals
 
 
 __all__ = ["delete_message"]

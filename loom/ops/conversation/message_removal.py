@@ -4,9 +4,11 @@ compaction rule, the removal of older row versions from disk, and the receipt.
 
 Rules (stated once here, for both ops):
 
-- Guard. Each runs under the thread lease (save, unsave, append's embedding write,
-  compaction and conversation.delete share it) and inside search's change window
-  (loom.store.search_marks.changing), so conversation.search never serves the old text.
+- Guard. The reads and writes run under the thread lease (save, unsave, append's
+  embedding write, compaction and conversation.delete share it) and inside search's
+  change window (loom.store.search_marks.changing), so conversation.search never serves
+  the old text. The removal of older versions from disk runs after both are released:
+  it changes nothing readable, and a long rewrite then holds up no writer.
 - Embedding row. The turn's row passes to another agent's live copy with the same text
   when there is one, or is tombstoned, exactly as conversation.delete settles a row
   (loom.ops.conversation.deleting: the hand-over and the 240-character rule). A turn that

@@ -163,7 +163,11 @@ async def redact(
         receipt.high_sensitivity = t.high_sensitivity
         if not located:
             return receipt
-        await _redact(svc, snap, t, v, located, receipt)
+        removals = await _redact(svc, snap, t, v, located, receipt)
+    # Outside the lease and the change window: what is readable no longer changes (only
+    # versions below the ones just written go), and a long rewrite holds up no writer.
+    await mr.remove_from_disk(svc, receipt, removals)
+    await svc.run(mr.record, svc, receipt, t.user_id)
     return receipt
 
 
@@ -175,8 +179,11 @@ async def _embedding_settled(svc: Services, ns: str, agent: str, thread_id: str,
     waited for until its row lands (a failed embed writes one too) or the worker's write
     deadline for it has passed (after it the worker writes nothing; the recovery pass
     embeds the current text)."""
-    t = await svc.run(store.turn, svc.ch, ns, agent, thread_id, msg_id)
-    if t is None or not mr.embeddable(t):
+    t, row = await asyncio.gather(
+        svc.run(store.turn, svc.ch, ns, agent, thread_id, msg_id),
+        svc.run(emb_store.get, svc.ch, ns, thread_id, msg_id),
+    )
+    if t is None or row is not None or not mr.embeddable(t):
         return
     deadline = t.ts.replace(tzinfo=t.ts.tzinfo or UTC).timestamp() + svc.settings.recovery_grace_seconds
     while time.time() < deadline:
@@ -187,7 +194,7 @@ async def _embedding_settled(svc: Services, ns: str, agent: str, thread_id: str,
 
 async def _redact(
     svc: Services, snap: mr.Snapshot, t: conv_store.Turn, v: int, located: list[Span], receipt: mr.Receipt
-) -> None:
+) -> list[store.Removal]:
     placeholder = receipt.placeholder
     change = Replacer([t.content[a:b] for a, b in located], placeholder)
     content = splice(t.content, located, placeholder)
@@ -210,9 +217,10 @@ async def _redact(
     title = change(snap.thread.title) if snap.thread is not None else None
     threads = [] if snap.thread is None or title is None else [replace(snap.thread, title=title, version=v)]
     rows = await _embeddings(svc, snap, t, new, rc, receipt)
-    # The transcript's versions first: an embedding row never serves a turn not yet there.
-    await svc.run(conv_store.insert, svc.ch, [new, *rc.summaries, *rc.restored])
+    # One round of writes, side by side: the change window covers the moment an
+    # embedding row may land before its transcript row.
     await asyncio.gather(
+        svc.run(conv_store.insert, svc.ch, [new, *rc.summaries, *rc.restored]),
         svc.run(emb_store.insert, svc.ch, rows) if rows else asyncio.sleep(0),
         svc.run(evidence_store.insert, svc.ch, new_evidence) if new_evidence else asyncio.sleep(0),
         svc.run(thread_store.insert, svc.ch, threads) if threads else asyncio.sleep(0),
@@ -239,10 +247,9 @@ async def _redact(
         summary_emb_below={s.msg_id: await mr.embedding_bound(svc, snap, s, mine) for s in rc.summaries},
         thread_below=v if threads else 0,
     )
-    await mr.remove_from_disk(svc, receipt, removals)
     receipt.done = True
     receipt.at = at
-    await svc.run(mr.record, svc, receipt, t.user_id)
+    return removals
 
 
 async def _embeddings(
