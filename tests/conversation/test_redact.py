@@ -10,6 +10,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from loom.clock import next_version
 from loom.store import conversations as conv_store
 from loom.store import evidence as evidence_store
@@ -336,8 +338,9 @@ async def test_redact_by_text_and_range_reaches_saved_index_evidence_and_title(
     assert thread["thread"]["title"] == "Ferry and [gone]"
 
 
-async def test_redacting_a_compacted_turn_tombstones_its_summary_and_brings_the_turns_back(
-    call, ns, writer, mint, services
+@pytest.mark.parametrize("op", ["conversation.redact", "conversation.delete_message"])
+async def test_a_compacted_turn_s_summary_is_tombstoned_and_the_turns_come_back(
+    op, call, ns, writer, mint, services
 ):
     admin = mint(ns, "admin")
     ch = services.ch
@@ -370,21 +373,24 @@ async def test_redacting_a_compacted_turn_tombstones_its_summary_and_brings_the_
         )
     raise_marks(ch, ns, "t")
     conv_store.insert(ch, [summary, *tombs])
-    red = await ok(
-        call, "conversation.redact", admin, namespace=ns, agent="a", thread_id="t", msg_id=b, spans=[SECRET]
-    )
-    assert red["summaries_tombstoned"] == 1 and red["turns_restored"] == 1
+    extra = {"spans": [SECRET]} if op == "conversation.redact" else {}
+    got = await ok(call, op, admin, namespace=ns, agent="a", thread_id="t", msg_id=b, **extra)
+    assert got["summaries_tombstoned"] == 1 and got["turns_restored"] == 1
     rows = {r["msg_id"]: r for r in turn_rows(ch, ns)}
     assert rows["sum-1"]["tombstoned"] and rows["sum-1"]["tombstone_reason"] == "recompact"
     assert rows["sum-1"]["content"] == ""
-    assert not rows[a]["tombstoned"] and not rows[b]["tombstoned"]
-    assert rows[b]["content"] == "remember [redacted] for the trip"
     assert tables_holding(ch, SECRET) == {}
     listed = await ok(call, "conversation.list", admin, namespace=ns, agent="a", thread_id="t")
-    assert [m["msg_id"] for m in listed["messages"]] == [a, b]
-    # Both are searchable again (embedded anew).
+    # The replaced turns are live again (embedded anew), for the next compaction.
     await _embedded(ch, ns, "t", a)
-    assert emb_row(ch, ns, "t", b)["text"] == "remember [redacted] for the trip"
+    if op == "conversation.redact":
+        assert not rows[a]["tombstoned"] and not rows[b]["tombstoned"]
+        assert rows[b]["content"] == "remember [redacted] for the trip"
+        assert [m["msg_id"] for m in listed["messages"]] == [a, b]
+        assert emb_row(ch, ns, "t", b)["text"] == "remember [redacted] for the trip"
+    else:
+        assert not rows[a]["tombstoned"] and rows[b]["tombstoned"] and rows[b]["content"] == ""
+        assert [m["msg_id"] for m in listed["messages"]] == [a]
 
 
 async def test_redact_refuses_bad_input_naming_the_field_and_writes_nothing(call, ns, writer, mint, services):
