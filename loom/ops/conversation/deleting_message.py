@@ -73,7 +73,7 @@ async def delete_message(
     own saved message)."""
     ns = _check_caller(who, namespace)
     receipt = mr.Receipt(ns, agent, thread_id, msg_id, store.DELETED, by=who.token_id)
-    async with mr.guarded(svc, ns, thread_id):
+    async with mr.guarded(svc, ns, thread_id) as window:
         v = next_version()
         snap = await mr.snapshot(svc, ns, agent, thread_id, msg_id, v)
         t = snap.turn
@@ -83,7 +83,7 @@ async def delete_message(
         if _nothing_left(t):
             receipt.found = False
             return receipt
-        removals = await _delete(svc, snap, t, v, receipt)
+        removals = await _delete(svc, window, snap, t, v, receipt)
     # Outside the lease and the change window: what is readable no longer changes (only
     # versions below the ones just written go), and a long rewrite holds up no writer.
     await mr.remove_from_disk(svc, receipt, removals)
@@ -92,7 +92,7 @@ async def delete_message(
 
 
 async def _delete(
-    svc: Services, snap: mr.Snapshot, t: conv_store.Turn, v: int, receipt: mr.Receipt
+    svc: Services, window: mr.Window, snap: mr.Snapshot, t: conv_store.Turn, v: int, receipt: mr.Receipt
 ) -> list[store.Removal]:
     at = utcnow()
     rc = await svc.run(mr.recompaction, svc, snap, v) if snap.summaries else mr.Recompaction()
@@ -112,6 +112,7 @@ async def _delete(
     fresh = await mr.embed_rows(svc, [r for r in rc.restored if not mr.live_row_of_other(snap, r)])
     rows = [*handed, *tombs, *fresh]
     new_evidence = mr.rewrite_evidence(evidence, lambda _c: "", v)
+    await window.open()
     # One round of writes, side by side: the change window covers the moment an
     # embedding row may land before its transcript row.
     await asyncio.gather(

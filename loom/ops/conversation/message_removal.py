@@ -121,15 +121,33 @@ class Receipt:
             self.tables.setdefault(table, TableCount()).removed += n
 
 
+class Window:
+    """Search's change window around a removal's writes: its first raise of the marks
+    runs beside the removal's reads (which need no window) and must be done before the
+    first write (:meth:`open`)."""
+
+    def __init__(self, first: asyncio.Future[None]) -> None:
+        self._first = first
+
+    async def open(self) -> None:
+        await self._first
+
+
 @contextlib.asynccontextmanager
-async def guarded(svc: Services, namespace: str, thread_id: str) -> AsyncIterator[None]:
-    """The thread lease and search's change window around a removal."""
+async def guarded(svc: Services, namespace: str, thread_id: str) -> AsyncIterator[Window]:
+    """The thread lease, and search's change window (its marks raised before the writes
+    and again after the block, also when it fails: part of its writes may have landed)."""
+    pairs = [(namespace, thread_id)]
     try:
-        async with (
-            thread_lease(svc.redis, namespace, thread_id, wait_s=30.0),
-            search_marks.changing(svc.redis, svc.ch, svc.run, [(namespace, thread_id)]),
-        ):
-            yield
+        async with thread_lease(svc.redis, namespace, thread_id, wait_s=30.0):
+            first = asyncio.ensure_future(search_marks.raise_marks(svc.redis, svc.ch, svc.run, pairs))
+            try:
+                yield Window(first)
+            finally:
+                try:
+                    await first
+                finally:
+                    await search_marks.raise_marks(svc.redis, svc.ch, svc.run, pairs)
     except LeaseTimeout:
         raise Unavailable(
             "the conversation is busy with another write; retry", field="thread_id", rule="retry"
@@ -394,6 +412,7 @@ __all__ = [
     "embed_rows",
     "embeddable",
     "guarded",
+    "Window",
     "live_row_of_other",
     "embedding_bound",
     "recompaction",

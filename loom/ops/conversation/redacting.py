@@ -153,7 +153,7 @@ async def redact(
         ns, agent, thread_id, msg_id, store.REDACTED, placeholder=placeholder, by=who.token_id
     )
     await _embedding_settled(svc, ns, agent, thread_id, msg_id)
-    async with mr.guarded(svc, ns, thread_id):
+    async with mr.guarded(svc, ns, thread_id) as window:
         v = next_version()
         snap = await mr.snapshot(svc, ns, agent, thread_id, msg_id, v)
         t = snap.turn
@@ -163,7 +163,7 @@ async def redact(
         receipt.high_sensitivity = t.high_sensitivity
         if not located:
             return receipt
-        removals = await _redact(svc, snap, t, v, located, receipt)
+        removals = await _redact(svc, window, snap, t, v, located, receipt)
     # Outside the lease and the change window: what is readable no longer changes (only
     # versions below the ones just written go), and a long rewrite holds up no writer.
     await mr.remove_from_disk(svc, receipt, removals)
@@ -193,7 +193,13 @@ async def _embedding_settled(svc: Services, ns: str, agent: str, thread_id: str,
 
 
 async def _redact(
-    svc: Services, snap: mr.Snapshot, t: conv_store.Turn, v: int, located: list[Span], receipt: mr.Receipt
+    svc: Services,
+    window: mr.Window,
+    snap: mr.Snapshot,
+    t: conv_store.Turn,
+    v: int,
+    located: list[Span],
+    receipt: mr.Receipt,
 ) -> list[store.Removal]:
     placeholder = receipt.placeholder
     change = Replacer([t.content[a:b] for a, b in located], placeholder)
@@ -217,6 +223,7 @@ async def _redact(
     title = change(snap.thread.title) if snap.thread is not None else None
     threads = [] if snap.thread is None or title is None else [replace(snap.thread, title=title, version=v)]
     rows = await _embeddings(svc, snap, t, new, rc, receipt)
+    await window.open()
     # One round of writes, side by side: the change window covers the moment an
     # embedding row may land before its transcript row.
     await asyncio.gather(
