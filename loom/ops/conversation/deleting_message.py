@@ -17,7 +17,9 @@ their copies, a summary built from the turn is tombstoned and the turns it repla
 back, and every older version is removed from disk before the answer.
 
 A missing turn is a 404 naming ``msg_id``. Asked again, a removed turn answers
-``found: false, deleted: false`` with no table counts (200): nothing is left to do.
+``found: false, deleted: false`` (200) with no table counts: nothing is left to do (an
+older version a removal cut short by a failure left on disk is removed then, and
+counted).
 """
 
 from __future__ import annotations
@@ -81,13 +83,26 @@ async def delete_message(
             raise NotFound(f"no message {msg_id!r} in this thread", field="msg_id", rule="exists")
         _check_owner(who, t)
         if _nothing_left(t):
+            # Removed before. Only older versions a removal cut short left on disk can
+            # remain: counted (none, normally) and removed, nothing written.
             receipt.found = False
-            return receipt
-        removals = await _delete(svc, window, snap, t, v, receipt)
+            removals = mr.removals_of(
+                t,
+                t.version,
+                saved_docs=[],
+                emb_below=await mr.embedding_bound(svc, snap, t, {}),
+                evidence=[],
+                evidence_docs=[],
+                summaries=[],
+                summary_emb_below={},
+            )
+        else:
+            removals = await _delete(svc, window, snap, t, v, receipt)
     # Outside the lease and the change window: what is readable no longer changes (only
     # versions below the ones just written go), and a long rewrite holds up no writer.
     await mr.remove_from_disk(svc, receipt, removals)
-    await svc.run(mr.record, svc, receipt, t.user_id)
+    if receipt.done:
+        await svc.run(mr.record, svc, receipt, t.user_id)
     return receipt
 
 
