@@ -411,3 +411,28 @@ async def test_redact_refuses_bad_input_naming_the_field_and_writes_nothing(call
     assert r.status_code == 404 and r.json()["field"] == "msg_id"
     rows = turn_rows(services.ch, ns, final=False)
     assert [x["content"] for x in rows] == ["short text"]
+
+
+async def test_redacting_one_agents_copy_passes_the_shared_row_to_the_other_agents(
+    call, ns, writer, mint, services
+):
+    admin = mint(ns, "admin")
+    text = "the ferry leaves at nine sharp"
+    first = await _append(call, writer, ns, "a", "t", "user", text, run_id="ra")
+    msg = first["msg_id"]
+    await _embedded(services.ch, ns, "t", msg)
+    await _append(call, writer, ns, "b", "t", "user", text, run_id="rb")
+    red = await ok(
+        call, "conversation.redact", admin, namespace=ns, agent="a", thread_id="t", msg_id=msg, spans=["nine"]
+    )
+    assert red["redacted"] and red["embedding"] == "handed_over"
+    row = emb_row(services.ch, ns, "t", msg)
+    assert (row["agent"], row["run_id"], row["text"], row["tombstoned"]) == ("b", "rb", text, False)
+    copies = {r["agent"]: r["content"] for r in turn_rows(services.ch, ns)}
+    assert copies == {"a": "the ferry leaves at [redacted] sharp", "b": text}
+    # Agent a's older versions are gone; agent b's copy is b's own and stays.
+    left = services.ch.query(
+        "SELECT count() FROM conversations WHERE namespace = {ns:String} AND agent = 'a'",
+        parameters={"ns": ns},
+    ).result_rows[0][0]
+    assert left == 1
