@@ -48,8 +48,10 @@ def _turns(ch: Client, where: str, params: dict[str, Any]) -> list[conv_store.Tu
 
 def turn(ch: Client, namespace: str, agent: str, thread_id: str, msg_id: str) -> conv_store.Turn | None:
     """The newest version of one agent's turn, tombstoned or not, recorded or saved-only."""
-    found = _turns(ch, "msg_id = {m:String}", {"ns": namespace, "ag": agent, "th": thread_id, "m": msg_id})
-    return found[0] if found else None
+    turns_found = _turns(
+        ch, "msg_id = {m:String}", {"ns": namespace, "ag": agent, "th": thread_id, "m": msg_id}
+    )
+    return next(iter(turns_found), None)
 
 
 def turns(
@@ -81,12 +83,12 @@ def summaries_of(
 def saved_docs(ch: Client, namespace: str, agent: str, thread_id: str, msg_id: str, below: int) -> list[int]:
     """The saved-index document ids (what saved_terms' postings name) of the turn's
     versions older than `below`."""
-    rows = ch.query(
+    docs = ch.query(
         "SELECT DISTINCT doc FROM saved_docs WHERE namespace = {ns:String} AND thread_id = {th:String} "
         "AND msg_id = {m:String} AND agent = {ag:String} AND version < {v:UInt64}",
         parameters={"ns": namespace, "ag": agent, "th": thread_id, "m": msg_id, "v": below},
     )
-    return [int(r[0]) for r in rows.result_rows]
+    return [int(d["doc"]) for d in named(docs)]
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,9 @@ def evidence_of(ch: Client, namespace: str, msg_id: str) -> EvidenceCopies:
         "GROUP BY user_id, evidence_id",
         parameters=params,
     )
-    return EvidenceCopies(rows, {(r[0], r[1]): [int(d) for d in r[2]] for r in docs.result_rows})
+    return EvidenceCopies(
+        rows, {(d["user_id"], d["evidence_id"]): [int(x) for x in d["docs"]] for d in named(docs)}
+    )
 
 
 # -- the record of a removal --------------------------------------------------------
