@@ -3,9 +3,10 @@ state), the compaction summaries that list it, its saved-index documents and mem
 evidence, writing the record of a removal, and removing a turn's older row versions
 from disk.
 
-A removal from disk is one mutation per table (``ALTER TABLE ... DELETE``), waited for,
-as the erasure worker removes rows: the engine rewrites the parts that hold the rows
-without them. Each removal names the rows it takes by their key and a version bound below the
+A removal from disk is one mutation per table (``ALTER TABLE ... DELETE``), as the
+erasure worker removes rows: the engine rewrites the parts that hold the rows without
+them. A mutation is durable once submitted (it survives a restart and runs to its end);
+the op waits for it, bounded (:func:`unfinished`). Each removal names the rows it takes by their key and a version bound below the
 version the op just wrote, so the newest version (the tombstone or the redacted text)
 stays and a retry names the same rows. The rules (what is removed, what is rewritten)
 are the ops' (loom.ops.conversation.message_removal).
@@ -22,7 +23,7 @@ from clickhouse_connect.driver.client import Client
 
 from loom.store import conversations as conv_store
 from loom.store import evidence as evidence_store
-from loom.store.rows import column, named
+from loom.store.rows import column, named, scalar
 from loom.store.rows import table as declare_table
 
 _TURN = "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}"
@@ -274,8 +275,9 @@ def count(ch: Client, removals: Sequence[Removal]) -> dict[str, int]:
 
 
 def remove(ch: Client, table: str, removals: Sequence[Removal]) -> None:
-    """One table's removals in one mutation, waited for: the engine rewrites the parts
-    holding the rows without them (different tables' mutations run side by side)."""
+    """Submit one table's removals as one mutation (the engine rewrites the parts holding
+    the rows without them). Not waited for here: a mutation is durable once submitted
+    and runs to the end in the engine whoever waits (see :func:`unfinished`)."""
     wheres: list[str] = []
     params: dict[str, Any] = {}
     for i, r in enumerate(removals):
@@ -287,8 +289,21 @@ def remove(ch: Client, table: str, removals: Sequence[Removal]) -> None:
         ch.command(
             f"ALTER TABLE {table} DELETE WHERE {' OR '.join(wheres)}",
             parameters=params,
-            settings={"mutations_sync": 2},
+            settings={"mutations_sync": 0},
         )
+
+
+def unfinished(ch: Client, tables: Sequence[str]) -> int:
+    """Mutations of these tables not yet done (a removal's, or any earlier one queued
+    before it: a table's mutations run in order)."""
+    return int(
+        scalar(
+            ch,
+            "SELECT count() FROM system.mutations WHERE database = currentDatabase() "
+            "AND table IN {t:Array(String)} AND NOT is_done",
+            {"t": list(tables)},
+        )
+    )
 
 
 __all__ = [
@@ -305,6 +320,7 @@ __all__ = [
     "record",
     "records_of_user",
     "remove",
+    "unfinished",
     "saved_docs",
     "summaries_of",
     "thread_versions",

@@ -55,7 +55,11 @@ class RemovalReceipt(BaseModel):
     at: Timestamp | None = None
     by: str = Field(description="The token id that asked.")
     unreadable_ms: float = Field(description="From the op's start until no read found the old text.")
-    gone_ms: float = Field(description="From the op's start until no part file held it.")
+    gone_ms: float = Field(description="From the op's start until no part file held it (0: not yet).")
+    removal: str = Field(
+        description="done: the older versions left the disk before the answer; pending: their removal "
+        "was submitted (durable) and the engine finishes it."
+    )
 
 
 class DeleteMessageResponse(RemovalReceipt):

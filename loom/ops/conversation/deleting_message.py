@@ -100,9 +100,9 @@ async def delete_message(
             removals = await _delete(svc, window, snap, t, v, receipt)
     # Outside the lease and the change window: what is readable no longer changes (only
     # versions below the ones just written go), and a long rewrite holds up no writer.
-    await mr.remove_from_disk(svc, receipt, removals)
     if receipt.done:
         await svc.run(mr.record, svc, receipt, t.user_id)
+    await mr.remove_from_disk(svc, receipt, removals)
     return receipt
 
 

@@ -35,10 +35,14 @@ Rules (stated once here, for both ops):
   of every row named above (the turn and its saved_docs copy, its postings by document
   id, its embedding row with the vector tables' and saved_vectors' copies, the summary's
   rows, the evidence and its postings, a thread row whose title held a removed span), is
-  removed by one mutation per table that rewrites the parts holding it, waited for
-  before the op answers (``gone_ms``): no older version of the text is left in a part,
-  FINAL or not. The engine drops the replaced parts' files after its usual delay
-  (old_parts_lifetime), as for every mutation.
+  removed by one mutation per table that rewrites the parts holding it. The op waits
+  for the mutations (``gone_ms``, ``removal: done``: no older version of the text is
+  left in a part, FINAL or not), at most GONE_WAIT_S (30 s): a mutation is durable once
+  submitted, so one still running then (a large part to rewrite, or the engine's merges
+  ahead of it) finishes on its own and the receipt says ``removal: pending``. The
+  engine drops the replaced parts' files after its usual delay (old_parts_lifetime), as
+  for every mutation. The removal record (message_redactions) is written before the
+  wait.
 - The answer is a receipt: per table, the rows written and the rows removed from disk;
   when, by which token; never any removed text.
 """
@@ -108,6 +112,9 @@ class Receipt:
     # against it), and until no part file held it (0 when nothing was removed).
     unreadable_ms: float = 0.0
     gone_ms: float = 0.0
+    # done: the older versions left the disk before the answer; pending: their removal
+    # was submitted and the engine finishes it (it took longer than the op waits).
+    removal: str = "done"
     started: float = field(default_factory=time.perf_counter, repr=False)
 
     def elapsed_ms(self) -> float:
@@ -375,14 +382,29 @@ def removals_of(
     return out
 
 
+GONE_WAIT_S = 30.0  # how long an op waits for its removal's mutations before answering
+
+
 async def remove_from_disk(svc: Services, receipt: Receipt, removals: Sequence[store.Removal]) -> None:
-    """Count the rows, then remove them from disk: one mutation per table, the tables
-    side by side, every one waited for. The receipt gets the counts and ``gone_ms``."""
+    """Count the rows, submit their removal (one mutation per table, durable once
+    submitted), then wait for the mutations, bounded by GONE_WAIT_S: done, the receipt
+    says ``removal: done`` with ``gone_ms``; not yet (a large part's rewrite, or the
+    engine's merges ahead of it), ``removal: pending``: the engine finishes it on its own."""
     counts = await svc.run(store.count, svc.ch, removals)
     tables = [t for t in dict.fromkeys(r.table for r in removals) if counts.get(t)]
-    await asyncio.gather(*(svc.run(store.remove, svc.ch, t, removals) for t in tables))
-    receipt.gone_ms = receipt.elapsed_ms()
     receipt.removed({t: n for t, n in counts.items() if n})
+    if not tables:
+        return
+    await asyncio.gather(*(svc.run(store.remove, svc.ch, t, removals) for t in tables))
+    deadline = time.monotonic() + GONE_WAIT_S
+    delay = 0.01
+    while await svc.run(store.unfinished, svc.ch, tables):
+        if time.monotonic() > deadline:
+            receipt.removal = "pending"
+            return
+        await asyncio.sleep(delay)
+        delay = min(0.2, delay * 2)
+    receipt.gone_ms = receipt.elapsed_ms()
 
 
 def record(svc: Services, receipt: Receipt, user_id: str) -> None:

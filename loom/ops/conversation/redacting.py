@@ -166,8 +166,8 @@ async def redact(
         removals = await _redact(svc, window, snap, t, v, located, receipt)
     # Outside the lease and the change window: what is readable no longer changes (only
     # versions below the ones just written go), and a long rewrite holds up no writer.
-    await mr.remove_from_disk(svc, receipt, removals)
     await svc.run(mr.record, svc, receipt, t.user_id)
+    await mr.remove_from_disk(svc, receipt, removals)
     return receipt
 
 
