@@ -10,6 +10,7 @@ Public API::
     reads_as_high(text) -> bool
     window_reads_as_high(text, shown_chars, extra=1024) -> bool   # checks text[:shown+extra]
     high_reasons(text) -> list[str]   # kinds found, for tests/debug; never the secret itself
+    high_spans(text) -> list[tuple[int, int]]   # where: the spans conversation.redact replaces
 
 Kinds: ``api_key``, ``token``, ``private_key``, ``password_assignment``, ``card_number``,
 ``ssn``, ``pin``.
@@ -126,7 +127,7 @@ from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from stdnum import luhn
 from stdnum.us import ssn as us_ssn
 
-__all__ = ["KINDS", "high_reasons", "reads_as_high", "window_reads_as_high"]
+__all__ = ["KINDS", "high_reasons", "high_spans", "reads_as_high", "window_reads_as_high"]
 
 API_KEY = "api_key"
 TOKEN = "token"
@@ -1860,3 +1861,58 @@ def high_reasons(text: str) -> list[str]:
         return []
     found = set(_scan(text))
     return [k for k in KINDS if k in found]
+
+
+_WORD = re.compile(r"\S+")
+_MAX_HIGH_SPANS = 64  # spans located per text: bounded work on a text full of secrets
+
+
+def _first_high_window(text: str, words: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """The shortest run of whole words that reads as high by itself: the fewest words
+    from the start that read as high (a binary search: a prefix that reads as high keeps
+    reading as high as it grows), then the most words dropped from their front."""
+    if not words or not reads_as_high(text[: words[-1][1]]):
+        return None
+    lo, hi = 0, len(words) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if reads_as_high(text[: words[mid][1]]):
+            hi = mid
+        else:
+            lo = mid + 1
+    end = words[lo][1]
+    first, last = 0, lo
+    while first < last:
+        mid = (first + last + 1) // 2
+        if reads_as_high(text[words[mid][0] : end]):
+            first = mid
+        else:
+            last = mid - 1
+    return words[first][0], end
+
+
+def high_spans(text: str) -> list[tuple[int, int]]:
+    """The character spans ``(start, end)`` of `text` that read as high, in order: each
+    the shortest run of whole (whitespace-separated) words that `reads_as_high` flags by
+    itself. Built on the same detectors as `reads_as_high`, so what they flag is what is
+    located: a span is taken out and the rest screened again, until nothing left reads
+    as high (at most 64 spans). A shape that reads as high only with context beyond its
+    words (a bare SSN next to the word "SSN") yields the words from that context on.
+    When the text still reads as high once the spans are out, the whole text is one
+    span (the caller removes everything rather than leave a secret)."""
+    if not reads_as_high(text):
+        return []
+    spans: list[tuple[int, int]] = []
+    # Located spans are blanked with spaces (same length, offsets kept) and not searched again.
+    work = text
+    for _ in range(_MAX_HIGH_SPANS):
+        words = [(m.start(), m.end()) for m in _WORD.finditer(work)]
+        found = _first_high_window(work, words)
+        if found is None:
+            break
+        spans.append(found)
+        a, b = found
+        work = work[:a] + " " * (b - a) + work[b:]
+    if reads_as_high(work):
+        return [(0, len(text))]
+    return sorted(spans)

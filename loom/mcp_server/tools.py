@@ -105,6 +105,8 @@ SPECS: tuple[ToolSpec, ...] = (
     _spec("conversation.compact", k.CompactRequest, "Summarise a thread's older turns."),
     _spec("conversation.compact_status", k.CompactStatusRequest, "The state of a deferred compaction."),
     _spec("conversation.delete", e.DeleteRequest, "Delete a thread (admin)."),
+    _spec("conversation.delete_message", e.DeleteMessageRequest, "Remove one message and every copy of it."),
+    _spec("conversation.redact", e.RedactRequest, "Replace spans of one message with a placeholder (admin)."),
     _spec("conversation.reembed", c.ReembedRequest, "Rebuild a namespace's vectors (admin)."),
     _spec(
         "conversation.high_turns",

@@ -113,6 +113,16 @@ class Conversation(_Group):
     async def delete(self, **fields: Any) -> e.DeleteResponse:
         return await self._op("conversation.delete", e.DeleteRequest, e.DeleteResponse, fields)
 
+    async def delete_message(self, **fields: Any) -> e.DeleteMessageResponse:
+        """Remove one turn and every copy of it, with a receipt (idempotent)."""
+        return await self._op(
+            "conversation.delete_message", e.DeleteMessageRequest, e.DeleteMessageResponse, fields
+        )
+
+    async def redact(self, **fields: Any) -> e.RedactResponse:
+        """Replace spans of one turn (`spans`, `ranges` or `high=True`) with a placeholder (admin)."""
+        return await self._op("conversation.redact", e.RedactRequest, e.RedactResponse, fields)
+
     async def set_logging(self, **fields: Any) -> n.NamespaceConfigResponse:
         return await self._op(
             "conversation.set_logging", n.SetLoggingRequest, n.NamespaceConfigResponse, fields

@@ -60,6 +60,9 @@ class Turn:
     tombstoned_at: datetime | None = column("Nullable(DateTime64(3, 'UTC'))", default=None)
     tombstone_reason: str = column("LowCardinality(String)", default="")
     origin: str = column("LowCardinality(String)", default=RECORDED)
+    # The token that appended the turn (migration 013; '' when none did): a writer may
+    # delete the turns it appended (conversation.delete_message).
+    appended_by: str = column("String", default="")
     version: int = column("UInt64", default=0)
 
     @property

@@ -48,6 +48,7 @@ NAMESPACE_TABLES: dict[str, tuple[str, ...]] = {
     "search_marks": ("thread_id", "mark"),
     "namespaces": ("version",),
     "erasure_keys": ("erasure_id", "kind", "agent", "thread_id", "msg_id"),
+    "message_redactions": ("agent", "thread_id", "msg_id", "redacted_at"),
 }
 VECTOR_TABLES = ("conversation_vectors_384", "conversation_vectors_1536")
 SAVED_TABLES = ("saved_docs", "saved_terms", "saved_vectors")
@@ -671,6 +672,8 @@ def user_steps(purge: bool) -> list[Step]:
             for t in VECTOR_TABLES
         ),
         *(Step(t, t, "namespace = {ns:String} AND user_id = {u:String}") for t in SAVED_TABLES),
+        # The records of the user's turns redacted or removed one by one (keys, no text).
+        Step("message_redactions", "message_redactions", "namespace = {ns:String} AND user_id = {u:String}"),
         Step(
             "threads",
             "threads",

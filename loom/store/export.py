@@ -1,6 +1,8 @@
 """SQL of erasure.export: one user's rows, formatted as NDJSON by ClickHouse
-(JSONEachRow), a page at a time in key order: transcript rows, briefs, and the memory
-plane's facts, evidence and extraction decisions."""
+(JSONEachRow), a page at a time in key order: transcript rows, briefs, the memory
+plane's facts, evidence and extraction decisions, and the records of the user's turns
+that were redacted or removed one by one (placeholder, when, by which token; never the
+removed text)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
+from loom.store import redaction
 from loom.store.rows import scalar
 
 _TURN_COLUMNS = (
@@ -204,3 +207,6 @@ def user_rows(
             if n:
                 yield body, n
         yield from memory_rows(ch, ns, user_id, include_tombstoned, page_rows)
+        body = redaction.records_of_user(ch, ns, user_id)
+        if body:
+            yield body, body.count(b"\n")

@@ -10,12 +10,16 @@ from fastapi.responses import StreamingResponse
 
 from loom.api.deps import require, services
 from loom.api.models.erasure import (
+    DeleteMessageRequest,
+    DeleteMessageResponse,
     DeleteRequest,
     DeleteResponse,
     ErasureRequest,
     ErasureResponse,
     ErasureStatusRequest,
     ExportRequest,
+    RedactRequest,
+    RedactResponse,
     RetentionShowRequest,
     RetentionShowResponse,
 )
@@ -23,7 +27,8 @@ from loom.api.models.errors import COMMON, error_responses
 from loom.auth.principal import Principal, Role
 from loom.ops import erasure as ops
 from loom.ops import retention
-from loom.ops.conversation import deleting
+from loom.ops.conversation import deleting, deleting_message, redacting
+from loom.ops.conversation.message_removal import Receipt
 from loom.services import Services
 from loom.store.erasure import Request
 
@@ -55,6 +60,53 @@ async def delete(
         svc, who, body.namespace, body.agent, body.thread_id, body.confirm_thread_id
     )
     return DeleteResponse(**asdict(result))
+
+
+def _receipt(r: Receipt) -> dict[str, object]:
+    body = asdict(r)
+    del body["action"], body["done"], body["started"]
+    return body
+
+
+@router.post(
+    "/conversation.delete_message", response_model=DeleteMessageResponse, responses=error_responses(404)
+)
+async def delete_message(
+    body: DeleteMessageRequest,
+    who: Principal = Depends(require(Role.writer, bounded="user")),
+    svc: Services = Depends(services),
+) -> DeleteMessageResponse:
+    """Remove one turn, its embedding row and every copy derived from it (saved index,
+    vector tables, memory evidence; a summary built from it is tombstoned and its turns
+    come back); every older version leaves the disk before the answer, a receipt.
+    Admin; a writer for a turn its token appended; an end-user token for its own saved
+    message. Idempotent: asked again, `found` and `deleted` are false."""
+    r = await deleting_message.delete_message(
+        svc, who, body.namespace, body.agent, body.thread_id, body.msg_id
+    )
+    return DeleteMessageResponse(deleted=r.done, **_receipt(r))
+
+
+@router.post("/conversation.redact", response_model=RedactResponse, responses=error_responses(404))
+async def redact(
+    body: RedactRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
+) -> RedactResponse:
+    """Replace spans of one turn (exact `spans`, character `ranges`, or `high: true`) with
+    a placeholder, keeping the turn in place; the old text leaves the disk and every
+    derived copy; the turn is screened and embedded again. A receipt, never the text."""
+    r = await redacting.redact(
+        svc,
+        who,
+        body.namespace,
+        body.agent,
+        body.thread_id,
+        body.msg_id,
+        spans=body.spans,
+        ranges=body.ranges,
+        high=body.high,
+        placeholder=body.placeholder,
+    )
+    return RedactResponse(redacted=r.done, **_receipt(r))
 
 
 @router.post("/erasure.request", response_model=ErasureResponse)

@@ -803,6 +803,7 @@ async def append(
                 run_id=t.run_id,
                 metadata=dict(t.metadata),
                 tokens=t.tokens,
+                appended_by=who.token_id,
                 version=next_version(),
             )
         )

@@ -6,8 +6,10 @@ metadata and saved flags (``kind: "turn"``; tombstoned ones included unless
 revisions (``kind: "brief_revision"``), their memory: facts (``kind: "memory"``, the
 fact's own kind as ``fact_kind``), the evidence extractions read (``kind:
 "memory_evidence"``; both with forgotten ones unless ``include_tombstoned: false``)
-and the extraction decisions (``kind: "memory_decision"``), then a trailer (``kind:
-"end"``, with the count of rows). Embedding rows and fact vectors are never exported:
+and the extraction decisions (``kind: "memory_decision"``), the records of the user's
+turns redacted or removed one by one (``kind: "redaction"``: the turn's key, ``action``
+redacted or deleted, the placeholder, how many spans, when and by which token; never
+the removed text), then a trailer (``kind: "end"``, with the count of rows). Embedding rows and fact vectors are never exported:
 the excerpt an embedding row keeps of a turn the retention TTL expired is erased with
 the user but is not in the export.
 
