@@ -251,3 +251,34 @@ async def test_phone_width_has_no_sideways_scroll(phone, mint, ns, call, shots):
         assert wide <= 390, f"{path} is {wide} px wide at a 390 px viewport"
     await page.goto("/dashboard/conversations")
     await page.screenshot(path=shots / "conversations-phone.png", full_page=True)
+
+
+async def test_an_owner_finds_a_pasted_secret_and_redacts_or_deletes_it(desktop, mint, ns, call, shots):
+    admin = mint(ns, "admin")
+    await call("conversation.set_logging", admin, namespace=ns, enabled=True)
+    await _append(
+        call, admin, ns, "th-clean", "deploy with the key sk-proj-4fQ9xT2mZ8vK1pL7wR3nB6yH0cJ5dG now"
+    )
+    await _append(call, admin, ns, "th-clean", "and this turn goes entirely")
+    page = desktop
+    page.on("dialog", lambda dialog: dialog.accept())  # the confirm step before each removal
+    await sign_in(page, admin)
+    await page.click("nav[aria-label=Pages] >> text=Review")
+    await page.wait_for_load_state()
+    assert "api key" in await page.locator("#high-turns").inner_text()
+    await page.click("#redact-high-1")
+    await page.wait_for_load_state()
+    assert "redacted" in await page.locator("#removal").inner_text()
+    turns = await page.locator("#turns").inner_text()
+    assert "[redacted]" in turns and "sk-proj-4fQ9" not in await page.content()
+    await page.screenshot(path=shots / "thread-redacted.png", full_page=True)
+    await page.goto("/dashboard/review")
+    assert "th-clean" not in await page.locator("main").inner_text()  # nothing left to clean
+    await page.goto("/dashboard/thread?agent=default&thread=th-clean")
+    await page.locator("#turns li").nth(1).locator("summary").click()
+    await page.click("#delete-msg-2")
+    await page.wait_for_load_state()
+    assert "deleted" in await page.locator("#removal").inner_text()
+    assert "goes entirely" not in await page.locator("#turns").inner_text()
+    got = await call("conversation.get", admin, namespace=ns, thread_id="th-clean", include_messages=True)
+    assert [m["content"] for m in got.json()["messages"]] == ["deploy with the key [redacted] now"]

@@ -66,6 +66,8 @@ async def test_pages_follow_the_token(kind, signed_in, ns, thread):
     assert 'id="record-state"' in conv.text  # everyone sees the state, honestly
     assert ('id="compact"' in thr.text) == (kind in ("writer", "admin"))
     assert ('id="delete"' in thr.text) == (kind == "admin")
+    assert ("/dashboard/message/delete" in thr.text) == (kind in ("writer", "admin"))
+    assert ("/dashboard/message/redact" in thr.text) == (kind == "admin")
     assert (">Settings<" in conv.text) == (kind == "admin")
     for path in ADMIN_PAGES:
         page = await client.get(path)
@@ -93,6 +95,10 @@ async def test_changes_follow_the_token(kind, signed_in, ns, thread, call, mint)
     assert compact.status_code == (409 if kind in ("writer", "admin") else 403), compact.text
     if kind in ("writer", "admin"):
         assert "provider_not_configured" in compact.text
+    redact = await client.post(
+        "/dashboard/message/redact", data={"ns": ns, "agent": "default", "thread": thread, "msg": "nope"}
+    )
+    assert redact.status_code == (404 if kind == "admin" else 403), redact.text  # admin: no such message
     # An admin's delete still needs the confirm step: a wrong one is refused naming the field.
     assert delete.status_code == (422 if kind == "admin" else 403), delete.text
     if kind == "admin":

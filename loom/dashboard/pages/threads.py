@@ -1,10 +1,11 @@
 """A thread: its turns (role, time, agent, embedding state, saved flag), the turns that
-read as high shown masked until an admin reveals one, and compact and delete for the
-roles that may."""
+read as high shown masked until an admin reveals one, compact and delete for the roles
+that may, and per turn: delete the message, or redact it (admin), each confirmed first
+and answered with the op's receipt."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -92,3 +93,49 @@ async def delete(
     if done.problem:
         return refused(visit, done.problem)
     return back("/conversations", ns=visit.namespace, deleted=thread)
+
+
+def _receipt_query(kind: str, receipt: Any) -> dict[str, Any]:
+    """What the thread page says about a removal: the op's counts, never any text."""
+    written = sum(t.written for t in receipt.tables.values())
+    removed = sum(t.removed for t in receipt.tables.values())
+    return {"done": kind, "msg": receipt.msg_id, "written": written, "removed": removed}
+
+
+@router.post("/message/delete", dependencies=[Depends(same_origin)], response_model=None)
+async def delete_message(
+    request: Request,
+    ns: Annotated[str, Form()],
+    agent: Annotated[str, Form(max_length=256)],
+    thread: Annotated[str, Form(max_length=256)],
+    msg: Annotated[str, Form(max_length=256)],
+) -> HTMLResponse | RedirectResponse:
+    visit = await open_visit(request, ns)
+    async with visit.api() as api:
+        done = await attempt(api.conversation.delete_message(agent=agent, thread_id=thread, msg_id=msg))
+    if done.value is None:
+        return refused(visit, done.problem)
+    return back(
+        "/thread", ns=visit.namespace, agent=agent, thread=thread, **_receipt_query("deleted", done.value)
+    )
+
+
+@router.post("/message/redact", dependencies=[Depends(same_origin)], response_model=None)
+async def redact(
+    request: Request,
+    ns: Annotated[str, Form()],
+    agent: Annotated[str, Form(max_length=256)],
+    thread: Annotated[str, Form(max_length=256)],
+    msg: Annotated[str, Form(max_length=256)],
+    span: Annotated[str, Form(max_length=100_000)] = "",
+) -> HTMLResponse | RedirectResponse:
+    """An exact text given: every occurrence of it; none: every span that reads as high."""
+    visit = await open_visit(request, ns)
+    what: dict[str, Any] = {"spans": [span]} if span else {"high": True}
+    async with visit.api() as api:
+        done = await attempt(api.conversation.redact(agent=agent, thread_id=thread, msg_id=msg, **what))
+    if done.value is None:
+        return refused(visit, done.problem)
+    return back(
+        "/thread", ns=visit.namespace, agent=agent, thread=thread, **_receipt_query("redacted", done.value)
+    )
