@@ -106,3 +106,20 @@ async def test_a_worker_refuses_an_unknown_version_and_answers_the_api_at_once(
     assert msg["job"] == "j1" and msg["error"].startswith("internal_error")
     with pytest.raises(PayloadRefused, match="embed_turns payload version 2 refused"):
         await job.result(timeout=10)
+
+
+def test_arq_log_keeps_no_job_data_and_not_the_titler_tick() -> None:
+    import logging
+
+    from workers.main import _ARQ_FILTER, _NoJobData
+
+    def record(msg: str, args: tuple[object, ...]) -> logging.LogRecord:
+        return logging.LogRecord("arq.worker", logging.INFO, __file__, 1, msg, args, None)
+
+    embed = record(_NoJobData.START, (0.1, "abc:embed_turns", "'my secret text'", ""))
+    assert _ARQ_FILTER.filter(embed) and "secret" not in embed.getMessage()
+    done = record(_NoJobData.RESULT, (0.1, "abc:embed_turns", "{'text': 'secret'}"))
+    assert _ARQ_FILTER.filter(done) and "secret" not in done.getMessage()
+    tick = record(_NoJobData.START, (0.1, "cron:conversation_titler", "", ""))
+    assert not _ARQ_FILTER.filter(tick)  # every 5 s: kept off the console
+    assert not _ARQ_FILTER.filter(record(_NoJobData.RESULT, (0.0, "cron:conversation_titler", "None")))

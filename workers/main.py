@@ -67,10 +67,19 @@ class _NoJobData(logging.Filter):
 
     START = "%6.2fs → %s(%s)%s"
     RESULT = "%6.2fs ← %s ● %s"
+    # The titler's tick runs every few seconds and mostly finds nothing due: its start and
+    # end lines would flood the console (a pass that runs logs what it did itself).
+    SILENT = ("conversation_titler",)
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, tuple):
+            if (
+                record.msg in (self.START, self.RESULT)
+                and len(args) >= 2
+                and str(args[1]).endswith(self.SILENT)
+            ):
+                return False
             if record.msg == self.START and len(args) == 4:
                 record.args = (args[0], args[1], "…", args[3])
             elif record.msg == self.RESULT and len(args) == 3:
