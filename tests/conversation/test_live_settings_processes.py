@@ -30,6 +30,7 @@ from loom.ops import live_settings
 from loom.ops import settings as ops
 from tests.conversation.conftest import wait_for
 from tests.faults.harness import free_port, short_home
+from tests.platform.served import suite_env
 
 EXCERPT = "LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS"
 ENABLED = "LOOM_CONVERSATION_TITLER_ENABLED"
@@ -56,14 +57,10 @@ def _loom_serve(settings: Any, home: Path) -> Iterator[str]:
     `loom worker` process, on the suite's backends and database; the titler switched
     off by their environment, the recovery pass kept away from the suite's rows."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
-    env.update(
-        LOOM_HOME=str(home),
-        LOOM_PORT=str(port),
-        LOOM_CLICKHOUSE_URL=settings.clickhouse_url,
-        LOOM_CLICKHOUSE_DATABASE=settings.clickhouse_database,
-        LOOM_REDIS_URL=settings.redis_url,
-        LOOM_EMBEDDER="fake",
+    env = suite_env(
+        settings,
+        home,
+        port,
         LOOM_CONVERSATION_TITLER_ENABLED="false",
         LOOM_EMBED_RECOVERY_GRACE_SECONDS="86400",
         LOOM_EMBED_RECOVERY_INTERVAL_SECONDS="3600",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,8 @@ import httpx
 import pytest
 
 from loom.settings import Settings
+from tests.faults.harness import free_port
+from tests.platform.served import suite_env
 
 CHROMIUM_FLAGS = [
     "--no-sandbox",  # CI runs as root
@@ -52,29 +53,14 @@ def chromium_path() -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def served(schema: Settings) -> Iterator[str]:
     """`loom serve` as a user runs it, on the suite's backends and database (so tests
     can mint tokens and append through the suite's fixtures). With external backends
     it runs no worker: the `arq_worker` fixture's worker serves its jobs."""
     home = Path(tempfile.mkdtemp(prefix="loomd-", dir="/tmp"))
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
-    env.update(
-        LOOM_HOME=str(home),
-        LOOM_PORT=str(port),
-        LOOM_CLICKHOUSE_URL=schema.clickhouse_url,
-        LOOM_REDIS_URL=schema.redis_url,
-        LOOM_CLICKHOUSE_DATABASE=schema.clickhouse_database,
-        LOOM_EMBEDDER="fake",
-        LOOM_EMBED_WAIT_SECONDS="5",
-    )
+    port = free_port()
+    env = suite_env(schema, home, port, LOOM_EMBED_WAIT_SECONDS="5")
     proc = subprocess.Popen(
         [sys.executable, "-m", "loom.cli.main", "serve"],
         env=env,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -52,3 +54,20 @@ def serve(settings: Settings) -> Iterator[str]:
     finally:
         box["server"].should_exit = True
         thread.join(30)
+
+
+def suite_env(settings: Settings, home: Path, port: int, **extra: str) -> dict[str, str]:
+    """The environment of a Loom process (`loom serve`, `loom worker`) started by a test on
+    the suite's ClickHouse, Redis and database, with the fake embedder and none of the test
+    process's own LOOM_ variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+    env.update(
+        LOOM_HOME=str(home),
+        LOOM_PORT=str(port),
+        LOOM_CLICKHOUSE_URL=settings.clickhouse_url,
+        LOOM_CLICKHOUSE_DATABASE=settings.clickhouse_database,
+        LOOM_REDIS_URL=settings.redis_url,
+        LOOM_EMBEDDER="fake",
+        **extra,
+    )
+    return env
