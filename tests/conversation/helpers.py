@@ -99,6 +99,23 @@ SAVE = "conversation.save_message"
 SAVE_DEFAULTS = {"user_id": "alice", "conversation_id": "c", "message_id": "m", "role": "user"}
 
 
+async def append_turn(
+    call: Any, token: str, ns: str, agent: str, thread: str, role: str, content: str, **kw: Any
+) -> dict[str, Any]:
+    """conversation.append of one turn by `agent`, asserted 200."""
+    return await ok(
+        call,
+        "conversation.append",
+        token,
+        namespace=ns,
+        agent=agent,
+        thread_id=thread,
+        role=role,
+        content=content,
+        **kw,
+    )
+
+
 async def save(call: Any, token: str, **body: Any) -> dict[str, Any]:
     """conversation.save_message answered 200: alice's message m of conversation c, a
     user turn, unless `body` says otherwise (a field given as None is left out)."""

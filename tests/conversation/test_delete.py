@@ -12,32 +12,26 @@ from loom.ops.conversation import TurnInput, append
 from loom.ops.conversation.deleting import delete
 from loom.providers.embedders import FakeEmbedder
 from loom.store import embeddings as emb_store
-from tests.conversation.helpers import emb_row, emb_rows, ok, raise_marks, tombstone_turn, turn_rows
+from tests.conversation.helpers import (
+    append_turn,
+    emb_row,
+    emb_rows,
+    ok,
+    raise_marks,
+    tombstone_turn,
+    turn_rows,
+)
 
 
 def _live(rows):
     return [r for r in rows if not r["tombstoned"]]
 
 
-async def _append(call, token, ns, agent, thread, role, content, **kw):
-    return await ok(
-        call,
-        "conversation.append",
-        token,
-        namespace=ns,
-        agent=agent,
-        thread_id=thread,
-        role=role,
-        content=content,
-        **kw,
-    )
-
-
 async def test_confirm_must_repeat_the_thread_id_else_422_and_nothing_written(
     call, ns, writer, mint, services
 ):
     admin = mint(ns, "admin")
-    await _append(call, writer, ns, "a", "t1", "user", "keep me please")
+    await append_turn(call, writer, ns, "a", "t1", "user", "keep me please")
     r = await call(
         "conversation.delete", admin, namespace=ns, agent="a", thread_id="t1", confirm_thread_id="t2"
     )
@@ -56,10 +50,12 @@ async def test_delete_tombstones_turns_thread_and_embeddings_and_every_read_drop
     call, ns, writer, mint, services
 ):
     admin = mint(ns, "admin")
-    await _append(call, writer, ns, "a", "t1", "user", "the staging deploy rolled back at noon")
-    await _append(call, writer, ns, "a", "t1", "assistant", "because the migration locked the ledger table")
-    await _append(call, writer, ns, "a", "t1", "tool", "exit 1")
-    await _append(call, writer, ns, "a", "t2", "user", "another thread stays")
+    await append_turn(call, writer, ns, "a", "t1", "user", "the staging deploy rolled back at noon")
+    await append_turn(
+        call, writer, ns, "a", "t1", "assistant", "because the migration locked the ledger table"
+    )
+    await append_turn(call, writer, ns, "a", "t1", "tool", "exit 1")
+    await append_turn(call, writer, ns, "a", "t2", "user", "another thread stays")
     got = await ok(
         call, "conversation.delete", admin, namespace=ns, agent="a", thread_id="t1", confirm_thread_id="t1"
     )
@@ -86,8 +82,8 @@ async def test_delete_tombstones_turns_thread_and_embeddings_and_every_read_drop
 async def test_a_shared_embedding_row_passes_to_the_other_agents_live_copy(call, ns, writer, mint, services):
     admin = mint(ns, "admin")
     text = "we moved invoices to the new ledger"
-    first = await _append(call, writer, ns, "a", "t", "user", text, run_id="ra", user_id="ua")
-    await _append(call, writer, ns, "b", "t", "user", text, run_id="rb", user_id="ub")
+    first = await append_turn(call, writer, ns, "a", "t", "user", text, run_id="ra", user_id="ua")
+    await append_turn(call, writer, ns, "b", "t", "user", text, run_id="rb", user_id="ub")
     msg = first["msg_id"]
     assert emb_row(services.ch, ns, "t", msg)["agent"] == "a"
     got = await ok(
@@ -264,7 +260,7 @@ async def test_a_delete_racing_appends_and_an_inflight_embedding_leaves_no_live_
 
 async def test_a_save_after_the_delete_answers_deleted(call, ns, writer, mint, services):
     admin = mint(ns, "admin")
-    got = await _append(call, writer, ns, "default", "t", "user", "save me later", user_id="u1")
+    got = await append_turn(call, writer, ns, "default", "t", "user", "save me later", user_id="u1")
     await ok(call, "conversation.delete", admin, namespace=ns, thread_id="t", confirm_thread_id="t")
     saved = await ok(
         call,

@@ -16,7 +16,7 @@ from loom.clock import next_version
 from loom.store import conversations as conv_store
 from loom.store import evidence as evidence_store
 from tests.conversation.conftest import wait_for
-from tests.conversation.helpers import emb_row, ok, raise_marks, turn_rows
+from tests.conversation.helpers import append_turn, emb_row, ok, raise_marks, turn_rows
 
 SECRET = "zqx-purple-otter-4471"  # one token: the saved and evidence postings hold it as a term
 KEY = "sk-proj-" + "Q7wErT9yUiOp3aSdF5gHjK1lZxCvBnM8qWe2"  # reads as high
@@ -49,20 +49,6 @@ def tables_holding(ch: Any, text: str) -> dict[str, int]:
         if n:
             found[table] = int(n)
     return found
-
-
-async def _append(call, token, ns, agent, thread, role, content, **kw):
-    return await ok(
-        call,
-        "conversation.append",
-        token,
-        namespace=ns,
-        agent=agent,
-        thread_id=thread,
-        role=role,
-        content=content,
-        **kw,
-    )
 
 
 async def _embedded(ch, ns, thread, msg):
@@ -135,12 +121,12 @@ async def _readable_anywhere(call, ns, admin, user, thread, text) -> list[str]:
 async def _seed(call, ns, writer, services, thread="t"):
     """Three turns of agent a, the middle one holding SECRET, saved for u1, with memory
     evidence of it; returns its msg_id."""
-    await _append(call, writer, ns, "a", thread, "user", "we plan the ferry trip", user_id="u1")
-    got = await _append(
+    await append_turn(call, writer, ns, "a", thread, "user", "we plan the ferry trip", user_id="u1")
+    got = await append_turn(
         call, writer, ns, "a", thread, "user", f"remember {SECRET} for the ferry trip", user_id="u1"
     )
     msg = got["msg_id"]
-    await _append(call, writer, ns, "a", thread, "assistant", "noted, the ferry leaves at nine")
+    await append_turn(call, writer, ns, "a", thread, "assistant", "noted, the ferry leaves at nine")
     await _embedded(services.ch, ns, thread, msg)
     await ok(
         call,
@@ -201,10 +187,10 @@ async def test_delete_message_leaves_the_text_nowhere_readable_nor_on_disk_with_
 async def test_delete_message_passes_a_shared_row_to_the_other_agents_copy(call, ns, writer, mint, services):
     admin = mint(ns, "admin")
     text = "we moved invoices to the new ledger"
-    first = await _append(call, writer, ns, "a", "t", "user", text, run_id="ra", user_id="ua")
+    first = await append_turn(call, writer, ns, "a", "t", "user", text, run_id="ra", user_id="ua")
     msg = first["msg_id"]
     await _embedded(services.ch, ns, "t", msg)
-    await _append(call, writer, ns, "b", "t", "user", text, run_id="rb", user_id="ub")
+    await append_turn(call, writer, ns, "b", "t", "user", text, run_id="rb", user_id="ub")
     assert emb_row(services.ch, ns, "t", msg)["agent"] == "a"
     got = await ok(
         call, "conversation.delete_message", admin, namespace=ns, agent="a", thread_id="t", msg_id=msg
@@ -225,8 +211,8 @@ async def test_delete_message_passes_a_shared_row_to_the_other_agents_copy(call,
 async def test_delete_message_role_matrix(call, ns, writer, mint, services):
     other_writer, viewer = mint(ns, "writer"), mint(ns, "viewer")
     alice = mint(ns, "writer", read_scope="own_user", read_user_id="alice")
-    mine = (await _append(call, writer, ns, "a", "t", "user", "first note", user_id="alice"))["msg_id"]
-    theirs = (await _append(call, writer, ns, "a", "t", "user", "second note", user_id="bob"))["msg_id"]
+    mine = (await append_turn(call, writer, ns, "a", "t", "user", "first note", user_id="alice"))["msg_id"]
+    theirs = (await append_turn(call, writer, ns, "a", "t", "user", "second note", user_id="bob"))["msg_id"]
     body = {"namespace": ns, "agent": "a", "thread_id": "t"}
     r = await call("conversation.delete_message", viewer, msg_id=mine, **body)
     assert r.status_code == 403 and r.json()["rule"] == "role"
@@ -260,9 +246,9 @@ async def test_redact_high_replaces_the_secret_reembeds_and_export_shows_the_red
 ):
     admin = mint(ns, "admin")
     content = f"my deploy key is {KEY} please keep it for the ferry booking"
-    got = await _append(call, writer, ns, "a", "t", "user", content, user_id="u1")
+    got = await append_turn(call, writer, ns, "a", "t", "user", content, user_id="u1")
     msg = got["msg_id"]
-    await _append(call, writer, ns, "a", "t", "assistant", "understood")
+    await append_turn(call, writer, ns, "a", "t", "assistant", "understood")
     row = [r for r in turn_rows(services.ch, ns) if r["msg_id"] == msg][0]
     assert row["high_sensitivity"] and emb_row(services.ch, ns, "t", msg) is None
     assert "conversations" in tables_holding(services.ch, KEY)
@@ -344,8 +330,8 @@ async def test_a_compacted_turn_s_summary_is_tombstoned_and_the_turns_come_back(
 ):
     admin = mint(ns, "admin")
     ch = services.ch
-    a = (await _append(call, writer, ns, "a", "t", "user", "we plan the ferry trip"))["msg_id"]
-    b = (await _append(call, writer, ns, "a", "t", "user", f"remember {SECRET} for the trip"))["msg_id"]
+    a = (await append_turn(call, writer, ns, "a", "t", "user", "we plan the ferry trip"))["msg_id"]
+    b = (await append_turn(call, writer, ns, "a", "t", "user", f"remember {SECRET} for the trip"))["msg_id"]
     await _embedded(ch, ns, "t", b)
     # A compaction's outcome: a summary built from both turns (holding the secret), the
     # turns tombstoned (reason compacted).
@@ -395,7 +381,7 @@ async def test_a_compacted_turn_s_summary_is_tombstoned_and_the_turns_come_back(
 
 async def test_redact_refuses_bad_input_naming_the_field_and_writes_nothing(call, ns, writer, mint, services):
     admin = mint(ns, "admin")
-    msg = (await _append(call, writer, ns, "a", "t", "user", "short text"))["msg_id"]
+    msg = (await append_turn(call, writer, ns, "a", "t", "user", "short text"))["msg_id"]
     body = {"namespace": ns, "agent": "a", "thread_id": "t", "msg_id": msg}
     r = await call("conversation.redact", admin, **body)
     assert r.status_code == 422 and r.json()["field"] == "spans"
@@ -418,10 +404,10 @@ async def test_redacting_one_agents_copy_passes_the_shared_row_to_the_other_agen
 ):
     admin = mint(ns, "admin")
     text = "the ferry leaves at nine sharp"
-    first = await _append(call, writer, ns, "a", "t", "user", text, run_id="ra")
+    first = await append_turn(call, writer, ns, "a", "t", "user", text, run_id="ra")
     msg = first["msg_id"]
     await _embedded(services.ch, ns, "t", msg)
-    await _append(call, writer, ns, "b", "t", "user", text, run_id="rb")
+    await append_turn(call, writer, ns, "b", "t", "user", text, run_id="rb")
     red = await ok(
         call, "conversation.redact", admin, namespace=ns, agent="a", thread_id="t", msg_id=msg, spans=["nine"]
     )
