@@ -178,6 +178,36 @@ def bulk_load(
     return took
 
 
+def settle(clickhouse_url: str, limit_s: float) -> float:
+    """Wait until the engine has no merge or mutation running for loom (a namespace in
+    its steady state, not one still digesting its bulk load); the seconds waited."""
+    import clickhouse_connect
+
+    url = urlparse(clickhouse_url)
+    ch = clickhouse_connect.get_client(host=url.hostname, port=url.port, database="loom")
+    started = time.monotonic()
+    quiet_since: float | None = None
+    try:
+        while time.monotonic() - started < limit_s:
+            busy = ch.query(
+                "SELECT (SELECT count() FROM system.merges WHERE database = 'loom')"
+                " + (SELECT count() FROM system.mutations WHERE database = 'loom' AND NOT is_done)"
+            ).result_rows[0][0]
+            now = time.monotonic()
+            if busy:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= 30:
+                break
+            if int(now - started) % 300 < 10:
+                log(f"  settling: {busy} merges/mutations running, {now - started:.0f} s (load {load_avg()})")
+            time.sleep(10)
+    finally:
+        ch.close()
+    return time.monotonic() - started
+
+
 def mint(stack: LoomStack) -> str:
     out = subprocess.run(
         [
@@ -465,6 +495,13 @@ def main() -> None:
         default=600.0,
         help="stop polling erasure.status after this many seconds (the figure is then reported as not reached)",
     )
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=0,
+        metavar="MINUTES",
+        help="after the load, wait up to this long for its merges and mutations to finish",
+    )
     ap.add_argument("--no-baseline", action="store_true", help="skip the Postgres baseline")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
@@ -475,6 +512,8 @@ def main() -> None:
         stack.start(log)
         bulk_load(stack.clickhouse_url, MAIN_NS, args.turns, args.users, vectors=True, seed=args.seed)
         bulk_load(stack.clickhouse_url, EXPORT_NS, args.export_turns, 1, vectors=False, seed=args.seed + 1)
+        if args.settle:
+            log(f"  settled after {settle(stack.clickhouse_url, args.settle * 60):.0f} s")
         token = mint(stack)
         step = max(1, args.users // args.erase)
         users = [f"u{i:04d}" for i in range(1, args.users, step)][: args.erase]

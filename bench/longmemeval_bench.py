@@ -211,6 +211,7 @@ def report(rows: list[dict[str, Any]], source: str, real: bool) -> list[str]:
                 f"{'memory.recall' if op == 'recall' else 'search (memory)':<16} {unit:<8} recall {figures}"
             )
         lines.append(f"{op} latency median {statistics.median(r[f'{op}_ms'] for r in rows):.1f} ms")
+    lines += by_type(rows)
     if rows and "correct" in rows[0]:
         lines.append(f"answer accuracy (LLM judge): {mean(rows, 'correct')}")
     else:
@@ -218,6 +219,21 @@ def report(rows: list[dict[str, Any]], source: str, real: bool) -> list[str]:
             "answer accuracy: not run (no LLM configured: LOOM_LLM=openai and LOOM_LLM_URL/MODEL/API_KEY)"
         )
     return lines
+
+
+def by_type(rows: list[dict[str, Any]]) -> list[str]:
+    """Turn recall@5/@10 of both ops per LongMemEval question type (knowledge updates and
+    temporal reasoning are the types a plain fact store does worst on)."""
+    cols = [f"{op}_turn@{k}" for op in ("recall", "search") for k in KS]
+    out = ["", f"{'question type':<28} {'n':>4}  " + "  ".join(f"{c:>15}" for c in cols)]
+    for qtype in sorted({r["type"] for r in rows}):
+        mine = [r for r in rows if r["type"] == qtype]
+        cells = []
+        for c in cols:
+            xs = [r[c] for r in mine if r.get(c) is not None]
+            cells.append(f"{statistics.fmean(xs):>15.3f}" if xs else f"{'n/a':>15}")
+        out.append(f"{qtype:<28} {len(mine):>4}  " + "  ".join(cells))
+    return out
 
 
 async def run(args: argparse.Namespace) -> list[str]:

@@ -49,7 +49,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.erasure_bench import AGENT, MAIN_NS, bulk_load, load_avg, log, mint  # noqa: E402
+from bench.erasure_bench import AGENT, MAIN_NS, bulk_load, load_avg, log, mint, settle  # noqa: E402
 from bench.loom_stack import LoomStack  # noqa: E402
 
 USERS = 100
@@ -125,36 +125,6 @@ async def measure(port: int, token: str, clickhouse_url: str, turns: int, rounds
             out[op] = runs
     ch.close()
     return out
-
-
-def settle(clickhouse_url: str, limit_s: float) -> float:
-    """Wait until the engine has no merge or mutation running for loom (a namespace in
-    its steady state, not one still digesting its bulk load); the seconds waited."""
-    import clickhouse_connect
-
-    url = urlparse(clickhouse_url)
-    ch = clickhouse_connect.get_client(host=url.hostname, port=url.port, database="loom")
-    started = time.monotonic()
-    quiet_since: float | None = None
-    try:
-        while time.monotonic() - started < limit_s:
-            busy = ch.query(
-                "SELECT (SELECT count() FROM system.merges WHERE database = 'loom')"
-                " + (SELECT count() FROM system.mutations WHERE database = 'loom' AND NOT is_done)"
-            ).result_rows[0][0]
-            now = time.monotonic()
-            if busy:
-                quiet_since = None
-            elif quiet_since is None:
-                quiet_since = now
-            elif now - quiet_since >= 30:
-                break
-            if int(now - started) % 300 < 10:
-                log(f"  settling: {busy} merges/mutations running, {now - started:.0f} s (load {load_avg()})")
-            time.sleep(10)
-    finally:
-        ch.close()
-    return time.monotonic() - started
 
 
 def main() -> None:
