@@ -27,6 +27,10 @@ from loom.store.rows import Column, Table, column, named, table
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # "not given" for valid_from (the row's created_at then)
 
 
+def aware(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
 def _ms(at: datetime) -> int:
     return int(at.timestamp() * 1000)
 
@@ -114,6 +118,10 @@ class Fact:
         # true when it was made.
         if not self.lineage:
             self.lineage = self.memory_id
+        # Reads give naive UTC times: validity is compared with aware ones.
+        self.created_at, self.updated_at = aware(self.created_at), aware(self.updated_at)
+        self.valid_from = aware(self.valid_from)
+        self.valid_until = None if self.valid_until is None else aware(self.valid_until)
         if self.valid_from == EPOCH:
             self.valid_from = self.created_at
 

@@ -218,7 +218,7 @@ async def extract(
         return out
     used = [e.evidence_id for e in readable]
     # The facts became true when they were said: the newest message's time.
-    said_at = max(e.ts for e in readable)
+    said_at = store.aware(max(e.ts for e in readable))
     async with hold(svc.redis, _lease_key(scope), ttl_ms=60_000, wait_s=60.0):
         try:
             out.decisions = await _decide_and_apply(

@@ -93,7 +93,7 @@ def link(old: Fact, new: Fact, now: datetime) -> Fact:
 
 def close(old: Fact, at: datetime, now: datetime) -> Fact:
     """The version of `old` that stopped being true at `at` (never before its start)."""
-    end = max(at, old.valid_from)
+    end = max(store.aware(at), old.valid_from)
     if old.valid_until is not None and old.valid_until < end:
         end = old.valid_until
     return dataclasses.replace(old, valid_until=end, updated_at=now)
