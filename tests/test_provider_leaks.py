@@ -331,6 +331,19 @@ async def drive_memory(ctx: Ctx) -> None:
         )
 
 
+async def drive_profile(ctx: Ctx) -> None:
+    """memory.profile (the model summarises the user's facts; the fact set just before
+    makes it stale, so the read rebuilds it) and context.pack's profile section: the
+    model's section that reads as high is never answered."""
+    facts = [{"text": t, "kind": "note"} for t in HIGH.values()] + [{"text": CLEAN, "kind": "note"}]
+    await ctx.ok("memory.set", ctx.writer, namespace=ctx.ns, user_id="u1", facts=facts)
+    body = await ctx.ok("memory.profile", ctx.writer, namespace=ctx.ns, user_id="u1")
+    assert body["basis"] == "llm" and body["dropped"] == 1, body["basis"]
+    pack = await ctx.ok("context.pack", ctx.writer, namespace=ctx.ns, user_id="u1", include_profile=True)
+    for answer in (body, pack):
+        assert not [kind for kind, text in HIGH.items() if text in json.dumps(answer)]
+
+
 async def drive_dashboard(ctx: Ctx) -> None:
     """The dashboard's pages call the ops above: its search boxes and save form reach the
     embedder, and a page must not show a high text (a masked turn, an excerpt)."""
@@ -379,6 +392,7 @@ DRIVERS: list[tuple[str, Driver]] = [
     ("conversation.compact", drive_compact),
     ("conversation_titler", drive_titler),
     ("memory.set + search + set_from_messages", drive_memory),
+    ("memory.profile + context.pack's profile", drive_profile),
     ("the dashboard's pages", drive_dashboard),
 ]
 
@@ -388,6 +402,8 @@ def _brief_model(messages: list[ChatMessage]) -> str:
         return json.dumps({"facts": [CLEAN + " again", HIGH["ssn"]]})
     if "long-term memory consistent" in messages[0].content:
         return json.dumps({"decisions": [{"event": "ADD", "text": CLEAN + " again"}]})
+    if "living profile" in messages[0].content:  # the profile (it writes a high section too)
+        return json.dumps({"sections": {"work": CLEAN, "other": HIGH["card"]}})
     return json.dumps({"status": "revised", "new_done": ["a step"]})
 
 

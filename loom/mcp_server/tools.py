@@ -123,6 +123,8 @@ SPECS: tuple[ToolSpec, ...] = (
         "memory.set_from_messages", m.SetFromMessagesRequest, "Keep messages as evidence and extract facts."
     ),
     _spec("memory.recall", m.RecallRequest, "Read a user's evidence by words or time."),
+    _spec("memory.history", m.MemoryHistoryRequest, "One fact's versions over time, oldest first."),
+    _spec("memory.profile", m.MemoryProfileRequest, "A user's short profile, in sections."),
     _spec("observe.record", m.ObserveRecordRequest, "Record a tool action as an observation."),
     _spec("observe.crystallize", m.ObserveCrystallizeRequest, "Extract facts from a run's observations."),
     _spec("session.brief_delete", b.BriefDeleteRequest, "Delete a session brief."),

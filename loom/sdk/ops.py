@@ -176,6 +176,14 @@ class Memory(_Group):
     async def delete(self, **fields: Any) -> m.MemoryDeleteResponse:
         return await self._op("memory.delete", m.MemoryDeleteRequest, m.MemoryDeleteResponse, fields)
 
+    async def history(self, **fields: Any) -> m.MemoryHistoryResponse:
+        """memory.history: one fact's chain of versions, oldest to newest."""
+        return await self._op("memory.history", m.MemoryHistoryRequest, m.MemoryHistoryResponse, fields)
+
+    async def profile(self, **fields: Any) -> m.MemoryProfileResponse:
+        """memory.profile: the user's sectioned profile (rebuilt first when stale)."""
+        return await self._op("memory.profile", m.MemoryProfileRequest, m.MemoryProfileResponse, fields)
+
     async def set_from_messages(self, **fields: Any) -> m.SetFromMessagesResponse:
         return await self._op(
             "memory.set_from_messages",

@@ -45,6 +45,7 @@ NAMESPACE_TABLES: dict[str, tuple[str, ...]] = {
     "memory_evidence": ("user_id", "evidence_id", "version"),
     "evidence_terms": ("user_id", "term", "doc"),
     "memory_decisions": ("user_id", "extraction_id", "seq"),
+    "memory_profiles": ("user_id", "version"),
     "search_marks": ("thread_id", "mark"),
     "namespaces": ("version",),
     "erasure_keys": ("erasure_id", "kind", "agent", "thread_id", "msg_id"),
@@ -53,8 +54,15 @@ NAMESPACE_TABLES: dict[str, tuple[str, ...]] = {
 VECTOR_TABLES = ("conversation_vectors_384", "conversation_vectors_1536")
 SAVED_TABLES = ("saved_docs", "saved_terms", "saved_vectors")
 # The memory plane keys every row by (namespace, user_id): a user's facts, evidence,
-# postings and decisions are named by the user alone, with no keys to fix first.
-MEMORY_TABLES = ("memories", "memory_terms", "memory_evidence", "evidence_terms", "memory_decisions")
+# postings, decisions and profile are named by the user alone, with no keys to fix first.
+MEMORY_TABLES = (
+    "memories",
+    "memory_terms",
+    "memory_evidence",
+    "evidence_terms",
+    "memory_decisions",
+    "memory_profiles",
+)
 
 
 @dataclass

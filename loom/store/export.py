@@ -118,7 +118,8 @@ _MEMORY_KINDS: tuple[tuple[str, str, tuple[tuple[str, str], ...], str], ...] = (
         (("memory_id", "String"),),
         "toString(namespace) AS namespace, user_id, memory_id, session_id, run_id, "
         "toString(kind) AS fact_kind, key, text, toString(source) AS source, evidence_ids, created_at, "
-        "updated_at, tombstoned, toString(model) AS model, embed_error",
+        "updated_at, tombstoned, toString(model) AS model, embed_error, valid_from, valid_until, "
+        "supersedes, superseded_by",
     ),
     (
         "memory_evidence",

@@ -14,14 +14,40 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 from clickhouse_connect.driver.client import Client
 
+from loom.clock import utcnow
 from loom.store.bm25 import K1, MAX_QUERY_TERMS, B, terms_sql
 from loom.store.rows import Column, Table, column, named, table
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # "not given" for valid_from (the row's created_at then)
+
+
+def aware(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _ms(at: datetime) -> int:
+    return int(at.timestamp() * 1000)
+
+
+def live(as_of: datetime | None, now: datetime) -> tuple[str, dict[str, Any]]:
+    """The condition (and its params) of the facts a read answers: by default the current
+    facts (not forgotten, not superseded, valid now); with `as_of`, the facts valid at
+    that time, superseded or not (a superseded fact stopped being valid when its
+    successor became valid)."""
+    at = as_of or now
+    cond = (
+        "NOT tombstoned AND valid_from <= fromUnixTimestamp64Milli({at:Int64}, 'UTC') "
+        "AND (valid_until IS NULL OR valid_until > fromUnixTimestamp64Milli({at:Int64}, 'UTC'))"
+    )
+    if as_of is None:
+        cond += " AND superseded_by = ''"
+    return cond, {"at": _ms(at)}
 
 
 @dataclass(frozen=True)
@@ -78,7 +104,29 @@ class Fact:
     model: str = column("LowCardinality(String)", default="")
     embedding: list[float] = column("Array(Float32)", default_factory=list, encode=_vector, decode=_floats)
     embed_error: str = column("String", default="")
+    # Validity (clickhouse_schema/017): when the fact became true and stopped being true
+    # (None: it holds), the facts it replaced and was replaced by, and its chain's first id.
+    valid_from: datetime = column("DateTime64(3, 'UTC')", default=EPOCH)
+    valid_until: datetime | None = column("Nullable(DateTime64(3, 'UTC'))", default=None)
+    supersedes: str = column("String", default="")
+    superseded_by: str = column("String", default="")
+    lineage: str = column("String", default="")
     version: int = column("UInt64", default=0)
+
+    def __post_init__(self) -> None:
+        # A fact that supersedes nothing is its own chain; with no time given it became
+        # true when it was made.
+        if not self.lineage:
+            self.lineage = self.memory_id
+        # Reads give naive UTC times: validity is compared with aware ones.
+        self.created_at, self.updated_at = aware(self.created_at), aware(self.updated_at)
+        self.valid_from = aware(self.valid_from)
+        self.valid_until = None if self.valid_until is None else aware(self.valid_until)
+        if self.valid_from == EPOCH:
+            self.valid_from = self.created_at
+
+    def valid_at(self, at: datetime) -> bool:
+        return self.valid_from <= at and (self.valid_until is None or self.valid_until > at)
 
 
 # doc and doc_len: the BM25 document id and length, MATERIALIZED by the server.
@@ -110,11 +158,18 @@ def get(
 
 
 def page(
-    ch: Client, scope: Scope, *, limit: int, after: tuple[int, str] | None = None, kind: str | None = None
+    ch: Client,
+    scope: Scope,
+    *,
+    limit: int,
+    after: tuple[int, str] | None = None,
+    kind: str | None = None,
+    as_of: datetime | None = None,
 ) -> list[Fact]:
-    """The scope's live facts, most recently updated first, after the cursor position
-    (updated_at in ms, memory_id)."""
-    params = scope.params() | {"lim": limit}
+    """The scope's current facts (or those valid at `as_of`), most recently updated
+    first, after the cursor position (updated_at in ms, memory_id)."""
+    valid, vparams = live(as_of, utcnow())
+    params = scope.params() | {"lim": limit} | vparams
     cond = scope.where()
     if kind is not None:
         cond += " AND kind = {kind:String}"
@@ -126,9 +181,43 @@ def page(
         )
         params |= {"ams": after[0], "aid": after[1]}
     result = ch.query(
-        f"SELECT {_READ_NO_VECTOR} FROM memories FINAL WHERE {cond} AND NOT tombstoned "
+        f"SELECT {_READ_NO_VECTOR} FROM memories FINAL WHERE {cond} AND {valid} "
         "ORDER BY updated_at DESC, memory_id DESC LIMIT {lim:UInt32}",
         parameters=params,
+    )
+    return TABLE.rows(result)
+
+
+def heads(ch: Client, namespace: str, user_id: str, keys: Sequence[str]) -> dict[str, Fact]:
+    """The newest fact of each key's chain (not forgotten, not superseded; open or
+    closed), with its vector (a revision rewrites the whole row), by key."""
+    if not keys:
+        return {}
+    found = TABLE.select(
+        ch,
+        "WHERE namespace = {ns:String} AND user_id = {u:String} AND key IN {keys:Array(String)} "
+        "AND NOT tombstoned AND superseded_by = '' ORDER BY updated_at DESC, memory_id",
+        {"ns": namespace, "u": user_id, "keys": list(keys)},
+    )
+    out: dict[str, Fact] = {}
+    for f in found:
+        out.setdefault(f.key, f)
+    return out
+
+
+def chains(
+    ch: Client, namespace: str, user_id: str, memory_ids: Sequence[str], *, with_vector: bool = False
+) -> list[Fact]:
+    """Every version of the chains the named facts belong to (forgotten ones included),
+    in one read: the facts sharing their lineage."""
+    if not memory_ids:
+        return []
+    cols = _READ if with_vector else _READ_NO_VECTOR
+    result = ch.query(
+        f"SELECT {cols} FROM memories FINAL WHERE namespace = {{ns:String}} AND user_id = {{u:String}} "
+        "AND lineage IN (SELECT lineage FROM memories FINAL WHERE namespace = {ns:String} "
+        "AND user_id = {u:String} AND memory_id IN {ids:Array(String)})",
+        parameters={"ns": namespace, "u": user_id, "ids": list(memory_ids)},
     )
     return TABLE.rows(result)
 
@@ -153,18 +242,30 @@ class VectorHit:
 
 
 def vector_search(
-    ch: Client, scope: Scope, vector: np.ndarray, model: str, *, limit: int, min_similarity: float
+    ch: Client,
+    scope: Scope,
+    vector: np.ndarray,
+    model: str,
+    *,
+    limit: int,
+    min_similarity: float,
+    as_of: datetime | None = None,
 ) -> list[VectorHit]:
-    """Exact cosine ranking over the scope's live, embedded facts (one user's key range),
-    the facts with it."""
-    params = scope.params() | {
-        "qv": np.asarray(vector, dtype="<f4").tobytes().hex(),
-        "model": model,
-        "lim": limit,
-    }
+    """Exact cosine ranking over the scope's current (or `as_of`) embedded facts (one
+    user's key range), the facts with it."""
+    valid, vparams = live(as_of, utcnow())
+    params = (
+        scope.params()
+        | {
+            "qv": np.asarray(vector, dtype="<f4").tobytes().hex(),
+            "model": model,
+            "lim": limit,
+        }
+        | vparams
+    )
     result = ch.query(
         f"SELECT {_READ_RANKED}, 1 - cosineDistance(embedding, {QUERY_VECTOR}) AS _sim FROM memories FINAL "
-        f"WHERE {scope.where()} AND NOT tombstoned AND model = {{model:String}} AND length(embedding) > 0 "
+        f"WHERE {scope.where()} AND {valid} AND model = {{model:String}} AND length(embedding) > 0 "
         "ORDER BY _sim DESC, memory_id LIMIT {lim:UInt32}",
         parameters=params,
     )
@@ -257,21 +358,28 @@ def bm25(
     table: str = "memories",
     extra: str = "",
     extra_params: dict[str, Any] | None = None,
+    as_of: datetime | None = None,
 ) -> list[LexicalHit]:
     """BM25's best rows of `table` (memories or memory_evidence) for `query`, each with
-    its row (newest live version), best first (more query terms held, then score, then
-    id), in one round trip."""
-    spec, id_col, live, read = (
-        (TABLE, "memory_id", "NOT tombstoned", _READ_NO_VECTOR)
-        if table == "memories"
-        else (_evidence_table(), "evidence_id", "NOT tombstoned AND NOT high_sensitivity", None)
-    )
+    its row (newest live version; for facts the current ones, or those valid at
+    `as_of`), best first (more query terms held, then score, then id), in one round trip."""
+    if table == "memories":
+        valid, vparams = live(as_of, utcnow())
+        spec, id_col, live_cond, read = TABLE, "memory_id", valid, _READ_NO_VECTOR
+        extra_params = (extra_params or {}) | vparams
+    else:
+        spec, id_col, live_cond, read = (
+            _evidence_table(),
+            "evidence_id",
+            "NOT tombstoned AND NOT high_sensitivity",
+            None,
+        )
     sql = (
         _BM25_PAIRS.replace("{terms}", _TERMS_TABLE[table])
         .replace("{read}", read or spec.read_list)
         .replace("{table}", table)
         .replace("{scope}", scope.where())
-        .replace("{live}", live + extra)
+        .replace("{live}", live_cond + extra)
     )
     params = scope.params() | {"q": query} | (extra_params or {})
     rows: dict[str, Any] = {}
@@ -335,6 +443,25 @@ def decisions(ch: Client, namespace: str, user_id: str, extraction_id: str) -> l
     return [asdict(d) for d in found]
 
 
+def blank_decisions(ch: Client, namespace: str, user_id: str, memory_ids: Sequence[str]) -> int:
+    """Forget the text the decisions recorded for these facts (memory.delete: a forgotten
+    fact's history is forgotten too): each such row is written again with no text (the
+    table keeps the last row of a key). Answers how many were blanked."""
+    if not memory_ids:
+        return 0
+    found = DECISIONS.select(
+        ch,
+        "WHERE namespace = {ns:String} AND user_id = {u:String} AND memory_id IN {ids:Array(String)} "
+        "AND text != ''",
+        {"ns": namespace, "u": user_id, "ids": list(memory_ids)},
+    )
+    for d in found:
+        d.text = ""
+    if found:
+        DECISIONS.insert(ch, found)
+    return len(found)
+
+
 # -- undoing one write (loom.ops.memory.erasing) --------------------------------------------
 
 
@@ -346,10 +473,11 @@ def remove_written(
     facts: Sequence[tuple[str, int]],
     evidence: Sequence[tuple[str, int]],
     extraction_ids: Sequence[str],
+    profiles: Sequence[int] = (),
 ) -> None:
     """Delete exactly the rows one write inserted: fact and evidence versions by (id,
     version), with their postings (first: they are found through the rows), and the
-    decisions of its extractions. Versions are unique, so the id and version lists
+    decisions of its extractions, and the profile versions it built. Versions are unique, so the id and version lists
     name those rows and no other."""
     base = "namespace = {ns:String} AND user_id = {u:String}"
     params: dict[str, Any] = {"ns": namespace, "u": user_id}
@@ -374,4 +502,9 @@ def remove_written(
         ch.command(
             f"DELETE FROM memory_decisions WHERE {base} AND extraction_id IN {{xs:Array(String)}}",
             parameters=params | {"xs": list(extraction_ids)},
+        )
+    if profiles:
+        ch.command(
+            f"DELETE FROM memory_profiles WHERE {base} AND version IN {{pvs:Array(UInt64)}}",
+            parameters=params | {"pvs": list(profiles)},
         )

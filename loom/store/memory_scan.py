@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 from clickhouse_connect.driver.client import Client
 
+from loom.clock import utcnow
 from loom.store.bm25 import MAX_QUERY_TERMS, terms_sql
 from loom.store.memories import (
     _READ_RANKED,
@@ -35,6 +37,7 @@ from loom.store.memories import (
     LexicalHit,
     Scope,
     VectorHit,
+    live,
     rank_scored,
 )
 
@@ -46,7 +49,7 @@ SELECT {_READ_RANKED}, doc_len AS _dl, reinterpret(embedding, 'String') AS _vec,
        arrayFilter(t -> has(toks, t), qterms) AS _terms,
        arrayMap(t -> toUInt32(countEqual(toks, t)), _terms) AS _tfs
 FROM memories FINAL
-WHERE {{scope}} AND NOT tombstoned
+WHERE {{scope}} AND {{valid}}
 LIMIT {{cap:UInt32}}
 """
 
@@ -61,11 +64,15 @@ class ScopeScan:
     terms: list[list[tuple[str, int]]]  # each fact's query terms with their counts
 
 
-def scan(ch: Client, scope: Scope, query: str, *, cap: int) -> ScopeScan | None:
-    """The scope's live facts for `query` in one read, or None when it holds more than `cap`."""
+def scan(
+    ch: Client, scope: Scope, query: str, *, cap: int, as_of: datetime | None = None
+) -> ScopeScan | None:
+    """The scope's current facts (or those valid at `as_of`) for `query` in one read, or
+    None when it holds more than `cap`."""
+    valid, vparams = live(as_of, utcnow())
     result = ch.query(
-        _SCAN.replace("{scope}", scope.where()),
-        parameters=scope.params() | {"q": query, "cap": cap + 1},
+        _SCAN.replace("{scope}", scope.where()).replace("{valid}", valid),
+        parameters=scope.params() | {"q": query, "cap": cap + 1} | vparams,
         column_formats={"_vec": "bytes"},
     )
     rows = TABLE.rows_with(result)

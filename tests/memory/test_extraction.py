@@ -35,16 +35,21 @@ class Model:
     """The stand-in's chat answers: extraction returns `facts`; a decision call returns
     `decide(existing, new_facts)`. Records what each call was sent."""
 
-    def __init__(self, facts: list[str], decide: Any = None) -> None:
+    def __init__(self, facts: list[str], decide: Any = None, profile: Any = None) -> None:
         self.facts, self.decide = facts, decide
+        self.profile = profile or (lambda facts: {"identity": "; ".join(f["text"] for f in facts)})
         self.extract_inputs: list[str] = []
         self.decide_inputs: list[dict[str, Any]] = []
+        self.profile_inputs: list[dict[str, Any]] = []
 
     def __call__(self, req: RecordedRequest) -> str:
         system, user = req.json["messages"][0]["content"], req.json["messages"][1]["content"]
         if "extract durable facts" in system:
             self.extract_inputs.append(user)
             return json.dumps({"facts": self.facts})
+        if "living profile" in system:
+            self.profile_inputs.append(json.loads(user))
+            return json.dumps({"sections": self.profile(json.loads(user)["facts"])})
         payload = json.loads(user)
         self.decide_inputs.append(payload)
         return json.dumps({"decisions": self.decide(payload["existing"], payload["new_facts"])})
@@ -95,8 +100,10 @@ async def test_add_update_delete_and_leave(make_svc, standin, ns, mint, services
         assert body["reason"] is None and body["extracted"] == 4 and len(body["evidence_ids"]) == 3
         actions = {(d["action"], d["memory_id"]) for d in body["decisions"]}
         added = next(d["memory_id"] for d in body["decisions"] if d["action"] == "add")
+        update = next(d for d in body["decisions"] if d["action"] == "update")
+        assert update["supersedes"] == ids["Lives in Berlin"]  # a new fact replaced it
         assert actions == {
-            ("update", ids["Lives in Berlin"]),
+            ("update", update["memory_id"]),
             ("delete", ids["Drinks coffee every morning"]),
             ("leave", ids["Is vegetarian"]),
             ("add", added),
@@ -108,7 +115,8 @@ async def test_add_update_delete_and_leave(make_svc, standin, ns, mint, services
             f["text"]: f for f in (await call("memory.list", w, namespace=ns, user_id="u1")).json()["facts"]
         }
         assert set(facts) == {"Lives in Lisbon", "Is vegetarian", "Plays the cello"}
-        assert facts["Lives in Lisbon"]["memory_id"] == ids["Lives in Berlin"]
+        assert facts["Lives in Lisbon"]["memory_id"] == update["memory_id"]
+        assert facts["Lives in Lisbon"]["supersedes"] == ids["Lives in Berlin"]
         assert facts["Lives in Lisbon"]["source"] == "extraction"
         assert facts["Lives in Lisbon"]["evidence_ids"] == body["evidence_ids"]
         assert facts["Is vegetarian"]["source"] == "set"  # left alone
@@ -132,7 +140,8 @@ async def test_with_no_similar_facts_everything_is_added_in_one_call(make_svc, s
         r = await call("memory.set_from_messages", w, namespace=ns, user_id="u9", messages=CHAT)
         body = r.json()
         assert body["extracted"] == 1 and [d["action"] for d in body["decisions"]] == ["add"]
-        assert len(standin.requests_to(standin.CHAT)) == 1
+        sent = [r.json["messages"][0]["content"] for r in standin.requests_to(standin.CHAT)]
+        assert len(sent) == 2 and "living profile" in sent[1]  # one extraction call, then the profile
         texts = [
             f["text"] for f in (await call("memory.list", w, namespace=ns, user_id="u9")).json()["facts"]
         ]

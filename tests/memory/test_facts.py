@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loom.clock import utcnow
 from loom.ops.conversation import api_inline_embedder
 from loom.providers.embedders import FakeEmbedder
 
@@ -38,12 +39,17 @@ async def test_set_then_search_finds_the_fact_with_score_source_and_time(call, n
     assert r.json()["hits"] == []
 
 
-async def test_a_key_upserts(call, ns, mint):
+async def test_a_key_names_one_chain(call, ns, mint):
+    """The same text again revises the key's fact in place; a different text supersedes it
+    (a new id; the old one is kept, closed: see tests/memory/test_validity.py)."""
     w = mint(ns, "writer")
     first = await _set(call, w, ns, {"text": "Lives in Berlin", "key": "home_city"}, user_id="u1")
+    again = await _set(call, w, ns, {"text": "Lives in Berlin", "key": "home_city"}, user_id="u1")
+    assert again[0]["memory_id"] == first[0]["memory_id"] and again[0]["supersedes"] is None
     second = await _set(call, w, ns, {"text": "Lives in Lisbon", "key": "home_city"}, user_id="u1")
-    assert first[0]["memory_id"] == second[0]["memory_id"]
-    assert not first[0]["updated"] and second[0]["updated"]
+    assert second[0]["memory_id"] != first[0]["memory_id"]
+    assert second[0]["supersedes"] == first[0]["memory_id"]
+    assert not first[0]["updated"] and again[0]["updated"] and second[0]["updated"]
     r = await call("memory.list", w, namespace=ns, user_id="u1")
     assert [f["text"] for f in r.json()["facts"]] == ["Lives in Lisbon"]
     r = await call("memory.search", w, namespace=ns, user_id="u1", query="Berlin")
@@ -58,6 +64,7 @@ async def test_a_fact_that_reads_as_high_is_refused_and_not_stored(call, ns, min
         "stored": False,
         "updated": False,
         "indexed": False,
+        "supersedes": None,
         "reason": "high_sensitivity",
     }
     assert out[1]["stored"]
@@ -99,11 +106,11 @@ async def test_delete_forgets_and_list_pages(call, ns, mint):
     assert len(r.json()["facts"]) == 3
     gone = out[0]["memory_id"]
     r = await call("memory.delete", w, namespace=ns, user_id="u1", memory_ids=[gone, "mnope"])
-    assert r.json() == {"deleted": [gone]}
+    assert r.json() == {"deleted": [gone], "forgotten": [gone]}
     r = await call("memory.search", w, namespace=ns, user_id="u1", query="Fact number 0 gardening", limit=10)
     assert gone not in [h["memory_id"] for h in r.json()["hits"]] and len(r.json()["hits"]) == 4
     r = await call("memory.delete", w, namespace=ns, user_id="u1", memory_ids=[gone])
-    assert r.json() == {"deleted": []}
+    assert r.json() == {"deleted": [], "forgotten": []}
 
 
 async def test_an_own_user_token_acts_as_its_user_with_at_me(call, ns, mint):
@@ -190,12 +197,14 @@ async def test_bm25_ranks_as_the_sql_reference_does(call, ns, mint, services):
         ("memories", "memory_id", "NOT tombstoned"),
         ("memory_evidence", "evidence_id", "NOT tombstoned AND NOT high_sensitivity"),
     )
+    current, at = store.live(None, utcnow())  # the current facts (a superseded one is not)
+    tables = ((tables[0][0], tables[0][1], current), tables[1])
     for scope in (store.Scope(ns, "u1"), store.Scope(ns, "u1", session_id="s1")):
         for query in ("coffee garden", "kyoto coffee cello", "ledger"):
             for table, id_col, live in tables:
                 ref = services.ch.query(
                     store.bm25_sql(table, id_col, live).replace("{scope}", scope.where()),
-                    parameters=scope.params() | {"q": query, "lim": 50},
+                    parameters=scope.params() | {"q": query, "lim": 50} | at,
                 ).result_rows
                 got = store.bm25(services.ch, scope, query, limit=50, table=table)
                 assert [h.id for h in got] == [row[0] for row in ref if row[1] > 0], (table, query)

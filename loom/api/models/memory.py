@@ -31,11 +31,28 @@ class ScopedRequest(NamespacedRequest):
     run_id: ShortText = ""
 
 
+AsOf = Annotated[
+    datetime | None,
+    Field(
+        description="Answer the facts valid at this time (superseded ones included) instead of "
+        "the current facts (valid now and not superseded)."
+    ),
+]
+
+
 class FactIn(StrictModel):
     text: FactText
     kind: Kind = ""
     key: Key = Field(
-        "", description="An upsert key: setting the same key for the user again revises that fact."
+        "",
+        description="A key names one chain of facts: the same text again revises its current fact; "
+        "a different text supersedes it (a new memory_id; the old one keeps its text, closed).",
+    )
+    valid_from: datetime | None = Field(
+        None, description="When it became true (default: a time stated in the text, else now)."
+    )
+    valid_until: datetime | None = Field(
+        None, description="When it stops being true (default: a time stated in the text, else open)."
     )
 
 
@@ -46,7 +63,8 @@ class MemorySetRequest(ScopedRequest):
 class SetResult(BaseModel):
     memory_id: str | None
     stored: bool
-    updated: bool = Field(description="The key named a live fact, which this revised.")
+    updated: bool = Field(description="The key named a live fact, which this revised or superseded.")
+    supersedes: str | None = Field(None, description="The key's fact this one superseded (a different text).")
     indexed: bool = Field(description="In the vector leg of memory.search (BM25 needs no embedding).")
     reason: Literal["high_sensitivity", "embed_failed", "subject_erased"] | None = Field(
         None,
@@ -73,11 +91,16 @@ class FactOut(BaseModel):
     )
     created_at: Timestamp
     updated_at: Timestamp
+    valid_from: Timestamp = Field(description="When it became true.")
+    valid_until: Timestamp | None = Field(description="When it stopped being true (null: it holds).")
+    supersedes: str | None = Field(description="The fact this one replaced.")
+    superseded_by: str | None = Field(description="The fact that replaced this one.")
 
 
 class MemorySearchRequest(ScopedRequest):
     query: Annotated[str, Field(min_length=1, max_length=4_000)]
     limit: int = Field(10, ge=1, le=100)
+    as_of: AsOf = None
 
 
 class FactHitOut(FactOut):
@@ -96,6 +119,7 @@ class MemoryListRequest(ScopedRequest):
     kind: Kind | None = None
     limit: int = Field(50, ge=1, le=200)
     cursor: Annotated[str, Field(max_length=2_000)] | None = None
+    as_of: AsOf = None
 
 
 class MemoryListResponse(BaseModel):
@@ -110,6 +134,50 @@ class MemoryDeleteRequest(NamespacedRequest):
 
 class MemoryDeleteResponse(BaseModel):
     deleted: list[str] = Field(description="The ids that were live and are forgotten now.")
+    forgotten: list[str] = Field(
+        default_factory=list,
+        description="Every version forgotten with them: the whole chain of each (history included).",
+    )
+
+
+class MemoryHistoryRequest(NamespacedRequest):
+    user_id: UserId | None = None
+    memory_id: Annotated[str, Field(min_length=1, max_length=64)]
+
+
+class FactVersionOut(FactOut):
+    current: bool = Field(description="Valid now and not superseded.")
+
+
+class MemoryHistoryResponse(BaseModel):
+    memory_id: str
+    chain: list[FactVersionOut] = Field(description="The fact's versions, oldest to newest.")
+
+
+class MemoryProfileRequest(NamespacedRequest):
+    user_id: UserId | None = None
+
+
+class ProfileSectionOut(BaseModel):
+    name: str = Field(description="identity, preferences, work, relationships, other; or a fact kind.")
+    text: str
+
+
+class MemoryProfileResponse(BaseModel):
+    sections: list[ProfileSectionOut]
+    basis: Literal["llm", "facts"] = Field(
+        description="llm: the model summarised the facts; facts: built from the current facts grouped "
+        "by kind, no model (see reason)."
+    )
+    reason: str | None = Field(
+        None,
+        description="Why the basis is facts: llm_not_configured, llm_failed, no_facts, session_scope "
+        "(a token pinned to one session: that session's facts, not stored), subject_erased.",
+    )
+    fact_ids: list[str] = Field(description="The current facts it was built from.")
+    dropped: int = Field(description="Sections the model wrote that read as high (never kept).")
+    built_at: Timestamp
+    rebuilt: bool = Field(description="Built for this answer (the stored one was stale or missing).")
 
 
 class MessageIn(StrictModel):
@@ -128,8 +196,9 @@ class SetFromMessagesRequest(ScopedRequest):
 
 class DecisionOut(BaseModel):
     action: Literal["add", "update", "delete", "leave"]
-    memory_id: str
+    memory_id: str = Field(description="For an update, the new fact (it supersedes the old one).")
     text: str
+    supersedes: str | None = Field(None, description="An update's old fact (kept, closed).")
 
 
 class SetFromMessagesResponse(BaseModel):
@@ -205,21 +274,25 @@ class ContextPackRequest(NamespacedRequest):
     brief_key: Annotated[str, Field(max_length=200)] = Field(
         "", description="A brief to include; without it no brief is loaded."
     )
+    include_profile: bool = Field(
+        False, description="Include the user's profile (a section per item, within the budget)."
+    )
 
 
 class PackItemOut(BaseModel):
     text: str
     source: str = Field(
-        description="memory:<memory_id>, turn:<msg_id>, evidence:<evidence_id> or brief:<key>."
+        description="memory:<memory_id>, turn:<msg_id>, evidence:<evidence_id>, brief:<key> or "
+        "profile:<section>."
     )
     ts: Timestamp | None = None
 
 
 class PackSectionOut(BaseModel):
-    name: Literal["brief", "facts", "transcript", "evidence"]
+    name: Literal["brief", "profile", "facts", "transcript", "evidence"]
     items: list[PackItemOut]
     tokens: int
-    note: str | None = Field(None, description="Why a section is empty: no_thread, not_recorded.")
+    note: str | None = Field(None, description="Why a section is empty: no_thread, not_recorded, empty.")
 
 
 class ContextPackResponse(BaseModel):

@@ -16,10 +16,15 @@ from loom.api.models.memory import (
     EvidenceOut,
     FactHitOut,
     FactOut,
+    FactVersionOut,
     MemoryDeleteRequest,
     MemoryDeleteResponse,
+    MemoryHistoryRequest,
+    MemoryHistoryResponse,
     MemoryListRequest,
     MemoryListResponse,
+    MemoryProfileRequest,
+    MemoryProfileResponse,
     MemorySearchRequest,
     MemorySearchResponse,
     MemorySectionOut,
@@ -30,6 +35,7 @@ from loom.api.models.memory import (
     ObserveRecordResponse,
     PackItemOut,
     PackSectionOut,
+    ProfileSectionOut,
     RecallRequest,
     RecallResponse,
     SetFromMessagesRequest,
@@ -39,7 +45,8 @@ from loom.api.models.memory import (
     UnifiedSearchResponse,
 )
 from loom.auth.principal import Principal, Role
-from loom.ops.memory import context, extraction, facts, observe, recall, unified
+from loom.clock import utcnow
+from loom.ops.memory import context, extraction, facts, observe, profile, recall, unified, validity
 from loom.services import Services
 from loom.store.memories import Fact
 
@@ -58,6 +65,10 @@ def _fact(f: Fact) -> dict[str, object]:
         "evidence_ids": f.evidence_ids,
         "created_at": f.created_at,
         "updated_at": f.updated_at,
+        "valid_from": f.valid_from,
+        "valid_until": f.valid_until,
+        "supersedes": f.supersedes or None,
+        "superseded_by": f.superseded_by or None,
     }
 
 
@@ -65,7 +76,10 @@ def _extraction_response(out: extraction.Extraction) -> SetFromMessagesResponse:
     return SetFromMessagesResponse(
         evidence_ids=out.evidence_ids,
         extracted=out.extracted,
-        decisions=[DecisionOut(action=d.action, memory_id=d.memory_id, text=d.text) for d in out.decisions],
+        decisions=[
+            DecisionOut(action=d.action, memory_id=d.memory_id, text=d.text, supersedes=d.supersedes)
+            for d in out.decisions
+        ],
         reason=out.reason,
         job_id=out.job_id,
         extraction_id=out.extraction_id,
@@ -78,22 +92,28 @@ async def memory_set(
     who: Principal = Depends(require(Role.writer, bounded="any")),
     svc: Services = Depends(services),
 ) -> MemorySetResponse:
-    """Store facts for a user (optionally a session and run). A `key` upserts. A fact that
-    reads as high is refused (`high_sensitivity`, not stored); an embed failure stores the
-    fact for BM25 only (`embed_failed`)."""
+    """Store facts for a user (optionally a session and run). A `key` names one chain: a
+    different text supersedes its current fact (kept, closed). A fact that reads as high
+    is refused (`high_sensitivity`, not stored); an embed failure stores the fact for BM25
+    only (`embed_failed`)."""
     out = await facts.set_facts(
         svc,
         who,
         body.namespace,
         body.user_id,
-        [facts.NewFact(f.text, f.kind, f.key) for f in body.facts],
+        [facts.NewFact(f.text, f.kind, f.key, f.valid_from, f.valid_until) for f in body.facts],
         session_id=body.session_id,
         run_id=body.run_id,
     )
     return MemorySetResponse(
         results=[
             SetResult(
-                memory_id=o.memory_id, stored=o.stored, updated=o.updated, indexed=o.indexed, reason=o.reason
+                memory_id=o.memory_id,
+                stored=o.stored,
+                updated=o.updated,
+                supersedes=o.supersedes,
+                indexed=o.indexed,
+                reason=o.reason,
             )
             for o in out
         ]
@@ -106,8 +126,9 @@ async def memory_search(
     who: Principal = Depends(require(Role.viewer, bounded="any")),
     svc: Services = Depends(services),
 ) -> MemorySearchResponse:
-    """The user's live facts for `query`: vector and BM25 legs fused by reciprocal rank,
-    each hit with its score, legs, source and times. Session briefs are never in it."""
+    """The user's current facts for `query` (or those valid at `as_of`): vector and BM25
+    legs fused by reciprocal rank, each hit with its score, legs, source, validity and
+    links. Session briefs are never in it."""
     found = await facts.search(
         svc,
         who,
@@ -117,6 +138,7 @@ async def memory_search(
         session_id=body.session_id,
         run_id=body.run_id,
         limit=body.limit,
+        as_of=body.as_of,
     )
     hits = [
         FactHitOut(
@@ -137,7 +159,8 @@ async def memory_list(
     who: Principal = Depends(require(Role.writer, bounded="any")),
     svc: Services = Depends(services),
 ) -> MemoryListResponse:
-    """Page through the user's live facts, most recently updated first."""
+    """Page through the user's current facts (or those valid at `as_of`), most recently
+    updated first."""
     page = await facts.list_facts(
         svc,
         who,
@@ -148,6 +171,7 @@ async def memory_list(
         kind=body.kind,
         limit=body.limit,
         cursor=body.cursor,
+        as_of=body.as_of,
     )
     return MemoryListResponse(
         facts=[FactOut(**_fact(f)) for f in page.facts],
@@ -161,9 +185,46 @@ async def memory_delete(
     who: Principal = Depends(require(Role.writer, bounded="any")),
     svc: Services = Depends(services),
 ) -> MemoryDeleteResponse:
-    """Forget facts. Unknown or already forgotten ids are not an error."""
-    return MemoryDeleteResponse(
-        deleted=await facts.delete_facts(svc, who, body.namespace, body.user_id, body.memory_ids)
+    """Forget facts, each with its whole chain (history included). Unknown or already
+    forgotten ids are not an error."""
+    out = await facts.delete_facts(svc, who, body.namespace, body.user_id, body.memory_ids)
+    return MemoryDeleteResponse(deleted=out.deleted, forgotten=out.forgotten)
+
+
+@router.post("/memory.history", response_model=MemoryHistoryResponse, responses=error_responses(404))
+async def memory_history(
+    body: MemoryHistoryRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> MemoryHistoryResponse:
+    """One fact's chain, oldest to newest: each version's text, validity, source and the
+    evidence it came from. A forgotten fact has none (404)."""
+    chain = await validity.history(svc, who, body.namespace, body.user_id, body.memory_id)
+    now = utcnow()
+    return MemoryHistoryResponse(
+        memory_id=body.memory_id,
+        chain=[FactVersionOut(**_fact(f), current=validity.is_current(f, now)) for f in chain],
+    )
+
+
+@router.post("/memory.profile", response_model=MemoryProfileResponse)
+async def memory_profile(
+    body: MemoryProfileRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> MemoryProfileResponse:
+    """The user's profile: a short summary in sections, built from their current facts
+    (by the model, or from the facts alone: `basis`), rebuilt first when stale."""
+    view = await profile.get_profile(svc, who, body.namespace, body.user_id)
+    p = view.profile
+    return MemoryProfileResponse(
+        sections=[ProfileSectionOut(name=n, text=t) for n, t in p.sections],
+        basis="llm" if p.basis == "llm" else "facts",
+        reason=p.reason or None,
+        fact_ids=p.fact_ids,
+        dropped=p.dropped,
+        built_at=p.built_at,
+        rebuilt=view.rebuilt,
     )
 
 
@@ -286,6 +347,7 @@ async def context_pack(
         query=body.query,
         token_budget=body.token_budget,
         brief_key=body.brief_key,
+        include_profile=body.include_profile,
     )
     return ContextPackResponse(
         sections=[

@@ -5,6 +5,9 @@ Sections, filled in this order until the budget is spent (a section's items are 
 best first; an item that does not fit is skipped, a smaller later one may still fit):
 
 1. `brief`: only when the request names `brief_key` (briefs never load on their own).
+1b. `profile`: only when the request asks (`include_profile`): the user's profile, a
+   section an item; the stored one when fresh, else built from the current facts alone
+   (no model call at read time; loom.ops.memory.profile).
 2. `facts`: with a `query`, the user's facts ranked as memory.search ranks them;
    without one, the most recently updated.
 3. `transcript`: the tail of `thread_id` (the agent's copy) when the namespace records
@@ -28,6 +31,7 @@ from datetime import datetime
 from loom.auth.principal import Principal, Role
 from loom.ops.briefs import ops as brief_ops
 from loom.ops.memory import facts as fact_ops
+from loom.ops.memory import profile as profile_ops
 from loom.ops.memory.common import scope_for, search_evidence
 from loom.sensitivity import reads_as_high
 from loom.services import Services
@@ -35,6 +39,7 @@ from loom.store import conversations as conv_store
 from loom.store import evidence as ev_store
 from loom.store import memories as store
 from loom.store import namespaces as ns_store
+from loom.store.profiles import Profile
 
 TAIL_TURNS = 40
 FACTS = 30
@@ -48,7 +53,7 @@ def tokens(text: str) -> int:
 @dataclass
 class Item:
     text: str
-    source: str  # memory:<id> | turn:<msg_id> | evidence:<id> | brief:<key>
+    source: str  # memory:<id> | turn:<msg_id> | evidence:<id> | brief:<key> | profile:<section>
     ts: datetime | None = None
 
 
@@ -91,15 +96,34 @@ async def pack(
     query: str = "",
     token_budget: int = 4000,
     brief_key: str = "",
+    include_profile: bool = False,
 ) -> Pack:
     who.require_role(Role.viewer)
     scope = scope_for(who, namespace, user_id, session_id)
     budget = _Budget(token_budget)
     sections: list[Section] = []
+    profile_job = (
+        asyncio.ensure_future(_profile(svc, scope, session_pinned=who.read_scope == "own_session"))
+        if include_profile
+        else None
+    )
     if brief_key:
-        view = await brief_ops.brief_get(svc, who, scope.namespace, brief_key=brief_key)
+        try:
+            view = await brief_ops.brief_get(svc, who, scope.namespace, brief_key=brief_key)
+        except BaseException:
+            if profile_job is not None:
+                profile_job.cancel()
+            raise
         s = Section("brief")
         budget.take(s, Item(view.text, f"brief:{view.brief_key}", view.updated_at))
+        sections.append(s)
+    if profile_job is not None:
+        p = await profile_job
+        s = Section("profile")
+        for name, text in p.sections:
+            budget.take(s, Item(f"{name}: {text}", f"profile:{name}", p.built_at))
+        if not p.sections:
+            s.note = "empty"
         sections.append(s)
     # The sections' reads are independent: they run at once; the budget is then spent
     # in the sections' order, so the answer is the same as reading them one by one.
@@ -116,6 +140,12 @@ async def pack(
                 budget.take(section, item)
         sections.append(section)
     return Pack(sections, token_budget, token_budget - budget.left)
+
+
+async def _profile(svc: Services, scope: store.Scope, *, session_pinned: bool) -> Profile:
+    if session_pinned:
+        return profile_ops.screened(await profile_ops.for_session(svc, scope))
+    return await profile_ops.current(svc, scope)
 
 
 async def _facts(svc: Services, scope: store.Scope, query: str) -> tuple[Section, list[Item]]:

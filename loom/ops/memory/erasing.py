@@ -3,7 +3,8 @@
 An erasure hides a user's memory with lightweight DELETEs (loom.store.erasure.
 hide_user_memory): rows inserted after them would stay readable. A memory write that
 runs while its user is being erased (memory.set, memory.set_from_messages' evidence,
-an extraction deciding from evidence it read before the DELETE, observe.record) could
+an extraction deciding from evidence it read before the DELETE, observe.record, a
+profile rebuilt from facts read before the DELETE) could
 land after them. So:
 
 * the erasure marks the user in Redis (``memory_erasing``) as ``pending`` before its
@@ -56,6 +57,7 @@ class Writes:
     facts: list[tuple[str, int]] = field(default_factory=list)  # (memory_id, version)
     evidence: list[tuple[str, int]] = field(default_factory=list)  # (evidence_id, version)
     extraction_ids: list[str] = field(default_factory=list)
+    profiles: list[int] = field(default_factory=list)  # versions of the profile it built
 
     def add_facts(self, rows: Iterable[Fact]) -> None:
         self.facts += [(r.memory_id, r.version) for r in rows]
@@ -92,7 +94,7 @@ async def _outlived(svc: Services, writes: Writes) -> bool:
 async def settle(svc: Services, writes: Writes) -> bool:
     """Call once the writes are durable. Answers True when an erasure of the user
     outlived them, after deleting exactly the rows they inserted."""
-    if not (writes.facts or writes.evidence or writes.extraction_ids):
+    if not (writes.facts or writes.evidence or writes.extraction_ids or writes.profiles):
         return False
     if not await _outlived(svc, writes):
         return False
@@ -104,6 +106,7 @@ async def settle(svc: Services, writes: Writes) -> bool:
         facts=writes.facts,
         evidence=writes.evidence,
         extraction_ids=writes.extraction_ids,
+        profiles=writes.profiles,
     )
     return True
 

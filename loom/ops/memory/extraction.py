@@ -35,8 +35,9 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
 from loom.leases import hold
-from loom.ops.memory import erasing
+from loom.ops.memory import erasing, validity
 from loom.ops.memory import facts as fact_ops
+from loom.ops.memory import profile as profile_ops
 from loom.ops.memory.common import (
     MAX_FACT_CHARS,
     MAX_MESSAGES,
@@ -73,8 +74,9 @@ class Message:
 @dataclass
 class Decision:
     action: str  # add | update | delete | leave
-    memory_id: str
+    memory_id: str  # for an update, the new fact (it supersedes the old one)
     text: str = ""
+    supersedes: str | None = None  # update: the fact it replaced
 
 
 @dataclass
@@ -174,7 +176,10 @@ async def run_job(svc: Services, payload: dict[str, Any]) -> dict[str, Any]:
         "extraction_id": result.extraction_id,
         "extracted": result.extracted,
         "reason": result.reason,
-        "decisions": [{"action": d.action, "memory_id": d.memory_id} for d in result.decisions],
+        "decisions": [
+            {"action": d.action, "memory_id": d.memory_id, "supersedes": d.supersedes}
+            for d in result.decisions
+        ],
     }
 
 
@@ -212,14 +217,18 @@ async def extract(
     if not candidates:
         return out
     used = [e.evidence_id for e in readable]
+    # The facts became true when they were said: the newest message's time.
+    said_at = store.aware(max(e.ts for e in readable))
     async with hold(svc.redis, _lease_key(scope), ttl_ms=60_000, wait_s=60.0):
         try:
             out.decisions = await _decide_and_apply(
-                svc, scope, candidates, used, out.extraction_id, fact_source, writes
+                svc, scope, candidates, used, out.extraction_id, fact_source, writes, said_at
             )
         except (LLMError, ValueError) as exc:
             log.warning("memory decision failed", error=failures.detail(exc))
             out.reason = "llm_failed"
+        if any(d.action != "leave" for d in out.decisions):
+            await profile_ops.rebuild(svc, scope, writes)
     if await erasing.settle(svc, writes):
         out.decisions, out.reason = [], erasing.ERASED
     return out
@@ -284,6 +293,7 @@ async def _decide_and_apply(
     extraction_id: str,
     fact_source: str,
     writes: erasing.Writes,
+    said_at: datetime,
 ) -> list[Decision]:
     existing = await _similar(svc, scope, candidates)
     if existing:
@@ -303,7 +313,7 @@ async def _decide_and_apply(
     else:
         raw = [{"event": "ADD", "text": c} for c in candidates]
     decisions = _parse_decisions(raw, existing)
-    await _apply(svc, scope, decisions, {f.memory_id: f for f in existing}, used, fact_source, writes)
+    await _apply(svc, scope, decisions, used, fact_source, writes, said_at)
     now = utcnow()
     writes.extraction_ids.append(extraction_id)
     await svc.run(
@@ -361,15 +371,23 @@ async def _apply(
     svc: Services,
     scope: Scope,
     decisions: list[Decision],
-    existing: dict[str, Fact],
     used: list[str],
     fact_source: str,
     writes: erasing.Writes,
+    said_at: datetime,
 ) -> None:
+    """Add new facts; an update writes a new fact that supersedes the old one (which
+    keeps its text, its validity closed); a delete closes the fact's validity at the
+    evidence's time (history kept: only memory.delete forgets)."""
     now = utcnow()
-    rows: list[Fact] = []
+    targets = [d.memory_id for d in decisions if d.action in ("update", "delete")]
+    # Revisions rewrite whole rows: the old facts are read again with their vectors.
+    olds = await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, targets, with_vector=True)
+    rows: list[Fact] = []  # new facts (embedded)
+    closed: list[Fact] = []  # closing versions of old ones
     for d in decisions:
         if d.action == "add":
+            start, end = validity.times_for(d.text, None, None, said_at)
             rows.append(
                 Fact(
                     namespace=scope.namespace,
@@ -384,31 +402,39 @@ async def _apply(
                     evidence_ids=used,
                     created_at=now,
                     updated_at=now,
+                    valid_from=start,
+                    valid_until=end,
                 )
             )
-        elif d.action == "update":
-            old = existing[d.memory_id]
-            rows.append(
-                Fact(
-                    namespace=old.namespace,
-                    user_id=old.user_id,
-                    memory_id=old.memory_id,
-                    session_id=old.session_id,
-                    run_id=old.run_id,
-                    kind=old.kind,
-                    key=old.key,
-                    text=d.text,
-                    source=fact_source,
-                    evidence_ids=used,
-                    created_at=old.created_at,
-                    updated_at=now,
-                )
+            continue
+        old = olds.get(d.memory_id)
+        if old is None or old.tombstoned:
+            continue  # forgotten meanwhile
+        if d.action == "update":
+            start, end = validity.times_for(d.text, None, None, said_at)
+            new = Fact(
+                namespace=old.namespace,
+                user_id=old.user_id,
+                memory_id=validity.successor_id(old.namespace, old.user_id, old.memory_id),
+                session_id=old.session_id,
+                run_id=old.run_id,
+                kind=old.kind,
+                key=old.key,
+                text=d.text,
+                source=fact_source,
+                evidence_ids=used,
+                created_at=now,
+                updated_at=now,
+                valid_from=start,
+                valid_until=end,
             )
+            closed.append(validity.link(old, new, now))
+            rows.append(new)
+            d.supersedes, d.memory_id = old.memory_id, new.memory_id
+        elif d.action == "delete":
+            closed.append(validity.close(old, said_at, now))
     await fact_ops.embed_into(svc, rows)
-    for r in rows:
+    for r in [*rows, *closed]:
         r.version = next_version()
-    await svc.run(store.insert, svc.ch, rows)
-    writes.add_facts(rows)
-    gone = [d.memory_id for d in decisions if d.action == "delete"]
-    if gone:
-        await fact_ops.tombstone(svc, scope, gone, writes)
+    await svc.run(store.insert, svc.ch, [*rows, *closed])
+    writes.add_facts([*rows, *closed])

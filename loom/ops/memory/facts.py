@@ -22,19 +22,22 @@ own table and are never embedded: they cannot be a hit.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
 from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.common import decode_cursor, encode_cursor
-from loom.ops.memory import erasing
+from loom.ops.memory import erasing, validity
 from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, large_scopes, new_memory_id, scope_for
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import memories as store
 from loom.store import memory_scan
+from loom.store import profiles as profile_store
 from loom.store.memories import Fact, Scope
 
 RRF_K = 60
@@ -46,6 +49,8 @@ class NewFact:
     text: str
     kind: str = ""
     key: str = ""
+    valid_from: datetime | None = None
+    valid_until: datetime | None = None
 
 
 @dataclass
@@ -55,6 +60,7 @@ class SetOutcome:
     updated: bool = False  # a key that already named a live fact
     indexed: bool = False  # in the vector leg
     reason: str | None = None  # high_sensitivity | embed_failed | subject_erased
+    supersedes: str | None = None  # the key's fact this one replaced (a different text)
 
 
 async def embed_into(svc: Services, facts: list[Fact]) -> None:
@@ -70,19 +76,7 @@ async def embed_into(svc: Services, facts: list[Fact]) -> None:
             f.embedding, f.model, f.embed_error = [], "", result.error or "internal_error: no vector"
 
 
-async def set_facts(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    facts: list[NewFact],
-    *,
-    session_id: str = "",
-    run_id: str = "",
-) -> list[SetOutcome]:
-    """memory.set (writer): store facts for the scope; a key upserts."""
-    who.require_role(Role.writer)
-    scope = scope_for(who, namespace, user_id, session_id, run_id)
+def _check(facts: list[NewFact]) -> None:
     for i, f in enumerate(facts):
         if not f.text.strip():
             raise InvalidRequest(
@@ -94,21 +88,63 @@ async def set_facts(
                 field=f"facts[{i}].text",
                 rule="max_length",
             )
+        if f.valid_from and f.valid_until and f.valid_until <= f.valid_from:
+            raise InvalidRequest(
+                "valid_until must be later than valid_from",
+                field=f"facts[{i}].valid_until",
+                rule="after_valid_from",
+            )
+
+
+async def set_facts(
+    svc: Services,
+    who: Principal,
+    namespace: str,
+    user_id: str | None,
+    facts: list[NewFact],
+    *,
+    session_id: str = "",
+    run_id: str = "",
+) -> list[SetOutcome]:
+    """memory.set (writer): store facts for the scope. A key names one chain of facts:
+    setting it with the same text revises its current fact in place, with a different
+    text supersedes it (loom.ops.memory.validity)."""
+    who.require_role(Role.writer)
+    scope = scope_for(who, namespace, user_id, session_id, run_id)
+    _check(facts)
     outcomes: list[SetOutcome] = []
-    rows: list[Fact] = []
+    rows: list[Fact] = []  # new and revised facts (embedded)
+    closed: list[Fact] = []  # superseded facts' closing versions (text and vector kept)
     writes = erasing.Writes(scope.namespace, scope.user_id)
-    keyed = [keyed_memory_id(scope, f.key) for f in facts if f.key]
-    existing = await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, keyed)
+    heads = await svc.run(
+        store.heads, svc.ch, scope.namespace, scope.user_id, sorted({f.key for f in facts if f.key})
+    )
     now = utcnow()
     for f in facts:
         if reads_as_high(f.text):
             outcomes.append(SetOutcome(None, False, reason="high_sensitivity"))
             continue
-        mid = keyed_memory_id(scope, f.key) if f.key else new_memory_id()
-        old = existing.get(mid)
-        live_old = old is not None and not old.tombstoned
-        rows.append(
-            Fact(
+        head = heads.get(f.key) if f.key else None
+        start, end = validity.times_for(f.text, f.valid_from, f.valid_until, now)
+        if head is not None and head.text == f.text and head.valid_until is None:
+            # The same statement again: the current fact is revised in place.
+            row = dataclasses.replace(
+                head,
+                session_id=scope.session_id,
+                run_id=scope.run_id,
+                kind=f.kind,
+                source=SET,
+                evidence_ids=[],
+                updated_at=now,
+                valid_from=f.valid_from or head.valid_from,
+                valid_until=f.valid_until,
+            )
+            outcomes.append(SetOutcome(row.memory_id, True, updated=True))
+        else:
+            mid = keyed_memory_id(scope, f.key) if f.key else new_memory_id()
+            if head is not None:
+                mid = validity.successor_id(scope.namespace, scope.user_id, head.memory_id)
+            row = Fact(
                 namespace=scope.namespace,
                 user_id=scope.user_id,
                 memory_id=mid,
@@ -119,19 +155,32 @@ async def set_facts(
                 text=f.text,
                 source=SET,
                 evidence_ids=[],
-                created_at=old.created_at if live_old and old else now,
+                created_at=now,
                 updated_at=now,
-                version=0,
+                valid_from=start,
+                valid_until=end,
             )
-        )
-        outcomes.append(SetOutcome(mid, True, updated=live_old))
+            if head is not None:
+                old = validity.link(head, row, now)
+                if any(r is head for r in rows):  # set earlier in this call: close it there
+                    head.valid_until, head.superseded_by = old.valid_until, old.superseded_by
+                else:
+                    closed.append(old)
+            outcomes.append(
+                SetOutcome(mid, True, updated=head is not None, supersedes=head.memory_id if head else None)
+            )
+        rows.append(row)
+        if f.key:
+            heads[f.key] = row
     await embed_into(svc, rows)
-    for r in rows:
+    for r in [*rows, *closed]:
         r.version = next_version()
-    await svc.run(store.insert, svc.ch, rows)
-    writes.add_facts(rows)
+    await svc.run(store.insert, svc.ch, [*rows, *closed])
+    writes.add_facts([*rows, *closed])
     if await erasing.settle(svc, writes):
         return [SetOutcome(None, False, reason=erasing.ERASED if o.stored else o.reason) for o in outcomes]
+    if rows:
+        await profile_changed(svc, scope)
     by_id = {r.memory_id: r for r in rows}
     for o in outcomes:
         if o.memory_id is not None:
@@ -139,6 +188,12 @@ async def set_facts(
             o.indexed = bool(row.embedding)
             o.reason = None if o.indexed else "embed_failed"
     return outcomes
+
+
+async def profile_changed(svc: Services, scope: Scope) -> None:
+    """The user's facts changed: the profile is stale (a mark with no text) until the
+    next read or extraction rebuilds it (loom.ops.memory.profile)."""
+    await svc.run(profile_store.mark_stale, svc.ch, scope.namespace, scope.user_id)
 
 
 # -- search ------------------------------------------------------------------------------
@@ -168,8 +223,11 @@ class FactSearch:
 SCAN_MAX_FACTS = 400
 
 
-async def hybrid(svc: Services, scope: Scope, query: str, *, limit: int) -> FactSearch:
-    """The scope's live facts ranked for `query` (no role check: callers have done it).
+async def hybrid(
+    svc: Services, scope: Scope, query: str, *, limit: int, as_of: datetime | None = None
+) -> FactSearch:
+    """The scope's current facts (or those valid at `as_of`) ranked for `query` (no role
+    check: callers have done it).
 
     Both legs read the newest live versions and answer their facts whole. A scope of
     at most SCAN_MAX_FACTS live facts is read once, while the query is embedded, and
@@ -178,23 +236,25 @@ async def hybrid(svc: Services, scope: Scope, query: str, *, limit: int) -> Fact
     depth = max(50, limit * 3)
     large = large_scopes(svc, "facts")  # scopes found above the cap: the server ranks
     if SCAN_MAX_FACTS <= 0 or scope in large:
-        lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth))
+        lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth, as_of=as_of))
         try:
             emb, fallback = await _query_vector(svc, query)
-            vec = await _vector_leg(svc, scope, emb, depth)
+            vec = await _vector_leg(svc, scope, emb, depth, as_of)
         finally:
             lex = await lex_job
         return FactSearch(_fuse(vec, lex, scope, limit), fallback)
-    scan_job = asyncio.ensure_future(svc.run(memory_scan.scan, svc.ch, scope, query, cap=SCAN_MAX_FACTS))
+    scan_job = asyncio.ensure_future(
+        svc.run(memory_scan.scan, svc.ch, scope, query, cap=SCAN_MAX_FACTS, as_of=as_of)
+    )
     try:
         emb, fallback = await _query_vector(svc, query)
     finally:
         found = await scan_job
     if found is None:  # too large for one read: the server ranks (the vector is ready)
         large.add(scope)
-        lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth))
+        lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth, as_of=as_of))
         try:
-            vec = await _vector_leg(svc, scope, emb, depth)
+            vec = await _vector_leg(svc, scope, emb, depth, as_of)
         finally:
             lex = await lex_job
         return FactSearch(_fuse(vec, lex, scope, limit), fallback)
@@ -212,7 +272,11 @@ async def hybrid(svc: Services, scope: Scope, query: str, *, limit: int) -> Fact
 
 
 async def _vector_leg(
-    svc: Services, scope: Scope, emb: api_inline_embedder.InlineResult | None, depth: int
+    svc: Services,
+    scope: Scope,
+    emb: api_inline_embedder.InlineResult | None,
+    depth: int,
+    as_of: datetime | None = None,
 ) -> list[store.VectorHit]:
     """The server-side vector leg (exact cosine in ClickHouse), if there is a vector."""
     if emb is None or not emb.vectors:
@@ -225,6 +289,7 @@ async def _vector_leg(
         emb.model_id,
         limit=depth,
         min_similarity=svc.settings.conversation_search_min_similarity,
+        as_of=as_of,
     )
 
 
@@ -283,13 +348,14 @@ async def search(
     session_id: str = "",
     run_id: str = "",
     limit: int = 10,
+    as_of: datetime | None = None,
 ) -> FactSearch:
-    """memory.search (viewer)."""
+    """memory.search (viewer): current facts, or those valid at `as_of`."""
     who.require_role(Role.viewer)
     scope = scope_for(who, namespace, user_id, session_id, run_id)
     if not query.strip():
         raise InvalidRequest("query must not be blank", field="query", rule="not_blank")
-    return await hybrid(svc, scope, query, limit=limit)
+    return await hybrid(svc, scope, query, limit=limit, as_of=as_of)
 
 
 # -- list and delete --------------------------------------------------------------------
@@ -312,16 +378,19 @@ async def list_facts(
     kind: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
+    as_of: datetime | None = None,
 ) -> FactPage:
-    """memory.list: the scope's live facts, most recently updated first."""
+    """memory.list: the scope's current facts (or those valid at `as_of`), most recently
+    updated first."""
     who.require_role(Role.writer)
     scope = scope_for(who, namespace, user_id, session_id, run_id)
-    expect = {"u": scope.user_id, "s": scope.session_id, "r": scope.run_id, "k": kind or ""}
+    at = "" if as_of is None else as_of.isoformat()
+    expect = {"u": scope.user_id, "s": scope.session_id, "r": scope.run_id, "k": kind or "", "a": at}
     after = None
     if cursor:
         payload = decode_cursor(cursor, expect=expect)
         after = (int(payload["ms"]), str(payload["id"]))
-    rows = await svc.run(store.page, svc.ch, scope, limit=limit + 1, after=after, kind=kind)
+    rows = await svc.run(store.page, svc.ch, scope, limit=limit + 1, after=after, kind=kind, as_of=as_of)
     nxt = None
     if len(rows) > limit:
         rows = rows[:limit]
@@ -330,27 +399,36 @@ async def list_facts(
     return FactPage(rows, nxt)
 
 
+@dataclass
+class Forgotten:
+    deleted: list[str]  # the named ids that were live
+    forgotten: list[str]  # every version forgotten with them (their chains)
+
+
 async def delete_facts(
     svc: Services, who: Principal, namespace: str, user_id: str | None, memory_ids: list[str]
-) -> list[str]:
-    """memory.delete (writer): forget facts (a tombstone version each). Answers the ids
-    that were live; an unknown or already forgotten id is not an error."""
+) -> Forgotten:
+    """memory.delete (writer): forget facts, each with its whole chain (the versions it
+    superseded and that superseded it: forgetting forgets history too), a tombstone
+    version each; the decisions that recorded their texts keep none. An unknown or
+    already forgotten id is not an error."""
     who.require_role(Role.writer)
     scope = scope_for(who, namespace, user_id)
-    return await tombstone(svc, scope, memory_ids)
+    found = await svc.run(store.chains, svc.ch, scope.namespace, scope.user_id, memory_ids)
+    gone = await tombstone(svc, [f for f in found if not f.tombstoned])
+    if gone:
+        await svc.run(store.blank_decisions, svc.ch, scope.namespace, scope.user_id, gone)
+        await profile_changed(svc, scope)
+    named = set(memory_ids)
+    return Forgotten([m for m in gone if m in named], gone)
 
 
-async def tombstone(
-    svc: Services, scope: Scope, memory_ids: list[str], writes: erasing.Writes | None = None
-) -> list[str]:
-    found = await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, memory_ids)
-    gone = [f for f in found.values() if not f.tombstoned]
+async def tombstone(svc: Services, live: list[Fact]) -> list[str]:
+    """A tombstone version of each live fact (it keeps no text and no vector: a forgotten
+    fact is not readable even in the place of its old versions)."""
     now = utcnow()
-    for f in gone:
-        # The tombstone keeps no text: a forgotten fact is not readable even in old versions' place.
+    for f in live:
         f.tombstoned, f.text, f.updated_at, f.embedding, f.model = True, "", now, [], ""
         f.version = next_version()
-    await svc.run(store.insert, svc.ch, gone)
-    if writes is not None:
-        writes.add_facts(gone)
-    return [f.memory_id for f in gone]
+    await svc.run(store.insert, svc.ch, live)
+    return [f.memory_id for f in live]
