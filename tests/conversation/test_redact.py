@@ -6,12 +6,14 @@ shows redactions as such."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from loom.auth.principal import Principal, Role
 from loom.clock import next_version
 from loom.store import conversations as conv_store
 from loom.store import evidence as evidence_store
@@ -422,3 +424,35 @@ async def test_redacting_one_agents_copy_passes_the_shared_row_to_the_other_agen
         parameters={"ns": ns},
     ).result_rows[0][0]
     assert left == 1
+
+
+async def test_a_redaction_racing_the_turns_own_embedding_leaves_no_vector_of_the_old_text(
+    ns, writer, services, worker_embedder
+):
+    """The worker embeds a turn's text and writes its vector under the thread lease. A
+    redaction that finds the turn with no embedding row yet waits for that vector with the
+    lease released, then settles it: the row left is built from the redacted text."""
+    from loom.ops.conversation import TurnInput, append
+    from loom.ops.conversation.redacting import redact
+    from loom.providers.embedders import FakeEmbedder
+
+    worker_embedder(FakeEmbedder(delay_seconds=0.6))
+    author = Principal("w", (ns,), Role.writer)  # `writer` turned recording on
+    admin = Principal("x", (ns,), Role.admin)
+    text = f"{SECRET} for the ferry trip"
+    appending = asyncio.create_task(
+        append(services, author, ns, "a", [TurnInput("t", "user", text, msg_id="m1")])
+    )
+
+    async def landed() -> bool:
+        return any(r["msg_id"] == "m1" for r in turn_rows(services.ch, ns))
+
+    assert await wait_for(landed)
+    assert emb_row(services.ch, ns, "t", "m1") is None  # its vector is still on its way
+    receipt = await redact(services, admin, ns, "a", "t", "m1", spans=[SECRET])
+    assert receipt.done and receipt.embedding == "embedded"
+    assert (await appending)[0].stored
+    await asyncio.sleep(0.3)
+    row = emb_row(services.ch, ns, "t", "m1")
+    assert row is not None and SECRET not in row["text"] and len(row["embedding"]) > 0
+    assert tables_holding(services.ch, SECRET) == {}

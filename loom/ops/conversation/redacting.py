@@ -152,18 +152,23 @@ async def redact(
     receipt = mr.Receipt(
         ns, agent, thread_id, msg_id, store.REDACTED, placeholder=placeholder, by=who.token_id
     )
-    await _embedding_settled(svc, ns, agent, thread_id, msg_id)
-    async with mr.guarded(svc, ns, thread_id) as window:
-        v = next_version()
-        snap = await mr.snapshot(svc, ns, agent, thread_id, msg_id, v)
-        t = snap.turn
-        if t is None:
-            raise NotFound(f"no message {msg_id!r} in this thread", field="msg_id", rule="exists")
-        located = locate(t.content, spans or [], ranges or [], high)
-        receipt.high_sensitivity = t.high_sensitivity
-        if not located:
-            return receipt
-        removals = await _redact(svc, window, snap, t, v, located, receipt)
+    while True:
+        async with mr.guarded(svc, ns, thread_id) as window:
+            v = next_version()
+            snap = await mr.snapshot(svc, ns, agent, thread_id, msg_id, v)
+            t = snap.turn
+            if t is None:
+                raise NotFound(f"no message {msg_id!r} in this thread", field="msg_id", rule="exists")
+            if not _vector_on_its_way(svc, t, snap.emb):
+                located = locate(t.content, spans or [], ranges or [], high)
+                receipt.high_sensitivity = t.high_sensitivity
+                if not located:
+                    return receipt
+                removals = await _redact(svc, window, snap, t, v, located, receipt)
+                break
+        # Rare (a turn appended moments ago): its vector is written under the lease, so
+        # it is waited for with the lease released, and the snapshot is taken again.
+        await _embedding_settled(svc, ns, agent, thread_id, msg_id)
     # Outside the lease and the change window: what is readable no longer changes (only
     # versions below the ones just written go), and a long rewrite holds up no writer.
     await svc.run(mr.record, svc, receipt, t.user_id)
@@ -171,21 +176,31 @@ async def redact(
     return receipt
 
 
+def _write_deadline(svc: Services, t: conv_store.Turn) -> float:
+    """After this time the worker writes no vector for the turn (the recovery pass embeds
+    its current text instead)."""
+    return t.ts.replace(tzinfo=t.ts.tzinfo or UTC).timestamp() + svc.settings.recovery_grace_seconds
+
+
+def _vector_on_its_way(svc: Services, t: conv_store.Turn, row: emb_store.EmbeddingRow | None) -> bool:
+    """The old text's own embedding may still land: the worker writes a turn's vector
+    under the thread lease after checking only that the turn is live, so a vector of the
+    old text written after the redaction would bring the text back. That is a turn that
+    may be embedded, has no embedding row yet (a failed embed writes one too) and whose
+    write deadline has not passed."""
+    return row is None and mr.embeddable(t) and time.time() < _write_deadline(svc, t)
+
+
 async def _embedding_settled(svc: Services, ns: str, agent: str, thread_id: str, msg_id: str) -> None:
-    """Wait (bounded) for the old text's own embedding when it may still be on its way:
-    the worker writes a turn's vector under the thread lease after checking only that
-    the turn is live, so a vector of the old text written after the redaction would
-    bring the text back. A turn that may be embedded and has no embedding row yet is
-    waited for until its row lands (a failed embed writes one too) or the worker's write
-    deadline for it has passed (after it the worker writes nothing; the recovery pass
-    embeds the current text)."""
+    """Wait (bounded by the worker's write deadline) until the turn's vector is no longer
+    on its way (:func:`_vector_on_its_way`), outside the thread lease the worker needs."""
     t, row = await asyncio.gather(
         svc.run(store.turn, svc.ch, ns, agent, thread_id, msg_id),
         svc.run(emb_store.get, svc.ch, ns, thread_id, msg_id),
     )
-    if t is None or row is not None or not mr.embeddable(t):
+    if t is None or not _vector_on_its_way(svc, t, row):
         return
-    deadline = t.ts.replace(tzinfo=t.ts.tzinfo or UTC).timestamp() + svc.settings.recovery_grace_seconds
+    deadline = _write_deadline(svc, t)
     while time.time() < deadline:
         if await svc.run(emb_store.get, svc.ch, ns, thread_id, msg_id) is not None:
             return
