@@ -116,11 +116,8 @@ def thread_embeddings(
     """The newest version of every live embedding row of the thread, with its vector
     (or, with ``vectors=False``, an empty one: a writer that only needs the vectors of
     the few rows it hands over reads those with embeddings.rows)."""
-    select = emb_store._FULL
-    if not vectors:
-        select = select.replace(", embedding, ", ", emptyArrayFloat32() AS embedding, ", 1)
     found = ch.query(
-        select + "WHERE namespace = {ns:String} AND thread_id = {th:String}",
+        emb_store.select_rows(vectors=vectors) + "WHERE namespace = {ns:String} AND thread_id = {th:String}",
         parameters={"ns": namespace, "th": thread_id},
     )
     return [r for r in emb_store.TABLE.rows(found) if not r.tombstoned]

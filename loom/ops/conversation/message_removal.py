@@ -176,7 +176,7 @@ class Snapshot:
     thread: thread_store.ThreadRow | None
     copies: dict[str, dict[str, deletion.Copy]]  # every agent's copy of every turn of the thread
     rows: list[emb_store.EmbeddingRow]  # the thread's live embedding rows, without vectors
-    emb: emb_store.EmbeddingRow | None  # the turn's embedding row, newest version, any state
+    emb: emb_store.EmbeddingRow | None  # the turn's embedding row, newest version, any state, no vector
 
 
 async def snapshot(svc: Services, ns: str, agent: str, thread_id: str, msg_id: str, below: int) -> Snapshot:
@@ -193,7 +193,7 @@ async def snapshot(svc: Services, ns: str, agent: str, thread_id: str, msg_id: s
             svc.run(thread_store.get, ch, ns, agent, thread_id),
             svc.run(deletion.copies, ch, ns, thread_id, EMBED_CHARS),
             svc.run(deletion.thread_embeddings, ch, ns, thread_id, vectors=False),
-            svc.run(emb_store.get, ch, ns, thread_id, msg_id),
+            svc.run(emb_store.get, ch, ns, thread_id, msg_id, vectors=False),
         ),
     )
     return Snapshot(turn, summaries, docs, evidence, thread, copies, rows, emb)
@@ -280,7 +280,7 @@ async def embedding_bound(
     if snap.turn is not None and t.msg_id == snap.turn.msg_id:
         row = snap.emb
     else:
-        row = await svc.run(emb_store.get, svc.ch, t.namespace, t.thread_id, t.msg_id)
+        row = await svc.run(emb_store.get, svc.ch, t.namespace, t.thread_id, t.msg_id, vectors=False)
     if row is None or (not row.tombstoned and row.agent != t.agent):
         return 0
     return row.version

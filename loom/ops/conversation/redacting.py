@@ -196,13 +196,13 @@ async def _embedding_settled(svc: Services, ns: str, agent: str, thread_id: str,
     on its way (:func:`_vector_on_its_way`), outside the thread lease the worker needs."""
     t, row = await asyncio.gather(
         svc.run(store.turn, svc.ch, ns, agent, thread_id, msg_id),
-        svc.run(emb_store.get, svc.ch, ns, thread_id, msg_id),
+        svc.run(emb_store.get, svc.ch, ns, thread_id, msg_id, vectors=False),
     )
     if t is None or not _vector_on_its_way(svc, t, row):
         return
     deadline = _write_deadline(svc, t)
     while time.time() < deadline:
-        if await svc.run(emb_store.get, svc.ch, ns, thread_id, msg_id) is not None:
+        if await svc.run(emb_store.get, svc.ch, ns, thread_id, msg_id, vectors=False) is not None:
             return
         await asyncio.sleep(0.05)
 
