@@ -78,7 +78,7 @@ async def memory_ask(
     )
 
 
-@router.post("/memory.job_status", response_model=JobStatusResponse)
+@router.post("/memory.job_status", response_model=JobStatusResponse, responses=error_responses(404))
 async def memory_job_status(
     body: JobStatusRequest,
     who: Principal = Depends(require(Role.viewer, bounded="any")),

@@ -56,7 +56,7 @@ async def list_webhooks(
     )
 
 
-@router.post("/webhook.delete", response_model=WebhookDeleteResponse)
+@router.post("/webhook.delete", response_model=WebhookDeleteResponse, responses=error_responses(404))
 async def delete(
     body: WebhookDeleteRequest,
     who: Principal = Depends(require(Role.admin)),
