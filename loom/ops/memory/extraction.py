@@ -195,9 +195,11 @@ async def run_job(svc: Services, payload: dict[str, Any], job_id: str) -> dict[s
     try:
         result = await extract(svc, scope, job.evidence_ids)
     except Exception as exc:
+        # Recorded and logged here (its detail cleaned), not raised: arq would log the
+        # exception's own text.
         log.warning("deferred memory extraction failed", error=failures.detail(exc))
-        await job_status.crashed(svc, scope, job_id, exc)
-        raise
+        reason = await job_status.crashed(svc, scope, job_id, exc)
+        return {"extraction_id": None, "extracted": 0, "reason": reason, "decisions": []}
     await job_status.finished(
         svc, scope, job_id, extraction_id=result.extraction_id, counts=_counts(result), reason=result.reason
     )

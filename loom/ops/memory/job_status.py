@@ -133,14 +133,15 @@ async def finished(
     await _write(svc, scope.namespace, status)
 
 
-async def crashed(svc: Services, scope: Scope, job_id: str, exc: BaseException) -> None:
-    """The job raised: `failed` with the stable code of the failure (the exception's text
-    goes to the log only, by the caller)."""
+async def crashed(svc: Services, scope: Scope, job_id: str, exc: BaseException) -> str:
+    """The job raised: `failed` with the stable code of the failure, which it answers (the
+    exception's text goes to the log only, by the caller)."""
     status = await _current(svc, scope, job_id)
     status.state, status.finished_at = FAILED, utcnow().isoformat()
-    status.reason = failures.code_of(failures.failure(exc)) or failures.INTERNAL_ERROR
-    status.counts = None
+    reason = failures.code_of(failures.failure(exc)) or failures.INTERNAL_ERROR
+    status.reason, status.counts = reason, None
     await _write(svc, scope.namespace, status)
+    return reason
 
 
 async def announce(
