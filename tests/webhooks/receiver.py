@@ -1,6 +1,7 @@
 """A local webhook receiver for tests: a threaded stdlib HTTP server on 127.0.0.1 that
 records every POST (its time, headers and raw body) and answers from a script: the
-first `fail_first` requests get `fail_status` (500 by default), the rest 200."""
+first `fail_first` requests get `fail_status` (500 by default), the rest 200, each after
+`delay_s` seconds."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ class Received:
 
 
 class Receiver:
-    def __init__(self, *, fail_first: int = 0, fail_status: int = 500, location: str = "") -> None:
+    def __init__(
+        self, *, fail_first: int = 0, fail_status: int = 500, location: str = "", delay_s: float = 0.0
+    ) -> None:
         self.fail_first, self.fail_status, self.location = fail_first, fail_status, location
+        self.delay_s = delay_s  # before answering (a receiver too slow for the timeout)
         self.received: list[Received] = []
         self._lock = threading.Lock()
         owner = self
@@ -37,6 +41,8 @@ class Receiver:
                     )
                     failing = len(owner.received) <= owner.fail_first
                 status = owner.fail_status if failing else 200
+                if owner.delay_s:
+                    time.sleep(owner.delay_s)
                 self.send_response(status)
                 if owner.location and 300 <= status < 400:
                     self.send_header("Location", owner.location)

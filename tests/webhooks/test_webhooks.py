@@ -320,3 +320,68 @@ async def test_a_deleted_webhooks_queued_attempts_are_dropped(
         (2, "webhook_gone", "dropped"),
     ]
     assert len(receiver.received) == 1
+
+
+async def test_a_slow_receiver_times_out(call, ns, mint, arq_worker, worker_settings):
+    admin = mint(ns, "admin")
+    worker_settings(webhook_timeout_seconds=0.3, webhook_max_attempts=1)
+    with Receiver(delay_s=1.5) as slow:
+        await _register(call, admin, ns, slow.url, events=["erasure.completed"])
+        await ok(call, "erasure.request", admin, user_id="nobody")
+        rows = await _until_logged(call, admin, ns, 1)
+    assert [(d["attempt"], d["status_code"], d["error"], d["outcome"]) for d in rows] == [
+        (1, 0, "timeout", "gave_up")
+    ]
+    assert rows[0]["duration_ms"] < 1_400
+
+
+async def test_the_sdk_manages_webhooks_and_asks(api_url, ns, mint, arq_worker, worker_settings):
+    from loom import Agent, LoomError
+
+    admin = mint(ns, "admin")
+    async with Agent(ns, "dev", "bot", base_url=api_url, token=admin) as bot:
+        with Receiver() as rec:
+            got = await bot.webhooks.register(url=rec.url, events=["erasure.completed"])
+            assert got.secret and got.webhook.events == ["erasure.completed"]
+            assert [h.webhook_id for h in (await bot.webhooks.list()).webhooks] == [got.webhook.webhook_id]
+            await bot.erasure.request(user_id="nobody")
+            await _until_logged(call_of(bot), admin, ns, 1)
+            deliveries = (await bot.webhooks.deliveries(webhook_id=got.webhook.webhook_id)).deliveries
+            assert [(d.outcome, d.event) for d in deliveries] == [("delivered", "erasure.completed")]
+            verify_signature(rec.received[0].body, rec.received[0].headers["loom-signature"], got.secret)
+            rotated = (await bot.webhooks.rotate_secret()).secret
+            assert rotated != got.secret
+            assert (await bot.webhooks.delete(webhook_id=got.webhook.webhook_id)).deleted
+        with pytest.raises(LoomError) as bad:
+            await bot.webhooks.register(url="ftp://example.com/h")
+        assert bad.value.status == 422 and bad.value.field == "url"
+        answer = await bot.memory.ask(user_id="u1", question="What does the user collect?")
+        assert (
+            answer.answer is None and answer.reason == "no_context" or answer.reason == "llm_not_configured"
+        )
+        r = await bot.memory.set_from_messages(
+            user_id="u1", defer=True, messages=[{"role": "user", "content": "I collect vinyl records."}]
+        )
+        assert r.job_id
+        status = await bot.memory.job_status(job_id=r.job_id)
+        assert status.job_id == r.job_id and status.state in ("queued", "running", "failed")
+
+
+def call_of(bot: Any) -> Any:
+    """The op caller _until_logged expects, over the SDK's transport."""
+
+    class Answer:
+        def __init__(self, body: Any) -> None:
+            self.status_code, self._body = 200, body
+
+        def json(self) -> Any:
+            return self._body
+
+        @property
+        def text(self) -> str:
+            return json.dumps(self._body)
+
+    async def call(op: str, token: str, **body: Any) -> Any:
+        return Answer(await bot.transport.call(op, body))
+
+    return call
