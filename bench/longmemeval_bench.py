@@ -27,9 +27,16 @@ Scored, per question, over the top 5 and top 10 hits:
   recall@k (the share of ``answer_session_ids`` among the sessions of the hits) and
   turn recall@k (the share of ``has_answer`` turns among the hits; for facts, the turns
   their evidence names);
-* with a configured LLM, answer accuracy: the model answers from ``context.pack`` (4k
-  tokens, the question as query) and judges its answer against the reference
-  (LongMemEval's yes/no judging, in short).
+* ``memory.ask`` (asked at the question's date, ``as_of``): session and turn recall@k of
+  the evidence it rests on. With an answer, the evidence it cites (and the evidence of
+  the facts it cites); without one (no LLM configured: ``reason: llm_not_configured``),
+  the ranked evidence context it answers instead (retrieval-only figures). The report
+  says which basis each figure had;
+* with a configured LLM, answer accuracy, judged against the reference (LongMemEval's
+  yes/no judging, in short): of an answer the model writes from ``context.pack`` (4k
+  tokens, the question as query), and of ``memory.ask``'s own answer, each overall and
+  per question type (knowledge-update and temporal-reasoning, the types about change
+  and time, are among them).
 
 In the oracle set every haystack session is an evidence session, so session recall is
 easy by construction; turn recall is the discriminating figure. Medians of the per-op
@@ -54,7 +61,7 @@ from bench.datasets import dataset_path
 from loom.auth.principal import Principal, Role
 from loom.embedded.clickhouse_endpoint import start_endpoint
 from loom.embedded.redis_server import start_redis
-from loom.ops.memory import context, extraction, facts, recall, unified
+from loom.ops.memory import asking, context, extraction, facts, recall, unified
 from loom.providers.llm import ChatMessage
 from loom.services import Services, open_services
 from loom.settings import Settings
@@ -94,6 +101,7 @@ class Question:
     dates: dict[str, datetime]
     answer_sessions: set[str]
     answer_turns: set[str] = field(default_factory=set)  # "<session>:<turn>"
+    asked_at: datetime | None = None  # the question's date (memory.ask's as_of)
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> Question:
@@ -109,6 +117,7 @@ class Question:
             dates={sid: parse_date(d) for sid, d in zip(ids, raw["haystack_dates"], strict=True)},
             answer_sessions=set(raw["answer_session_ids"]),
             answer_turns=turns,
+            asked_at=parse_date(raw["question_date"]) if raw.get("question_date") else None,
         )
 
 
@@ -155,6 +164,10 @@ async def answer_correct(svc: Services, who: Principal, q: Question) -> bool:
         ],
         temperature=0.0,
     )
+    return await judged(svc, q, reply)
+
+
+async def judged(svc: Services, q: Question, reply: str) -> bool:
     verdict = await svc.llm.complete(
         [
             ChatMessage(
@@ -189,9 +202,34 @@ async def score_question(svc: Services, who: Principal, q: Question, where: dict
         row[f"recall_turn@{k}"] = recall_at(turns, q.answer_turns, k)
         row[f"search_session@{k}"] = recall_at(f_sessions, q.answer_sessions, k)
         row[f"search_turn@{k}"] = recall_at(f_turns, q.answer_turns, k)
+    t0 = time.perf_counter()
+    asked = await asking.ask(svc, who, NS, q.qid, q.question, as_of=q.asked_at, limit=max(KS))
+    row["ask_ms"] = (time.perf_counter() - t0) * 1000
+    row["ask_basis"] = "cited" if asked.answer is not None else "context"
+    a_turns = ask_turns(asked, where)
+    for k in KS:
+        row[f"ask_session@{k}"] = recall_at([t.rsplit(":", 1)[0] for t in a_turns], q.answer_sessions, k)
+        row[f"ask_turn@{k}"] = recall_at(a_turns, q.answer_turns, k)
     if svc.llm.configured:
         row["correct"] = await answer_correct(svc, who, q)
+        row["ask_correct"] = await judged(svc, q, asked.answer) if asked.answer else False
     return row
+
+
+def ask_turns(asked: asking.Answer, where: dict[str, str]) -> list[str]:
+    """The turns ("<session>:<turn>") memory.ask's answer rests on: its cited evidence and
+    the evidence (or, for a verbatim fact, the key) of its cited facts, in citation order;
+    with no answer, its ranked evidence context."""
+    if asked.answer is None:
+        return [where.get(e.evidence.evidence_id, "") for e in asked.evidence]
+    facts_by_id = {h.fact.memory_id: h.fact for h in asked.facts}
+    out: list[str] = []
+    for c in asked.citations:
+        if c.kind == "evidence":
+            out.append(where.get(c.id, ""))
+        elif (f := facts_by_id.get(c.id)) is not None:
+            out += [f.key] if f.key else [where.get(e, "") for e in f.evidence_ids]
+    return out
 
 
 def mean(rows: list[dict[str, Any]], key: str) -> str:
@@ -204,16 +242,27 @@ def report(rows: list[dict[str, Any]], source: str, real: bool) -> list[str]:
         f"LongMemEval oracle: {source}" + ("" if real else "  (SAMPLE: tests the harness, no quality claim)")
     ]
     lines.append(f"questions: {len(rows)}")
-    for op in ("recall", "search"):
+    names = {"recall": "memory.recall", "search": "search (memory)", "ask": "memory.ask"}
+    for op in ("recall", "search", "ask"):
         for unit in ("session", "turn"):
             figures = "   ".join(f"@{k} {mean(rows, f'{op}_{unit}@{k}')}" for k in KS)
-            lines.append(
-                f"{'memory.recall' if op == 'recall' else 'search (memory)':<16} {unit:<8} recall {figures}"
-            )
+            lines.append(f"{names[op]:<16} {unit:<8} recall {figures}")
         lines.append(f"{op} latency median {statistics.median(r[f'{op}_ms'] for r in rows):.1f} ms")
     lines += by_type(rows)
+    bases = sorted({r["ask_basis"] for r in rows})
+    lines.append(
+        "memory.ask's figures rest on: "
+        + ", ".join(f"{b} ({sum(r['ask_basis'] == b for r in rows)})" for b in bases)
+        + " (cited: the evidence of its answer; context: its ranked evidence, no answer)"
+    )
     if rows and "correct" in rows[0]:
-        lines.append(f"answer accuracy (LLM judge): {mean(rows, 'correct')}")
+        lines.append(f"answer accuracy (LLM judge), from context.pack: {mean(rows, 'correct')}")
+        lines.append(f"answer accuracy (LLM judge), memory.ask:        {mean(rows, 'ask_correct')}")
+        for qtype in sorted({r["type"] for r in rows}):
+            of_type = [r for r in rows if r["type"] == qtype]
+            lines.append(
+                f"  {qtype:<26} context.pack {mean(of_type, 'correct')}   memory.ask {mean(of_type, 'ask_correct')}"
+            )
     else:
         lines.append(
             "answer accuracy: not run (no LLM configured: LOOM_LLM=openai and LOOM_LLM_URL/MODEL/API_KEY)"

@@ -29,6 +29,7 @@ Who enqueues each job:
 | erasure_remove    | ErasureRemoveJob  | erasure.request (loom.ops.erasure.requesting) |
 | compact_thread    | CompactThreadJob  | conversation.compact (loom.ops.conversation.compacting) |
 | memory_extract    | MemoryExtractJob  | memory.set_from_messages with defer (loom.ops.memory.extraction) |
+| webhook_deliver   | WebhookDeliverJob | an event's emitter, and a failed attempt's retry (loom.ops.webhooks) |
 | recover_embeddings| none (arq cron)   | every worker's cron                           |
 | conversation_titler| none (arq cron)  | every worker's cron                           |
 """
@@ -46,6 +47,7 @@ REEMBED_ROWS = "reembed_rows"
 ERASURE_REMOVE = "erasure_remove"
 COMPACT_THREAD = "compact_thread"
 MEMORY_EXTRACT = "memory_extract"
+WEBHOOK_DELIVER = "webhook_deliver"
 
 
 class PayloadRefused(ValueError):
@@ -150,6 +152,20 @@ class MemoryExtractJob(JobPayload):
     session_id: str
     run_id: str
     evidence_ids: list[str]
+
+
+class WebhookDeliverJob(JobPayload):
+    """POST one event to one webhook (attempt `attempt`; a failed one enqueues the next).
+    `body` is the event's JSON as sent: ids and counts only, never a turn's or fact's text."""
+
+    JOB: ClassVar[str] = WEBHOOK_DELIVER
+    namespace: str
+    webhook_id: str
+    event: str
+    event_id: str
+    event_at: datetime
+    body: str
+    attempt: int
 
 
 P = TypeVar("P", bound=JobPayload)

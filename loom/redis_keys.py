@@ -32,6 +32,8 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | settings_applied    | string | APPLIED_TTL_S (live_settings)| each process's settings follower            |
 | memory_lease        | string | the lease's TTL (renewed)   | memory.set_from_messages' decisions (per user) |
 | memory_erasing      | string | a day (an hour while pending)| a user erasure's memory step (per user)      |
+| webhook_lease       | string | the lease's TTL (renewed)   | webhook.register / rotate_secret (per namespace) |
+| memory_job          | string | a day (memory.job_status)   | memory.set_from_messages with defer (API), the memory_extract job (worker) |
 | compact_job         | string | an hour                     | conversation.compact (API), read by compact_status |
 | compact_done        | list   | a minute                    | the compaction job (worker), popped by the waiting API |
 | embed_gate          | string | the gate's TTL              | append flush (API), read by the worker       |
@@ -84,6 +86,11 @@ MEMORY_LEASE = "loom:lease:memory:"
 MEMORY_ERASING = "loom:erasing:memory:"
 """Prefix. String per (namespace, user): "pending" while an erasure hides the user's
 memory, then the version stamped when it had (loom.ops.memory.erasing)."""
+WEBHOOK_LEASE = "loom:lease:webhooks:"
+"""Prefix. String per namespace: the registration or rotation writing its webhook secret."""
+MEMORY_JOB = "loom:memory:job:"
+"""Prefix. String (JSON) per (namespace, deferred extraction job id): the job's state and,
+once done, its counts (loom.ops.memory.job_status). Job ids hold no ':'."""
 
 # -- live settings (loom.ops.settings) ------------------------------------------------
 
@@ -122,6 +129,19 @@ def memory_lease(namespace: str, user_id: str) -> str:
 
 def memory_erasing(namespace: str, user_id: str) -> str:
     return f"{MEMORY_ERASING}{namespace}:{user_id}"
+
+
+def webhook_lease(namespace: str) -> str:
+    return f"{WEBHOOK_LEASE}{namespace}"
+
+
+def memory_jobs_of(namespace: str) -> str:
+    """The prefix every job status of the namespace starts with (an erasure scans it)."""
+    return f"{MEMORY_JOB}{namespace}:"
+
+
+def memory_job(namespace: str, job_id: str) -> str:
+    return f"{memory_jobs_of(namespace)}{job_id}"
 
 
 def settings_applied(process: str) -> str:

@@ -120,6 +120,12 @@ class Settings(BaseSettings):
     # the rest of the window (0 turns the pause rule off).
     write_batch_embed_quiet_ms: float = Field(3.0, ge=0)
 
+    # Webhooks (loom.ops.webhooks): attempts per delivery (the first included), the wait
+    # before the second (doubled before each next one), and each POST's timeout.
+    webhook_max_attempts: int = Field(5, ge=1, le=20)
+    webhook_backoff_seconds: float = Field(30.0, gt=0, le=3600)
+    webhook_timeout_seconds: float = Field(5.0, gt=0, le=60)
+
     log_level: str = "INFO"
 
     @field_validator("home")

@@ -344,6 +344,18 @@ async def drive_profile(ctx: Ctx) -> None:
         assert not [kind for kind, text in HIGH.items() if text in json.dumps(answer)]
 
 
+async def drive_memory_ask(ctx: Ctx) -> None:
+    """memory.ask (the answering model, the query embedding): a question that reads as
+    high is never sent nor embedded; a clean one over a memory that holds high messages
+    (kept as evidence with no text) and refused high facts sends none of them."""
+    for question in HIGH.values():
+        got = await ctx.ok("memory.ask", ctx.writer, namespace=ctx.ns, user_id="u1", question=question)
+        assert got["reason"] == "question_high_sensitivity" and got["answer"] is None
+    got = await ctx.ok("memory.ask", ctx.writer, namespace=ctx.ns, user_id="u1", question=CLEAN)
+    assert got["reason"] is None and got["answer"]
+    assert not [k for k, t in HIGH.items() if t in json.dumps(got)]
+
+
 async def drive_dashboard(ctx: Ctx) -> None:
     """The dashboard's pages call the ops above: its search boxes and save form reach the
     embedder, and a page must not show a high text (a masked turn, an excerpt)."""
@@ -393,6 +405,7 @@ DRIVERS: list[tuple[str, Driver]] = [
     ("conversation_titler", drive_titler),
     ("memory.set + search + set_from_messages", drive_memory),
     ("memory.profile + context.pack's profile", drive_profile),
+    ("memory.ask", drive_memory_ask),
     ("the dashboard's pages", drive_dashboard),
 ]
 
@@ -404,6 +417,9 @@ def _brief_model(messages: list[ChatMessage]) -> str:
         return json.dumps({"decisions": [{"event": "ADD", "text": CLEAN + " again"}]})
     if "living profile" in messages[0].content:  # the profile (it writes a high section too)
         return json.dumps({"sections": {"work": CLEAN, "other": HIGH["card"]}})
+
+    if "answer a question about one user" in messages[0].content:  # memory.ask
+        return json.dumps({"answer": "They plan storage capacity quarterly.", "citations": ["F1", "E1"]})
     return json.dumps({"status": "revised", "new_done": ["a step"]})
 
 

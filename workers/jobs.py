@@ -9,6 +9,7 @@ from loom import jobs
 from loom.ops.conversation import compacting, titler_tick
 from loom.ops.erasure import requesting
 from loom.ops.memory import extraction
+from loom.ops.webhooks import delivery
 from workers import embed_jobs
 
 
@@ -79,7 +80,20 @@ async def conversation_titler(ctx: dict[str, Any]) -> dict[str, Any]:
 
 async def memory_extract(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     """The deferred half of memory.set_from_messages: extract and decide over stored evidence."""
-    return await extraction.run_job(ctx["loom"], payload)
+    return await extraction.run_job(ctx["loom"], payload, str(ctx["job_id"]))
 
 
-FUNCTIONS: list[Any] = [ping, embed_turns, reembed_rows, erasure_remove, compact_thread, memory_extract]
+async def webhook_deliver(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """One attempt to POST a signed event to a webhook; a failed one enqueues the next."""
+    return await delivery.deliver(ctx["loom"], payload)
+
+
+FUNCTIONS: list[Any] = [
+    ping,
+    embed_turns,
+    reembed_rows,
+    erasure_remove,
+    compact_thread,
+    memory_extract,
+    webhook_deliver,
+]

@@ -31,9 +31,11 @@ from loom.api.routes import (
     erasure,
     health,
     memory,
+    memory_answers,
     namespaces,
     saved,
     search,
+    webhooks,
 )
 from loom.api.routes import settings as settings_routes
 from loom.dashboard.app import install as install_dashboard
@@ -56,6 +58,8 @@ ROUTERS = [
     briefs.router,
     erasure.router,
     memory.router,
+    memory_answers.router,
+    webhooks.router,
     deploy.router,
     health.router,
     settings_routes.router,

@@ -21,6 +21,7 @@ from loom.api.models import conversation as c
 from loom.api.models import deploy as d
 from loom.api.models import erasure as e
 from loom.api.models import memory as m
+from loom.api.models import memory_answers as ma
 from loom.api.models import namespaces as n
 from loom.api.models import saved as s
 from loom.api.models import search as q
@@ -125,6 +126,12 @@ SPECS: tuple[ToolSpec, ...] = (
     _spec("memory.recall", m.RecallRequest, "Read a user's evidence by words or time."),
     _spec("memory.history", m.MemoryHistoryRequest, "One fact's versions over time, oldest first."),
     _spec("memory.profile", m.MemoryProfileRequest, "A user's short profile, in sections."),
+    _spec(
+        "memory.ask",
+        ma.MemoryAskRequest,
+        "Ask a plain-language question about a user; answered from their memory with citations.",
+    ),
+    _spec("memory.job_status", ma.JobStatusRequest, "The state of a deferred memory extraction."),
     _spec("observe.record", m.ObserveRecordRequest, "Record a tool action as an observation."),
     _spec("observe.crystallize", m.ObserveCrystallizeRequest, "Extract facts from a run's observations."),
     _spec("session.brief_delete", b.BriefDeleteRequest, "Delete a session brief."),

@@ -29,7 +29,7 @@ import httpx
 
 from loom.api.models.conversation import AppendBatchResponse
 from loom.api.models.memory import ContextPackResponse, SetFromMessagesResponse
-from loom.sdk.ops import Briefs, Conversation, Erasure, Memory, Namespace, Ops, Saved, Settings
+from loom.sdk.ops import Briefs, Conversation, Erasure, Memory, Namespace, Ops, Saved, Settings, Webhooks
 from loom.sdk.transport import Retry, Transport
 
 FLUSH_EVERY = 10  # turns buffered before they go to memory.set_from_messages
@@ -60,6 +60,7 @@ class Agent:
         self.namespaces = Namespace(self)
         self.ops = Ops(self)
         self.settings = Settings(self)
+        self.webhooks = Webhooks(self)
 
     def session(
         self,

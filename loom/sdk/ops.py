@@ -4,7 +4,8 @@ name) and the answer is parsed into the API's response model.
 
 Methods take the request's fields as keywords; `namespace` and `agent` default to the
 Agent's. Grouped as the API groups them: `bot.conversation`, `bot.saved`, `bot.memory`,
-`bot.briefs`, `bot.erasure`, `bot.namespaces`, `bot.ops`, `bot.settings`.
+`bot.briefs`, `bot.erasure`, `bot.namespaces`, `bot.ops`, `bot.settings`, `bot.webhooks`
+(signature checks for receivers: loom.sdk.webhooks.verify_signature).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from loom.api.models import deploy as d
 from loom.api.models import erasure as e
 from loom.api.models import health as h
 from loom.api.models import memory as m
+from loom.api.models import memory_answers as ma
 from loom.api.models import namespaces as n
 from loom.api.models import saved as s
 from loom.api.models import search as q
 from loom.api.models import settings as st
+from loom.api.models import webhooks as w
 from loom.sdk.transport import LoomError
 
 if TYPE_CHECKING:
@@ -219,6 +222,15 @@ class Memory(_Group):
         """The unified `search`: memory, briefs' names and conversations in one answer."""
         return await self._op("search", m.UnifiedSearchRequest, m.UnifiedSearchResponse, fields)
 
+    async def ask(self, **fields: Any) -> ma.MemoryAskResponse:
+        """memory.ask: `question=...` about the user, answered with citations (or, with no
+        model, the ranked context and a `reason`)."""
+        return await self._op("memory.ask", ma.MemoryAskRequest, ma.MemoryAskResponse, fields)
+
+    async def job_status(self, **fields: Any) -> ma.JobStatusResponse:
+        """memory.job_status: `job_id=` of a deferred set_from_messages."""
+        return await self._op("memory.job_status", ma.JobStatusRequest, ma.JobStatusResponse, fields)
+
 
 class Briefs(_Group):
     async def save(self, **fields: Any) -> b.BriefSaveResponse:
@@ -284,3 +296,30 @@ class Settings(_Group):
     async def set(self, **fields: Any) -> st.SettingsResponse:
         """`values={"LOOM_...": value or None}`; None clears the override."""
         return await self._op("settings.set", st.SettingsSetRequest, st.SettingsResponse, fields)
+
+
+class Webhooks(_Group):
+    """The namespace's signed webhooks (admin, a token not bound to one user)."""
+
+    async def register(self, **fields: Any) -> w.WebhookRegisterResponse:
+        """`url=`, optional `events=[...]`; the namespace's first registration answers its secret."""
+        return await self._op(
+            "webhook.register", w.WebhookRegisterRequest, w.WebhookRegisterResponse, fields, idempotent=False
+        )
+
+    async def list(self) -> w.WebhookListResponse:
+        return await self._op("webhook.list", w.WebhookListRequest, w.WebhookListResponse, {})
+
+    async def delete(self, **fields: Any) -> w.WebhookDeleteResponse:
+        return await self._op("webhook.delete", w.WebhookDeleteRequest, w.WebhookDeleteResponse, fields)
+
+    async def rotate_secret(self) -> w.WebhookRotateResponse:
+        return await self._op(
+            "webhook.rotate_secret", w.WebhookRotateRequest, w.WebhookRotateResponse, {}, idempotent=False
+        )
+
+    async def deliveries(self, **fields: Any) -> w.WebhookDeliveriesResponse:
+        """The delivery log, newest attempt first (`webhook_id`, `event_id`, `limit`)."""
+        return await self._op(
+            "webhook.deliveries", w.WebhookDeliveriesRequest, w.WebhookDeliveriesResponse, fields
+        )

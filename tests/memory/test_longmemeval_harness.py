@@ -59,5 +59,43 @@ async def test_the_harness_scores_recall_and_search(services, ns, monkeypatch) -
             if "@" in key and value is not None:
                 assert 0.0 <= value <= 1.0, key
     assert any(r["search_session@10"] for r in rows)  # the verbatim facts are searched
+    # memory.ask with the fake LLM: no answer, its ranked evidence is the basis.
+    assert {r["ask_basis"] for r in rows} == {"context"}
+    assert by_id["sample_q1"]["ask_session@5"] == 1.0
     lines = lme.report(rows, "sample", False)
     assert "SAMPLE" in lines[0] and any(line.startswith("memory.recall") for line in lines)
+    assert any(line.startswith("memory.ask") for line in lines)
+
+
+async def test_the_harness_scores_ask_answers_per_type(services, ns, monkeypatch) -> None:
+    """With a configured model: memory.ask's citations are the basis, and accuracy is
+    reported per question type for both answers."""
+    import dataclasses
+    import json as _json
+
+    from loom.providers.llm import ChatMessage, ScriptedLLM
+
+    def model(messages: list[ChatMessage]) -> str:
+        system = messages[0].content
+        if "extract durable facts" in system:
+            return _json.dumps({"facts": []})
+        if "answer a question about one user" in system:
+            payload = _json.loads(messages[1].content)
+            return _json.dumps(
+                {"answer": "A golden retriever.", "citations": [e["id"] for e in payload["evidence"][:1]]}
+            )
+        if "correct answer" in system:
+            return "yes" if "golden" in messages[1].content.lower() else "no"
+        return "A golden retriever."
+
+    svc = dataclasses.replace(services, llm=ScriptedLLM(model))
+    monkeypatch.setattr(lme, "NS", ns)
+    who = Principal("bench", (ns,), Role.writer)
+    rows = []
+    for q in [lme.Question.of(x) for x in json.loads(lme.SAMPLE.read_text())]:
+        rows.append(await lme.score_question(svc, who, q, await lme.store_question(svc, who, q)))
+    assert {r["ask_basis"] for r in rows} == {"cited"}
+    assert all(isinstance(r["ask_correct"], bool) for r in rows)
+    lines = lme.report(rows, "sample", False)
+    assert any("knowledge-update" in line for line in lines)
+    assert any(line.startswith("answer accuracy (LLM judge), memory.ask") for line in lines)

@@ -71,6 +71,8 @@ from loom.leases import LeaseTimeout, thread_lease
 from loom.ops.conversation.common import EMBED_CHARS, embed_text
 from loom.ops.conversation.deleting import ThreadState, settle_writes, with_vectors
 from loom.ops.conversation.worker_embed_writer import ModelFn
+from loom.ops.webhooks import events as webhook_events
+from loom.ops.webhooks import registry as webhook_registry
 from loom.providers.llm import LAST_USAGE, ChatMessage, LLMError
 from loom.queue import QUEUE, wake_workers
 from loom.sensitivity import reads_as_high
@@ -407,6 +409,18 @@ async def run(
     out.messages_summarized = p.new_turns
     out.summaries_replaced = len(p.replaced) - p.new_turns
     out.summary_msg_id = summary.msg_id
+    await webhook_events.emit(
+        svc,
+        ns,
+        webhook_registry.CONVERSATION_COMPACTED,
+        {
+            "agent": agent,
+            "thread_id": thread_id,
+            "messages_summarized": out.messages_summarized,
+            "summaries_replaced": out.summaries_replaced,
+            "summary_msg_id": out.summary_msg_id,
+        },
+    )
     return out
 
 

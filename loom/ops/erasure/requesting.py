@@ -50,6 +50,8 @@ from loom.ops.conversation.common import EMBED_CHARS
 from loom.ops.conversation.deleting import handed_to, heir
 from loom.ops.conversation.leases import under_thread_leases
 from loom.ops.memory import erasing as memory_erasing
+from loom.ops.webhooks import events as webhook_events
+from loom.ops.webhooks import registry as webhook_registry
 from loom.queue import QUEUE, wake_workers
 from loom.services import Services
 from loom.store import erasure as store
@@ -357,21 +359,26 @@ async def _hide_namespaces(svc: Services, nss: Sequence[str]) -> dict[str, dict[
 def _owned(key: str, prefix: str) -> bool:
     """Whether a key that `prefix*` matched is this namespace's, not one of a namespace
     whose name extends it past a ':' ("a" and "a:b"): what follows the prefix is a
-    turn's hash (claims) or a bucket or the ready mark (landed notes), never a ':' more."""
+    turn's hash (claims) or a job id (memory job statuses) or a bucket or the ready mark (landed notes), never a ':' more."""
     rest = key[len(prefix) :]
-    if prefix.startswith(redis_keys.TURN_CLAIM):
+    if prefix.startswith((redis_keys.TURN_CLAIM, redis_keys.MEMORY_JOB)):
         return ":" not in rest
     return rest in ("ready", "ready:rebuilding") or (len(rest) == 3 and ":" not in rest)
 
 
 async def purge_redis(redis: Redis, namespace: str) -> int:
     """Delete every Redis key of the namespace (its turn claims, landed notes, search
-    marks, recording cache and deletion fences); returns how many. Thread leases are
-    left to expire (seconds): removing one a writer holds would break its exclusion."""
+    marks, recording cache, deletion fences and memory job statuses); returns how
+    many. Thread leases are left to expire (seconds): removing one a writer holds would
+    break its exclusion."""
     removed = int(
         await redis.delete(search_marks.key(namespace), recording_cache.key(namespace), fences.key(namespace))
     )
-    for prefix in (redis_keys.turn_claims_of(namespace), redis_keys.landed_of(namespace)):
+    for prefix in (
+        redis_keys.turn_claims_of(namespace),
+        redis_keys.landed_of(namespace),
+        redis_keys.memory_jobs_of(namespace),
+    ):
         batch: list[bytes] = []
         async for raw in redis.scan_iter(match=prefix + "*", count=1000):
             text = raw.decode() if isinstance(raw, bytes) else str(raw)
@@ -428,7 +435,27 @@ async def run_removal(svc: Services, erasure_id: str, *, crash_after: int | None
     req.state = DONE
     req.receipt["removed_at"] = utcnow().isoformat()
     await svc.run(store.save_request, svc.ch, req)
+    await _announce(svc, req)
     return req
+
+
+async def _announce(svc: Services, req: store.Request) -> None:
+    """The erasure.completed webhook event, in each namespace erased: the erasure's id,
+    kind and rows removed per table (over all its namespaces). No user id: the erasure
+    id is the receipt's name."""
+    removed = {t: int(line.get("removed", 0)) for t, line in req.receipt.get("tables", {}).items()}
+    for ns in req.namespaces:
+        await webhook_events.emit(
+            svc,
+            ns,
+            webhook_registry.ERASURE_COMPLETED,
+            {
+                "erasure_id": req.erasure_id,
+                "kind": req.kind,
+                "removed": removed,
+                "removed_at": req.receipt["removed_at"],
+            },
+        )
 
 
 async def _plan(svc: Services, req: store.Request, steps: list[tuple[str, store.Step]]) -> None:

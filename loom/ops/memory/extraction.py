@@ -35,7 +35,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
 from loom.leases import hold
-from loom.ops.memory import erasing, validity
+from loom.ops.memory import erasing, job_status, validity
 from loom.ops.memory import facts as fact_ops
 from loom.ops.memory import profile as profile_ops
 from loom.ops.memory.common import (
@@ -123,10 +123,32 @@ async def set_from_messages(
         return Extraction([], reason=erasing.ERASED)
     ids = [r.evidence_id for r in rows]
     if defer:
-        job = await svc.arq.enqueue_job(JOB, _payload(scope, ids), _queue_name=QUEUE)
+        # Its status first (memory.job_status), so the worker's `running` follows it.
+        job_id = "mx" + uuid.uuid4().hex
+        await job_status.queued(svc, scope, job_id)
+        job = await svc.arq.enqueue_job(JOB, _payload(scope, ids), _job_id=job_id, _queue_name=QUEUE)
         await wake_workers(svc.redis)
         return Extraction(ids, reason="deferred", job_id=job.job_id if job else None)
-    return await extract(svc, scope, ids)
+    out = await extract(svc, scope, ids)
+    await announce(svc, scope, out, None)
+    return out
+
+
+async def announce(svc: Services, scope: Scope, out: Extraction, job_id: str | None) -> None:
+    """The memory.extracted webhook event (loom.ops.webhooks), for an extraction that ran."""
+    await job_status.announce(
+        svc,
+        scope,
+        extraction_id=out.extraction_id,
+        counts=_counts(out),
+        reason=out.reason,
+        evidence=len(out.evidence_ids),
+        job_id=job_id,
+    )
+
+
+def _counts(out: Extraction) -> job_status.Counts:
+    return job_status.counts_of(out.extracted, [d.action for d in out.decisions])
 
 
 def build_evidence(scope: Scope, messages: list[Message], source: str) -> list[Evidence]:
@@ -167,11 +189,23 @@ def _payload(scope: Scope, ids: list[str]) -> dict[str, Any]:
     )
 
 
-async def run_job(svc: Services, payload: dict[str, Any]) -> dict[str, Any]:
-    """The deferred half, on the arq pool."""
+async def run_job(svc: Services, payload: dict[str, Any], job_id: str) -> dict[str, Any]:
+    """The deferred half, on the arq pool; its status is kept for memory.job_status."""
     job = jobs.read(jobs.MemoryExtractJob, payload)
     scope = Scope(job.namespace, job.user_id, job.session_id, job.run_id)
-    result = await extract(svc, scope, job.evidence_ids)
+    await job_status.running(svc, scope, job_id)
+    try:
+        result = await extract(svc, scope, job.evidence_ids)
+    except Exception as exc:
+        # Recorded and logged here (its detail cleaned), not raised: arq would log the
+        # exception's own text.
+        log.warning("deferred memory extraction failed", error=failures.detail(exc))
+        reason = await job_status.crashed(svc, scope, job_id, exc)
+        return {"extraction_id": None, "extracted": 0, "reason": reason, "decisions": []}
+    await job_status.finished(
+        svc, scope, job_id, extraction_id=result.extraction_id, counts=_counts(result), reason=result.reason
+    )
+    await announce(svc, scope, result, job_id)
     return {
         "extraction_id": result.extraction_id,
         "extracted": result.extracted,

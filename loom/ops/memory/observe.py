@@ -71,4 +71,6 @@ async def crystallize(
     ids = [e.evidence_id for e in reversed(rows)]
     if not ids:
         return extraction.Extraction([], reason="nothing_readable")
-    return await extraction.extract(svc, scope, ids, fact_source=fact_ops.CRYSTALLIZE)
+    out = await extraction.extract(svc, scope, ids, fact_source=fact_ops.CRYSTALLIZE)
+    await extraction.announce(svc, scope, out, None)
+    return out

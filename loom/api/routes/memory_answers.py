@@ -1,0 +1,91 @@
+"""Routes of memory.ask and memory.job_status (viewer; a token pinned to one user acts
+for that user only)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from fastapi import APIRouter, Depends
+
+from loom.api.deps import require, services
+from loom.api.models.errors import COMMON, error_responses
+from loom.api.models.memory import EvidenceOut, FactHitOut
+from loom.api.models.memory_answers import (
+    CitationOut,
+    JobStatusRequest,
+    JobStatusResponse,
+    MemoryAskRequest,
+    MemoryAskResponse,
+    ProfileSectionOut,
+    TimeBasisOut,
+)
+from loom.api.routes.memory import _fact
+from loom.auth.principal import Principal, Role
+from loom.ops.memory import asking, job_status
+from loom.services import Services
+
+router = APIRouter(prefix="/v1", tags=["memory"], responses=error_responses(*COMMON))
+
+
+@router.post("/memory.ask", response_model=MemoryAskResponse)
+async def memory_ask(
+    body: MemoryAskRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> MemoryAskResponse:
+    """A plain-language question about the user, answered by the LLM from the user's facts,
+    profile and evidence, with citations and the time basis. With no model configured (or a
+    question that reads as high) it answers the ranked context, `answer: null` and a `reason`."""
+    out = await asking.ask(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        body.question,
+        session_id=body.session_id,
+        run_id=body.run_id,
+        as_of=body.as_of,
+        limit=body.limit,
+    )
+    return MemoryAskResponse.model_validate(
+        {
+            "answer": out.answer,
+            "reason": out.reason,
+            "citations": [CitationOut(kind=c.kind, id=c.id, time=c.time) for c in out.citations],
+            "time_basis": TimeBasisOut(newest=out.newest, as_of=out.as_of),
+            "facts": [
+                FactHitOut(**_fact(h.fact), score=h.score, legs=h.legs, similarity=h.similarity, bm25=h.bm25)
+                for h in out.facts
+            ],
+            "evidence": [
+                EvidenceOut(
+                    evidence_id=e.evidence.evidence_id,
+                    msg_id=e.evidence.msg_id,
+                    role=e.evidence.role,
+                    content=e.evidence.content,
+                    source=e.evidence.source,
+                    session_id=e.evidence.session_id,
+                    run_id=e.evidence.run_id,
+                    ts=e.evidence.ts,
+                    score=e.score,
+                    matched=e.matched,
+                )
+                for e in out.evidence
+            ],
+            "profile": [ProfileSectionOut(name=n, text=t) for n, t in out.profile],
+            "fallback_reason": out.fallback_reason,
+        }
+    )
+
+
+@router.post("/memory.job_status", response_model=JobStatusResponse, responses=error_responses(404))
+async def memory_job_status(
+    body: JobStatusRequest,
+    who: Principal = Depends(require(Role.viewer, bounded="any")),
+    svc: Services = Depends(services),
+) -> JobStatusResponse:
+    """The state of a deferred extraction (memory.set_from_messages with defer): queued,
+    running, done (with counts) or failed (with a stable reason). A job of another
+    namespace, or of another user for a token pinned to one, is 404."""
+    status = await job_status.job_status(svc, who, body.namespace, body.job_id)
+    return JobStatusResponse.model_validate(asdict(status))
