@@ -271,9 +271,11 @@ def report(rows: list[dict[str, Any]], source: str, real: bool) -> list[str]:
 
 
 def by_type(rows: list[dict[str, Any]]) -> list[str]:
-    """Turn recall@5/@10 of both ops per LongMemEval question type (knowledge updates and
-    temporal reasoning are the types a plain fact store does worst on)."""
-    cols = [f"{op}_turn@{k}" for op in ("recall", "search") for k in KS]
+    """Turn recall@5/@10 of each op, and memory.ask's session recall, per LongMemEval
+    question type (knowledge updates and temporal reasoning are the types a plain fact
+    store does worst on)."""
+    cols = [f"{op}_turn@{k}" for op in ("recall", "search", "ask") for k in KS]
+    cols += [f"ask_session@{k}" for k in KS]
     out = ["", f"{'question type':<28} {'n':>4}  " + "  ".join(f"{c:>15}" for c in cols)]
     for qtype in sorted({r["type"] for r in rows}):
         mine = [r for r in rows if r["type"] == qtype]
