@@ -208,6 +208,16 @@ def settle(clickhouse_url: str, limit_s: float) -> float:
     return time.monotonic() - started
 
 
+def add_settle_argument(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=0,
+        metavar="MINUTES",
+        help="after the load, wait up to this long for its merges and mutations to finish",
+    )
+
+
 def mint(stack: LoomStack) -> str:
     out = subprocess.run(
         [
@@ -495,13 +505,7 @@ def main() -> None:
         default=600.0,
         help="stop polling erasure.status after this many seconds (the figure is then reported as not reached)",
     )
-    ap.add_argument(
-        "--settle",
-        type=float,
-        default=0,
-        metavar="MINUTES",
-        help="after the load, wait up to this long for its merges and mutations to finish",
-    )
+    add_settle_argument(ap)
     ap.add_argument("--no-baseline", action="store_true", help="skip the Postgres baseline")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()

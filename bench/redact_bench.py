@@ -49,7 +49,16 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.erasure_bench import AGENT, MAIN_NS, bulk_load, load_avg, log, mint, settle  # noqa: E402
+from bench.erasure_bench import (  # noqa: E402
+    AGENT,
+    MAIN_NS,
+    add_settle_argument,
+    bulk_load,
+    load_avg,
+    log,
+    mint,
+    settle,
+)
 from bench.loom_stack import LoomStack  # noqa: E402
 
 USERS = 100
@@ -133,13 +142,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument(
-        "--settle",
-        type=float,
-        default=0,
-        metavar="MINUTES",
-        help="after the load, wait up to this long for its merges and mutations to finish",
-    )
+    add_settle_argument(ap)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
 

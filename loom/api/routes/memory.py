@@ -72,6 +72,23 @@ def _fact(f: Fact) -> dict[str, object]:
     }
 
 
+def evidence_out(h: recall.RecallHit) -> EvidenceOut:
+    """One evidence hit as answered (memory.recall, memory.ask)."""
+    e = h.evidence
+    return EvidenceOut(
+        evidence_id=e.evidence_id,
+        msg_id=e.msg_id,
+        role=e.role,
+        content=e.content,
+        source=e.source,
+        session_id=e.session_id,
+        run_id=e.run_id,
+        ts=e.ts,
+        score=h.score,
+        matched=h.matched,
+    )
+
+
 def _extraction_response(out: extraction.Extraction) -> SetFromMessagesResponse:
     return SetFromMessagesResponse(
         evidence_ids=out.evidence_ids,
@@ -272,23 +289,7 @@ async def memory_recall(
         until=body.until,
         limit=body.limit,
     )
-    return RecallResponse(
-        hits=[
-            EvidenceOut(
-                evidence_id=h.evidence.evidence_id,
-                msg_id=h.evidence.msg_id,
-                role=h.evidence.role,
-                content=h.evidence.content,
-                source=h.evidence.source,
-                session_id=h.evidence.session_id,
-                run_id=h.evidence.run_id,
-                ts=h.evidence.ts,
-                score=h.score,
-                matched=h.matched,
-            )
-            for h in hits
-        ]
-    )
+    return RecallResponse(hits=[evidence_out(h) for h in hits])
 
 
 @router.post("/observe.record", response_model=ObserveRecordResponse)

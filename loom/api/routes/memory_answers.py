@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends
 
 from loom.api.deps import require, services
 from loom.api.models.errors import COMMON, error_responses
-from loom.api.models.memory import EvidenceOut, FactHitOut
+from loom.api.models.memory import FactHitOut
 from loom.api.models.memory_answers import (
     CitationOut,
     JobStatusRequest,
@@ -19,7 +19,7 @@ from loom.api.models.memory_answers import (
     ProfileSectionOut,
     TimeBasisOut,
 )
-from loom.api.routes.memory import _fact
+from loom.api.routes.memory import _fact, evidence_out
 from loom.auth.principal import Principal, Role
 from loom.ops.memory import asking, job_status
 from loom.services import Services
@@ -57,21 +57,7 @@ async def memory_ask(
                 FactHitOut(**_fact(h.fact), score=h.score, legs=h.legs, similarity=h.similarity, bm25=h.bm25)
                 for h in out.facts
             ],
-            "evidence": [
-                EvidenceOut(
-                    evidence_id=e.evidence.evidence_id,
-                    msg_id=e.evidence.msg_id,
-                    role=e.evidence.role,
-                    content=e.evidence.content,
-                    source=e.evidence.source,
-                    session_id=e.evidence.session_id,
-                    run_id=e.evidence.run_id,
-                    ts=e.evidence.ts,
-                    score=e.score,
-                    matched=e.matched,
-                )
-                for e in out.evidence
-            ],
+            "evidence": [evidence_out(e) for e in out.evidence],
             "profile": [ProfileSectionOut(name=n, text=t) for n, t in out.profile],
             "fallback_reason": out.fallback_reason,
         }

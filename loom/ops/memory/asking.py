@@ -43,11 +43,11 @@ from loom.ops.memory import profile as profile_ops
 from loom.ops.memory.common import scope_for, search_evidence
 from loom.ops.memory.extraction import _json_object as json_object
 from loom.ops.memory.facts import FactHit
+from loom.ops.memory.recall import RecallHit
 from loom.providers.llm import ChatMessage, LLMError
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import namespaces as ns_store
-from loom.store.evidence import Evidence
 from loom.store.memories import Scope
 
 log = loom_logging.get("loom.memory.ask")
@@ -55,13 +55,6 @@ _PROMPT = Path(__file__).parent / "prompts" / "ask.txt"
 MAX_PROMPT_CHARS = 16_000
 EVIDENCE_CHARS = 1_000  # of one evidence message in the prompt
 PROFILE_CHARS = 2_000  # of the profile in the prompt
-
-
-@dataclass
-class EvidenceHit:
-    evidence: Evidence
-    score: float
-    matched: list[str]
 
 
 @dataclass
@@ -76,7 +69,7 @@ class Answer:
     answer: str | None
     reason: str | None
     facts: list[FactHit] = field(default_factory=list)
-    evidence: list[EvidenceHit] = field(default_factory=list)
+    evidence: list[RecallHit] = field(default_factory=list)
     profile: list[tuple[str, str]] = field(default_factory=list)
     citations: list[Citation] = field(default_factory=list)
     newest: datetime | None = None  # the time basis
@@ -111,7 +104,7 @@ async def ask(
     out.facts = [h for h in found.hits if not reads_as_high(h.fact.text)]
     hits = await search_evidence(svc, scope, question, limit=limit, until=as_of)
     out.evidence = [
-        EvidenceHit(e, round(s, 6), list(m))
+        RecallHit(e, round(s, 6), list(m))
         for e, s, m in hits
         if e.content and not e.high_sensitivity and not reads_as_high(e.content)
     ]
