@@ -32,6 +32,8 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | settings_applied    | string | APPLIED_TTL_S (live_settings)| each process's settings follower            |
 | memory_lease        | string | the lease's TTL (renewed)   | memory.set_from_messages' decisions (per user) |
 | memory_erasing      | string | a day (an hour while pending)| a user erasure's memory step (per user)      |
+| memory_version      | string | a day                       | every write of a user's facts, and the first search to find none (per user) |
+| memory_version_of   | string | a day                       | the first search to find none (per namespace); a namespace erasure deletes it |
 | compact_job         | string | an hour                     | conversation.compact (API), read by compact_status |
 | compact_done        | list   | a minute                    | the compaction job (worker), popped by the waiting API |
 | embed_gate          | string | the gate's TTL              | append flush (API), read by the worker       |
@@ -84,6 +86,13 @@ MEMORY_LEASE = "loom:lease:memory:"
 MEMORY_ERASING = "loom:erasing:memory:"
 """Prefix. String per (namespace, user): "pending" while an erasure hides the user's
 memory, then the version stamped when it had (loom.ops.memory.erasing)."""
+MEMORY_VERSION = "loom:memory:version:"
+"""Prefix. String per (namespace, user): a random token every write of the user's facts
+replaces once its rows are durable; a search's cached read of the user's facts is
+current only while the token it was read under still stands (loom.ops.memory.scan_cache)."""
+MEMORY_NS_VERSION = "loom:memory:nsversion:"
+"""Prefix. String per namespace: the same, for the whole namespace (an erasure of the
+namespace deletes it, which retires every cached read of its users)."""
 
 # -- live settings (loom.ops.settings) ------------------------------------------------
 
@@ -122,6 +131,14 @@ def memory_lease(namespace: str, user_id: str) -> str:
 
 def memory_erasing(namespace: str, user_id: str) -> str:
     return f"{MEMORY_ERASING}{namespace}:{user_id}"
+
+
+def memory_version(namespace: str, user_id: str) -> str:
+    return f"{MEMORY_VERSION}{namespace}:{user_id}"
+
+
+def memory_version_of(namespace: str) -> str:
+    return MEMORY_NS_VERSION + namespace
 
 
 def settings_applied(process: str) -> str:

@@ -41,6 +41,8 @@ PINNED = [
     (redis_keys.REPLICAS, "loom:replicas"),
     (redis_keys.compact_done("j"), "loom:compact:done:j"),
     (redis_keys.memory_erasing("ns", "u"), "loom:erasing:memory:ns:u"),
+    (redis_keys.memory_version("ns", "u"), "loom:memory:version:ns:u"),
+    (redis_keys.memory_version_of("ns"), "loom:memory:nsversion:ns"),
     (redis_keys.SETTINGS_VERSION, "loom:settings:version"),
     (redis_keys.TITLER_LAST_PASS, "loom:titler:last_pass"),
     (redis_keys.settings_applied("api:h:1"), "loom:settings:applied:api:h:1"),

@@ -31,6 +31,7 @@ def test_the_sample_has_the_oracle_layout(monkeypatch) -> None:
         assert set(raw) == keys
         q = lme.Question.of(raw)
         assert q.answer_sessions <= set(q.sessions) and q.answer_turns
+
     def offline(name: str) -> None:
         raise OSError("no index")
 
