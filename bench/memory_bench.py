@@ -125,23 +125,30 @@ async def measure(svc: Any, ns: str, users: int, queries: int, seed: int) -> dic
     rng = random.Random(seed + 1)
     who = Principal("bench", (ns,), Role.viewer)
     out: dict[str, list[float]] = {"search": [], "again": [], "pack": []}
+
+    async def timed(op: str, call: Any) -> None:
+        c0, t0 = server_cpu_ms(SERVER_PID) if SERVER_PID else 0.0, time.perf_counter()
+        await call
+        out[op].append((time.perf_counter() - t0) * 1000)
+        if SERVER_PID:
+            SERVER_CPU.setdefault(op, []).append(server_cpu_ms(SERVER_PID) - c0)
+
     for _ in range(queries):
         user, q = f"u{rng.randrange(users)}", " ".join(rng.choice(WORDS) for _ in range(3))
-        t0 = time.perf_counter()
-        await facts.search(svc, who, ns, user, q, limit=10)
-        out["search"].append((time.perf_counter() - t0) * 1000)
+        await timed("search", facts.search(svc, who, ns, user, q, limit=10))
         # the same user searched again with another query (an agent's next turn): the
         # API process's cache of the user's facts answers it (loom.ops.memory.scan_cache)
         q2 = " ".join(rng.choice(WORDS) for _ in range(3))
-        t0 = time.perf_counter()
-        await facts.search(svc, who, ns, user, q2, limit=10)
-        out["again"].append((time.perf_counter() - t0) * 1000)
+        await timed("again", facts.search(svc, who, ns, user, q2, limit=10))
         # context.pack for another user (its first read in the run, as search's first)
         user = f"u{rng.randrange(users)}"
-        t0 = time.perf_counter()
-        await context.pack(svc, who, ns, user, query=q, token_budget=4000)
-        out["pack"].append((time.perf_counter() - t0) * 1000)
+        await timed("pack", context.pack(svc, who, ns, user, query=q, token_budget=4000))
     return out
+
+
+# The endpoint's pid, and its CPU per op of the current measure() (set by main).
+SERVER_PID = 0
+SERVER_CPU: dict[str, list[float]] = {}
 
 
 def server_cpu_ms(pid: int) -> float:
@@ -284,17 +291,23 @@ async def main() -> None:
             # Interleaved halves, so load that changes during the run hits both paths alike.
             after: dict[str, list[float]] = {"search": [], "again": [], "pack": []}
             before: dict[str, list[float]] = {"search": [], "again": [], "pack": []}
-            server = {"after": 0.0, "before": 0.0}
+            server: dict[str, dict[str, list[float]]] = {"after": {}, "before": {}}
+            global SERVER_PID, SERVER_CPU
+            SERVER_PID = endpoint.pid
             for half in range(2):
                 for name, got, fn in (("after", after, measure), ("before", before, measure_before)):
-                    c0 = server_cpu_ms(endpoint.pid)
+                    SERVER_CPU = server[name]
                     for op, xs in (await fn(svc, ns, users, queries // 2, args.seed + half)).items():
                         got[op] += xs
-                    server[name] += (server_cpu_ms(endpoint.pid) - c0) / (3 * 2 * (queries // 2))
+            SERVER_CPU = {}
             report(label, after, before)
             print(
-                f"{label} (server CPU per op, search, again and pack averaged, ms): after {server['after']:.1f}, "
-                f"before {server['before']:.1f}; load average {os.getloadavg()[0]:.2f}",
+                f"{label} (server CPU per op, mean ms): "
+                + "; ".join(
+                    f"{op} after {statistics.mean(server['after'][op]):.1f} before {statistics.mean(server['before'][op]):.1f}"
+                    for op in after
+                )
+                + f"; load average {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
             timings, cpu = await steps(svc, ns, users, max(10, queries // 4), args.seed, endpoint.pid)
