@@ -9,7 +9,9 @@ query embedder's model id and a text of random vocabulary words (so BM25 has pos
 plus evidence rows (one per 10 facts). Then, for random users and queries, the op-level
 latency of memory.search (hybrid: the query embedding, the vector leg, the BM25 leg and
 the fusion) and of context.pack (4k-token budget, with a query), both with the query
-embedding included. A second shape (`one`) puts every fact under one user (the worst
+embedding included; each search is followed by a second one of the same user with another
+query ("again": an agent's next turn, answered from the API process's cache of the user's
+facts, loom.ops.memory.scan_cache), and context.pack reads another user. A second shape (`one`) puts every fact under one user (the worst
 case: above facts.SCAN_MAX_FACTS, so the server-side legs, an exact scan of 100k vectors).
 
 "before" is the two server-side legs every scope used before the one-read path
@@ -38,7 +40,7 @@ from loom.clock import next_version
 from loom.embedded.clickhouse_endpoint import start_endpoint
 from loom.embedded.redis_server import start_redis
 from loom.ops.conversation import api_inline_embedder
-from loom.ops.memory import context, facts
+from loom.ops.memory import context, facts, scan_cache
 from loom.services import open_services
 from loom.settings import Settings
 from loom.store import evidence as ev_store
@@ -122,16 +124,31 @@ async def measure_before(svc: Any, ns: str, users: int, queries: int, seed: int)
 async def measure(svc: Any, ns: str, users: int, queries: int, seed: int) -> dict[str, list[float]]:
     rng = random.Random(seed + 1)
     who = Principal("bench", (ns,), Role.viewer)
-    out: dict[str, list[float]] = {"search": [], "pack": []}
+    out: dict[str, list[float]] = {"search": [], "again": [], "pack": []}
+
+    async def timed(op: str, call: Any) -> None:
+        c0, t0 = server_cpu_ms(SERVER_PID) if SERVER_PID else 0.0, time.perf_counter()
+        await call
+        out[op].append((time.perf_counter() - t0) * 1000)
+        if SERVER_PID:
+            SERVER_CPU.setdefault(op, []).append(server_cpu_ms(SERVER_PID) - c0)
+
     for _ in range(queries):
         user, q = f"u{rng.randrange(users)}", " ".join(rng.choice(WORDS) for _ in range(3))
-        t0 = time.perf_counter()
-        await facts.search(svc, who, ns, user, q, limit=10)
-        out["search"].append((time.perf_counter() - t0) * 1000)
-        t0 = time.perf_counter()
-        await context.pack(svc, who, ns, user, query=q, token_budget=4000)
-        out["pack"].append((time.perf_counter() - t0) * 1000)
+        await timed("search", facts.search(svc, who, ns, user, q, limit=10))
+        # the same user searched again with another query (an agent's next turn): the
+        # API process's cache of the user's facts answers it (loom.ops.memory.scan_cache)
+        q2 = " ".join(rng.choice(WORDS) for _ in range(3))
+        await timed("again", facts.search(svc, who, ns, user, q2, limit=10))
+        # context.pack for another user (its first read in the run, as search's first)
+        user = f"u{rng.randrange(users)}"
+        await timed("pack", context.pack(svc, who, ns, user, query=q, token_budget=4000))
     return out
+
+
+# The endpoint's pid, and its CPU per op of the current measure() (set by main).
+SERVER_PID = 0
+SERVER_CPU: dict[str, list[float]] = {}
 
 
 def server_cpu_ms(pid: int) -> float:
@@ -147,7 +164,19 @@ async def steps(
     ranking in this process), and the server's CPU per query of each step."""
     rng = random.Random(seed + 2)
     out: dict[str, list[float]] = {
-        k: [] for k in ("ping", "embed", "scan", "rank", "vector", "bm25", "evidence", "evidence_postings")
+        k: []
+        for k in (
+            "ping",
+            "embed",
+            "scan",
+            "rank",
+            "token",
+            "cached",
+            "vector",
+            "bm25",
+            "evidence",
+            "evidence_postings",
+        )
     }
     cpu: dict[str, float] = dict.fromkeys(out, 0.0)
 
@@ -173,6 +202,15 @@ async def steps(
             memory_scan.lexical(found, limit=50)
             memory_scan.vector(found, emb.vectors[0], emb.model_id, limit=50, min_similarity=0.0)
             out["rank"].append((time.perf_counter() - t0) * 1000)
+        # the cache: its Redis token read alone, then a cached scan (filled first)
+        t0 = time.perf_counter()
+        await scan_cache.label(svc, scope)
+        out["token"].append((time.perf_counter() - t0) * 1000)
+        await scan_cache.scan(svc, scope, q, cap=facts.SCAN_MAX_FACTS)
+        c0, t0 = server_cpu_ms(pid), time.perf_counter()
+        await scan_cache.scan(svc, scope, q, cap=facts.SCAN_MAX_FACTS)
+        out["cached"].append((time.perf_counter() - t0) * 1000)
+        cpu["cached"] += (server_cpu_ms(pid) - c0) / queries
         # the server-side legs
         await timed(
             "vector",
@@ -188,7 +226,7 @@ async def steps(
         # evidence BM25: the one read (None above the cap), then over the postings
         await timed("evidence", ev_store.scan_search, svc.ch, scope, q, limit=10, cap=ev_store.SCAN_MAX_ROWS)
         await timed("evidence_postings", ev_store.search, svc.ch, scope, q, limit=10)
-    return out, {k: v for k, v in cpu.items() if k != "rank"}
+    return out, {k: v for k, v in cpu.items() if k not in ("rank", "token")}
 
 
 def report(label: str, figures: dict[str, list[float]], before: dict[str, list[float]] | None = None) -> None:
@@ -251,19 +289,25 @@ async def main() -> None:
             await measure(svc, ns, users, min(10, queries), args.seed)  # warm-up
             await measure_before(svc, ns, users, min(10, queries), args.seed)
             # Interleaved halves, so load that changes during the run hits both paths alike.
-            after: dict[str, list[float]] = {"search": [], "pack": []}
-            before: dict[str, list[float]] = {"search": [], "pack": []}
-            server = {"after": 0.0, "before": 0.0}
+            after: dict[str, list[float]] = {"search": [], "again": [], "pack": []}
+            before: dict[str, list[float]] = {"search": [], "again": [], "pack": []}
+            server: dict[str, dict[str, list[float]]] = {"after": {}, "before": {}}
+            global SERVER_PID, SERVER_CPU
+            SERVER_PID = endpoint.pid
             for half in range(2):
                 for name, got, fn in (("after", after, measure), ("before", before, measure_before)):
-                    c0 = server_cpu_ms(endpoint.pid)
+                    SERVER_CPU = server[name]
                     for op, xs in (await fn(svc, ns, users, queries // 2, args.seed + half)).items():
                         got[op] += xs
-                    server[name] += (server_cpu_ms(endpoint.pid) - c0) / (2 * (queries // 2))
+            SERVER_CPU = {}
             report(label, after, before)
             print(
-                f"{label} (server CPU per op, search and pack averaged, ms): after {server['after']:.1f}, "
-                f"before {server['before']:.1f}; load average {os.getloadavg()[0]:.2f}",
+                f"{label} (server CPU per op, mean ms): "
+                + "; ".join(
+                    f"{op} after {statistics.mean(server['after'][op]):.1f} before {statistics.mean(server['before'][op]):.1f}"
+                    for op in after
+                )
+                + f"; load average {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
             timings, cpu = await steps(svc, ns, users, max(10, queries // 4), args.seed, endpoint.pid)

@@ -34,6 +34,8 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | memory_erasing      | string | a day (an hour while pending)| a user erasure's memory step (per user)      |
 | webhook_lease       | string | the lease's TTL (renewed)   | webhook.register / rotate_secret (per namespace) |
 | memory_job          | string | a day (memory.job_status)   | memory.set_from_messages with defer (API), the memory_extract job (worker) |
+| memory_version      | string | a day                       | every write of a user's facts, and the first search to find none (per user) |
+| memory_version_of   | string | a day                       | the first search to find none (per namespace); a namespace erasure deletes it |
 | compact_job         | string | an hour                     | conversation.compact (API), read by compact_status |
 | compact_done        | list   | a minute                    | the compaction job (worker), popped by the waiting API |
 | embed_gate          | string | the gate's TTL              | append flush (API), read by the worker       |
@@ -91,6 +93,13 @@ WEBHOOK_LEASE = "loom:lease:webhooks:"
 MEMORY_JOB = "loom:memory:job:"
 """Prefix. String (JSON) per (namespace, deferred extraction job id): the job's state and,
 once done, its counts (loom.ops.memory.job_status). Job ids hold no ':'."""
+MEMORY_VERSION = "loom:memory:version:"
+"""Prefix. String per (namespace, user): a random token every write of the user's facts
+replaces once its rows are durable; a search's cached read of the user's facts is
+current only while the token it was read under still stands (loom.ops.memory.scan_cache)."""
+MEMORY_NS_VERSION = "loom:memory:nsversion:"
+"""Prefix. String per namespace: the same, for the whole namespace (an erasure of the
+namespace deletes it, which retires every cached read of its users)."""
 
 # -- live settings (loom.ops.settings) ------------------------------------------------
 
@@ -142,6 +151,14 @@ def memory_jobs_of(namespace: str) -> str:
 
 def memory_job(namespace: str, job_id: str) -> str:
     return f"{memory_jobs_of(namespace)}{job_id}"
+
+
+def memory_version(namespace: str, user_id: str) -> str:
+    return f"{MEMORY_VERSION}{namespace}:{user_id}"
+
+
+def memory_version_of(namespace: str) -> str:
+    return MEMORY_NS_VERSION + namespace
 
 
 def settings_applied(process: str) -> str:

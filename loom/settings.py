@@ -47,6 +47,10 @@ class Settings(BaseSettings):
     # of 500 turns of a few kilobytes each fits with room to spare.
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 
+    # memory.search keeps each searched user's facts in the API process while they are
+    # current (loom.ops.memory.scan_cache), within this many MiB; 0 turns it off.
+    memory_search_cache_mb: int = Field(64, ge=0)
+
     # Conversation plane (seed: "Settings").
     conversation_search_min_similarity: float = Field(0.30, ge=-1.0, le=1.0)
     conversation_search_excerpt_chars: int = Field(240, ge=1, le=100_000)

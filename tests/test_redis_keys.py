@@ -44,6 +44,8 @@ PINNED = [
     (redis_keys.memory_job("ns", "j"), "loom:memory:job:ns:j"),
     (redis_keys.memory_jobs_of("ns"), "loom:memory:job:ns:"),
     (redis_keys.webhook_lease("ns"), "loom:lease:webhooks:ns"),
+    (redis_keys.memory_version("ns", "u"), "loom:memory:version:ns:u"),
+    (redis_keys.memory_version_of("ns"), "loom:memory:nsversion:ns"),
     (redis_keys.SETTINGS_VERSION, "loom:settings:version"),
     (redis_keys.TITLER_LAST_PASS, "loom:titler:last_pass"),
     (redis_keys.settings_applied("api:h:1"), "loom:settings:applied:api:h:1"),

@@ -25,6 +25,7 @@ loom.conversations (see loom.store.saved.verify).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,31 @@ TERMS = (
 def terms_sql(expr: str) -> str:
     """The tokeniser applied to the SQL expression `expr`."""
     return TERMS.replace("{x}", expr)
+
+
+# The same tokeniser in Python, for a search that ranks in the API process with no round
+# trip (loom.ops.memory.scan_cache): lowercase, the quotes and dashes read as spaces,
+# every word run, then every compound, words longer than MAX_TERM_CHARS *bytes* dropped
+# (the server's length() counts bytes). A non-ASCII character is a word character in both
+# (the class excludes ASCII punctuation, space and control only).
+# tests/memory/test_tokeniser.py holds it equal to the SQL over a varied corpus.
+_PY_WORD = r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]+"
+_PY_SIMPLE = re.compile(_PY_WORD)
+_PY_COMPOUND = re.compile(_PY_WORD + r"(?:[-_./:@#]" + _PY_WORD + ")+")
+_PY_SPACES = str.maketrans("“”‘’«»—–…•·", " " * 11)
+
+
+def terms(text: str) -> list[str]:
+    """What :data:`TERMS` answers for `text`, in the same order."""
+    norm = text.lower().translate(_PY_SPACES)
+    found = _PY_SIMPLE.findall(norm) + _PY_COMPOUND.findall(norm)
+    return [t for t in found if len(t) <= MAX_TERM_CHARS // 4 or len(t.encode()) <= MAX_TERM_CHARS]
+
+
+def query_terms_py(query: str) -> list[str]:
+    """The query's distinct terms in first-seen order, at most MAX_QUERY_TERMS (what
+    `arraySlice(arrayDistinct(TERMS), 1, MAX_QUERY_TERMS)` answers)."""
+    return list(dict.fromkeys(terms(query)))[:MAX_QUERY_TERMS]
 
 
 @dataclass(frozen=True)

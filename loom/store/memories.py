@@ -50,6 +50,17 @@ def live(as_of: datetime | None, now: datetime) -> tuple[str, dict[str, Any]]:
     return cond, {"at": _ms(at)}
 
 
+def unclosed(now: datetime) -> tuple[str, dict[str, Any]]:
+    """The condition of the facts that are current now or may become so without a write:
+    not forgotten, not superseded, not closed by `now` (whether a fact's validity has
+    started is left to the reader, :meth:`Fact.valid_at`, at its own time)."""
+    return (
+        "NOT tombstoned AND superseded_by = '' "
+        "AND (valid_until IS NULL OR valid_until > fromUnixTimestamp64Milli({at:Int64}, 'UTC'))",
+        {"at": _ms(now)},
+    )
+
+
 @dataclass(frozen=True)
 class Scope:
     """Whose memory: one user of one namespace, optionally narrowed to a session and/or run."""

@@ -16,6 +16,10 @@ land after them. So:
   have landed after the DELETEs), it deletes exactly the rows it inserted and answers
   ``reason: "subject_erased"``.
 
+Every write of facts also retires the API processes' cached reads of the user's facts
+(loom.ops.memory.scan_cache) once its rows are durable, and again after an undo; the
+erasure does after its DELETEs.
+
 Either the write's read of the mark comes after the mark was set (it sees it and undoes
 itself), or its inserts were durable before that, so before the DELETEs (which remove
 them). A write that starts after the erasure has ended (S later than D) is new memory
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field
 
 from loom import redis_keys
 from loom.clock import next_version
+from loom.ops.memory import scan_cache
 from loom.services import Services
 from loom.store import erasure as erasure_store
 from loom.store import memories as store
@@ -79,6 +84,7 @@ async def hide_user(svc: Services, namespace: str, user_id: str) -> dict[str, er
             if c.tombstoned
         )
     )
+    await scan_cache.changed(svc, namespace, user_id)  # after the DELETEs
     await svc.redis.set(key, str(next_version()), ex=DONE_TTL_S)
     return counts
 
@@ -96,6 +102,8 @@ async def settle(svc: Services, writes: Writes) -> bool:
     outlived them, after deleting exactly the rows they inserted."""
     if not (writes.facts or writes.evidence or writes.extraction_ids or writes.profiles):
         return False
+    if writes.facts:  # durable now: cached reads of the user's facts are not current
+        await scan_cache.changed(svc, writes.namespace, writes.user_id)
     if not await _outlived(svc, writes):
         return False
     await svc.run(
@@ -108,6 +116,8 @@ async def settle(svc: Services, writes: Writes) -> bool:
         extraction_ids=writes.extraction_ids,
         profiles=writes.profiles,
     )
+    if writes.facts:
+        await scan_cache.changed(svc, writes.namespace, writes.user_id)
     return True
 
 

@@ -12,7 +12,8 @@ their whole text (per-query statistics), fused by reciprocal rank (k=60). A scop
 most SCAN_MAX_FACTS live facts (the usual user) is read whole in one round trip that runs
 while the query is embedded, and both legs are ranked from that read in this process
 (loom.store.memory_scan): the search costs one query and waits for no read after the
-embedding. A larger scope is ranked by the server, one round trip per leg run
+embedding, and none at all while this process's read of the scope is current
+(loom.ops.memory.scan_cache). A larger scope is ranked by the server, one round trip per leg run
 concurrently (BM25 over the postings while the query is embedded, exact cosine after).
 Each hit says which legs found it, its source (set / extraction / crystallize, with the
 evidence ids an extraction decided from) and its times. Session briefs live in their
@@ -31,7 +32,7 @@ from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
 from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.common import decode_cursor, encode_cursor
-from loom.ops.memory import erasing, validity
+from loom.ops.memory import erasing, scan_cache, validity
 from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, large_scopes, new_memory_id, scope_for
 from loom.sensitivity import reads_as_high
 from loom.services import Services
@@ -243,9 +244,7 @@ async def hybrid(
         finally:
             lex = await lex_job
         return FactSearch(_fuse(vec, lex, scope, limit), fallback)
-    scan_job = asyncio.ensure_future(
-        svc.run(memory_scan.scan, svc.ch, scope, query, cap=SCAN_MAX_FACTS, as_of=as_of)
-    )
+    scan_job = asyncio.ensure_future(scan_cache.scan(svc, scope, query, cap=SCAN_MAX_FACTS, as_of=as_of))
     try:
         emb, fallback = await _query_vector(svc, query)
     finally:
@@ -431,4 +430,6 @@ async def tombstone(svc: Services, live: list[Fact]) -> list[str]:
         f.tombstoned, f.text, f.updated_at, f.embedding, f.model = True, "", now, [], ""
         f.version = next_version()
     await svc.run(store.insert, svc.ch, live)
+    for namespace, user_id in {(f.namespace, f.user_id) for f in live}:
+        await scan_cache.changed(svc, namespace, user_id)
     return [f.memory_id for f in live]
