@@ -185,6 +185,8 @@ class ReembedCandidate:
     text: str
     tombstoned: bool
     version: int
+    role: str = ""
+    is_summary: bool = False
 
     @property
     def key(self) -> EmbKey:
@@ -205,7 +207,8 @@ def scan(
         where.append("(thread_id, msg_id) > ({at:String}, {am:String})")
         params["at"], params["am"] = after
     found = ch.query(
-        "SELECT toString(namespace) AS ns, thread_id, msg_id, text, tombstoned, version FROM conversation_embeddings FINAL "
+        "SELECT toString(namespace) AS ns, thread_id, msg_id, text, tombstoned, version, toString(role) AS role_name, "
+        "is_summary FROM conversation_embeddings FINAL "
         f"WHERE {' AND '.join(where)} ORDER BY thread_id, msg_id LIMIT {{lim:UInt32}}",
         parameters=params,
     )
@@ -217,6 +220,8 @@ def scan(
             text=r["text"],
             tombstoned=bool(r["tombstoned"]),
             version=int(r["version"]),
+            role=r["role_name"],
+            is_summary=bool(r["is_summary"]),
         )
         for r in named(found)
     ]

@@ -309,3 +309,36 @@ async def test_the_op_refuses_a_bad_mode_or_weight_naming_the_field(services, ns
         with pytest.raises(InvalidRequest) as err:
             await searching.search(services, who, "walrus", filters=Filters(), **kw)
         assert err.value.field == field
+
+
+async def test_the_speaker_prefix_changes_what_the_model_reads_never_what_is_stored(
+    call, ns, writer, services, arq_worker
+):
+    from loom.providers.embedders import SpyEmbedder
+    from tests.conversation.helpers import emb_row
+    from workers import embed_jobs
+
+    worker = arq_worker.ctx["loom"]
+    before_settings, inner = worker.settings, embed_jobs.current_embedder()
+    spy = SpyEmbedder(inner)
+    embed_jobs.set_embedder(spy)
+    try:
+        worker.settings = before_settings.model_copy(update={"embed_speaker_prefix": True})
+        await _append(
+            call,
+            writer,
+            ns,
+            [_turn("t", "u1", "my dog is called Pip"), _turn("t", "a1", "noted", role="assistant")],
+        )
+        worker.settings = before_settings
+        await _append(call, writer, ns, [_turn("t", "u2", "and my cat is Tom")])
+    finally:
+        embed_jobs.set_embedder(inner)
+        worker.settings = before_settings
+    assert spy.texts == ["User: my dog is called Pip", "Assistant: noted", "and my cat is Tom"]
+    assert emb_row(services.ch, ns, "t", "u1")["text"] == "my dog is called Pip"
+    assert sorted(r["content"] for r in turn_rows(services.ch, ns)) == [
+        "and my cat is Tom",
+        "my dog is called Pip",
+        "noted",
+    ]
