@@ -291,7 +291,8 @@ async def run(args: argparse.Namespace) -> list[str]:
         f"retrieval: {data.name}"
         + ("" if data.real else "  (SAMPLE: tests the harness only, no quality claim)"),
         f"{len(data.turns)} namespaces, {sum(len(t) for t in data.turns.values()):,} turns, "
-        f"{sum(1 for q in data.questions if q.answers)} questions with answer turns; embedder {args.embedder}",
+        f"{sum(1 for q in data.questions if q.answers)} questions with answer turns; embedder {args.embedder}, "
+        f"speaker prefix {'on' if args.speaker_prefix else 'off'}",
     ]
 
     def log(msg: str) -> None:
@@ -336,9 +337,13 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--latency-turns", type=int, default=0, help="also time searches at this many turns")
     ap.add_argument("--latency-queries", type=int, default=200)
+    ap.add_argument(
+        "--speaker-prefix", action="store_true", help="LOOM_EMBED_SPEAKER_PREFIX=true for the stack"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temporary LOOM_HOME")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
+    os.environ["LOOM_EMBED_SPEAKER_PREFIX"] = "true" if args.speaker_prefix else "false"
     lines = asyncio.run(run(args))
     print("\n".join(lines))
     args.out.mkdir(parents=True, exist_ok=True)

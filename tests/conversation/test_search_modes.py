@@ -342,3 +342,32 @@ async def test_the_speaker_prefix_changes_what_the_model_reads_never_what_is_sto
         "my dog is called Pip",
         "noted",
     ]
+
+
+def test_the_view_and_the_query_share_one_tokeniser_and_stemmer() -> None:
+    from clickhouse_schema.runner import MIGRATIONS_DIR
+    from loom.store import bm25
+
+    sql = (MIGRATIONS_DIR / "016_transcript_terms.sql").read_text()
+    assert sql.count(bm25.stemmed_terms_sql("content")) == 2  # the view and the backfill
+
+
+def test_query_terms_drop_stop_words_and_stem(services) -> None:
+    terms = transcript_terms.query_terms
+    assert terms(services.ch, "What did I say about the dogs' running shoes?") == [
+        "say",
+        "dog",
+        "run",
+        "shoe",
+    ]
+    assert terms(services.ch, "who was it") == ["who", "was", "it"]  # nothing but stop-words: all kept
+    # Compounds and numbers stay as they are; their letter parts are stemmed.
+    assert terms(services.ch, "INC-48213 billing_ledger_v2") == [
+        "inc",
+        "48213",
+        "bill",
+        "ledger",
+        "v2",
+        "inc-48213",
+        "billing_ledger_v2",
+    ]
