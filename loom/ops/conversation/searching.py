@@ -692,13 +692,10 @@ async def _lexical(svc: Services, ask: _Ask, query: str) -> list[Hit]:
     """The lexical leg's verified hits, best first (at most ask.limit): candidates from
     the postings, checked against the transcript; fetched again (more) while the checks
     left too few and more could exist."""
-    terms = await svc.run(lexical_store.query_terms, svc.ch, query)
-    if not terms:
-        return []
     n = ask.first_fetch
     hits: list[Hit] = []
     for _ in range(RETRIES + 1):
-        candidates = await svc.run(lexical_store.search, svc.ch, ask.namespaces, terms, ask.filters, n)
+        candidates = await svc.run(lexical_store.search, svc.ch, ask.namespaces, query, ask.filters, n)
         hits = await _lexical_verified(svc, ask, candidates)
         if len(hits) >= ask.limit or len(candidates) < n or n >= store.MAX_FETCH:
             break
