@@ -371,3 +371,15 @@ def test_query_terms_drop_stop_words_and_stem(services) -> None:
         "inc-48213",
         "billing_ledger_v2",
     ]
+
+
+def test_terms_held_by_most_of_a_large_namespace_are_left_out_when_rarer_ones_exist() -> None:
+    from loom.store.transcript_terms import _Corpus
+
+    big = _Corpus(n=100_000, avgdl=40.0, df={"show": 18_000, "err_conn_reset": 3_000, "log": 23_000})
+    assert set(big.weights()) == {"err_conn_reset"}
+    # Every term common: all are kept (there is nothing rarer to rank by).
+    assert set(_Corpus(n=100_000, df={"show": 18_000, "log": 23_000}).weights()) == {"show", "log"}
+    # A small namespace is never pruned (under PRUNE_MIN_DF postings a term costs little).
+    small = _Corpus(n=500, df={"dog": 400, "collie": 3}).weights()
+    assert set(small) == {"dog", "collie"} and small["collie"] > small["dog"]
