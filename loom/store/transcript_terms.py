@@ -62,6 +62,7 @@ class LexicalCandidate:
     thread_id: str
     msg_id: str
     doc: int
+    version: int  # the newest transcript row version the doc's postings were written from
     score: float
     held: int  # distinct query terms the text holds
 
@@ -114,18 +115,17 @@ class _Corpus:
 
 
 # One statement: each namespace's documents (postings of the empty term) and each query
-# term's postings, counted. `has(<constant array>, term)` reads only those terms' ranges
-# of the primary key (EXPLAIN indexes = 1).
+# term's postings, counted (the terms from loom.store.bm25.py_query_terms).
 _STATS = f"""
-WITH {bm25.query_terms_sql("{q:String}", stem=True)} AS qterms
 SELECT toString(namespace) AS ns, term, count() AS df, avg(doc_len) AS avgdl FROM {TABLE}
-WHERE namespace IN {{ns:Array(String)}} AND has(arrayPushFront(qterms, ''), term)
+WHERE namespace IN {{ns:Array(String)}} AND term IN {{terms:Array(String)}}
 GROUP BY namespace, term
 """
 
 
 def _corpora(ch: Client, namespaces: Sequence[str], query: str) -> dict[str, _Corpus]:
-    params = {"ns": list(namespaces), "q": query, "stop": bm25.stop_words_param()}
+    terms = bm25.py_query_terms(query, stem=True)
+    params = {"ns": list(namespaces), "terms": ["", *terms]}
     out: dict[str, _Corpus] = {}
     for r in named(ch.query(_STATS, parameters=params)):
         c = out.setdefault(r["ns"], _Corpus())
@@ -140,10 +140,10 @@ def _corpora(ch: Client, namespaces: Sequence[str], query: str) -> dict[str, _Co
 # document. A (term, document) posting can be there twice until a merge (a revision that
 # kept the text); groupUniqArray counts it once.
 _SCORE = f"""
-SELECT ns, doc, any(thread_id) AS th, any(msg_id) AS mid, any(ag) AS agent,
+SELECT ns, doc, any(thread_id) AS th, any(msg_id) AS mid, any(ag) AS agent, max(version) AS newest,
        arraySum(x -> x.2, groupUniqArray((term, part))) AS score, uniqExact(term) AS held
 FROM (
-    SELECT toString(namespace) AS ns, term, doc, thread_id, msg_id, toString(agent) AS ag,
+    SELECT toString(namespace) AS ns, term, doc, thread_id, msg_id, toString(agent) AS ag, version,
            transform(concat(ns, '\t', term), {{wk:Array(String)}}, {{wv:Array(Float64)}}, 0.) * tf * ({bm25.K1} + 1)
            / (tf + {bm25.K1} * (1 - {bm25.B} + {bm25.B} * doc_len
                 / transform(ns, {{ak:Array(String)}}, {{av:Array(Float64)}}, 1.))) AS part
@@ -186,6 +186,7 @@ def search(
             thread_id=r["th"],
             msg_id=r["mid"],
             doc=int(r["doc"]),
+            version=int(r["newest"]),
             score=float(r["score"]),
             held=int(r["held"]),
         )
@@ -195,10 +196,11 @@ def search(
 
 
 @dataclass(frozen=True)
-class TurnText:
-    """The newest version of a candidate's transcript row, as the lexical leg checks it."""
+class TurnNow:
+    """The newest version of a candidate's transcript row, as the lexical leg checks it
+    (its text is not read: the version says whether it is still the text indexed)."""
 
-    doc: int  # the document its current text makes (a posting of another text is stale)
+    version: int
     live: bool
     high: bool
     recorded: bool
@@ -206,34 +208,34 @@ class TurnText:
     run_id: str
     user_id: str
     ts: datetime
-    head: str  # the first `chars` characters
 
 
 TurnKey = tuple[str, str, str, str]  # (namespace, agent, thread_id, msg_id)
 
 
-def verify(ch: Client, keys: Iterable[TurnKey], chars: int) -> dict[TurnKey, TurnText]:
-    """The newest transcript row of each named turn copy, with its first `chars`
-    characters."""
+def verify(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnNow]:
+    """The newest transcript row of each named turn copy. A posting is current when
+    its document's newest posting version is the row's newest version: postings are
+    written for live, recorded, not-high rows only, and a revision that keeps the text
+    writes the same postings again with its own version."""
     keys = list(keys)
     if not keys:
         return {}
     rows = ch.query(
-        "SELECT toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, "
-        "cityHash64(thread_id, msg_id, agent, content) AS doc, toUInt8(NOT tombstoned) AS live, "
-        "toUInt8(high_sensitivity) AS high, toUInt8(origin = 'recorded') AS recorded, "
-        "toString(role) AS role_name, run_id, user_id, ts, leftUTF8(content, {n:UInt32}) AS head "
+        "SELECT toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, version, "
+        "toUInt8(NOT tombstoned) AS live, toUInt8(high_sensitivity) AS high, "
+        "toUInt8(origin = 'recorded') AS recorded, toString(role) AS role_name, run_id, user_id, ts "
         "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
-        parameters={"n": chars, **key_sets(keys, ns=0, ag=1, th=2, ids=3)},
+        parameters=key_sets(keys, ns=0, ag=1, th=2, ids=3),
     )
     wanted = set(keys)
-    out: dict[TurnKey, TurnText] = {}
+    out: dict[TurnKey, TurnNow] = {}
     for r in named(rows):
         key = (r["ns"], r["ag"], r["thread_id"], r["msg_id"])
         if key in wanted:
-            out[key] = TurnText(
-                doc=int(r["doc"]),
+            out[key] = TurnNow(
+                version=int(r["version"]),
                 live=bool(r["live"]),
                 high=bool(r["high"]),
                 recorded=bool(r["recorded"]),
@@ -241,9 +243,26 @@ def verify(ch: Client, keys: Iterable[TurnKey], chars: int) -> dict[TurnKey, Tur
                 run_id=r["run_id"],
                 user_id=r["user_id"],
                 ts=r["ts"],
-                head=r["head"],
             )
     return out
+
+
+HEAD_CHARS = 2_048  # what a document's empty-term posting keeps of its text (migration 016)
+
+
+def heads(ch: Client, docs: Sequence[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """The first HEAD_CHARS characters of each (namespace, document), from its
+    empty-term posting: a few small granules of this table."""
+    if not docs:
+        return {}
+    rows = ch.query(
+        f"SELECT toString(namespace) AS ns, doc, any(head) AS text FROM {TABLE} "
+        "WHERE namespace IN {ns:Array(String)} AND term = '' AND doc IN {docs:Array(UInt64)} "
+        "GROUP BY namespace, doc",
+        parameters={"ns": sorted({d[0] for d in docs}), "docs": sorted({d[1] for d in docs})},
+    )
+    wanted = set(docs)
+    return {(r["ns"], int(r["doc"])): r["text"] for r in named(rows) if (r["ns"], int(r["doc"])) in wanted}
 
 
 def postings_of(ch: Client, namespace: str, keys: Sequence[TurnKey]) -> list[str]:

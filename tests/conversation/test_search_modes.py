@@ -383,3 +383,29 @@ def test_terms_held_by_most_of_a_large_namespace_are_left_out_when_rarer_ones_ex
     # A small namespace is never pruned (under PRUNE_MIN_DF postings a term costs little).
     small = _Corpus(n=500, df={"dog": 400, "collie": 3}).weights()
     assert set(small) == {"dog", "collie"} and small["collie"] > small["dog"]
+
+
+QUERIES = [
+    "What did I say about booking a flight?",
+    "INC-48213 in billing_ledger_v2 on db-01.prod, “Straße” — ok… • done",
+    "Running studies: my dogs played; booked the meetings, classes boxes bus cats stopped shopping",
+    "who was it",
+    "Café crème brûlée at 7pm: user@example.com #tag /usr/local/bin series witches needed shared",
+    "Σπίτι και σκύλος; 東京 tower; emoji 🐶 dogs",
+    "a" * 70 + " short-lived MFA prompts, the 2nd reviewer's notes (v1.2.3)",
+]
+
+
+@pytest.mark.parametrize("stem", [True, False])
+def test_the_python_query_terms_are_the_engines(services, stem) -> None:
+    from loom.store import bm25
+
+    for q in QUERIES:
+        sql = [
+            str(t)
+            for t in services.ch.query(
+                f"SELECT {bm25.query_terms_sql('{q:String}', stem=stem)}",
+                parameters={"q": q, "stop": bm25.stop_words_param()},
+            ).result_rows[0][0]
+        ]
+        assert bm25.py_query_terms(q, stem=stem) == sql, q

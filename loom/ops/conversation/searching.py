@@ -719,16 +719,27 @@ async def _lexical_verified(
 async def _lexical_slice(
     svc: Services, ask: _Ask, candidates: list[lexical_store.LexicalCandidate]
 ) -> list[Hit]:
+    """The slice's hits: each turn's newest row read (without its text) while the
+    excerpts are read from the index (see loom.store.transcript_terms)."""
     if not candidates:
         return []
     keys = [(c.namespace, c.agent, c.thread_id, c.msg_id) for c in candidates]
-    now = await svc.run(lexical_store.verify, svc.ch, keys, ask.window)
-    hits = []
+    now, heads = await asyncio.gather(
+        svc.run(lexical_store.verify, svc.ch, keys),
+        svc.run(lexical_store.heads, svc.ch, [(c.namespace, c.doc) for c in candidates]),
+    )
+    kept = []
     for c, key in zip(candidates, keys, strict=True):
         turn = now.get(key)
-        if turn is None or not turn.live or turn.high or not turn.recorded or turn.doc != c.doc:
-            continue  # gone, tombstoned, high, saved-only, or its text changed since
-        if window_reads_as_high(turn.head, ask.shown, SCREEN_PAST):
+        if turn is None or turn.version != c.version or not turn.live or turn.high or not turn.recorded:
+            continue  # gone, tombstoned, high, saved-only, or revised since its postings
+        kept.append((c, key, turn))
+    short = [key for c, key, _ in kept if not _head_covers(heads.get((c.namespace, c.doc)), ask.window)]
+    longer = await svc.run(store.heads, svc.ch, short, ask.window) if short else {}
+    hits = []
+    for c, key, turn in kept:
+        head = longer.get(key) or heads.get((c.namespace, c.doc), "")
+        if window_reads_as_high(head, ask.shown, SCREEN_PAST):
             continue
         hits.append(
             Hit(
@@ -741,9 +752,16 @@ async def _lexical_slice(
                 turn.user_id,
                 as_utc(turn.ts),
                 None,
-                turn.head[: ask.shown],
+                head[: ask.shown],
                 round(c.score, 6),
                 LEXICAL_LEGS,
             )
         )
     return hits
+
+
+def _head_covers(head: str | None, window: int) -> bool:
+    """Does the index's head hold the turn's first `window` characters? It holds the
+    first HEAD_CHARS, so a shorter head is the whole text (None: not found, read the
+    transcript)."""
+    return head is not None and (len(head) >= window or len(head) < lexical_store.HEAD_CHARS)
