@@ -251,7 +251,14 @@ async def score(http: httpx.AsyncClient, token: str, data: Dataset, modes: list[
     return lines
 
 
-async def latency_at(port: int, token: str, queries: list[str], ns: str, modes: list[str]) -> list[str]:
+async def latency_at(
+    port: int, token: str, queries: list[str], ns: str, modes: list[str], pids: list[int]
+) -> list[str]:
+    """Per mode: latency as the client sees it, and the CPU the stack's processes (API,
+    worker, endpoint) spent per search, which other work on the machine inflates far
+    less than it inflates wall-clock time."""
+    from bench.search_bench import cpu_seconds
+
     lines = []
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
         for mode in modes:
@@ -260,12 +267,14 @@ async def latency_at(port: int, token: str, queries: list[str], ns: str, modes: 
                 q0.text = text
                 await ask(http, token, q0, mode)
             times = []
+            cpu0 = cpu_seconds(pids)
             for text in queries[10:]:
                 q0.text = text
                 times.append((await ask(http, token, q0, mode))[1])
+            cpu = (cpu_seconds(pids) - cpu0) * 1000 / max(1, len(times))
             lines.append(
                 f"{mode:<8} {len(times)} searches: p50 {pct(times, 50):6.1f} ms  p95 {pct(times, 95):6.1f} ms  "
-                f"p99 {pct(times, 99):6.1f} ms  [{load_avg()}]"
+                f"p99 {pct(times, 99):6.1f} ms  CPU/search {cpu:5.1f} ms  [{load_avg()}]"
             )
     return lines
 
@@ -317,7 +326,10 @@ async def run(args: argparse.Namespace) -> list[str]:
             ns, queries = bulk(stack, ch, args.latency_turns, args.latency_queries + 10, log)
             viewer = mint(ch, [ns, *datagen.NOISE_NS], "viewer", "all", "", "").token
             lines.append(f"latency at {args.latency_turns:,} turns in {ns} (query embedding included):")
-            lines += await latency_at(stack.port, viewer, queries, ns, modes)
+            from bench.search_bench import descendants
+
+            pids = descendants(stack.proc.pid) if stack.proc else []
+            lines += await latency_at(stack.port, viewer, queries, ns, modes, pids)
     finally:
         stack.stop()
         if not args.keep:
