@@ -92,8 +92,8 @@ def _filters(filters: Filters, params: dict[str, Any]) -> str:
 # PRUNE_MIN_DF of them) are left out of the ranking when the query has a rarer term:
 # their idf is small (ln(1 + 19) = 3.0 at 5%, against 9.2 for a term in 10 of 100,000),
 # and their postings are most of what a query would read (measured on the 100k-turn
-# bench set: engine CPU per query 96 ms with every term, 44 ms with this rule). A small
-# namespace (under PRUNE_MIN_DF / MAX_DF_SHARE documents) is never pruned.
+# bench set: engine CPU per query 96 ms with every term, 44 ms with this rule). A
+# namespace of up to PRUNE_MIN_DF documents is never pruned.
 MAX_DF_SHARE = 0.05
 PRUNE_MIN_DF = 2_000
 

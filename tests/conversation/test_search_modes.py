@@ -409,3 +409,17 @@ def test_the_python_query_terms_are_the_engines(services, stem) -> None:
             ).result_rows[0][0]
         ]
         assert bm25.py_query_terms(q, stem=stem) == sql, q
+
+
+async def test_an_excerpt_longer_than_the_index_keeps_comes_from_the_transcript(
+    call, ns, writer, other_services
+):
+    text = "opening words " + "x" * 2_500 + " zanzibar ends it"
+    await _append(call, writer, ns, [_turn("t", "long", text)])
+    who = Principal("test", (ns,), Role.viewer)
+    short = await searching.search(other_services(), who, "zanzibar", search_mode="lexical")
+    assert [h.excerpt for h in short.hits] == [text[:240]]
+    wide = await searching.search(
+        other_services(conversation_search_excerpt_chars=2_600), who, "zanzibar", search_mode="lexical"
+    )
+    assert [h.excerpt for h in wide.hits] == [text[:2_600]]
