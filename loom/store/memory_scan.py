@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from clickhouse_connect.driver.client import Client
 
-from loom.store.bm25 import MAX_QUERY_TERMS, terms_sql
+from loom.store.bm25 import query_terms_sql, stop_words_param, terms_sql
 from loom.store.memories import (
     _READ_RANKED,
     TABLE,
@@ -40,7 +40,7 @@ from loom.store.memories import (
 
 # The query's terms, and each row's terms (the tokeniser of the postings' view), as aliases.
 _SCAN = f"""
-WITH arraySlice(arrayDistinct({terms_sql("{q:String}")}), 1, {MAX_QUERY_TERMS}) AS qterms,
+WITH {query_terms_sql("{q:String}", stem=False)} AS qterms,
      {terms_sql("text")} AS toks
 SELECT {_READ_RANKED}, doc_len AS _dl, reinterpret(embedding, 'String') AS _vec,
        arrayFilter(t -> has(toks, t), qterms) AS _terms,
@@ -65,7 +65,7 @@ def scan(ch: Client, scope: Scope, query: str, *, cap: int) -> ScopeScan | None:
     """The scope's live facts for `query` in one read, or None when it holds more than `cap`."""
     result = ch.query(
         _SCAN.replace("{scope}", scope.where()),
-        parameters=scope.params() | {"q": query, "cap": cap + 1},
+        parameters=scope.params() | {"q": query, "stop": stop_words_param(), "cap": cap + 1},
         column_formats={"_vec": "bytes"},
     )
     rows = TABLE.rows_with(result)

@@ -629,6 +629,22 @@ async def _by_words(svc: Services, ask: _Ask, query: str, mode: str, lexical_wei
     and runs in ClickHouse while the query is embedded."""
     depth = replace(ask, limit=min(MAX_LIMIT, ask.limit + LEG_DEPTH)) if mode == HYBRID else ask
     lexical = asyncio.ensure_future(_lexical(svc, depth, query))
+    try:
+        return await _legs(svc, ask, depth, query, mode, lexical_weight, lexical)
+    finally:
+        if not lexical.done():  # the vector leg failed (a backend error): nothing waits for it
+            lexical.cancel()
+
+
+async def _legs(
+    svc: Services,
+    ask: _Ask,
+    depth: _Ask,
+    query: str,
+    mode: str,
+    lexical_weight: float,
+    lexical: asyncio.Future[list[Hit]],
+) -> SearchResult:
     plan = [LEXICAL_PLAN]
     if mode == LEXICAL:
         return SearchResult(
