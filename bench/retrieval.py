@@ -359,7 +359,7 @@ def main() -> None:
     lines = asyncio.run(run(args))
     print("\n".join(lines))
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{datetime.now(UTC):%Y-%m-%d-%H%M}-retrieval.txt"
+    path = args.out / f"{datetime.now(UTC):%Y-%m-%d-%H%M%S}-retrieval.txt"
     path.write_text("\n".join(lines) + "\n")
     print(f"results: {path}")
 
