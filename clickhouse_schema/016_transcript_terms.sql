@@ -51,35 +51,42 @@ ENGINE = ReplacingMergeTree(version)
 ORDER BY (namespace, term, doc)
 SETTINGS index_granularity = 128;
 
+-- The postings are built without a GROUP BY (each text's terms counted by sumMap), and
+-- the text's head travels inside the array joined, in its first element only, so the
+-- other postings do not copy it.
 CREATE MATERIALIZED VIEW IF NOT EXISTS conversation_terms_mv {on_cluster} TO conversation_terms AS
-SELECT namespace, term, doc, toUInt32(count()) AS tf, any(dl) AS doc_len, agent, thread_id, msg_id, role, run_id,
-       user_id, ts, if(term = '', any(text_head), '') AS head, version
+SELECT namespace, posting.1 AS term, doc, posting.2 AS tf, dl AS doc_len, agent, thread_id, msg_id, role, run_id,
+       user_id, ts, posting.3 AS head, version
 FROM (
     SELECT namespace, agent, thread_id, msg_id, role, run_id, user_id, ts, version,
-           cityHash64(thread_id, msg_id, agent, content) AS doc, leftUTF8(content, 2048) AS text_head,
+           cityHash64(thread_id, msg_id, agent, content) AS doc,
            arrayMap(t -> multiIf(length(t) <= 5 OR NOT match(t, '^[a-z]+$'), t, endsWith(t, 'ing') AND length(t) >= 7, if(match(substring(t, 1, length(t) - 3), '(bb|dd|gg|mm|nn|pp|rr|tt)$'), substring(t, 1, length(t) - 4), substring(t, 1, length(t) - 3)), endsWith(t, 'ed'), if(match(substring(t, 1, length(t) - 2), '(bb|dd|gg|mm|nn|pp|rr|tt)$'), substring(t, 1, length(t) - 3), substring(t, 1, length(t) - 2)), t), arrayMap(t -> multiIf(length(t) <= 3 OR NOT match(t, '^[a-z]+$'), t, endsWith(t, 'sses') OR match(t, '(x|ch|sh|zz)es$'), substring(t, 1, length(t) - 2), endsWith(t, 'ies') AND NOT match(t, '[ae]ies$'), concat(substring(t, 1, length(t) - 3), 'y'), match(t, '[^aeo]es$'), substring(t, 1, length(t) - 1), endsWith(t, 's') AND NOT match(t, '(us|ss)$'), substring(t, 1, length(t) - 1), t), arrayFilter(t -> length(t) <= 64, arrayConcat(extractAll(translateUTF8(lowerUTF8(content), '“”‘’«»—–…•·', '           '), '[^\\x00-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]+'), extractAll(translateUTF8(lowerUTF8(content), '“”‘’«»—–…•·', '           '), '[^\\x00-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]+(?:[-_./:@#][^\\x00-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]+)+'))))) AS terms,
-           toUInt32(length(terms)) AS dl
+           toUInt32(length(terms)) AS dl,
+           arrayReduce('sumMap', [terms], [arrayMap(t -> toUInt32(1), terms)]) AS counted,
+           arrayConcat([('', toUInt32(1), leftUTF8(content, 2048))],
+                        arrayMap((t, n) -> (t, n, ''), counted.1, counted.2)) AS postings
     FROM conversations
     WHERE NOT tombstoned AND NOT high_sensitivity AND origin = 'recorded'
       AND (role IN ('user', 'assistant') OR is_summary)
 )
-ARRAY JOIN arrayConcat([''], terms) AS term
-GROUP BY namespace, term, doc, agent, thread_id, msg_id, role, run_id, user_id, ts, version;
+ARRAY JOIN postings AS posting;
 
 -- Turns recorded before this migration (the view sees only later inserts). A second
 -- runner doing the same inserts identical rows, which the engine collapses.
 INSERT INTO conversation_terms (namespace, term, doc, tf, doc_len, agent, thread_id, msg_id, role, run_id, user_id, ts,
                                 head, version)
-SELECT namespace, term, doc, toUInt32(count()) AS tf, any(dl) AS doc_len, agent, thread_id, msg_id, role, run_id,
-       user_id, ts, if(term = '', any(text_head), '') AS head, version
+SELECT namespace, posting.1 AS term, doc, posting.2 AS tf, dl AS doc_len, agent, thread_id, msg_id, role, run_id,
+       user_id, ts, posting.3 AS head, version
 FROM (
     SELECT namespace, agent, thread_id, msg_id, role, run_id, user_id, ts, version,
-           cityHash64(thread_id, msg_id, agent, content) AS doc, leftUTF8(content, 2048) AS text_head,
+           cityHash64(thread_id, msg_id, agent, content) AS doc,
            arrayMap(t -> multiIf(length(t) <= 5 OR NOT match(t, '^[a-z]+$'), t, endsWith(t, 'ing') AND length(t) >= 7, if(match(substring(t, 1, length(t) - 3), '(bb|dd|gg|mm|nn|pp|rr|tt)$'), substring(t, 1, length(t) - 4), substring(t, 1, length(t) - 3)), endsWith(t, 'ed'), if(match(substring(t, 1, length(t) - 2), '(bb|dd|gg|mm|nn|pp|rr|tt)$'), substring(t, 1, length(t) - 3), substring(t, 1, length(t) - 2)), t), arrayMap(t -> multiIf(length(t) <= 3 OR NOT match(t, '^[a-z]+$'), t, endsWith(t, 'sses') OR match(t, '(x|ch|sh|zz)es$'), substring(t, 1, length(t) - 2), endsWith(t, 'ies') AND NOT match(t, '[ae]ies$'), concat(substring(t, 1, length(t) - 3), 'y'), match(t, '[^aeo]es$'), substring(t, 1, length(t) - 1), endsWith(t, 's') AND NOT match(t, '(us|ss)$'), substring(t, 1, length(t) - 1), t), arrayFilter(t -> length(t) <= 64, arrayConcat(extractAll(translateUTF8(lowerUTF8(content), '“”‘’«»—–…•·', '           '), '[^\\x00-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]+'), extractAll(translateUTF8(lowerUTF8(content), '“”‘’«»—–…•·', '           '), '[^\\x00-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]+(?:[-_./:@#][^\\x00-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]+)+'))))) AS terms,
-           toUInt32(length(terms)) AS dl
+           toUInt32(length(terms)) AS dl,
+           arrayReduce('sumMap', [terms], [arrayMap(t -> toUInt32(1), terms)]) AS counted,
+           arrayConcat([('', toUInt32(1), leftUTF8(content, 2048))],
+                        arrayMap((t, n) -> (t, n, ''), counted.1, counted.2)) AS postings
     FROM conversations FINAL
     WHERE NOT tombstoned AND NOT high_sensitivity AND origin = 'recorded'
       AND (role IN ('user', 'assistant') OR is_summary)
 )
-ARRAY JOIN arrayConcat([''], terms) AS term
-GROUP BY namespace, term, doc, agent, thread_id, msg_id, role, run_id, user_id, ts, version;
+ARRAY JOIN postings AS posting;
