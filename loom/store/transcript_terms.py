@@ -23,9 +23,11 @@ dropped first (loom.store.bm25.STOP_WORDS), so that rule counts the words a ques
 about, not its "what", "did" and "I".
 
 The index only proposes: :func:`verify` reads each candidate's newest transcript row
-(live, recorded, not high, and the same text the posting was written from: a
-redaction's new text has postings of its own, its old text's postings name a document
-that no longer exists).
+without its text (live, recorded, not high, and at the version the document's newest
+postings were written from: a tombstone, a redaction's new text or a mark as high
+writes none for that document). :func:`heads` reads the excerpt from the document's
+empty-term posting, a few small granules, rather than the transcript's 8,192-row
+granules of text.
 """
 
 from __future__ import annotations
