@@ -84,8 +84,6 @@ class ReembedItem:
     thread_id: str
     msg_id: str
     text: str
-    role: str = ""  # the speaker the model reads the text behind (LOOM_EMBED_SPEAKER_PREFIX)
-    is_summary: bool = False
 
     @property
     def key(self) -> tuple[str, str, str]:

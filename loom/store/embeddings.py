@@ -185,8 +185,6 @@ class ReembedCandidate:
     text: str
     tombstoned: bool
     version: int
-    role: str = ""
-    is_summary: bool = False
 
     @property
     def key(self) -> EmbKey:
@@ -207,8 +205,7 @@ def scan(
         where.append("(thread_id, msg_id) > ({at:String}, {am:String})")
         params["at"], params["am"] = after
     found = ch.query(
-        "SELECT toString(namespace) AS ns, thread_id, msg_id, text, tombstoned, version, toString(role) AS role_name, "
-        "is_summary FROM conversation_embeddings FINAL "
+        "SELECT toString(namespace) AS ns, thread_id, msg_id, text, tombstoned, version FROM conversation_embeddings FINAL "
         f"WHERE {' AND '.join(where)} ORDER BY thread_id, msg_id LIMIT {{lim:UInt32}}",
         parameters=params,
     )
@@ -220,8 +217,27 @@ def scan(
             text=r["text"],
             tombstoned=bool(r["tombstoned"]),
             version=int(r["version"]),
-            role=r["role_name"],
-            is_summary=bool(r["is_summary"]),
         )
         for r in named(found)
     ]
+
+
+def speakers(ch: Client, keys: Sequence[EmbKey]) -> dict[EmbKey, tuple[str, bool]]:
+    """The role and summary flag of each named embedding row's newest version (what
+    the model reads a re-embedded text behind, with LOOM_EMBED_SPEAKER_PREFIX on; the
+    re-embed job's payload carries only the text)."""
+    if not keys:
+        return {}
+    rows = ch.query(
+        "SELECT toString(namespace) AS ns, thread_id, msg_id, toString(role) AS role_name, is_summary "
+        "FROM conversation_embeddings FINAL WHERE namespace IN {ns:Array(String)} "
+        "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
+        parameters=key_sets(keys, ns=0, th=1, ids=2),
+    )
+    wanted = set(keys)
+    out: dict[EmbKey, tuple[str, bool]] = {}
+    for r in named(rows):
+        key = (r["ns"], r["thread_id"], r["msg_id"])
+        if key in wanted:
+            out[key] = (r["role_name"], bool(r["is_summary"]))
+    return out

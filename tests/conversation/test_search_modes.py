@@ -312,7 +312,7 @@ async def test_the_op_refuses_a_bad_mode_or_weight_naming_the_field(services, ns
 
 
 async def test_the_speaker_prefix_changes_what_the_model_reads_never_what_is_stored(
-    call, ns, writer, services, arq_worker
+    call, ns, writer, mint, services, arq_worker
 ):
     from loom.providers.embedders import SpyEmbedder
     from tests.conversation.helpers import emb_row
@@ -332,10 +332,19 @@ async def test_the_speaker_prefix_changes_what_the_model_reads_never_what_is_sto
         )
         worker.settings = before_settings
         await _append(call, writer, ns, [_turn("t", "u2", "and my cat is Tom")])
+        # A re-embed reads the speaker from the embedding row (its job carries the text only).
+        worker.settings = before_settings.model_copy(update={"embed_speaker_prefix": True})
+        admin = mint(ns, "admin")
+        await ok(call, "conversation.reembed", admin, namespace=ns, thread_id="t")
     finally:
         embed_jobs.set_embedder(inner)
         worker.settings = before_settings
-    assert spy.texts == ["User: my dog is called Pip", "Assistant: noted", "and my cat is Tom"]
+    assert spy.texts[:3] == ["User: my dog is called Pip", "Assistant: noted", "and my cat is Tom"]
+    assert sorted(spy.texts[3:]) == [
+        "Assistant: noted",
+        "User: and my cat is Tom",
+        "User: my dog is called Pip",
+    ]
     assert emb_row(services.ch, ns, "t", "u1")["text"] == "my dog is called Pip"
     assert sorted(r["content"] for r in turn_rows(services.ch, ns)) == [
         "and my cat is Tom",

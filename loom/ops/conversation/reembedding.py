@@ -102,12 +102,7 @@ async def reembed_namespace(
             if row.key not in high:
                 items.append(
                     ReembedItem(
-                        namespace=row.namespace,
-                        thread_id=row.thread_id,
-                        msg_id=row.msg_id,
-                        text=row.text,
-                        role=row.role,
-                        is_summary=row.is_summary,
+                        namespace=row.namespace, thread_id=row.thread_id, msg_id=row.msg_id, text=row.text
                     )
                 )
         if high:

@@ -273,8 +273,11 @@ class EmbedPipeline:
 
 async def reembed_items(svc: Services, model: ModelFn, items: Sequence[ReembedItem]) -> dict[str, int]:
     """Embed each item's kept text and write the vectors (see write_reembedded)."""
-    prefix = svc.settings.embed_speaker_prefix
-    result = await model([model_text(it.text, it.role, it.is_summary, prefix) for it in items])
+    texts = [it.text for it in items]
+    if svc.settings.embed_speaker_prefix:
+        who = await svc.run(emb_store.speakers, svc.ch, [it.key for it in items])
+        texts = [model_text(it.text, *who.get(it.key, ("", False)), True) for it in items]
+    result = await model(texts)
     done = [_Reembed(it, result.vectors[j], result.model_id, result.errors[j]) for j, it in enumerate(items)]
     return await write_reembedded(svc, done)
 
