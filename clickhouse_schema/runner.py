@@ -160,9 +160,10 @@ def migrate(
 
 # --- retention and tiering of loom.conversations (applied at every start-up) --------
 
-# Tables that hold a transcript's text or terms (the saved-message indexes): they carry
-# the transcript's retention TTL. A later index of transcript text joins this list.
-DERIVED_TEXT_TABLES = ("saved_docs", "saved_terms")
+# Tables that hold a transcript's text or terms (the saved-message indexes, the
+# transcript's postings of migration 016): they carry the transcript's retention TTL. A
+# later index of transcript text joins this list.
+DERIVED_TEXT_TABLES = ("saved_docs", "saved_terms", "conversation_terms")
 
 
 @dataclass(frozen=True)

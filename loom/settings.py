@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     embedder_api_key: str = ""
     embedder_timeout_seconds: float = Field(10.0, gt=0)
     embed_wait_seconds: float = Field(15.0, gt=0)  # append's bounded wait for its embedding
+    # The embedding model reads a turn behind its speaker ("User: ...", "Assistant: ...",
+    # "Summary: ..."); the rows keep the text as it was. Vectors written before a change
+    # keep the old input until conversation.reembed (see docs/search.md).
+    embed_speaker_prefix: bool = False
     # The embedding recovery pass (loom.ops.conversation.recovery): a user or assistant
     # turn inserted this long ago with no embedding row at all is embedded by it (never
     # less than LOOM_EMBED_WAIT_SECONDS + 5 s: see recovery_grace_seconds); it runs at

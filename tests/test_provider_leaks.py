@@ -144,7 +144,15 @@ async def drive_save(ctx: Ctx) -> None:
 
 async def drive_search(ctx: Ctx) -> None:
     for text in [*HIGH.values(), LONG_TAIL[-200:], CLEAN]:
-        await ctx.ok("conversation.search", ctx.writer, query=text, namespace_scope="one", namespace=ctx.ns)
+        for search_mode in ("vector", "hybrid", "lexical"):
+            await ctx.ok(
+                "conversation.search",
+                ctx.writer,
+                query=text,
+                namespace_scope="one",
+                namespace=ctx.ns,
+                search_mode=search_mode,
+            )
         for mode in ("hybrid", "semantic", "lexical"):
             await ctx.ok(
                 "conversation.search_saved_messages",

@@ -97,7 +97,11 @@ SPECS: tuple[ToolSpec, ...] = (
     ),
     # all
     _spec("conversation.append", c.AppendRequest, "Append a turn (or a batch) to a thread's transcript."),
-    _spec("conversation.search", q.SearchRequest, "Search recorded conversation turns by meaning."),
+    _spec(
+        "conversation.search",
+        q.SearchRequest,
+        "Search recorded conversation turns by meaning, by their words, or both (search_mode).",
+    ),
     _spec("conversation.create", c.CreateRequest, "Create a thread."),
     _spec("conversation.update", c.UpdateRequest, "Change a thread's title, metadata or run."),
     _spec("conversation.threads", c.ThreadsRequest, "List threads, newest first."),

@@ -2,7 +2,7 @@
 force, as the server reports it (not as the settings say they should be).
 
 LOOM_RETENTION_CONVERSATIONS_DAYS is the TTL of loom.conversations and of the tables
-derived from a transcript's text or terms (saved_docs, saved_terms); embedding rows
+derived from a transcript's text or terms (saved_docs, saved_terms, conversation_terms); embedding rows
 never expire. LOOM_TIERING_CONVERSATIONS_WARM_DAYS moves transcript parts to the
 'warm' volume, and applies only where the table's storage policy has one.
 """

@@ -60,29 +60,142 @@ def terms_sql(expr: str) -> str:
     return TERMS.replace("{x}", expr)
 
 
-# The same tokeniser in Python, for a search that ranks in the API process with no round
-# trip (loom.ops.memory.scan_cache): lowercase, the quotes and dashes read as spaces,
-# every word run, then every compound, words longer than MAX_TERM_CHARS *bytes* dropped
-# (the server's length() counts bytes). A non-ASCII character is a word character in both
-# (the class excludes ASCII punctuation, space and control only).
-# tests/memory/test_tokeniser.py holds it equal to the SQL over a varied corpus.
-_PY_WORD = r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]+"
-_PY_SIMPLE = re.compile(_PY_WORD)
-_PY_COMPOUND = re.compile(_PY_WORD + r"(?:[-_./:@#]" + _PY_WORD + ")+")
-_PY_SPACES = str.maketrans("“”‘’«»—–…•·", " " * 11)
+# -- stems (the transcript's index, clickhouse_schema/016_transcript_terms.sql) --------
+#
+# A light English stemmer in SQL, so that the materialized view that writes the
+# transcript's postings and the query share it (the engine's own `stem()` needs its NLP
+# data, which the embedded engine does not ship; a Python stemmer could not run inside
+# the view). Only terms of ASCII letters are stemmed (a compound "inc-48213", a number,
+# another script stay as they are), in two passes:
+#   1. plurals: -sses/-xes/-ches/-shes/-zzes lose "es", -ies becomes -y (not -aies,
+#      -eies), -es otherwise loses "s" (not -aes, -ees, -oes), -s is dropped (not -us,
+#      -ss); terms of 3 letters or fewer are kept;
+#   2. -ing (7 letters or more) and -ed (6 or more) are dropped, and a doubled final
+#      consonant left behind is undone ("running" -> "run", "stopped" -> "stop").
+# So "meetings", "meeting" and "meet" share a posting; so may a few unrelated words
+# ("evening" -> "even"), which BM25's statistics then weigh as one term.
+def _cut(n: int) -> str:
+    return f"substring(t, 1, length(t) - {n})"
 
 
-def terms(text: str) -> list[str]:
-    """What :data:`TERMS` answers for `text`, in the same order."""
-    norm = text.lower().translate(_PY_SPACES)
-    found = _PY_SIMPLE.findall(norm) + _PY_COMPOUND.findall(norm)
-    return [t for t in found if len(t) <= MAX_TERM_CHARS // 4 or len(t.encode()) <= MAX_TERM_CHARS]
+_DOUBLED = "'(bb|dd|gg|mm|nn|pp|rr|tt)$'"
+_PLURAL = (
+    "multiIf(length(t) <= 3 OR NOT match(t, '^[a-z]+$'), t, "
+    f"endsWith(t, 'sses') OR match(t, '(x|ch|sh|zz)es$'), {_cut(2)}, "
+    f"endsWith(t, 'ies') AND NOT match(t, '[ae]ies$'), concat({_cut(3)}, 'y'), "
+    f"match(t, '[^aeo]es$'), {_cut(1)}, "
+    f"endsWith(t, 's') AND NOT match(t, '(us|ss)$'), {_cut(1)}, t)"
+)
+_SUFFIX = (
+    "multiIf(length(t) <= 5 OR NOT match(t, '^[a-z]+$'), t, "
+    f"endsWith(t, 'ing') AND length(t) >= 7, if(match({_cut(3)}, {_DOUBLED}), {_cut(4)}, {_cut(3)}), "
+    f"endsWith(t, 'ed'), if(match({_cut(2)}, {_DOUBLED}), {_cut(3)}, {_cut(2)}), t)"
+)
 
 
-def query_terms_py(query: str) -> list[str]:
-    """The query's distinct terms in first-seen order, at most MAX_QUERY_TERMS (what
-    `arraySlice(arrayDistinct(TERMS), 1, MAX_QUERY_TERMS)` answers)."""
-    return list(dict.fromkeys(terms(query)))[:MAX_QUERY_TERMS]
+def stems_sql(terms: str) -> str:
+    """The stems of the SQL array of terms `terms` (see above)."""
+    return f"arrayMap(t -> {_SUFFIX}, arrayMap(t -> {_PLURAL}, {terms}))"
+
+
+def stemmed_terms_sql(expr: str) -> str:
+    """The tokeniser, then the stemmer: what the transcript's index holds of a text."""
+    return stems_sql(terms_sql(expr))
+
+
+# English stop-words, dropped from a QUERY's terms (never from the index): "what did I
+# say about the dog" looks for "say" and "dog", not for every turn holding "i" and
+# "the". A query made of stop-words alone keeps them all (there is nothing else to look
+# for). The list is the common function words; it is short on purpose (no "time",
+# "new", "like": words a question may really be about).
+_STOP_TEXT = """
+a about above after again against all am an and any are as at be because been before being below
+between both but by can could did do does doing down during each few for from further had has have
+having he her here hers herself him himself his how i if in into is it its itself just me more most
+my myself no nor not now of off on once only or other our ours ourselves out over own same she should
+so some such than that the their theirs them themselves then there these they this those through to
+too under until up very was we were what when where which while who whom why will with would you
+your yours yourself yourselves s t don didn doesn isn wasn ll ve re d m
+"""
+STOP_WORDS: tuple[str, ...] = tuple(sorted(set(_STOP_TEXT.split())))
+
+
+def query_terms_sql(query_param: str, *, stem: bool) -> str:
+    """The SQL array of a query's distinct terms: tokenised as the index is, stop-words
+    dropped (all kept when nothing else is left), stemmed where the index is, at most
+    MAX_QUERY_TERMS. `query_param` is the query's SQL expression; the stop-words are the
+    parameter {stop:Array(String)} (:func:`stop_words_param`)."""
+    raw = f"arrayDistinct({terms_sql(query_param)})"
+    kept = f"arrayFilter(t -> NOT has({{stop:Array(String)}}, t), {raw})"
+    chosen = f"if(empty({kept}), {raw}, {kept})"
+    out = f"arrayDistinct({stems_sql(chosen)})" if stem else chosen
+    return f"arraySlice({out}, 1, {MAX_QUERY_TERMS})"
+
+
+def stop_words_param() -> list[str]:
+    return list(STOP_WORDS)
+
+
+# -- the same, in Python, for a query -------------------------------------------------
+#
+# Tokenising a short query in SQL costs the engine ~11 ms of CPU (its regular
+# expressions; measured on the 100k-turn bench set), a fifth of a lexical search. The
+# transcript's lexical leg therefore computes a query's terms here, by the same rules;
+# tests/conversation/test_search_modes.py checks both give the same terms on a varied
+# text. The index itself is only ever written by the SQL.
+_PY_CLASS = r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]+"
+_PY_WORD = re.compile(_PY_CLASS)
+_PY_COMPOUND = re.compile(f"{_PY_CLASS}(?:[-_./:@#]{_PY_CLASS})+")
+_PY_SPACES = str.maketrans("“”‘’«»—–…•·", "           ")
+_ASCII_WORD = re.compile(r"[a-z]+")
+_DOUBLED_PY = re.compile(r"(bb|dd|gg|mm|nn|pp|rr|tt)$")
+
+
+def py_terms(text: str) -> list[str]:
+    """:data:`TERMS`, in Python (the terms of a text, in the engine's order)."""
+    t = text.lower().translate(_PY_SPACES)
+    found = _PY_WORD.findall(t) + _PY_COMPOUND.findall(t)
+    return [x for x in found if len(x.encode()) <= MAX_TERM_CHARS]
+
+
+def _py_plural(t: str) -> str:
+    if len(t) <= 3 or not _ASCII_WORD.fullmatch(t):
+        return t
+    if t.endswith("sses") or re.search(r"(x|ch|sh|zz)es$", t):
+        return t[:-2]
+    if t.endswith("ies") and not re.search(r"[ae]ies$", t):
+        return t[:-3] + "y"
+    if re.search(r"[^aeo]es$", t):
+        return t[:-1]
+    if t.endswith("s") and not re.search(r"(us|ss)$", t):
+        return t[:-1]
+    return t
+
+
+def _py_suffix(t: str) -> str:
+    if len(t) <= 5 or not _ASCII_WORD.fullmatch(t):
+        return t
+    for suffix, min_len in (("ing", 7), ("ed", 0)):
+        if t.endswith(suffix) and len(t) >= min_len:
+            stem = t[: -len(suffix)]
+            return stem[:-1] if _DOUBLED_PY.search(stem) else stem
+    return t
+
+
+def py_stem(term: str) -> str:
+    """:func:`stems_sql` for one term, in Python."""
+    return _py_suffix(_py_plural(term))
+
+
+_STOP = frozenset(STOP_WORDS)
+
+
+def py_query_terms(query: str, *, stem: bool) -> list[str]:
+    """:func:`query_terms_sql`, in Python."""
+    raw = list(dict.fromkeys(py_terms(query)))
+    chosen = [t for t in raw if t not in _STOP] or raw
+    out = list(dict.fromkeys(py_stem(t) for t in chosen)) if stem else chosen
+    return out[:MAX_QUERY_TERMS]
 
 
 @dataclass(frozen=True)
@@ -104,7 +217,7 @@ def rank_key(matched: Sequence[str], score: float) -> tuple[int, float]:
 # saved, finds no partner). N and avgdl come from the same rows in the same pass
 # (window functions over `docs`), df from the joined postings.
 _SEARCH = f"""
-WITH arraySlice(arrayDistinct({terms_sql("{q:String}")}), 1, {MAX_QUERY_TERMS}) AS qterms
+WITH {query_terms_sql("{q:String}", stem=False)} AS qterms
 SELECT thread_id, msg_id, argMax(agent, score) AS agent, max(score) AS best, argMax(matched, score) AS terms
 FROM (
     SELECT any(thread_id) AS thread_id, any(msg_id) AS msg_id, any(agent) AS agent,
@@ -142,7 +255,13 @@ def search(
 ) -> list[LexicalHit]:
     """The user's saved messages by BM25 of `query`, best first (at most `limit`).
     A message saved under two agents counts once, by its better copy."""
-    params: dict[str, Any] = {"ns": namespace, "user": user_id, "q": query, "lim": limit}
+    params: dict[str, Any] = {
+        "ns": namespace,
+        "user": user_id,
+        "q": query,
+        "lim": limit,
+        "stop": stop_words_param(),
+    }
     thread_filter = ""
     if thread_id is not None:
         thread_filter = "AND thread_id = {th:String}"

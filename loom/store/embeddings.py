@@ -231,3 +231,24 @@ def scan(
         )
         for r in named(found)
     ]
+
+
+def speakers(ch: Client, keys: Sequence[EmbKey]) -> dict[EmbKey, tuple[str, bool]]:
+    """The role and summary flag of each named embedding row's newest version (what
+    the model reads a re-embedded text behind, with LOOM_EMBED_SPEAKER_PREFIX on; the
+    re-embed job's payload carries only the text)."""
+    if not keys:
+        return {}
+    rows = ch.query(
+        "SELECT toString(namespace) AS ns, thread_id, msg_id, toString(role) AS role_name, is_summary "
+        "FROM conversation_embeddings FINAL WHERE namespace IN {ns:Array(String)} "
+        "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
+        parameters=key_sets(keys, ns=0, th=1, ids=2),
+    )
+    wanted = set(keys)
+    out: dict[EmbKey, tuple[str, bool]] = {}
+    for r in named(rows):
+        key = (r["ns"], r["thread_id"], r["msg_id"])
+        if key in wanted:
+            out[key] = (r["role_name"], bool(r["is_summary"]))
+    return out

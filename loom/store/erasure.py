@@ -35,6 +35,7 @@ NAMESPACE_TABLES: dict[str, tuple[str, ...]] = {
     "conversation_vectors_384": ("thread_id", "msg_id", "version"),
     "conversation_vectors_1536": ("thread_id", "msg_id", "version"),
     "threads": ("agent", "thread_id", "version"),
+    "conversation_terms": ("agent", "thread_id", "msg_id", "term", "doc"),
     "saved_docs": ("user_id", "thread_id", "msg_id", "agent", "version"),
     "saved_terms": ("user_id", "term", "doc"),
     "saved_vectors": ("user_id", "thread_id", "msg_id", "version"),
@@ -678,6 +679,12 @@ def user_steps(purge: bool) -> list[Step]:
                 f"OR (thread_id, msg_id) IN ({_HANDED_KEYS}) AND user_id = {{u:String}})",
             )
             for t in VECTOR_TABLES
+        ),
+        # The transcript's postings of the user's turns (every version: the turns are gone).
+        Step(
+            "conversation_terms",
+            "conversation_terms",
+            f"namespace = {{ns:String}} AND (agent, thread_id, msg_id) IN ({_TURN_KEYS})",
         ),
         *(Step(t, t, "namespace = {ns:String} AND user_id = {u:String}") for t in SAVED_TABLES),
         # The records of the user's turns redacted or removed one by one (keys, no text).

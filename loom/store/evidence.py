@@ -15,7 +15,7 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from loom.store.bm25 import MAX_QUERY_TERMS, terms_sql
+from loom.store.bm25 import query_terms_sql, stop_words_param, terms_sql
 from loom.store.memories import Scope, bm25, rank_scored
 from loom.store.rows import Column, column, table
 
@@ -102,7 +102,7 @@ SCAN_MAX_ROWS = 2000
 # tokeniser evidence_terms is written with, so they equal the postings), and its text
 # only when it holds one. N, df and avgdl are then counted here over the rows.
 _SCAN = f"""
-WITH arraySlice(arrayDistinct({terms_sql("{q:String}")}), 1, {MAX_QUERY_TERMS}) AS qterms,
+WITH {query_terms_sql("{q:String}", stem=False)} AS qterms,
      {terms_sql("content")} AS toks
 SELECT {TABLE.read_list.replace(", content,", ", if(empty(_terms), '', content) AS _content,")},
        doc_len AS _dl, arrayFilter(t -> has(toks, t), qterms) AS _terms,
@@ -128,7 +128,7 @@ def scan_search(
     cond, params = _window(since, until)
     result = ch.query(
         _SCAN.replace("{scope}", scope.where()).replace("{window}", cond),
-        parameters=scope.params() | params | {"q": query, "cap": cap + 1},
+        parameters=scope.params() | params | {"q": query, "stop": stop_words_param(), "cap": cap + 1},
     )
     rows = TABLE.rows_with(result)
     if len(rows) > cap:

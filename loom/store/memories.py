@@ -21,7 +21,7 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import utcnow
-from loom.store.bm25 import K1, MAX_QUERY_TERMS, B, terms_sql
+from loom.store.bm25 import K1, B, query_terms_sql, stop_words_param
 from loom.store.rows import Column, Table, column, named, table
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # "not given" for valid_from (the row's created_at then)
@@ -299,7 +299,7 @@ def bm25_sql(table: str, id_col: str, live: str) -> str:
     twice the server time of :func:`bm25`'s one join."""
     terms_table = _TERMS_TABLE[table]
     return f"""
-WITH arraySlice(arrayDistinct({terms_sql("{q:String}")}), 1, {MAX_QUERY_TERMS}) AS qterms
+WITH {query_terms_sql("{q:String}", stem=False)} AS qterms
 SELECT id, sum(log(1 + (n - df + 0.5) / (df + 0.5)) * tf * ({K1} + 1)
                / (tf + {K1} * (1 - {B} + {B} * dl / avgdl))) AS score, groupArray(term) AS matched
 FROM (
@@ -330,7 +330,7 @@ _TERMS_TABLE = {"memories": "memory_terms", "memory_evidence": "evidence_terms"}
 # postings are read by their key (namespace, user_id, term); a posting of an older text,
 # or of a row forgotten or outside the scope, finds no partner.
 _BM25_PAIRS = f"""
-WITH arraySlice(arrayDistinct({terms_sql("{q:String}")}), 1, {MAX_QUERY_TERMS}) AS qterms
+WITH {query_terms_sql("{q:String}", stem=False)} AS qterms
 SELECT d.*, p.term AS _term, p.tf AS _tf
 FROM (
     SELECT term, doc, any(tf) AS tf FROM {{terms}}
@@ -392,7 +392,7 @@ def bm25(
         .replace("{scope}", scope.where())
         .replace("{live}", live_cond + extra)
     )
-    params = scope.params() | {"q": query} | (extra_params or {})
+    params = scope.params() | {"q": query, "stop": stop_words_param()} | (extra_params or {})
     rows: dict[str, Any] = {}
     pairs = []
     for row, own in spec.rows_with(ch.query(sql, parameters=params)):

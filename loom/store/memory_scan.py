@@ -5,7 +5,7 @@ A user's scope usually holds tens to hundreds of facts. For such a scope, one re
 every live fact (newest version, FINAL) answers everything the search needs, before the
 query vector exists: each fact's row, its BM25 length and its vector (as raw float32
 bytes, which cost neither side a text parse). Each fact's terms are counted here with
-the tokeniser the postings are written with (loom.store.bm25.terms, held equal to the
+the tokeniser the postings are written with (loom.store.bm25.py_terms, held equal to the
 SQL by a test), so they equal the postings a `memory_terms` read would give; the read
 serves any query, so the API process may keep it (loom.ops.memory.scan_cache). Both
 legs are then ranked in the API process, exactly as the server-side legs rank:
@@ -31,7 +31,7 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import utcnow
-from loom.store.bm25 import query_terms_py, terms
+from loom.store.bm25 import py_query_terms, py_terms
 from loom.store.memories import (
     _READ_RANKED,
     TABLE,
@@ -45,7 +45,7 @@ from loom.store.memories import (
 )
 
 # Each current fact's row whole, its BM25 length and its vector as raw bytes. The
-# tokenising is done in this process (bm25.terms, held equal to the server's), so the
+# tokenising is done in this process (bm25.py_terms, held equal to the server's), so the
 # read carries no per-row string work and its result serves any query (a cache of it,
 # loom.ops.memory.scan_cache, answers later searches with no round trip).
 _READ = f"""
@@ -63,7 +63,7 @@ class ScopeRows:
     facts: list[Fact]
     lengths: list[int]  # BM25 document length of each fact (the server's doc_len)
     vectors: list[bytes]  # float32 little-endian, empty when the fact has no vector
-    tokens: list[Counter[str]]  # each fact's terms with their counts (bm25.terms)
+    tokens: list[Counter[str]]  # each fact's terms with their counts (bm25.py_terms)
 
     @property
     def nbytes(self) -> int:
@@ -108,14 +108,14 @@ def read(
         facts=[f for f, _ in rows],
         lengths=[int(own["_dl"]) for _, own in rows],
         vectors=[own["_vec"] for _, own in rows],
-        tokens=[Counter(terms(f.text)) for f, _ in rows],
+        tokens=[Counter(py_terms(f.text)) for f, _ in rows],
     )
 
 
 def select(rows: ScopeRows, query: str, *, at: datetime | None) -> ScopeScan:
     """The facts of `rows` valid at `at` (all of them when None), with `query`'s terms
     each holds (the query tokenised as the server does: distinct, first seen first)."""
-    qterms = query_terms_py(query)
+    qterms = py_query_terms(query, stem=False)
     keep = [i for i, f in enumerate(rows.facts) if at is None or f.valid_at(at)]
     return ScopeScan(
         facts=[rows.facts[i] for i in keep],

@@ -195,16 +195,17 @@ VECTOR_TABLES = ("conversation_vectors_384", "conversation_vectors_1536")
 
 
 def turn_versions(namespace: str, agent: str, thread_id: str, msg_id: str, below: int) -> list[Removal]:
-    """A transcript row's versions older than `below`, and the saved index's copies of them."""
+    """A transcript row's versions older than `below`, and the copies of them the
+    saved index and the transcript's postings (conversation_terms) hold."""
     params = {"ns": namespace, "ag": agent, "th": thread_id, "m": msg_id, "v": below}
+    copy = (
+        "namespace = {ns:String} AND thread_id = {th:String} AND msg_id = {m:String} "
+        "AND agent = {ag:String} AND version < {v:UInt64}"
+    )
     return [
         Removal("conversations", f"{_TURN} AND msg_id = {{m:String}} AND version < {{v:UInt64}}", params),
-        Removal(
-            "saved_docs",
-            "namespace = {ns:String} AND thread_id = {th:String} AND msg_id = {m:String} "
-            "AND agent = {ag:String} AND version < {v:UInt64}",
-            params,
-        ),
+        Removal("saved_docs", copy, params),
+        Removal("conversation_terms", copy, params),
     ]
 
 

@@ -1,5 +1,5 @@
 """Retention and tiering on the embedded engine: the transcript's TTL reaches the
-saved-message indexes (nothing of an expired turn's text stays readable but its
+saved-message indexes and the transcript's postings (nothing of an expired turn's text stays readable but its
 embedding row), parts move to a 'warm' volume under a two-disk storage policy, and
 retention.show / `loom retention show` report what the server has in force."""
 
@@ -20,7 +20,7 @@ from loom.store import embeddings as emb_store
 from tests.conversation.helpers import ok
 
 LOOM = [sys.executable, "-m", "loom.cli.main"]
-DERIVED = ("conversations", "saved_docs", "saved_terms")
+DERIVED = ("conversations", "saved_docs", "saved_terms", "conversation_terms")
 
 
 def _turn(ns: str, msg: str, content: str, ts: datetime) -> conv_store.Turn:
@@ -65,6 +65,7 @@ def _readable(ch, ns: str, needle: str) -> dict[str, int]:
         ("conversations", "content"),
         ("saved_docs", "content"),
         ("saved_terms", "term"),
+        ("conversation_terms", "term"),
         ("conversation_embeddings", "text"),
     ):
         out[table] = int(
@@ -96,6 +97,7 @@ async def test_an_expired_turn_leaves_every_table_but_its_embedding_row(call, ns
         "conversations": 1,
         "saved_docs": 1,
         "saved_terms": 1,
+        "conversation_terms": 1,
         "conversation_embeddings": 1,
     }
     apply_storage_rules(ch, 30, 0)
@@ -110,11 +112,18 @@ async def test_an_expired_turn_leaves_every_table_but_its_embedding_row(call, ns
             ch.command(f"ALTER TABLE {table} MATERIALIZE TTL", settings={"mutations_sync": 2})
         # Gone from disk (not only hidden): a read that ignores lightweight-delete masks finds nothing.
         gone = _readable(ch, ns, "zanzibarquux")
-        assert gone == {"conversations": 0, "saved_docs": 0, "saved_terms": 0, "conversation_embeddings": 1}
+        assert gone == {
+            "conversations": 0,
+            "saved_docs": 0,
+            "saved_terms": 0,
+            "conversation_terms": 0,
+            "conversation_embeddings": 1,
+        }
         assert _readable(ch, ns, "recentquux") == {
             "conversations": 1,
             "saved_docs": 1,
             "saved_terms": 1,
+            "conversation_terms": 1,
             "conversation_embeddings": 1,
         }
     finally:

@@ -7,6 +7,7 @@ from typing import Any
 from loom.clock import utcnow
 from loom.ops.conversation import api_inline_embedder
 from loom.providers.embedders import FakeEmbedder
+from loom.store import bm25
 
 HIGH_FACT = "my SSN is 123-45-6789"
 
@@ -204,7 +205,7 @@ async def test_bm25_ranks_as_the_sql_reference_does(call, ns, mint, services):
             for table, id_col, live in tables:
                 ref = services.ch.query(
                     store.bm25_sql(table, id_col, live).replace("{scope}", scope.where()),
-                    parameters=scope.params() | {"q": query, "lim": 50} | at,
+                    parameters=scope.params() | {"q": query, "lim": 50, "stop": bm25.stop_words_param()} | at,
                 ).result_rows
                 got = store.bm25(services.ch, scope, query, limit=50, table=table)
                 assert [h.id for h in got] == [row[0] for row in ref if row[1] > 0], (table, query)

@@ -1,4 +1,4 @@
-"""The Python tokeniser (loom.store.bm25.terms) equals the SQL one the postings are
+"""The Python tokeniser (loom.store.bm25.py_terms) equals the SQL one the postings are
 written with (bm25.TERMS), term for term and in order: a search ranked in the API
 process with no round trip must find exactly the terms the server would."""
 
@@ -32,11 +32,12 @@ CORPUS = [
 def test_python_tokeniser_equals_sql(services: Any) -> None:
     sql = bm25.query_terms(services.ch, CORPUS)
     for text, want in zip(CORPUS, sql, strict=True):
-        assert bm25.terms(text) == want, text
-    # the query's terms: distinct, first seen first, at most MAX_QUERY_TERMS
-    long_query = " ".join(f"w{i} w{i}" for i in range(100))
-    ref = services.ch.query(
-        f"SELECT arraySlice(arrayDistinct({bm25.terms_sql('{q:String}')}), 1, {bm25.MAX_QUERY_TERMS})",
-        parameters={"q": long_query},
-    ).result_rows[0][0]
-    assert bm25.query_terms_py(long_query) == list(ref)
+        assert bm25.py_terms(text) == want, text
+    # the query's terms: distinct, first seen first, stop-words dropped, at most MAX_QUERY_TERMS
+    for query in (" ".join(f"w{i} the w{i}" for i in range(100)), "what did I say", *CORPUS):
+        for stem in (False, True):
+            ref = services.ch.query(
+                f"SELECT {bm25.query_terms_sql('{q:String}', stem=stem)}",
+                parameters={"q": query, "stop": bm25.stop_words_param()},
+            ).result_rows[0][0]
+            assert bm25.py_query_terms(query, stem=stem) == list(ref), (query, stem)

@@ -18,6 +18,7 @@ from loom.store.rows import TABLES, Table
 # conversations, conversation_embeddings, memories and memory_evidence) or the migration
 # runner keeps them.
 ENGINE_FILLED = {
+    "conversation_terms",
     "conversation_vectors_384",
     "conversation_vectors_1536",
     "memory_terms",

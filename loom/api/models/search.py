@@ -42,6 +42,16 @@ class SearchRequest(RequestBody):
     agent: AgentOrAll | None = Field(
         None, description='Only this agent\'s turns; omitted or "*": every agent.'
     )
+    search_mode: Literal["vector", "hybrid", "lexical"] = Field(
+        "vector",
+        description='"vector": cosine similarity to the query\'s embedding, hits under '
+        'LOOM_CONVERSATION_SEARCH_MIN_SIMILARITY dropped (the default); "lexical": BM25 over the turns\' whole '
+        'text (stop-words dropped from the query, terms stemmed), no floor; "hybrid": both, fused by '
+        "reciprocal rank, the floor applying to the vector leg only (a lexical hit enters without it).",
+    )
+    lexical_weight: float = Field(
+        1.0, ge=0.0, le=1.0, description="Scales the lexical (BM25) leg in hybrid mode (0 to 1)."
+    )
 
 
 class SearchHit(BaseModel):
@@ -53,7 +63,18 @@ class SearchHit(BaseModel):
     run_id: str
     user_id: str
     ts: Timestamp
-    similarity: float | None = Field(description="Cosine similarity to the query; null for substring hits.")
+    similarity: float | None = Field(
+        description="Cosine similarity to the query where the vector leg found the turn; null for substring "
+        "hits and for hits of the lexical leg alone."
+    )
+    score: float | None = Field(
+        None,
+        description="The mode's score: the similarity (vector), BM25 (lexical), the fused reciprocal-rank score "
+        "(hybrid); null for substring hits.",
+    )
+    legs: list[Literal["vector", "lexical"]] = Field(
+        default_factory=list, description="The legs that found the turn (empty for substring hits)."
+    )
     excerpt: str = Field(
         description="The turn's first LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS characters; read the "
         "whole turn with conversation.get or conversation.list."
@@ -61,11 +82,14 @@ class SearchHit(BaseModel):
 
 
 class SearchResponse(BaseModel):
-    mode: Literal["vector", "substring"]
+    mode: Literal["vector", "hybrid", "lexical", "substring"] = Field(
+        description="The mode that answered: the one asked, or the fallback (vector mode falls back to "
+        "substring, hybrid to lexical)."
+    )
     fallback_reason: str | None = Field(
-        description='Why the search ran by substring: "embedder_timeout", "embedder_error" (the embedder is '
+        description='Why the search fell back: "embedder_timeout", "embedder_error" (the embedder is '
         'unavailable) or "query_high_sensitivity" (the query itself reads as high and is never '
-        "embedded); null in vector mode."
+        "embedded); null otherwise."
     )
     namespaces: list[str] = Field(
         description="The namespaces searched: the one named, or every namespace the token grants."

@@ -39,6 +39,11 @@ async def search(
     case-insensitive substring match (`mode: "substring"`, `fallback_reason` says why,
     `similarity` is null), as it does for a query that reads as high, which is never
     embedded. Turns that read as high, and deleted turns, are never returned.
+
+    `search_mode` "lexical" ranks by BM25 over the turns' whole text (no floor); "hybrid"
+    fuses both legs by reciprocal rank (`lexical_weight` scales the lexical leg; the floor
+    applies to the vector leg only) and falls back to the lexical leg alone when the query
+    cannot be embedded. Each hit names the legs that found it.
     """
     agent = None if body.agent in (None, ALL_AGENTS) else body.agent
     result = await searching.search(
@@ -49,6 +54,8 @@ async def search(
         namespace=body.namespace,
         limit=body.limit,
         filters=Filters(thread_id=body.thread_id, run_id=body.run_id, role=body.role, agent=agent),
+        search_mode=body.search_mode,
+        lexical_weight=body.lexical_weight,
     )
     response.headers[PLAN_HEADER] = ",".join(result.plan)
     return SearchResponse(

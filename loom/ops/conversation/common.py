@@ -47,6 +47,21 @@ def embed_text(content: str) -> str:
     return content[:EMBED_CHARS]
 
 
+SPEAKERS = {"user": "User", "assistant": "Assistant"}
+
+
+def model_text(text: str, role: str, is_summary: bool, speaker_prefix: bool) -> str:
+    """What the embedding model reads of a turn: its kept text, behind its speaker when
+    LOOM_EMBED_SPEAKER_PREFIX is on ("User: ...", "Assistant: ...", "Summary: ..."): a
+    question naming who said something ("what did I say about ...") then meets the turn
+    nearer. Only the model's input changes: the embedding row keeps the text itself (the
+    excerpt, a re-embed's source and the duplicate check read it)."""
+    if not speaker_prefix:
+        return text
+    label = "Summary" if is_summary else SPEAKERS.get(role)
+    return f"{label}: {text}" if label else text
+
+
 def as_utc(dt: datetime) -> datetime:
     """ClickHouse returns naive UTC datetimes; make them aware."""
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)

@@ -68,7 +68,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest, LoomError, NotFound, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
-from loom.ops.conversation.common import EMBED_CHARS, embed_text
+from loom.ops.conversation.common import EMBED_CHARS, embed_text, model_text
 from loom.ops.conversation.deleting import ThreadState, settle_writes, with_vectors
 from loom.ops.conversation.worker_embed_writer import ModelFn
 from loom.ops.webhooks import events as webhook_events
@@ -377,7 +377,7 @@ async def run(
         return out.done(SUMMARY_HIGH)
     summary = _summary_turn(p, ns, agent, thread_id, text, out.tokens_out)
     try:
-        got = await model([embed_text(text)])
+        got = await model([model_text(embed_text(text), "system", True, cfg.embed_speaker_prefix)])
     except Exception as exc:
         log.warning("compaction summary embed failed", error=failures.detail(exc))
         return out.done(EMBED_FAILED)

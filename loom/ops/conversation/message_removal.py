@@ -62,7 +62,7 @@ from loom.clock import next_version, utcnow
 from loom.errors import Unavailable
 from loom.leases import LeaseTimeout, thread_lease
 from loom.ops.conversation import api_inline_embedder
-from loom.ops.conversation.common import EMBED_CHARS, EMBEDDED_ROLES, embed_text
+from loom.ops.conversation.common import EMBED_CHARS, EMBEDDED_ROLES, embed_text, model_text
 from loom.ops.conversation.deleting import ThreadState, settle_writes, with_vectors
 from loom.sensitivity import reads_as_high
 from loom.services import Services
@@ -240,7 +240,8 @@ async def embed_rows(svc: Services, turns: Sequence[conv_store.Turn]) -> list[em
     todo = [t for t in turns if embeddable(t)]
     if not todo:
         return []
-    texts = [embed_text(t.content) for t in todo]
+    prefix = svc.settings.embed_speaker_prefix
+    texts = [model_text(embed_text(t.content), t.role, t.is_summary, prefix) for t in todo]
     got = await api_inline_embedder.embed(svc, texts)
     out = []
     for i, t in enumerate(todo):

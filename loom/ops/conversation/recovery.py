@@ -46,7 +46,7 @@ from loom import redis_keys
 from loom.clock import next_version
 from loom.jobs import EmbedTurn
 from loom.leases import Lease, LeaseLost
-from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED, FAILED, skipped
+from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED, FAILED, model_text, skipped
 from loom.ops.conversation.worker_embed_writer import PRESENT, ModelFn, Outcome, write_recovered
 from loom.sensitivity import reads_as_high
 from loom.services import Services
@@ -200,7 +200,9 @@ async def _recover(
     missing = live
     for lo in range(0, len(missing), MODEL_TEXTS):
         turns = [_turn(r) for r in missing[lo : lo + MODEL_TEXTS]]
-        result = await model([t.text for t in turns])  # provider work before any lease
+        prefix = svc.settings.embed_speaker_prefix
+        texts = [model_text(t.text, t.role, t.is_summary, prefix) for t in turns]
+        result = await model(texts)  # provider work before any lease
         _tally(await write_recovered(svc, turns, result), report)
 
 

@@ -62,7 +62,7 @@ from loom.ops.conversation.appending import (
     claim_key,
     pipeline,
 )
-from loom.ops.conversation.common import EMBEDDED_ROLES, as_utc, embed_text
+from loom.ops.conversation.common import EMBEDDED_ROLES, as_utc, embed_text, model_text
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
@@ -242,7 +242,9 @@ async def save_message(
         )
         if (vector is None or vector.text != text) and not _has_live_vector(state.emb, text):
             # Provider work before the lease; screened above (never text that reads as high).
-            vector = _Vector(text, await api_inline_embedder.embed(svc, [text]))
+            role = state.row.role if state.row is not None else (new.role if new else None) or ""
+            read = model_text(text, role, False, svc.settings.embed_speaker_prefix)
+            vector = _Vector(text, await api_inline_embedder.embed(svc, [read]))
         async with _lease(svc, ns, conversation_id):
             done = await _save_under_lease(svc, key, user, new, vector)
         if done is not None:

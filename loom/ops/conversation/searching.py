@@ -30,6 +30,30 @@ Rules (reading, searching and the sensitivity rules):
   a candidate whose transcript copy is not recorded, and the substring fallback reads
   recorded rows only.
 
+Modes (``search_mode``; docs/search.md has the figures behind them):
+
+* ``vector`` (the default): the rules above.
+* ``lexical``: BM25 over the whole text of every recorded turn in scope
+  (loom.store.transcript_terms: postings kept by ClickHouse, migration 016; the query's
+  stop-words dropped, terms stemmed). No similarity floor: a turn holding the query's
+  words is a hit. Each candidate is checked against its newest transcript row (live,
+  recorded, not high, the very text its postings came from) and screened as a vector
+  hit is; a high turn has no postings at all.
+* ``hybrid``: both legs, fused by reciprocal rank (k = 60), the lexical leg's share
+  scaled by ``lexical_weight`` (0 to 1), as conversation.search_saved_messages fuses
+  them. The floor applies to the vector leg only: a vector candidate under it is not
+  in that leg, while a lexical hit enters without it (a question's exact words may sit
+  in a turn the embedding ranks far away). The vector leg contributes its best
+  ``limit`` verified hits (the search vector mode runs), the lexical leg its best
+  ``limit + 10``.
+
+A hit says which legs found it (``legs``) and its ``score`` (similarity in vector mode,
+BM25 in lexical mode, the fused score in hybrid mode); ``similarity`` is the cosine
+similarity wherever the vector leg found the turn, else null. In hybrid and lexical
+modes a query that cannot be embedded (the embedder failed, or the query reads as high
+and is never sent) is answered by the lexical leg alone (``mode="lexical"``,
+``fallback_reason`` says why): the lexical leg never leaves ClickHouse.
+
 How the vectors are ranked (measured in bench/search_bench.py; see loom/store/search.py):
 a namespace whose filtered rows number at most LOOM_CONVERSATION_SEARCH_EXACT_MAX_ROWS
 is scanned exactly (a thread, a run or a small namespace: cheap, and exact); larger ones
@@ -45,9 +69,9 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Final, Literal
+from typing import Final, Literal, cast
 
 import numpy as np
 
@@ -64,6 +88,7 @@ from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
 from loom.store import search as store
 from loom.store import search_marks
+from loom.store import transcript_terms as lexical_store
 from loom.store.search import Candidate, Filters
 
 log = loom_logging.get("loom.conversation.search")
@@ -73,12 +98,18 @@ SCREEN_PAST = 1_024  # characters past the excerpt that must not read as high ei
 
 VECTOR: Final = "vector"
 SUBSTRING: Final = "substring"
+HYBRID: Final = "hybrid"
+LEXICAL: Final = "lexical"
+SEARCH_MODES = (VECTOR, HYBRID, LEXICAL)
+RRF_K = 60
+LEG_DEPTH = 10  # the lexical leg of a hybrid search contributes its best limit + LEG_DEPTH hits
 # fallback_reason values
 QUERY_HIGH = "query_high_sensitivity"
 EMBEDDER_TIMEOUT = "embedder_timeout"
 EMBEDDER_ERROR = "embedder_error"
 
 # Strategies, reported for tests and the benchmark (the response header x-loom-search-plan).
+LEXICAL_PLAN = "lexical"
 EXACT = "exact"
 INDEX = "index"
 UNINDEXED = "exact_unindexed"
@@ -105,9 +136,11 @@ class Hit:
     ts: datetime
     similarity: float | None
     excerpt: str
+    score: float | None = None  # the mode's own score (module docstring); None for substring hits
+    legs: tuple[str, ...] = ()  # the legs that found it: "vector", "lexical"
 
 
-Mode = Literal["vector", "substring"]
+Mode = Literal["vector", "hybrid", "lexical", "substring"]
 
 
 @dataclass
@@ -208,13 +241,19 @@ def resolve_namespaces(who: Principal, scope: str | None, namespace: str | None)
     return tuple(dict.fromkeys(who.namespaces))
 
 
-def _check(query: str, limit: int) -> None:
+def _check(query: str, limit: int, search_mode: str = VECTOR, lexical_weight: float = 1.0) -> None:
     if not query or len(query) > MAX_QUERY_CHARS:
         raise InvalidRequest(
             f"query must hold 1 to {MAX_QUERY_CHARS:,} characters", field="query", rule="length"
         )
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}", field="limit", rule="range")
+    if search_mode not in SEARCH_MODES:
+        raise InvalidRequest(
+            f"search_mode must be one of {', '.join(SEARCH_MODES)}", field="search_mode", rule="one_of"
+        )
+    if not 0.0 <= lexical_weight <= 1.0:
+        raise InvalidRequest("lexical_weight must be between 0 and 1", field="lexical_weight", rule="range")
 
 
 async def search(
@@ -226,13 +265,15 @@ async def search(
     namespace: str | None = None,
     limit: int = 10,
     filters: Filters | None = None,
+    search_mode: str = VECTOR,
+    lexical_weight: float = 1.0,
 ) -> SearchResult:
     """conversation.search (viewer)."""
     who.require_role(Role.viewer)
     namespaces = resolve_namespaces(who, namespace_scope, namespace)
-    _check(query, limit)
+    _check(query, limit, search_mode, lexical_weight)
     if not namespaces:
-        return SearchResult(VECTOR, None, [], [])
+        return SearchResult(cast(Mode, search_mode), None, [], [])
     s = svc.settings
     ask = _Ask(
         namespaces,
@@ -241,6 +282,8 @@ async def search(
         s.conversation_search_min_similarity,
         s.conversation_search_excerpt_chars,
     )
+    if search_mode != VECTOR:
+        return await _by_words(svc, ask, query, search_mode, lexical_weight)
     if reads_as_high(query):
         return await _by_substring(svc, ask, query, QUERY_HIGH)
     # The planner's row counts do not need the vector: read them while the query is embedded.
@@ -442,6 +485,9 @@ async def _verified(svc: Services, ask: _Ask, candidates: list[Candidate], trust
     return hits
 
 
+VECTOR_LEGS = ("vector",)
+LEXICAL_LEGS = ("lexical",)
+
 _Kept = tuple[Candidate, str, str, str, datetime]  # a candidate and its turn's role, run, owner, time
 
 
@@ -506,6 +552,8 @@ async def _hits(svc: Services, ask: _Ask, kept: list[_Kept]) -> list[Hit]:
                 as_utc(ts),
                 round(c.similarity, 6),
                 head[: ask.shown],
+                round(c.similarity, 6),
+                VECTOR_LEGS,
             )
         )
     return hits
@@ -572,3 +620,169 @@ async def _by_substring(svc: Services, ask: _Ask, query: str, reason: str) -> Se
             break
         n *= GROWTH
     return SearchResult(SUBSTRING, reason, list(ask.namespaces), hits[: ask.limit], [SUBSTRING])
+
+
+# -- lexical and hybrid modes ---------------------------------------------------------
+
+
+async def _by_words(svc: Services, ask: _Ask, query: str, mode: str, lexical_weight: float) -> SearchResult:
+    """Lexical mode, or hybrid mode (module docstring). The lexical leg starts at once
+    and runs in ClickHouse while the query is embedded."""
+    # The lexical leg of a hybrid search reaches deeper than the page; the vector leg runs
+    # exactly as vector mode does (a deeper vector leg fell back to exact scans more
+    # often: hybrid cost 248 ms of CPU per search at 100k bench turns, against 71 + 106
+    # for the two modes alone).
+    depth = replace(ask, limit=min(MAX_LIMIT, ask.limit + LEG_DEPTH)) if mode == HYBRID else ask
+    lexical = asyncio.ensure_future(_lexical(svc, depth, query))
+    try:
+        return await _legs(svc, ask, depth, query, mode, lexical_weight, lexical)
+    finally:
+        if not lexical.done():  # the vector leg failed (a backend error): nothing waits for it
+            lexical.cancel()
+
+
+async def _legs(
+    svc: Services,
+    ask: _Ask,
+    depth: _Ask,
+    query: str,
+    mode: str,
+    lexical_weight: float,
+    lexical: asyncio.Future[list[Hit]],
+) -> SearchResult:
+    plan = [LEXICAL_PLAN]
+    if mode == LEXICAL:
+        return SearchResult(
+            LEXICAL, None, list(ask.namespaces), _best_lexical(await lexical, ask.limit), plan
+        )
+    fallback = QUERY_HIGH if reads_as_high(query) else None
+    vector_hits: list[Hit] = []
+    if fallback is None:
+        counting = _count_ahead(svc, ask)
+        embedded = await api_inline_embedder.embed(svc, [query])
+        if embedded.ok and embedded.vectors:
+            found = await _by_vector(svc, ask, embedded.vectors[0], counting, _trust(svc))
+            vector_hits, plan = found.hits, [*found.plan, LEXICAL_PLAN]
+        else:
+            await _discard(counting)
+            timeout = failures.code_of(embedded.error) == failures.EMBEDDER_TIMEOUT
+            fallback = EMBEDDER_TIMEOUT if timeout else EMBEDDER_ERROR
+            log.warning("conversation.search: hybrid answered by its lexical leg", reason=fallback)
+    lexical_hits = await lexical
+    if fallback is not None:
+        return SearchResult(
+            LEXICAL, fallback, list(ask.namespaces), _best_lexical(lexical_hits, ask.limit), plan
+        )
+    fused = fuse(vector_hits, lexical_hits, lexical_weight)
+    return SearchResult(HYBRID, None, list(ask.namespaces), fused[: ask.limit], plan)
+
+
+def _best_lexical(hits: list[Hit], limit: int) -> list[Hit]:
+    return hits[:limit]  # already in the leg's own order
+
+
+def fuse(vector_hits: Sequence[Hit], lexical_hits: Sequence[Hit], lexical_weight: float) -> list[Hit]:
+    """Reciprocal rank fusion of the two legs' verified hits: 1 / (k + rank) from the
+    vector leg plus lexical_weight / (k + rank) from the lexical leg. Ties: a hit of
+    both legs first, then the better rank, then the key."""
+    by_key: dict[tuple[str, str, str], tuple[Hit | None, int | None, Hit | None, int | None]] = {}
+    for rank, h in enumerate(vector_hits, 1):
+        by_key[(h.namespace, h.thread_id, h.msg_id)] = (h, rank, None, None)
+    for rank, h in enumerate(lexical_hits, 1):
+        key = (h.namespace, h.thread_id, h.msg_id)
+        v, v_rank, _, _ = by_key.get(key, (None, None, None, None))
+        by_key[key] = (v, v_rank, h, rank)
+    scored: list[tuple[tuple[float, int, int, str, str, str], Hit]] = []
+    for key, (v, v_rank, lx, l_rank) in by_key.items():
+        score = (1.0 / (RRF_K + v_rank) if v_rank else 0.0) + (
+            lexical_weight / (RRF_K + l_rank) if l_rank else 0.0
+        )
+        if score <= 0:
+            continue
+        legs = tuple(leg for leg, r in (("vector", v_rank), ("lexical", l_rank)) if r)
+        base = v or lx
+        assert base is not None
+        hit = replace(base, score=round(score, 6), legs=legs, similarity=v.similarity if v else None)
+        best_rank = min(r for r in (v_rank, l_rank, 10**9) if r)
+        scored.append(((-score, -len(legs), best_rank, *key), hit))
+    scored.sort(key=lambda sh: sh[0])
+    return [h for _, h in scored]
+
+
+async def _lexical(svc: Services, ask: _Ask, query: str) -> list[Hit]:
+    """The lexical leg's verified hits, best first (at most ask.limit): candidates from
+    the postings, checked against the transcript; fetched again (more) while the checks
+    left too few and more could exist."""
+    n = ask.first_fetch
+    hits: list[Hit] = []
+    for _ in range(RETRIES + 1):
+        candidates = await svc.run(lexical_store.search, svc.ch, ask.namespaces, query, ask.filters, n)
+        hits = await _lexical_verified(svc, ask, candidates)
+        if len(hits) >= ask.limit or len(candidates) < n or n >= store.MAX_FETCH:
+            break
+        n = min(store.MAX_FETCH, n * GROWTH)
+    return hits[: ask.limit]
+
+
+async def _lexical_verified(
+    svc: Services, ask: _Ask, candidates: list[lexical_store.LexicalCandidate]
+) -> list[Hit]:
+    """The candidates whose newest transcript row is live, recorded, not high and still
+    the text their postings came from, as hits in the leg's order (the best
+    `limit + VERIFY_SPARE` first, the rest only if those fall short)."""
+    first = ask.limit + VERIFY_SPARE
+    hits = await _lexical_slice(svc, ask, candidates[:first])
+    if len(hits) < ask.limit and len(candidates) > first:
+        hits += await _lexical_slice(svc, ask, candidates[first:])
+    return hits
+
+
+async def _lexical_slice(
+    svc: Services, ask: _Ask, candidates: list[lexical_store.LexicalCandidate]
+) -> list[Hit]:
+    """The slice's hits: each turn's newest row read (without its text) while the
+    excerpts are read from the index (see loom.store.transcript_terms)."""
+    if not candidates:
+        return []
+    keys = [(c.namespace, c.agent, c.thread_id, c.msg_id) for c in candidates]
+    now, heads = await asyncio.gather(
+        svc.run(lexical_store.verify, svc.ch, keys),
+        svc.run(lexical_store.heads, svc.ch, [(c.namespace, c.doc) for c in candidates]),
+    )
+    kept = []
+    for c, key in zip(candidates, keys, strict=True):
+        turn = now.get(key)
+        if turn is None or turn.version != c.version or not turn.live or turn.high or not turn.recorded:
+            continue  # gone, tombstoned, high, saved-only, or revised since its postings
+        kept.append((c, key, turn))
+    short = [key for c, key, _ in kept if not _head_covers(heads.get((c.namespace, c.doc)), ask.window)]
+    longer = await svc.run(store.heads, svc.ch, short, ask.window) if short else {}
+    hits = []
+    for c, key, turn in kept:
+        head = longer.get(key) or heads.get((c.namespace, c.doc), "")
+        if window_reads_as_high(head, ask.shown, SCREEN_PAST):
+            continue
+        hits.append(
+            Hit(
+                c.namespace,
+                c.agent,
+                c.thread_id,
+                c.msg_id,
+                turn.role,
+                turn.run_id,
+                turn.user_id,
+                as_utc(turn.ts),
+                None,
+                head[: ask.shown],
+                round(c.score, 6),
+                LEXICAL_LEGS,
+            )
+        )
+    return hits
+
+
+def _head_covers(head: str | None, window: int) -> bool:
+    """Does the index's head hold the turn's first `window` characters? It holds the
+    first HEAD_CHARS, so a shorter head is the whole text (None: not found, read the
+    transcript)."""
+    return head is not None and (len(head) >= window or len(head) < lexical_store.HEAD_CHARS)

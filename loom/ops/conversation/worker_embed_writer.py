@@ -42,7 +42,7 @@ from loom import failures
 from loom import logging as loom_logging
 from loom.clock import next_version
 from loom.jobs import EmbedTurn, ReembedItem
-from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, skipped
+from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, model_text, skipped
 from loom.ops.conversation.leases import under_thread_leases
 from loom.services import Services
 from loom.settings import Settings
@@ -185,7 +185,8 @@ class EmbedPipeline:
 
         async def one(lo: int) -> list[Outcome]:
             part = turns[lo : lo + chunk]
-            result = await self.model([t.text for t in part])
+            prefix = self.svc.settings.embed_speaker_prefix
+            result = await self.model([model_text(t.text, t.role, t.is_summary, prefix) for t in part])
             if gated is not None and not await asyncio.shield(gated):
                 outcomes = [Outcome(skipped(DELETED))] * len(part)
                 if on_part is not None:
@@ -272,7 +273,11 @@ class EmbedPipeline:
 
 async def reembed_items(svc: Services, model: ModelFn, items: Sequence[ReembedItem]) -> dict[str, int]:
     """Embed each item's kept text and write the vectors (see write_reembedded)."""
-    result = await model([it.text for it in items])
+    texts = [it.text for it in items]
+    if svc.settings.embed_speaker_prefix:
+        who = await svc.run(emb_store.speakers, svc.ch, [it.key for it in items])
+        texts = [model_text(it.text, *who.get(it.key, ("", False)), True) for it in items]
+    result = await model(texts)
     done = [_Reembed(it, result.vectors[j], result.model_id, result.errors[j]) for j, it in enumerate(items)]
     return await write_reembedded(svc, done)
 

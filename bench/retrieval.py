@@ -1,0 +1,368 @@
+"""What conversation.search finds: recall of the turns that answer a question, per mode.
+
+    .venv/bin/python -m bench.retrieval [--data PATH] [--limit N] [--embedder minilm]
+        [--modes vector,hybrid,lexical] [--latency-turns 100000] [--out bench/results]
+
+The data is either
+
+* LongMemEval's format (``longmemeval_oracle.json`` and the other sets): a list of
+  questions, each with its chat sessions (``haystack_sessions``, ``haystack_session_ids``)
+  whose answer turns are marked ``has_answer: true``; each question gets a namespace of
+  its own holding its sessions (one thread per session); or
+* LoCoMo's ``locomo10.json``: a list of conversations, each with ``conversation``
+  (``speaker_a``, ``speaker_b``, ``session_N`` lists of ``{speaker, dia_id, text}``) and
+  ``qa`` items whose ``evidence`` lists the dia_ids holding the answer; each
+  conversation gets a namespace, its questions are asked there (speaker_a's turns are
+  stored as role user, speaker_b's as assistant).
+
+With no ``--data`` it runs on bench/data/longmemeval_sample.json: four hand-written
+questions in LongMemEval's layout, which test the harness only (their figures say
+nothing about quality). The real sets cannot be downloaded on every machine; pass the
+file.
+
+Everything goes through the ops, over HTTP, on a private stack started as ``loom serve``
+does (embedded ClickHouse and Redis, one worker, the configured embedder): the
+namespaces' recording is switched on (conversation.set_logging), every turn is stored
+by conversation.append (batches of up to 500; the call returns once the turns are
+embedded), and every question is asked by conversation.search (limit 10) in each mode.
+Scored per question: recall@k, the share of its answer turns among the first k hits
+(questions with no answer turn are skipped), averaged per question type and overall;
+latency p50/p95 of the search calls as the client sees them (query embedding included).
+
+``--latency-turns N`` also bulk-loads N turns into one namespace as bench/search_bench.py
+does (transcript and embedding rows by the storage layer; the postings and vector
+tables fill themselves from those inserts), then times hybrid (and the other modes')
+searches over HTTP at that size. The 1-minute load average is printed beside it: other
+work on the machine skews every latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.append_bench import Stack, free_port  # noqa: E402
+
+SAMPLE = ROOT / "bench" / "data" / "longmemeval_sample.json"
+MODES = ("vector", "hybrid", "lexical")
+KS = (5, 10)
+BATCH = 500
+
+
+def load_avg() -> str:
+    return "load avg " + " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+@dataclass
+class Turn:
+    thread_id: str
+    msg_id: str
+    role: str
+    content: str
+
+
+@dataclass
+class Question:
+    qid: str
+    qtype: str
+    text: str
+    namespace: str
+    answers: set[str]  # msg_ids of the turns holding the answer
+
+
+@dataclass
+class Dataset:
+    name: str
+    real: bool
+    turns: dict[str, list[Turn]] = field(default_factory=dict)  # namespace -> turns
+    questions: list[Question] = field(default_factory=list)
+
+
+def _listish(value: Any) -> Any:
+    """The sample stores its lists as Python literals in strings; the real files as JSON lists."""
+    return ast.literal_eval(value) if isinstance(value, str) else value
+
+
+def read_longmemeval(raw: list[dict[str, Any]], limit: int) -> tuple[dict[str, list[Turn]], list[Question]]:
+    turns: dict[str, list[Turn]] = {}
+    questions: list[Question] = []
+    for i, q in enumerate(raw[: limit or None]):
+        ns = f"lme-{i}"
+        ids = _listish(q["haystack_session_ids"])
+        sessions = _listish(q["haystack_sessions"])
+        out: list[Turn] = []
+        answers: set[str] = set()
+        for sid, session in zip(ids, sessions, strict=True):
+            for j, t in enumerate(session):
+                if not str(t.get("content", "")).strip() or t.get("role") not in ("user", "assistant"):
+                    continue
+                msg = f"{sid}:{j}"[:128]
+                out.append(Turn(str(sid)[:128], msg, t["role"], t["content"]))
+                if t.get("has_answer"):
+                    answers.add(msg)
+        turns[ns] = out
+        questions.append(Question(str(q["question_id"]), str(q["question_type"]), q["question"], ns, answers))
+    return turns, questions
+
+
+def read_locomo(raw: list[dict[str, Any]], limit: int) -> tuple[dict[str, list[Turn]], list[Question]]:
+    turns: dict[str, list[Turn]] = {}
+    questions: list[Question] = []
+    for i, sample in enumerate(raw[: limit or None]):
+        ns = f"locomo-{i}"
+        conv = sample["conversation"]
+        roles = {conv.get("speaker_a"): "user", conv.get("speaker_b"): "assistant"}
+        out: list[Turn] = []
+        n = 1
+        while f"session_{n}" in conv:
+            for t in conv[f"session_{n}"]:
+                if str(t.get("text", "")).strip():
+                    out.append(
+                        Turn(f"session_{n}", str(t["dia_id"]), roles.get(t["speaker"], "user"), t["text"])
+                    )
+            n += 1
+        turns[ns] = out
+        for j, qa in enumerate(sample.get("qa", [])):
+            questions.append(
+                Question(
+                    f"{i}:{j}",
+                    f"category {qa.get('category', '?')}",
+                    qa["question"],
+                    ns,
+                    set(qa.get("evidence", [])),
+                )
+            )
+    return turns, questions
+
+
+def read(path: Path | None, limit: int) -> Dataset:
+    real = path is not None
+    path = path or SAMPLE
+    raw = json.loads(path.read_text())
+    if isinstance(raw, list) and raw and "conversation" in raw[0] and "qa" in raw[0]:
+        turns, questions = read_locomo(raw, limit)
+    else:
+        turns, questions = read_longmemeval(raw, limit)
+    return Dataset(str(path), real, turns, questions)
+
+
+# -- the stack ---------------------------------------------------------------------------
+
+
+def _client(url: str) -> Any:
+    from urllib.parse import urlparse
+
+    import clickhouse_connect
+
+    u = urlparse(url)
+    return clickhouse_connect.get_client(
+        host=u.hostname,
+        port=u.port,
+        database="loom",
+        send_receive_timeout=7200,
+        autogenerate_session_id=False,
+    )
+
+
+async def store(http: httpx.AsyncClient, token: str, data: Dataset) -> float:
+    """Every turn through conversation.append; returns the seconds it took."""
+    t0 = time.perf_counter()
+    for ns, turns in data.turns.items():
+        r = await http.post(
+            "/v1/conversation.set_logging", json={"namespace": ns, "enabled": True}, headers=_auth(token)
+        )
+        r.raise_for_status()
+        for lo in range(0, len(turns), BATCH):
+            body = {
+                "namespace": ns,
+                "turns": [
+                    {"thread_id": t.thread_id, "msg_id": t.msg_id, "role": t.role, "content": t.content}
+                    for t in turns[lo : lo + BATCH]
+                ],
+            }
+            r = await http.post("/v1/conversation.append", json=body, headers=_auth(token), timeout=600)
+            r.raise_for_status()
+    return time.perf_counter() - t0
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def ask(
+    http: httpx.AsyncClient, token: str, q: Question, mode: str, limit: int = 10
+) -> tuple[list[str], float]:
+    body = {"namespace": q.namespace, "query": q.text, "limit": limit, "search_mode": mode}
+    t0 = time.perf_counter()
+    r = await http.post("/v1/conversation.search", json=body, headers=_auth(token))
+    took = (time.perf_counter() - t0) * 1000
+    r.raise_for_status()
+    return [h["msg_id"] for h in r.json()["hits"]], took
+
+
+def recall_at(found: list[str], wanted: set[str], k: int) -> float:
+    return len(wanted & set(found[:k])) / len(wanted)
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))] if s else float("nan")
+
+
+async def score(http: httpx.AsyncClient, token: str, data: Dataset, modes: list[str]) -> list[str]:
+    lines: list[str] = []
+    asked = [q for q in data.questions if q.answers]
+    for mode in modes:
+        by_type: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        times: list[float] = []
+        for q in asked:
+            found, took = await ask(http, token, q, mode)
+            times.append(took)
+            by_type[q.qtype].append((recall_at(found, q.answers, 5), recall_at(found, q.answers, 10)))
+        every = [x for xs in by_type.values() for x in xs]
+        lines.append(
+            f"{mode:<8} all{'':<26} n={len(every):<5} recall@5 {statistics.fmean(r5 for r5, _ in every):.3f}  "
+            f"recall@10 {statistics.fmean(r10 for _, r10 in every):.3f}  p50 {pct(times, 50):6.1f} ms  "
+            f"p95 {pct(times, 95):6.1f} ms"
+        )
+        for qtype, xs in sorted(by_type.items()):
+            lines.append(
+                f"{'':<8} {qtype:<29} n={len(xs):<5} recall@5 {statistics.fmean(a for a, _ in xs):.3f}  "
+                f"recall@10 {statistics.fmean(b for _, b in xs):.3f}"
+            )
+    return lines
+
+
+async def latency_at(
+    port: int, token: str, queries: list[str], ns: str, modes: list[str], pids: list[int]
+) -> list[str]:
+    """Per mode: latency as the client sees it, and the CPU the stack's processes (API,
+    worker, endpoint) spent per search, which other work on the machine inflates far
+    less than it inflates wall-clock time."""
+    from bench.search_bench import cpu_seconds
+
+    lines = []
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
+        for mode in modes:
+            q0 = Question("w", "", "", ns, set())
+            for text in queries[:10]:  # warm-up
+                q0.text = text
+                await ask(http, token, q0, mode)
+            times = []
+            cpu0 = cpu_seconds(pids)
+            for text in queries[10:]:
+                q0.text = text
+                times.append((await ask(http, token, q0, mode))[1])
+            cpu = (cpu_seconds(pids) - cpu0) * 1000 / max(1, len(times))
+            lines.append(
+                f"{mode:<8} {len(times)} searches: p50 {pct(times, 50):6.1f} ms  p95 {pct(times, 95):6.1f} ms  "
+                f"p99 {pct(times, 99):6.1f} ms  CPU/search {cpu:5.1f} ms  [{load_avg()}]"
+            )
+    return lines
+
+
+def bulk(stack: Stack, ch: Any, n: int, queries: int, log: Any) -> tuple[str, list[str]]:
+    """N turns in one namespace, loaded as bench/search_bench.py loads them."""
+    from bench import datagen, search_bench
+
+    data = search_bench.build_data(n, queries, 2_000, 42, log)
+    ns = datagen.MAIN_NS
+    search_bench.load(ch, data, ns, 0, n, 50_000, log)
+    for other in datagen.NOISE_NS:
+        search_bench.load(ch, data, other, 0, max(1, n // 20), 50_000, log)
+    return ns, data.queries
+
+
+async def run(args: argparse.Namespace) -> list[str]:
+    data = read(Path(args.data) if args.data else None, args.limit)
+    modes = [m.strip() for m in args.modes.split(",")]
+    home = Path(tempfile.mkdtemp(prefix="loomret-", dir="/tmp"))
+    stack = Stack(home, free_port(), args.embedder)
+    lines = [
+        f"retrieval: {data.name}"
+        + ("" if data.real else "  (SAMPLE: tests the harness only, no quality claim)"),
+        f"{len(data.turns)} namespaces, {sum(len(t) for t in data.turns.values()):,} turns, "
+        f"{sum(1 for q in data.questions if q.answers)} questions with answer turns; embedder {args.embedder}, "
+        f"speaker prefix {'on' if args.speaker_prefix else 'off'}",
+    ]
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+
+    try:
+        stack.start(log)
+        from loom.auth.tokens import mint
+        from loom.embedded.clickhouse_endpoint import find_running_endpoint
+
+        url = find_running_endpoint(home / "clickhouse")
+        assert url, "the embedded endpoint is not running"
+        ch = _client(url)
+        token = mint(ch, [*data.turns], "admin", "all", "", "").token
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{stack.port}", timeout=120) as http:
+            took = await store(http, token, data)
+            lines.append(f"stored through conversation.append in {took:.1f}s  [{load_avg()}]")
+            lines += await score(http, token, data, modes)
+        if args.latency_turns:
+            from bench import datagen
+
+            ns, queries = bulk(stack, ch, args.latency_turns, args.latency_queries + 10, log)
+            viewer = mint(ch, [ns, *datagen.NOISE_NS], "viewer", "all", "", "").token
+            lines.append(f"latency at {args.latency_turns:,} turns in {ns} (query embedding included):")
+            from bench.search_bench import descendants
+
+            pids = descendants(stack.proc.pid) if stack.proc else []
+            lines += await latency_at(stack.port, viewer, queries, ns, modes, pids)
+    finally:
+        stack.stop()
+        if not args.keep:
+            shutil.rmtree(home, ignore_errors=True)
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument(
+        "--data", help="a LongMemEval-format file or LoCoMo's locomo10.json (default: the sample)"
+    )
+    ap.add_argument(
+        "--limit", type=int, default=0, help="the first N questions (LongMemEval) or conversations"
+    )
+    ap.add_argument("--embedder", default="minilm")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--latency-turns", type=int, default=0, help="also time searches at this many turns")
+    ap.add_argument("--latency-queries", type=int, default=200)
+    ap.add_argument(
+        "--speaker-prefix", action="store_true", help="LOOM_EMBED_SPEAKER_PREFIX=true for the stack"
+    )
+    ap.add_argument("--keep", action="store_true", help="keep the temporary LOOM_HOME")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = ap.parse_args()
+    os.environ["LOOM_EMBED_SPEAKER_PREFIX"] = "true" if args.speaker_prefix else "false"
+    lines = asyncio.run(run(args))
+    print("\n".join(lines))
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{datetime.now(UTC):%Y-%m-%d-%H%M%S}-retrieval.txt"
+    path.write_text("\n".join(lines) + "\n")
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()
