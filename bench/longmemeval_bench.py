@@ -206,6 +206,7 @@ async def score_question(svc: Services, who: Principal, q: Question, where: dict
     asked = await asking.ask(svc, who, NS, q.qid, q.question, as_of=q.asked_at, limit=max(KS))
     row["ask_ms"] = (time.perf_counter() - t0) * 1000
     row["ask_basis"] = "cited" if asked.answer is not None else "context"
+    row["ask_reason"] = asked.reason
     a_turns = ask_turns(asked, where)
     for k in KS:
         row[f"ask_session@{k}"] = recall_at([t.rsplit(":", 1)[0] for t in a_turns], q.answer_sessions, k)

@@ -117,7 +117,7 @@ def read_longmemeval(raw: list[dict[str, Any]], limit: int) -> tuple[dict[str, l
                 if not str(t.get("content", "")).strip() or t.get("role") not in ("user", "assistant"):
                     continue
                 msg = f"{sid}:{j}"[:128]
-                out.append(Turn(str(sid)[:128], msg, t["role"], t["content"]))
+                out.append(Turn(thread_id=str(sid)[:128], msg_id=msg, role=t["role"], content=t["content"]))
                 if t.get("has_answer"):
                     answers.add(msg)
         turns[ns] = out
@@ -138,7 +138,12 @@ def read_locomo(raw: list[dict[str, Any]], limit: int) -> tuple[dict[str, list[T
             for t in conv[f"session_{n}"]:
                 if str(t.get("text", "")).strip():
                     out.append(
-                        Turn(f"session_{n}", str(t["dia_id"]), roles.get(t["speaker"], "user"), t["text"])
+                        Turn(
+                            thread_id=f"session_{n}",
+                            msg_id=str(t["dia_id"]),
+                            role=roles.get(t["speaker"], "user"),
+                            content=t["text"],
+                        )
                     )
             n += 1
         turns[ns] = out

@@ -94,7 +94,11 @@ async def test_the_harness_scores_ask_answers_per_type(services, ns, monkeypatch
     rows = []
     for q in [lme.Question.of(x) for x in json.loads(lme.SAMPLE.read_text())]:
         rows.append(await lme.score_question(svc, who, q, await lme.store_question(svc, who, q)))
-    assert {r["ask_basis"] for r in rows} == {"cited"}
+    # A question sharing no content word with its sessions ("How many musical instruments
+    # have I said I play?" against "cello", "ukulele") finds nothing with the fake embedder
+    # once stop-words are dropped: no context, so no model call. Every other one is cited.
+    answered = [r for r in rows if r["ask_reason"] != "no_context"]
+    assert len(answered) >= 3 and {r["ask_basis"] for r in answered} == {"cited"}
     assert all(isinstance(r["ask_correct"], bool) for r in rows)
     lines = lme.report(rows, "sample", False)
     assert any("knowledge-update" in line for line in lines)
