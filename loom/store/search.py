@@ -24,7 +24,7 @@ vector travels back (30 vectors cost more to send and parse than to rank).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -88,7 +88,15 @@ def _where(filters: Filters, params: dict[str, Any], *, hide_key: bool) -> list[
     def key(col: str) -> str:
         return f"identity({col})" if hide_key else col
 
-    out = [f"{key('namespace')} IN {{ns:Array(String)}}"]
+    return [f"{key('namespace')} IN {{ns:Array(String)}}", *filter_conditions(filters, params, key=key)]
+
+
+def filter_conditions(
+    filters: Filters, params: dict[str, Any], *, key: Callable[[str], str] = str
+) -> list[str]:
+    """The conditions of a search's optional filters (thread, run, role, agent), their
+    values added to `params`; `key` wraps a primary-key column (see :func:`_where`)."""
+    out = []
     if filters.thread_id is not None:
         out.append(f"{key('thread_id')} = {{th:String}}")
         params["th"] = filters.thread_id

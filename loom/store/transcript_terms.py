@@ -43,7 +43,7 @@ from clickhouse_connect.driver.client import Client
 from loom.store import bm25
 from loom.store.clickhouse import key_sets
 from loom.store.rows import named, scalar
-from loom.store.search import Filters
+from loom.store.search import Filters, filter_conditions
 
 TABLE = "conversation_terms"
 
@@ -74,20 +74,7 @@ class LexicalCandidate:
 
 
 def _filters(filters: Filters, params: dict[str, Any]) -> str:
-    out = []
-    if filters.thread_id is not None:
-        out.append("thread_id = {th:String}")
-        params["th"] = filters.thread_id
-    if filters.run_id is not None:
-        out.append("run_id = {run:String}")
-        params["run"] = filters.run_id
-    if filters.role is not None:
-        out.append("role = {role:String}")
-        params["role"] = filters.role
-    if filters.agent is not None:
-        out.append("agent = {ag:String}")
-        params["ag"] = filters.agent
-    return "".join(f" AND {c}" for c in out)
+    return "".join(f" AND {c}" for c in filter_conditions(filters, params))
 
 
 # Terms held by more than this share of a namespace's documents (and by more than
