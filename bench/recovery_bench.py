@@ -21,24 +21,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import tempfile
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
+from bench.private_stack import private_services
 from loom.clock import next_version
-from loom.embedded.clickhouse_endpoint import start_endpoint
-from loom.embedded.redis_server import start_redis
 from loom.ops.conversation.recovery import recover
 from loom.ops.conversation.worker_embed_writer import model_from_embedder
 from loom.providers.embedders import FakeEmbedder
-from loom.services import open_services
-from loom.settings import Settings
 from loom.store import conversations as conv_store
 from loom.store import embed_recovery
 from loom.store import embeddings as emb_store
-from loom.store.schema import prepare
 
 BATCH = 20_000
 
@@ -127,19 +121,7 @@ async def main() -> None:
     ap.add_argument("--namespaces", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="loomrb-", dir="/tmp"))
-    endpoint = start_endpoint(home / "clickhouse")
-    redis = start_redis(home / "redis")
-    try:
-        settings = Settings(
-            home=home,
-            clickhouse_url=endpoint.url,
-            redis_url=redis.url,
-            embedder="fake",
-            clickhouse_database="loom_recovery_bench",
-        )
-        prepare(settings, settings.clickhouse_url)
-        svc = await open_services(settings, settings.clickhouse_url, settings.redis_url)
+    async with private_services("loomrb-", "loom_recovery_bench") as svc:
         ch = svc.ch
         model = model_from_embedder(FakeEmbedder)
         t0 = time.perf_counter()
@@ -179,10 +161,6 @@ async def main() -> None:
         print(
             f"  rows read ratio (pass / scan): {statistics.median(reads) / max(1, statistics.median(scans)):.3f}"
         )
-        await svc.close()
-    finally:
-        redis.stop()
-        endpoint.stop()
 
 
 if __name__ == "__main__":

@@ -22,16 +22,12 @@ import argparse
 import asyncio
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+from bench.private_stack import private_services
 from loom.auth.principal import Principal, Role
-from loom.embedded.clickhouse_endpoint import start_endpoint
-from loom.embedded.redis_server import start_redis
 from loom.ops.webhooks import events, registry
-from loom.services import open_services
-from loom.settings import Settings
 from loom.store import webhooks as store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -47,26 +43,12 @@ def _figures(name: str, xs: list[float]) -> str:
 async def run(rounds: int) -> list[str]:
     from workers.main import build_worker
 
-    home = Path(tempfile.mkdtemp(prefix="loomwh-", dir="/tmp"))
-    endpoint = start_endpoint(home / "clickhouse")
-    redis = start_redis(home / "redis")
     lines: list[str] = []
-    try:
-        settings = Settings(
-            home=home,
-            clickhouse_url=endpoint.url,
-            redis_url=redis.url,
-            embedder="fake",
-            clickhouse_database="loom_webhook_bench",
-        )
-        from loom.store.schema import prepare
-
-        prepare(settings, settings.clickhouse_url)
-        svc = await open_services(settings, settings.clickhouse_url, settings.redis_url)
+    async with private_services("loomwh-", "loom_webhook_bench") as svc:
         worker = build_worker(
-            settings,
-            settings.clickhouse_url,
-            settings.redis_url,
+            svc.settings,
+            svc.settings.clickhouse_url,
+            svc.settings.redis_url,
             handle_signals=False,
             burst=False,
             cron_jobs=[],
@@ -104,10 +86,6 @@ async def run(rounds: int) -> list[str]:
         finally:
             await worker.close()
             task.cancel()
-            await svc.close()
-    finally:
-        redis.stop()
-        endpoint.stop()
     return lines
 
 
