@@ -99,13 +99,15 @@ def bulk_load(
     clickhouse_url: str, namespace: str, turns: int, users: int, *, vectors: bool, seed: int
 ) -> float:
     """Generate the rows inside ClickHouse (INSERT ... SELECT FROM numbers()): the
-    materialized views feed the derived tables exactly as an append's insert would, and
-    1M turns load in minutes instead of an hour of Python row building. Thread ``i//20``
+    materialized views feed the derived tables exactly as an append's insert would (the
+    transcript's postings, which Loom's writers write themselves, are backfilled after),
+    and 1M turns load in minutes instead of an hour of Python row building. Thread ``i//20``
     of user ``i // per_user``; roles user/assistant/tool in turn; a tenth of the user
     turns saved; 384-dimension unit vectors for user and assistant turns."""
     import clickhouse_connect
 
     from loom.clock import next_version
+    from loom.store import transcript_postings
 
     url = urlparse(clickhouse_url)
     ch = clickhouse_connect.get_client(
@@ -160,6 +162,9 @@ def bulk_load(
                 # small inserts leave them): built at insert, 100k turns took 10 minutes.
                 settings={"exclude_materialize_skip_indexes_on_insert": "ann"},
             )
+    # The transcript's postings, as an append would have written them (the removal
+    # deletes them too).
+    transcript_postings.backfill(ch, namespace)
     took = time.perf_counter() - t0
     t1 = time.perf_counter()
     for table in ("conversations", "conversation_embeddings"):

@@ -25,6 +25,7 @@ loom.conversations (see loom.store.saved.verify).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,10 +63,10 @@ def terms_sql(expr: str) -> str:
 
 # -- stems (the transcript's index, clickhouse_schema/016_transcript_terms.sql) --------
 #
-# A light English stemmer in SQL, so that the materialized view that writes the
-# transcript's postings and the query share it (the engine's own `stem()` needs its NLP
-# data, which the embedded engine does not ship; a Python stemmer could not run inside
-# the view). Only terms of ASCII letters are stemmed (a compound "inc-48213", a number,
+# A light English stemmer, in SQL and (py_stem) in Python: the transcript's postings are
+# written with the Python one (loom.store.transcript_postings) and, for the engine's own
+# revisions and bulk loads, with the SQL one (the engine's own `stem()` needs its NLP
+# data, which the embedded engine does not ship). Only terms of ASCII letters are stemmed (a compound "inc-48213", a number,
 # another script stay as they are), in two passes:
 #   1. plurals: -sses/-xes/-ches/-shes/-zzes lose "es", -ies becomes -y (not -aies,
 #      -eies), -es otherwise loses "s" (not -aes, -ees, -oes), -s is dropped (not -us,
@@ -142,7 +143,8 @@ def stop_words_param() -> list[str]:
 # expressions; measured on the 100k-turn bench set), a fifth of a lexical search. The
 # transcript's lexical leg therefore computes a query's terms here, by the same rules;
 # tests/conversation/test_search_modes.py checks both give the same terms on a varied
-# text. The index itself is only ever written by the SQL.
+# text. The transcript's postings are written with these too (loom.store.transcript_postings),
+# and tests/conversation/test_transcript_postings.py holds them equal to the engine's.
 _PY_CLASS = r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]+"
 _PY_WORD = re.compile(_PY_CLASS)
 _PY_COMPOUND = re.compile(f"{_PY_CLASS}(?:[-_./:@#]{_PY_CLASS})+")
@@ -182,8 +184,10 @@ def _py_suffix(t: str) -> str:
     return t
 
 
+@functools.lru_cache(maxsize=1 << 15)
 def py_stem(term: str) -> str:
-    """:func:`stems_sql` for one term, in Python."""
+    """:func:`stems_sql` for one term, in Python. Cached: a text's words are mostly a
+    small vocabulary, and its regular expressions were most of a flush's postings."""
     return _py_suffix(_py_plural(term))
 
 

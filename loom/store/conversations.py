@@ -16,6 +16,7 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
+from loom.store import transcript_postings
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.rows import Column, column, named, table
 
@@ -86,7 +87,9 @@ DEFERRED_INDEXES = ("idx_user", "idx_run", "idx_created")
 
 
 def insert(ch: Client, turns: Sequence[Turn], *, dedup_token: str = "") -> None:
-    """One INSERT for the batch. A retry with the same token cannot double its rows."""
+    """One INSERT for the batch, after its postings (loom.store.transcript_postings). A
+    retry with the same token cannot double its rows."""
+    transcript_postings.insert(ch, turns, dedup_token=dedup_token)
     settings = insert_settings(ch, len(turns), DEFERRED_INDEXES, dedup_token)
     TABLE.insert(ch, turns, settings=settings)
 

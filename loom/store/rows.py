@@ -134,6 +134,25 @@ class Table(Generic[T]):
         finally:
             _let_go(context)
 
+    def insert_columns(
+        self, ch: Client, columns: Mapping[str, Sequence[Any]], *, settings: Mapping[str, Any] | None = None
+    ) -> None:
+        """One INSERT of rows given column by column, by name (every insert column, each
+        already encoded): for many small rows built in bulk, no dataclass per row."""
+        if set(columns) != set(self.insert_names):
+            raise ValueError(f"{self.name}: columns {sorted(columns)} are not {sorted(self.insert_names)}")
+        context = ch.create_insert_context(
+            self.name,
+            column_names=self.insert_names,
+            column_type_names=self.insert_types,
+            column_oriented=True,
+            settings=dict(settings) if settings else None,
+        )
+        try:
+            ch.insert(data=[columns[name] for name in self.insert_names], context=context)
+        finally:
+            _let_go(context)
+
     def decode(self, values: Sequence[Any]) -> T:
         """A row read with :attr:`read_list`, as the dataclass (by field name)."""
         data = dict(zip(self.read_names, values, strict=True))

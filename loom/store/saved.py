@@ -19,6 +19,7 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 
 from loom.store import conversations as conv_store
+from loom.store import transcript_postings
 from loom.store.clickhouse import key_sets
 from loom.store.rows import named
 
@@ -102,6 +103,9 @@ def _revise(
         f"WHERE {_KEY_WHERE} AND {condition}",
         parameters={**_key_params(key), **params, "v": version},
     )
+    # The postings carry the owner and version (and a saved-only row that became
+    # recorded gets its first ones); a revision that wrote nothing rewrites them as they were.
+    transcript_postings.rewrite(ch, key)
 
 
 def claim(ch: Client, key: TurnKey, user_id: str, saved_at: datetime, version: int) -> None:
