@@ -11,10 +11,14 @@ stand-in chat server (tests/providers/standin.py); the API is driven in-process 
 ASGI. Figures:
 
 1. one compaction at a time, end to end, everything but the model, the summary's
-   embedding, and the median of each step (bench/compaction_profile.py);
+   embedding, and the median of each step (bench/compaction_profile.py), alternating
+   with the job body as it was before session 13 (compaction_profile.previous_run);
+   CPU per compaction by process (this one, the endpoint, Redis), each compaction
+   started once the engine runs no merge; with --statements N, each statement of a
+   compaction run N times: wall and CPU per call by process;
 2. single-turn appends on other threads alone, while N threads are compacted at once
-   with the compaction gate unbounded (as before LOOM_COMPACT_CONCURRENCY) and with its
-   configured bound, and alone again: p99 and p50 ratios;
+   (the compaction gate at its configured bound; with --unbounded, unbounded too), and
+   alone again: p99 and p50 ratios, and when the slowest appends started;
 3. titler passes over 10 untitled threads: wall time and everything but the model.
 
 Prints medians and the load average, and writes the lines to
@@ -230,6 +234,20 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
         # 1. One compaction at a time; rounds alternate with the job body as it was before
         # session 13 (bench/compaction_profile.previous_run) for a ratio in the same run.
         meter = CpuMeter(**args.pids)
+
+        async def settled(timeout_s: float = 10.0) -> None:
+            """Until the engine runs no merge (or timeout_s passed)."""
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            await asyncio.sleep(0.3)  # the append's own work (its embedding job) winds down
+            while loop.time() < deadline:
+                busy = await svc.run(
+                    lambda: svc.ch.query("SELECT count() FROM system.merges").result_rows[0][0]
+                )
+                if not busy:
+                    return
+                await asyncio.sleep(0.1)
+
         if args.statements:
             await thread("stmt", 200)
             for line in await wsvc.run(statement_costs, wsvc, meter, ns, AGENT, "stmt", args.statements):
@@ -243,7 +261,7 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
                 await thread(th, 200)
                 profiler.inner = previous_run if legacy else profiler.current
                 timed.spent.clear()
-                await asyncio.sleep(0.3)  # the append's own work (its embedding job) winds down
+                await settled()  # the thread's own inserts merged: their CPU is not the compaction's
                 before = meter.now()
                 took = await compact(th)
                 cpu[legacy].append(CpuMeter.spent(before, meter.now()))
@@ -334,10 +352,10 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
         if args.unbounded:
             report("append during compactions, unbounded (as before LOOM_COMPACT_CONCURRENCY)", before)
             rows.append(("unbounded", before))
-        for label, got in rows:
+        for label, ms in rows:
             out(
-                f"   append p99 ratio, {label:<16}: {pct(got, 0.99) / pct(alone, 0.99):5.2f} "
-                f"(p50 ratio {statistics.median(got) / statistics.median(alone):5.2f}; target p99 <= 1.2)"
+                f"   append p99 ratio, {label:<16}: {pct(ms, 0.99) / pct(alone, 0.99):5.2f} "
+                f"(p50 ratio {statistics.median(ms) / statistics.median(alone):5.2f}; target p99 <= 1.2)"
             )
         worst = sorted(spans, key=lambda s: -s[1])[:5]
         out(

@@ -361,11 +361,21 @@ def statement_costs(svc: Any, meter: CpuMeter, ns: str, agent: str, thread_id: s
 
     steps: list[tuple[str, Any]] = [
         ("namespace config (API check)", lambda: ns_store.get(svc.ch, ns)),
-        ("window read (live_turns, 200 rows)", lambda: store.live_turns(svc.ch, ns, agent, thread_id)),
-        ("copies read (every agent's rows)", lambda: deletion.copies(svc.ch, ns, thread_id, EMBED_CHARS)),
         (
-            "embedding rows read, no vectors",
+            "window read (live_turns; before: again under the lease)",
+            lambda: store.live_turns(svc.ch, ns, agent, thread_id),
+        ),
+        (
+            "before: copies read (every agent's rows)",
+            lambda: deletion.copies(svc.ch, ns, thread_id, EMBED_CHARS),
+        ),
+        (
+            "before: embedding rows read, no vectors",
             lambda: deletion.thread_embeddings(svc.ch, ns, thread_id, vectors=False),
+        ),
+        (
+            "now: the one read under the lease (thread_now)",
+            lambda: store.thread_now(svc.ch, ns, thread_id, EMBED_CHARS),
         ),
         (
             "search_marks insert (one raise's CH half)",
@@ -374,9 +384,6 @@ def statement_costs(svc: Any, meter: CpuMeter, ns: str, agent: str, thread_id: s
         ("insert summary + 190 tombstones", lambda: conv_store.insert(svc.ch, conv_rows())),
         ("insert summary's row + 190 settled rows", lambda: emb_store.insert(svc.ch, emb_rows())),
     ]
-    extra = getattr(store, "BENCH_STATEMENTS", None)  # statements the code under test adds
-    if extra is not None:
-        steps += [(label, functools.partial(fn, svc.ch, ns, agent, thread_id)) for label, fn in extra]
     lines = [f"   per statement, {reps} calls one after another: wall p50 ms; CPU ms per call by process"]
     for label, fn in steps:
         fn()  # warm
