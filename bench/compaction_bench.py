@@ -331,7 +331,11 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
             return results[0], [s * 1000 for s in results[1:]], spans
 
         bound = wsvc.settings.compact_concurrency
-        phases = ["gated"] + (["unbounded"] if args.unbounded else [])
+        phases = (
+            ["gated"]
+            + (["unbounded"] if args.unbounded else [])
+            + (["previous"] if args.previous_busy else [])
+        )
         for tag in phases:
             for k in range(args.concurrent):
                 await thread(f"{tag}{k}", 200)
@@ -340,6 +344,11 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
         alone2 = await appends("alone2", args.appends)
         if args.unbounded:
             before, before_c, _ = await busy("unbounded", 10_000)
+        if args.previous_busy:  # the job body as before session 13, then appends alone again
+            profiler.inner = previous_run
+            prev, prev_c, _ = await busy("previous", bound)
+            profiler.inner = profiler.current
+            alone3 = await appends("alone3", args.appends)
         alone = alone1 + alone2
         out(
             f"\n2. {args.concurrent} threads compacted at once, 4 writers appending single turns to other threads"
@@ -352,6 +361,17 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
         if args.unbounded:
             report("append during compactions, unbounded (as before LOOM_COMPACT_CONCURRENCY)", before)
             rows.append(("unbounded", before))
+        if args.previous_busy:
+            report("append alone, after the phase with the job as before", alone3)
+            report(f"append during compactions as before session 13, concurrency {bound}", prev)
+            prev_alone = alone2 + alone3
+            out(
+                f"   as before session 13 (against the appends alone around it): p99 ratio "
+                f"{pct(prev, 0.99) / pct(prev_alone, 0.99):5.2f}, p50 ratio "
+                f"{statistics.median(prev) / statistics.median(prev_alone):5.2f}; now (against alone1 + alone2): "
+                f"p50 ratio {statistics.median(after) / statistics.median(alone):5.2f}"
+            )
+            report(f"{args.concurrent} compactions as before session 13, each end to end", prev_c)
         for label, ms in rows:
             out(
                 f"   append p99 ratio, {label:<16}: {pct(ms, 0.99) / pct(alone, 0.99):5.2f} "
@@ -395,6 +415,11 @@ def main() -> None:
     parser.add_argument("--concurrent", type=int, default=32)
     parser.add_argument("--appends", type=int, default=40, help="appends per writer and phase (4 writers)")
     parser.add_argument("--titler-passes", type=int, default=5)
+    parser.add_argument(
+        "--previous-busy",
+        action="store_true",
+        help="also a busy phase with the job body as before session 13 (then appends alone again)",
+    )
     parser.add_argument(
         "--unbounded", action="store_true", help="also a busy phase with the compaction gate unbounded"
     )
