@@ -11,10 +11,14 @@ stand-in chat server (tests/providers/standin.py); the API is driven in-process 
 ASGI. Figures:
 
 1. one compaction at a time, end to end, everything but the model, the summary's
-   embedding, and the median of each step (bench/compaction_profile.py);
+   embedding, and the median of each step (bench/compaction_profile.py), alternating
+   with the job body as it was before session 13 (compaction_profile.previous_run);
+   CPU per compaction by process (this one, the endpoint, Redis), each compaction
+   started once the engine runs no merge; with --statements N, each statement of a
+   compaction run N times: wall and CPU per call by process;
 2. single-turn appends on other threads alone, while N threads are compacted at once
-   with the compaction gate unbounded (as before LOOM_COMPACT_CONCURRENCY) and with its
-   configured bound, and alone again: p99 and p50 ratios;
+   (the compaction gate at its configured bound; with --unbounded, unbounded too), and
+   alone again: p99 and p50 ratios, and when the slowest appends started;
 3. titler passes over 10 untitled threads: wall time and everything but the model.
 
 Prints medians and the load average, and writes the lines to
@@ -40,7 +44,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
 
-from bench.compaction_profile import STEPS, Profiler, legacy_retire, steps_of  # noqa: E402
+from bench.compaction_profile import (  # noqa: E402
+    STEPS,
+    CpuMeter,
+    Profiler,
+    previous_run,
+    statement_costs,
+    steps_of,
+)
 from loom.api.app import create_app  # noqa: E402
 from loom.auth.tokens import mint  # noqa: E402
 from loom.services import open_services  # noqa: E402
@@ -50,6 +61,7 @@ from loom.store.schema import prepare  # noqa: E402
 from tests.providers.standin import StandInServer  # noqa: E402
 
 MODEL_DELAY_S = 0.05
+AGENT = "default"  # the agent the API names when a request names none
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -97,10 +109,12 @@ async def run(args: argparse.Namespace, home: Path) -> None:
             endpoint = start_endpoint(home / "clickhouse")
             started.append(endpoint)
             ch_url = endpoint.url
+            args.pids["endpoint"] = endpoint.pid
         if not redis_url:
             server = start_redis(home / "redis")
             started.append(server)
             redis_url = server.url
+            args.pids["redis"] = server.pid
         with StandInServer() as standin:
             standin.set_handler(
                 standin.CHAT,
@@ -217,19 +231,40 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
             await thread(f"warm{i}", 200)
             await compact(f"warm{i}")
 
-        # 1. One compaction at a time; rounds alternate with the retirement as it was
-        # before (bench/compaction_profile.legacy_retire) for a ratio in the same run.
-        from loom.ops.conversation import compacting
+        # 1. One compaction at a time; rounds alternate with the job body as it was before
+        # session 13 (bench/compaction_profile.previous_run) for a ratio in the same run.
+        meter = CpuMeter(**args.pids)
 
-        current_retire = compacting._retire
+        async def settled(timeout_s: float = 10.0) -> None:
+            """Until the engine runs no merge (or timeout_s passed)."""
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_s
+            await asyncio.sleep(0.3)  # the append's own work (its embedding job) winds down
+            while loop.time() < deadline:
+                busy = await svc.run(
+                    lambda: svc.ch.query("SELECT count() FROM system.merges").result_rows[0][0]
+                )
+                if not busy:
+                    return
+                await asyncio.sleep(0.1)
+
+        if args.statements:
+            await thread("stmt", 200)
+            for line in await wsvc.run(statement_costs, wsvc, meter, ns, AGENT, "stmt", args.statements):
+                out(line)
+
         e2e, rest, embed, legacy_e2e, legacy_rest = [], [], [], [], []
+        cpu: dict[bool, list[dict[str, float]]] = {False: [], True: []}
         for i in range(args.rounds):
             for legacy in (False, True):
                 th = f"{'l' if legacy else 'r'}{i}"
                 await thread(th, 200)
-                compacting._retire = legacy_retire if legacy else current_retire  # type: ignore[assignment]
+                profiler.inner = previous_run if legacy else profiler.current
                 timed.spent.clear()
+                await settled()  # the thread's own inserts merged: their CPU is not the compaction's
+                before = meter.now()
                 took = await compact(th)
+                cpu[legacy].append(CpuMeter.spent(before, meter.now()))
                 model_s = sum(b - a for a, b in timed.spent)
                 if legacy:
                     legacy_e2e.append(took * 1000)
@@ -238,7 +273,7 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
                     e2e.append(took * 1000)
                     rest.append((took - model_s) * 1000)
                     embed.append(steps.get(th, {}).get("summary_embed", 0.0))
-        compacting._retire = current_retire  # type: ignore[assignment]
+        profiler.inner = profiler.current
         out(
             f"\n1. 200-turn thread, keep_recent 10, stand-in summarizer {MODEL_DELAY_S * 1000:.0f} ms, fake embedder"
         )
@@ -249,58 +284,107 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
             "everything but the summarizer and the embedding",
             [r - e for r, e in zip(rest, embed, strict=True)],
         )
-        report("the retirement as before: end to end", legacy_e2e)
-        report("the retirement as before: everything but the model", legacy_rest)
+        report("the job as before session 13: end to end", legacy_e2e)
+        report("the job as before session 13: everything but the model", legacy_rest)
         out(
             f"   ratio now / before (p50): end to end {statistics.median(e2e) / statistics.median(legacy_e2e):.2f}, "
             f"everything but the model {statistics.median(rest) / statistics.median(legacy_rest):.2f}"
         )
-        profiled = [steps[f"r{i}"] for i in range(args.rounds) if f"r{i}" in steps]
-        out("   steps, median ms (the reads under the lease run at once: overlapping steps):")
+        for legacy in (False, True):
+            # The mean: the kernel counts CPU in 10 ms ticks, too coarse for one compaction.
+            per = "  ".join(f"{k} {statistics.fmean(c[k] for c in cpu[legacy]):6.1f}" for k in cpu[legacy][0])
+            out(f"   CPU ms per compaction (mean), {'before' if legacy else 'now':<6}: {per}")
+        now = [steps[f"r{i}"] for i in range(args.rounds) if f"r{i}" in steps]
+        was = [steps[f"l{i}"] for i in range(args.rounds) if f"l{i}" in steps]
+        out("   steps, median ms, now | before (steps that run at once overlap; '-' not a step there):")
         for step in STEPS:
-            vals = [p.get(step, 0.0) for p in profiled]
-            if vals:
-                out(f"     {step:<18} {statistics.median(vals):8.1f}")
+            cols = []
+            for profiled in (now, was):
+                vals = [p[step] for p in profiled if step in p]
+                cols.append(f"{statistics.median(vals):8.1f}" if vals else f"{'-':>8}")
+            out(f"     {step:<18} {cols[0]} | {cols[1]}")
 
-        # 2. Appends on other threads while 32 threads are compacted.
-        async def appends(tag: str, n: int) -> list[float]:
+        # 2. Appends on other threads while 32 threads are compacted. Every phase's threads
+        # are built first, so the phases without compactions run with the same backlog of
+        # background merges (6,400 fresh turns and vectors) as the ones with them.
+        async def appends(tag: str, n: int, spans: list[tuple[float, float]] | None = None) -> list[float]:
             got: list[float] = []
+            t_start = time.perf_counter()
 
             async def one(k: int) -> None:
                 for j in range(n):
-                    got.append(await append_one(f"{tag}-a{k}", j))
+                    t0 = time.perf_counter() - t_start
+                    took = await append_one(f"{tag}-a{k}", j)
+                    got.append(took)
+                    if spans is not None:
+                        spans.append((t0, took))
 
             await asyncio.gather(*(one(k) for k in range(4)))
             return [s * 1000 for s in got]
 
-        async def busy(tag: str, bound: int) -> tuple[list[float], list[float]]:
+        async def busy(tag: str, bound: int) -> tuple[list[float], list[float], list[tuple[float, float]]]:
             worker.ctx[COMPACT_GATE] = asyncio.Semaphore(bound)
-            for k in range(args.concurrent):
-                await thread(f"{tag}{k}", 200)
+            spans: list[tuple[float, float]] = []
             results = await asyncio.gather(
-                appends(tag, args.appends), *(compact(f"{tag}{k}") for k in range(args.concurrent))
+                appends(tag, args.appends, spans), *(compact(f"{tag}{k}") for k in range(args.concurrent))
             )
-            return results[0], [s * 1000 for s in results[1:]]
+            return results[0], [s * 1000 for s in results[1:]], spans
 
         bound = wsvc.settings.compact_concurrency
+        phases = (
+            ["gated"]
+            + (["unbounded"] if args.unbounded else [])
+            + (["previous"] if args.previous_busy else [])
+        )
+        for tag in phases:
+            for k in range(args.concurrent):
+                await thread(f"{tag}{k}", 200)
         alone1 = await appends("alone1", args.appends)
-        before, before_c = await busy("unbounded", 10_000)
-        after, after_c = await busy("gated", bound)
+        after, after_c, spans = await busy("gated", bound)
         alone2 = await appends("alone2", args.appends)
+        if args.unbounded:
+            before, before_c, _ = await busy("unbounded", 10_000)
+        if args.previous_busy:  # the job body as before session 13, then appends alone again
+            profiler.inner = previous_run
+            prev, prev_c, _ = await busy("previous", bound)
+            profiler.inner = profiler.current
+            alone3 = await appends("alone3", args.appends)
         alone = alone1 + alone2
         out(
             f"\n2. {args.concurrent} threads compacted at once, 4 writers appending single turns to other threads"
         )
-        report("append alone (before and after the two busy phases)", alone)
-        report("append during compactions, unbounded (as before)", before)
+        report("append alone (before and after the busy phase)", alone)
+        report("  of which before", alone1)
+        report("  of which after", alone2)
         report(f"append during compactions, LOOM_COMPACT_CONCURRENCY={bound}", after)
-        for label, got in (("unbounded", before), (f"concurrency {bound}", after)):
+        rows = [(f"concurrency {bound}", after)]
+        if args.unbounded:
+            report("append during compactions, unbounded (as before LOOM_COMPACT_CONCURRENCY)", before)
+            rows.append(("unbounded", before))
+        if args.previous_busy:
+            report("append alone, after the phase with the job as before", alone3)
+            report(f"append during compactions as before session 13, concurrency {bound}", prev)
+            prev_alone = alone2 + alone3
             out(
-                f"   append p99 ratio, {label:<16}: {pct(got, 0.99) / pct(alone, 0.99):5.2f} "
-                f"(p50 ratio {statistics.median(got) / statistics.median(alone):5.2f}; target p99 <= 1.2)"
+                f"   as before session 13 (against the appends alone around it): p99 ratio "
+                f"{pct(prev, 0.99) / pct(prev_alone, 0.99):5.2f}, p50 ratio "
+                f"{statistics.median(prev) / statistics.median(prev_alone):5.2f}; now (against alone1 + alone2): "
+                f"p50 ratio {statistics.median(after) / statistics.median(alone):5.2f}"
             )
-        report(f"{args.concurrent} compactions, each end to end, unbounded", before_c)
+            report(f"{args.concurrent} compactions as before session 13, each end to end", prev_c)
+        for label, ms in rows:
+            out(
+                f"   append p99 ratio, {label:<16}: {pct(ms, 0.99) / pct(alone, 0.99):5.2f} "
+                f"(p50 ratio {statistics.median(ms) / statistics.median(alone):5.2f}; target p99 <= 1.2)"
+            )
+        worst = sorted(spans, key=lambda s: -s[1])[:5]
+        out(
+            "   the slowest appends during compactions (started at s into the phase: ms): "
+            + ", ".join(f"{t0:.1f}: {took * 1000:.0f}" for t0, took in worst)
+        )
         report(f"{args.concurrent} compactions, each end to end, concurrency {bound}", after_c)
+        if args.unbounded:
+            report(f"{args.concurrent} compactions, each end to end, unbounded", before_c)
 
         # 3. Titler passes over 10 untitled threads each.
         per_pass = wsvc.settings.conversation_titler_max_threads_per_pass
@@ -332,11 +416,23 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=40, help="appends per writer and phase (4 writers)")
     parser.add_argument("--titler-passes", type=int, default=5)
     parser.add_argument(
+        "--previous-busy",
+        action="store_true",
+        help="also a busy phase with the job body as before session 13 (then appends alone again)",
+    )
+    parser.add_argument(
+        "--unbounded", action="store_true", help="also a busy phase with the compaction gate unbounded"
+    )
+    parser.add_argument(
+        "--statements", type=int, default=0, help="also time each statement of a compaction this many times"
+    )
+    parser.add_argument(
         "--out",
         default="bench/results",
         help="directory for the figures (<date>-compaction.txt); '' for none",
     )
     args = parser.parse_args()
+    args.pids = {}
     home = Path(tempfile.mkdtemp(prefix="loomc-", dir="/tmp"))
     started = time.strftime("%Y-%m-%d-%H%M", time.gmtime())
     out(f"# bench/compaction_bench.py {' '.join(sys.argv[1:])}, {started} UTC, {os.cpu_count()} cores")

@@ -55,6 +55,7 @@ async def compact_thread(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[s
     )
     answer = compacting.as_job_result(result)
     await compacting.push_answer(ctx["loom"], ctx["job_id"], answer)
+    await compacting.announce(ctx["loom"], job.namespace, result)
     return answer
 
 

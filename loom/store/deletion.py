@@ -71,12 +71,13 @@ class Copy:
     high_sensitivity: bool
     tombstoned: bool
     origin: str = conv_store.RECORDED  # how the copy came to exist (recorded, or saved only)
+    version: int = 0  # the row's version: a writer that read the turn before can tell it is unchanged
 
 
 # A copy's columns as copy_of reads them by name (the head needs the {n:UInt32} parameter).
 COPY_COLUMNS = (
     "toString(agent) AS agent, msg_id, toString(role) AS role, leftUTF8(content, {n:UInt32}) AS head, user_id, "
-    "run_id, is_summary, is_saved, saved_at, high_sensitivity, tombstoned, toString(origin) AS origin"
+    "run_id, is_summary, is_saved, saved_at, high_sensitivity, tombstoned, toString(origin) AS origin, version"
 )
 
 
@@ -94,6 +95,7 @@ def copy_of(r: dict[str, Any]) -> Copy:
         high_sensitivity=bool(r["high_sensitivity"]),
         tombstoned=bool(r["tombstoned"]),
         origin=r["origin"],
+        version=int(r["version"]),
     )
 
 

@@ -367,6 +367,60 @@ async def test_a_turn_another_agent_holds_live_keeps_its_embedding(call, ns, wri
     assert all(not r["tombstoned"] for r in _turns(services, ns, agent="b").values())
 
 
+async def test_the_retirement_reads_in_one_statement_what_the_three_reads_gave(
+    call, ns, writer, services, summarizer
+):
+    from dataclasses import replace
+
+    from loom.ops.conversation.common import EMBED_CHARS
+    from loom.store import compaction as store
+    from loom.store import deletion
+
+    await _thread(call, writer, ns, 12)
+    await _thread(call, writer, ns, 6, agent="b")
+    ids = await _thread(call, writer, ns, 4, thread="other")
+    got = await _compact(call, writer, ns, keep_recent=4)
+    assert got["messages_summarized"] == 8
+    now = store.thread_now(services.ch, ns, "t", EMBED_CHARS)
+    assert now.copies == deletion.copies(services.ch, ns, "t", EMBED_CHARS)
+    versions: dict[str, dict[str, int]] = {}
+    for r in turn_rows(services.ch, ns):
+        if r["thread_id"] == "t":
+            versions.setdefault(r["msg_id"], {})[r["agent"]] = r["version"]
+    assert {m: {a: c.version for a, c in by.items()} for m, by in now.copies.items()} == versions
+    rows = deletion.thread_embeddings(services.ch, ns, "t", vectors=False)
+    assert len(rows) == len(now.rows) > 0
+
+    def key(r: Any) -> str:
+        return str(r.msg_id)
+
+    for mine, theirs in zip(sorted(now.rows, key=key), sorted(rows, key=key), strict=True):
+        assert replace(mine, embedding=[]) == replace(theirs, embedding=[])
+    assert all(r.msg_id not in ids for r in now.rows)
+
+
+async def test_a_window_turn_rewritten_while_summarised_compacts_nothing(
+    call, ns, writer, services, summarizer
+):
+    """A newer version of a window's turn, even one that reads the same (same text and
+    flags), is a change: the retirement checks the version the window read."""
+    from dataclasses import replace
+
+    from loom.store import compaction as store
+
+    ids = await _thread(call, writer, ns, 16)
+    _slow(summarizer)
+    sent = len(summarizer.requests_to(summarizer.CHAT))
+    task = asyncio.create_task(_compact(call, writer, ns))
+    while len(summarizer.requests_to(summarizer.CHAT)) == sent:  # the window is read
+        await asyncio.sleep(0.01)
+    turn = next(t for t in store.live_turns(services.ch, ns, "a", "t") if t.msg_id == ids[2])
+    conv_store.insert(services.ch, [replace(turn, version=next_version())])
+    got = await task
+    assert got["reason"] == "window-changed" and got["retry"] is True
+    assert set(_live(_turns(services, ns))) == set(ids)
+
+
 class _CountingGate(asyncio.Semaphore):
     def __init__(self, value: int) -> None:
         super().__init__(value)

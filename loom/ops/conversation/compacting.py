@@ -32,10 +32,12 @@ call and the summary's embedding finish first; the summary is checked with
 reads_as_high (``summary-high-sensitivity``: never embedded, and not worth a retry, as
 the same live window most likely gives the same summary) and must embed
 (``embed-failed``: worth a retry). Then, under the thread lease (save, unsave, append's
-embedding write and delete share it) and inside search's change window, the window is
-read again: if any of its turns was saved, deleted or compacted meanwhile nothing is
-written (``window-changed``, worth a retry), so a turn is never lost or summarised
-twice; turns appended meanwhile are newer and untouched. Otherwise the summary is
+embedding write and delete share it) and inside search's change window, the thread is
+read again (one statement: every agent's copy of every turn with its version, and the
+embedding rows): if any turn of the window was saved, deleted, compacted or otherwise
+rewritten meanwhile (its version is not the one the window read) nothing is written
+(``window-changed``, worth a retry), so a turn is never lost or summarised twice; turns
+appended meanwhile are newer and untouched. Otherwise the summary is
 inserted (one embedded ``system`` turn, ``is_summary``, ``metadata.compacted_from``
 listing the replaced msg_ids, at the window's first turn's ``ts``) with its embedding
 row, the replaced turns are tombstoned (reason ``compacted``), and the thread's
@@ -43,6 +45,8 @@ embedding rows are settled as conversation.delete settles them: a row another ag
 live copy with the same text still serves passes to that copy, the others become
 tombstones. The summary and the tombstones are one insert, so a crash never leaves a
 turn tombstoned without its summary (see ``_retire`` for the crash cases).
+The job pushes its answer before it sends the conversation.compacted webhook event
+(finding the namespace's webhooks is a ClickHouse read the client need not wait for).
 
 Compactions share the worker process (its event loop, its I/O threads) and the engine
 with the appends' embedding jobs: LOOM_COMPACT_CONCURRENCY (default 1) bounds how many
@@ -54,7 +58,6 @@ bounded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import uuid
@@ -266,22 +269,32 @@ def _summary_turn(p: Plan, ns: str, agent: str, thread_id: str, text: str, token
     )
 
 
-def _current(p: Plan, turns: list[conv_store.Turn]) -> list[conv_store.Turn] | None:
-    """The replaced turns as they read now, or None when one of them was saved, deleted,
-    compacted or rewritten since the window was read."""
-    now = {t.msg_id: t for t in turns}
-    out = []
+def _current(
+    p: Plan, agent: str, copies: dict[str, dict[str, deletion.Copy]]
+) -> list[conv_store.Turn] | None:
+    """The replaced turns, or None when one of them was saved, deleted, compacted or
+    rewritten since the window was read: its row under the lease must be the very
+    version the window read (any writer of a turn writes a newer one), still live,
+    recorded, unsaved and not high, with the same head (a check that needs no version)."""
     for t in p.replaced:
-        cur = now.get(t.msg_id)
-        if cur is None or cur.is_saved or cur.high_sensitivity or cur.content != t.content:
+        cur = copies.get(t.msg_id, {}).get(agent)
+        if (
+            cur is None
+            or cur.version != t.version
+            or cur.tombstoned
+            or cur.is_saved
+            or cur.high_sensitivity
+            or cur.origin != conv_store.RECORDED
+            or cur.head != t.content[:EMBED_CHARS]
+        ):
             return None
-        out.append(cur)
-    return out
+    return p.replaced
 
 
 def _tombstoned(turns: list[conv_store.Turn]) -> list[conv_store.Turn]:
-    """A tombstoned version of each turn, from its newest version as read under the lease
-    (saved_at stays, so the revision reaches the saved-message indexes too)."""
+    """A tombstoned version of each turn, from its newest version (the one the window read
+    and the retirement found unchanged under the lease; saved_at stays, so the revision
+    reaches the saved-message indexes too)."""
     at, version = utcnow(), next_version()
     return [
         replace(t, tombstoned=True, tombstoned_at=at, tombstone_reason=COMPACTED, version=version)
@@ -289,19 +302,28 @@ def _tombstoned(turns: list[conv_store.Turn]) -> list[conv_store.Turn]:
     ]
 
 
+async def _raise_marks(svc: Services, ns: str, thread_id: str) -> None:
+    await search_marks.raise_marks(svc.redis, svc.ch, svc.run, [(ns, thread_id)])
+
+
 async def _retire(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_store.EmbeddingRow) -> bool:
-    """Under the thread lease and inside search's change window: the window re-read, then
-    two writes at once, the transcript's and the embeddings'.
+    """Under the thread lease and inside search's change window: one read of the thread
+    (every agent's copy of every turn, with its version, and the live embedding rows), the
+    window checked against it, then two writes at once, the transcript's and the
+    embeddings'.
 
     Each statement costs the embedded engine milliseconds, and the retirement is on the
-    critical path of every compaction: so the reads (the window, and what settling the
-    embedding rows needs) run while the marks are raised, and the writes are two inserts
-    run at once. The transcript's, of the summary with the tombstoned versions of the
-    turns it replaces, is one part (the table is not partitioned): a turn is never
-    tombstoned without its summary. The embeddings' carries the summary's row with the
-    thread's settled rows (handed over or tombstoned, as conversation.delete settles
-    them, counting the replaced turns as tombstoned). If only one of them lands (a
-    crash, an engine error: the job then fails and the answer says to retry):
+    critical path of every compaction: so the read is one statement, run while the marks
+    are raised (a raise under the lease, as every writer's: the mark it sets is then past
+    every row the retirement reads, within the clock margin), and the writes are two
+    inserts run at once. The transcript's, of the summary with the
+    tombstoned versions of the turns it replaces, is one part (the table is not
+    partitioned): a turn is never tombstoned without its summary. The embeddings'
+    carries the summary's row with the thread's settled rows (handed over or tombstoned,
+    as conversation.delete settles them, counting the replaced turns as tombstoned). The
+    marks are raised again once the writes are done (landed or not). If only one of the
+    inserts lands (a crash, an engine error: the job then fails and the answer says to
+    retry):
     - the transcript's alone: the summary has no embedding row, and the replaced turns'
       rows stay; search verifies those (their versions are under the raised marks) and
       drops them, and the next compaction folds the summary in and replaces it;
@@ -311,34 +333,27 @@ async def _retire(svc: Services, p: Plan, summary: conv_store.Turn, row: emb_sto
     Neither loses a turn's text."""
     ns, agent, th = summary.namespace, summary.agent, summary.thread_id
     async with thread_lease(svc.redis, ns, th, wait_s=30.0):
-        reads = asyncio.gather(
-            svc.run(store.live_turns, svc.ch, ns, agent, th),
-            svc.run(deletion.copies, svc.ch, ns, th, EMBED_CHARS),
-            # Most rows settle to tombstones, which carry no vector: only the rows handed
-            # over need theirs, read again below (decoding 200 vectors costs the process).
-            svc.run(deletion.thread_embeddings, svc.ch, ns, th, vectors=False),
+        now, _ = await asyncio.gather(
+            svc.run(store.thread_now, svc.ch, ns, th, EMBED_CHARS), _raise_marks(svc, ns, th)
         )
+        current = _current(p, agent, now.copies)
+        if current is None:
+            return False
+        state = ThreadState(now.copies, now.rows)
+        state.retired(agent, [t.msg_id for t in current])
+        writes, settled = settle_writes(state)
         try:
-            async with search_marks.changing(svc.redis, svc.ch, svc.run, [(ns, th)]):
-                turns, copies, rows = await reads
-                current = _current(p, turns)
-                if current is None:
-                    return False
-                state = ThreadState(copies, rows)
-                state.retired(agent, [t.msg_id for t in current])
-                writes, settled = settle_writes(state)
-                if settled.handed_over:
-                    writes = await svc.run(with_vectors, svc, writes)
-                await asyncio.gather(
-                    svc.run(conv_store.insert, svc.ch, [summary, *_tombstoned(current)]),
-                    svc.run(emb_store.insert, svc.ch, [row, *writes]),
-                )
-                return True
+            # Most rows settle to tombstones, which carry no vector: only the rows handed
+            # over need theirs, read here (decoding 200 vectors costs the process).
+            if settled.handed_over:
+                writes = await svc.run(with_vectors, svc, writes)
+            await asyncio.gather(
+                svc.run(conv_store.insert, svc.ch, [summary, *_tombstoned(current)]),
+                svc.run(emb_store.insert, svc.ch, [row, *writes]),
+            )
         finally:
-            if not reads.done():
-                reads.cancel()
-                with contextlib.suppress(BaseException):
-                    await reads
+            await _raise_marks(svc, ns, th)
+        return True
 
 
 async def run(
@@ -409,19 +424,27 @@ async def run(
     out.messages_summarized = p.new_turns
     out.summaries_replaced = len(p.replaced) - p.new_turns
     out.summary_msg_id = summary.msg_id
+    return out
+
+
+async def announce(svc: Services, ns: str, out: CompactResult) -> None:
+    """The conversation.compacted webhook event of a compaction that wrote a summary. The
+    job sends it after pushing the answer: finding the namespace's webhooks is a
+    ClickHouse read the awaiting client need not wait for."""
+    if out.summary_msg_id is None:
+        return
     await webhook_events.emit(
         svc,
         ns,
         webhook_registry.CONVERSATION_COMPACTED,
         {
-            "agent": agent,
-            "thread_id": thread_id,
+            "agent": out.agent,
+            "thread_id": out.thread_id,
             "messages_summarized": out.messages_summarized,
             "summaries_replaced": out.summaries_replaced,
             "summary_msg_id": out.summary_msg_id,
         },
     )
-    return out
 
 
 # -- the op (API side) ---------------------------------------------------------------
@@ -458,15 +481,19 @@ async def compact(
             rule="llm_required",
             provider="llm",
         )
-    config = await svc.run(ns_store.get, svc.ch, ns)
+    job_id = f"compact-{uuid.uuid4().hex}"
+    # The job's owner key is written while the namespace is read (a refused request
+    # leaves an unused key, which expires): one round trip less before the enqueue.
+    config, _ = await asyncio.gather(
+        svc.run(ns_store.get, svc.ch, ns),
+        svc.redis.set(redis_keys.compact_job(job_id), ns, ex=_JOB_TTL_S),
+    )
     if not config.model_calls_enabled:
         raise ModelCallsOff(
             "the namespace's model calls are switched off (namespace.set_policy); nothing was compacted",
             field="namespace",
             rule="model_calls_enabled",
         )
-    job_id = f"compact-{uuid.uuid4().hex}"
-    await svc.redis.set(redis_keys.compact_job(job_id), ns, ex=_JOB_TTL_S)
     job = await svc.arq.enqueue_job(
         COMPACT_JOB,
         jobs.build(
@@ -577,6 +604,7 @@ __all__ = [
     "Plan",
     "ProviderMissing",
     "compact",
+    "announce",
     "compact_status",
     "plan",
     "run",
