@@ -1010,6 +1010,7 @@ async def run_baseline(t: Any, data: Data, calls: int, run: LoomRun) -> None:
     emb = datagen.embed_real(data.saved_queries, log=log)
     with psycopg.connect(t._dsn(), autocommit=True) as conn:
         sql.register_vector(conn)
+        cpu = Cpu(pg_processes(t))  # again: this connection's backend is a new process
         conn.execute(f"SET hnsw.ef_search = {int(t.tuning['ef_search'])}")
         if t.iterative_scan:
             conn.execute(f"SET hnsw.iterative_scan = {t.iterative_scan}")
