@@ -36,6 +36,7 @@ import contextlib  # noqa: E402
 import http.client  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 from collections.abc import Awaitable, Callable, Iterator, Sequence  # noqa: E402
@@ -572,6 +573,7 @@ async def run_loom(data: Data, calls: int, save_clients: int, save_seconds: floa
         finally:
             await appending.close_pipeline(svc)
             await svc.close()
+            shutil.rmtree(tmp_home, ignore_errors=True)
 
         # -- b: the recorded statements again, through the endpoint ------------------------
         log("  link b (the recorded statements, raw HTTP to the endpoint)")
@@ -936,6 +938,7 @@ async def run_chdb_client(run: LoomRun, data: Data) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             await svc.close()
         redis_proc.stop()
+        shutil.rmtree(home, ignore_errors=True)
     return notes
 
 
@@ -1186,8 +1189,6 @@ async def main_async(args: argparse.Namespace) -> None:
         if baseline is not None:
             await baseline.stop()
         if run.home is not None and not args.keep:
-            import shutil
-
             shutil.rmtree(run.home, ignore_errors=True)
     write(args, started, run, facts)
 
