@@ -52,14 +52,13 @@ def setup(stack: LoomStack) -> str:
 async def fill(client: LeanClient, thread_id: str, n: int) -> None:
     turns = [
         {
+            "thread_id": thread_id,
             "role": "user" if i % 2 == 0 else "assistant",
             "content": f"turn {i} of {thread_id}: the storage cluster migration checklist, step {i}",
         }
         for i in range(n)
     ]
-    await client.post_json(
-        "/v1/conversation.append", {"namespace": NAMESPACE, "thread_id": thread_id, "turns": turns}
-    )
+    await client.post_json("/v1/conversation.append", {"namespace": NAMESPACE, "turns": turns})
 
 
 async def appends(client: LeanClient, tag: str, n: int) -> list[float]:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Generator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import clickhouse_connect
 import lz4.block
@@ -45,6 +46,7 @@ from loom.embedded.clickhouse_endpoint import (
     find_running_endpoint,
     read_port_file,
     start_endpoint,
+    trim_vector_cache,
 )
 from loom.settings import Settings
 
@@ -655,3 +657,44 @@ def test_non_loopback_host_is_refused(tmp_path: Path, host: str) -> None:
     assert proc.returncode == EXIT_BAD_ARGS
     assert "loopback only" in proc.stderr
     assert not (tmp_path / PORT_FILE).exists()
+
+
+def test_the_vector_index_cache_is_dropped_when_it_holds_merged_away_parts(client: Client) -> None:
+    """Indexes of parts a merge removed stay in the engine's cache until it is full;
+    the endpoint's check drops the cache once it holds more than twice the live
+    indexes (plus a slack, zero here), and leaves a cache of live indexes alone."""
+    table = _table()
+    client.command(
+        f"CREATE TABLE {table} (id UInt64, embedding Array(BFloat16) CODEC(NONE), "
+        "INDEX ann embedding TYPE vector_similarity('hnsw', 'cosineDistance', 8, 'bf16', 16, 0) GRANULARITY 100000000) "
+        "ENGINE = ReplacingMergeTree ORDER BY id SETTINGS index_granularity = 64"
+    )
+    q = "[" + ",".join(["0.5"] * 8) + "]"
+
+    def search() -> None:
+        client.query(
+            f"SELECT id FROM {table} ORDER BY cosineDistance(embedding, {q}::Array(BFloat16)) LIMIT 3"
+        )
+
+    def query(sql: str) -> str:
+        return str(client.command(sql))
+
+    for batch in range(6):  # six parts, each searched: six indexes cached
+        client.command(
+            f"INSERT INTO {table} SELECT number + {batch} * 500, "
+            f"arrayMap(i -> toBFloat16(randNormal(0, 1, i + number)), range(8)) FROM numbers(500)"
+        )
+        search()
+    client.command(f"OPTIMIZE TABLE {table} FINAL")
+    search()
+    cached = int(query("SELECT value FROM system.metrics WHERE metric = 'VectorSimilarityIndexCacheBytes'"))
+    assert cached > 0
+    with mock.patch(f"{ENDPOINT_MODULE}.VECTOR_CACHE_SLACK_BYTES", 0):
+        assert trim_vector_cache(query)  # five of the six cached indexes belong to removed parts
+        assert (
+            int(query("SELECT value FROM system.metrics WHERE metric = 'VectorSimilarityIndexCacheBytes'"))
+            == 0
+        )
+    search()  # the live part's index only: within the slack
+    assert not trim_vector_cache(query)
+    client.command(f"DROP TABLE {table} SYNC")
