@@ -103,12 +103,9 @@ async def run(args: argparse.Namespace, stack: LoomStack) -> None:
             await fill(client, f"r{r}c{k}", 200)
         await asyncio.sleep(1.0)  # the fills' embedding jobs wind down
         alone += await appends(client, f"r{r}before", args.appends)
-        results = await asyncio.gather(
-            appends(client, f"r{r}busy", args.appends),
-            *(compact(client, f"r{r}c{k}") for k in range(args.concurrent)),
-        )
-        busy += results[0]
-        compactions += [float(x) for x in results[1:]]
+        during = asyncio.create_task(appends(client, f"r{r}busy", args.appends))
+        compactions += await asyncio.gather(*(compact(client, f"r{r}c{k}") for k in range(args.concurrent)))
+        busy += await during
         alone += await appends(client, f"r{r}after", args.appends)
         print(f"  round {r + 1}: load average {' / '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     await client.aclose()
