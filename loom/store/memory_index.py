@@ -1,0 +1,221 @@
+"""memory.search's large-scope index: a scope above the one-read cap (one user holding
+thousands to ~100k facts) ranked in the API process from a compact copy of its facts.
+
+The server-side legs of such a scope cost the engine ~130 ms of CPU (reading 100k
+vectors and ranking them exactly) and ~55 ms (BM25: the postings joined to every live
+row, FINAL) per search at 100k facts. The copy holds only what the two legs rank by,
+none of the rows:
+
+* the facts' unit vectors as one float32 matrix (exact cosine is one matrix-vector
+  product), with each fact's model;
+* an inverted index of the facts' terms (term -> rows, counts), counted with the
+  tokeniser the postings are written with (bm25.py_terms), and each fact's BM25 length
+  (the server's doc_len);
+* each fact's validity (from, until) as milliseconds, so a search keeps the facts valid
+  at its own time, as loom.store.memory_scan.select does;
+* the ids, and each id's rank in sorted order (ties are broken by id without Python
+  string sorts).
+
+It is read once (the facts not forgotten, not superseded, not closed when read) and
+serves any query; both legs rank exactly as the server does (:func:`lexical`,
+:func:`vector`). The hits name ids and scores only: the caller reads the few rows it
+answers and checks them against the newest versions (loom.ops.memory.large_scope).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+from clickhouse_connect.driver.client import Client
+
+from loom.store.bm25 import K1, B, py_query_terms, py_terms
+from loom.store.memories import Scope, unclosed
+
+_NEVER = np.iinfo(np.int64).max
+
+# What the copy needs of each fact: no row, the vector as raw float32 bytes.
+_READ = """
+SELECT memory_id, text, doc_len, model,
+       toUnixTimestamp64Milli(created_at) AS ca,
+       toUnixTimestamp64Milli(valid_from) AS vf,
+       ifNull(toUnixTimestamp64Milli(valid_until), {never:Int64}) AS vu,
+       reinterpret(embedding, 'String') AS vec
+FROM memories FINAL
+WHERE {scope} AND {valid}
+"""
+
+
+@dataclass(frozen=True)
+class Posting:
+    rows: np.ndarray  # int32 row numbers holding the term
+    tfs: np.ndarray  # float64 counts of the term in those rows
+
+
+@dataclass(frozen=True)
+class ScopeIndex:
+    """A scope's facts as the two legs rank them (module docstring)."""
+
+    ids: list[str]
+    id_rank: np.ndarray  # int32: each row's position in the ids' sorted order
+    lengths: np.ndarray  # float64 BM25 document lengths
+    valid_from: np.ndarray  # int64 ms
+    valid_until: np.ndarray  # int64 ms (_NEVER: open)
+    models: list[str]  # the distinct models; model_of indexes them (-1: no vector)
+    model_of: np.ndarray  # int16
+    matrix: np.ndarray  # float32 (rows, dim): unit vectors, zeros where there is none
+    postings: dict[str, Posting]
+
+    @property
+    def nbytes(self) -> int:
+        """About what the copy holds in memory (for a cache's budget)."""
+        posted = sum(p.rows.nbytes + p.tfs.nbytes + 120 for p in self.postings.values())
+        return int(self.matrix.nbytes + posted + len(self.ids) * (90 + 4 + 8 * 3 + 2))
+
+    def live(self, at_ms: int) -> np.ndarray:
+        """Which rows are valid at `at_ms` (the read left out the forgotten and superseded)."""
+        return (self.valid_from <= at_ms) & (self.valid_until > at_ms)
+
+
+def read(ch: Client, scope: Scope, *, now: datetime) -> ScopeIndex:
+    """The scope's facts not forgotten, not superseded and not closed by `now`, as an index
+    (a fact whose validity starts later is kept: :meth:`ScopeIndex.live` decides at each
+    search's time)."""
+    valid, vparams = unclosed(now)
+    result = ch.query(
+        _READ.replace("{scope}", scope.where()).replace("{valid}", valid),
+        parameters=scope.params() | vparams | {"never": int(_NEVER)},
+        column_formats={"vec": "bytes"},
+    )
+    cols = [list(c) for c in result.result_columns] if result.result_rows else [[] for _ in range(8)]
+    return build(*cols)
+
+
+def build(
+    ids: Sequence[str],
+    texts: Sequence[str],
+    lengths: Sequence[int],
+    models: Sequence[str],
+    created: Sequence[int],
+    starts: Sequence[int],
+    ends: Sequence[int],
+    vecs: Sequence[bytes],
+) -> ScopeIndex:
+    """The index of the facts given column by column (:func:`read`'s columns)."""
+    n = len(ids)
+    dim = max((len(v) // 4 for v in vecs), default=0)
+    matrix = np.zeros((n, dim), dtype=np.float32)
+    names: list[str] = []
+    model_of = np.full(n, -1, dtype=np.int16)
+    for i, (m, v) in enumerate(zip(models, vecs, strict=True)):
+        if v and len(v) == 4 * dim:
+            matrix[i] = np.frombuffer(v, dtype="<f4")
+            if m not in names:
+                names.append(m)
+            model_of[i] = names.index(m)
+    norms = np.linalg.norm(matrix, axis=1)
+    ok = np.isfinite(norms) & (norms > 0)
+    model_of[~ok] = -1  # a zero or broken vector has no cosine (the server answers NaN)
+    matrix[ok] /= norms[ok, None]
+    matrix[~ok] = 0
+    order = sorted(range(n), key=ids.__getitem__)
+    id_rank = np.empty(n, dtype=np.int32)
+    id_rank[order] = np.arange(n, dtype=np.int32)
+    # valid_from left at the epoch means "when it was made" (memories.Fact)
+    starts_ms = np.array([s if s else c for s, c in zip(starts, created, strict=True)], dtype=np.int64)
+    return ScopeIndex(
+        ids=list(ids),
+        id_rank=id_rank,
+        lengths=np.asarray(lengths, dtype=np.float64),
+        valid_from=starts_ms,
+        valid_until=np.asarray(ends, dtype=np.int64),
+        models=names,
+        model_of=model_of,
+        matrix=matrix,
+        postings=_postings(texts),
+    )
+
+
+def _postings(texts: Sequence[str]) -> dict[str, Posting]:
+    rows: dict[str, list[int]] = {}
+    tfs: dict[str, list[int]] = {}
+    for i, text in enumerate(texts):
+        for term, tf in Counter(py_terms(text)).items():
+            rows.setdefault(term, []).append(i)
+            tfs.setdefault(term, []).append(tf)
+    return {
+        t: Posting(np.asarray(r, dtype=np.int32), np.asarray(tfs[t], dtype=np.float64))
+        for t, r in rows.items()
+    }
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One leg's hit: an id with its score (BM25 with its matched terms, or similarity)."""
+
+    memory_id: str
+    score: float
+    matched: tuple[str, ...] = ()
+
+
+def lexical(index: ScopeIndex, query: str, *, at_ms: int, limit: int) -> list[Ranked]:
+    """BM25's best facts valid at `at_ms` (what loom.store.memories.bm25 answers): N, df
+    and avgdl of the valid facts; more query terms held first, then score, then id."""
+    live = index.live(at_ms)
+    n = int(live.sum())
+    if not n:
+        return []
+    avgdl = float(index.lengths[live].mean())
+    scores = np.zeros(len(index.ids), dtype=np.float64)
+    held = np.zeros(len(index.ids), dtype=np.int32)
+    found: dict[str, np.ndarray] = {}
+    for term in py_query_terms(query, stem=False):
+        p = index.postings.get(term)
+        if p is None:
+            continue
+        keep = live[p.rows]
+        rows, tf = p.rows[keep], p.tfs[keep]
+        if not len(rows):
+            continue
+        df = len(rows)
+        idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        scores[rows] += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * index.lengths[rows] / avgdl))
+        held[rows] += 1
+        found[term] = rows
+    cand = np.flatnonzero((held > 0) & (scores > 0))
+    best = cand[np.lexsort((index.id_rank[cand], -scores[cand], -held[cand]))][:limit]
+    matched: dict[int, list[str]] = {i: [] for i in best.tolist()}
+    for term, rows in found.items():  # in the query's order, as the one read gives them
+        for i in best[np.isin(best, rows)].tolist():
+            matched[i].append(term)
+    return [Ranked(index.ids[i], float(scores[i]), tuple(matched[i])) for i in best.tolist()]
+
+
+def vector(
+    index: ScopeIndex,
+    query: Sequence[float] | np.ndarray,
+    model: str,
+    *,
+    at_ms: int,
+    limit: int,
+    min_similarity: float,
+) -> list[Ranked]:
+    """The facts valid at `at_ms` and embedded by `model`, by cosine similarity to `query`
+    (what loom.store.memories.vector_search answers), best first, ties by id."""
+    q = np.asarray(query, dtype=np.float32)
+    norm = float(np.linalg.norm(q))
+    if model not in index.models or index.matrix.shape[1] != len(q) or not norm:
+        return []
+    sims = index.matrix @ (q / norm)
+    mine = index.live(at_ms) & (index.model_of == index.models.index(model))
+    sims[~mine] = -np.inf
+    k = min(limit, int(mine.sum()))
+    if k <= 0:
+        return []
+    top = np.argpartition(-sims, k - 1)[:k] if k < len(sims) else np.arange(len(sims))
+    top = top[np.lexsort((index.id_rank[top], -sims[top]))]
+    return [Ranked(index.ids[i], float(sims[i])) for i in top.tolist() if sims[i] >= min_similarity]
