@@ -108,18 +108,17 @@ def build(
     """The index of the facts given column by column (:func:`read`'s columns)."""
     n = len(ids)
     dim = max((len(v) // 4 for v in vecs), default=0)
+    sized = np.fromiter((bool(v) and len(v) == 4 * dim for v in vecs), dtype=bool, count=n)
     matrix = np.zeros((n, dim), dtype=np.float32)
-    names: list[str] = []
-    model_of = np.full(n, -1, dtype=np.int16)
-    for i, (m, v) in enumerate(zip(models, vecs, strict=True)):
-        if v and len(v) == 4 * dim:
-            matrix[i] = np.frombuffer(v, dtype="<f4")
-            if m not in names:
-                names.append(m)
-            model_of[i] = names.index(m)
+    if sized.any():
+        joined = b"".join(v for v, keep in zip(vecs, sized.tolist(), strict=True) if keep)
+        matrix[sized] = np.frombuffer(joined, dtype="<f4").reshape(-1, dim)
+    names = sorted(set(models))
+    code = {m: i for i, m in enumerate(names)}
+    model_of = np.fromiter((code[m] for m in models), dtype=np.int16, count=n)
     norms = np.linalg.norm(matrix, axis=1)
-    ok = np.isfinite(norms) & (norms > 0)
-    model_of[~ok] = -1  # a zero or broken vector has no cosine (the server answers NaN)
+    ok = sized & np.isfinite(norms) & (norms > 0)
+    model_of[~ok] = -1  # no vector, or a zero or broken one (no cosine: the server answers NaN)
     matrix[ok] /= norms[ok, None]
     matrix[~ok] = 0
     order = sorted(range(n), key=ids.__getitem__)

@@ -11,10 +11,13 @@ read (one round trip by primary key) and checked against their newest versions.
 Currency is the one-read cache's (loom.ops.memory.scan_cache): the index is stored
 under the Redis tokens read *before* it was read, and used only while both tokens
 still equal them (every durable write of the user's facts changes one), and for at
-most scan_cache.MAX_AGE_S. A search that finds no current index is ranked by the
-server as before, and starts the index's read in the background (at most one per
-process at a time, and per scope not more often than FILL_INTERVAL_S: a scope written
-to constantly is not re-read on every write). Reading 100k facts and building their
+most scan_cache.MAX_AGE_S (read again in the background after REFRESH_AFTER_S while
+it still answers). A search that finds no current index is ranked by the server as
+before, and starts the index's read in the background (at most one per process at a
+time, and per scope not more often than FILL_INTERVAL_S: a scope written to constantly
+is not re-read on every write). The hits' rows are read and checked (not forgotten, not
+superseded, valid now, in the scope, not high): an index that missed a write can miss a
+new fact for as long as its token proves it current, never answer a gone one. Reading 100k facts and building their
 index takes the process ~1-3 s of CPU (tokenising the texts), off the search's path.
 
 The index lives in its own budget, LOOM_MEMORY_LARGE_SCOPE_CACHE_MB (least recently
@@ -46,6 +49,9 @@ log = logging.getLogger(__name__)
 _KEY = "memory.large_scope_cache"
 _FILLS = "memory.large_scope_fills"
 FILL_INTERVAL_S = 10.0
+# A current index older than this is read again in the background while it still
+# answers, so a scope searched at least this often never meets scan_cache.MAX_AGE_S.
+REFRESH_AFTER_S = scan_cache.MAX_AGE_S / 2
 REFUSED_RETRY_S = 600.0
 
 
@@ -76,8 +82,9 @@ async def current(svc: Services, scope: Scope) -> ScopeIndex | None:
         return None
     label = await scan_cache.label(svc, scope)  # before any read: scan_cache's docstring
     index = cache.get(scope, label)
-    if index is None:
-        start_fill(svc, scope)
+    entry = cache.entries.get(scope)
+    if index is None or (entry is not None and time.monotonic() - entry.at > REFRESH_AFTER_S):
+        start_fill(svc, scope)  # missing, or read again ahead of its retirement
     return index
 
 
