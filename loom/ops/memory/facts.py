@@ -13,8 +13,11 @@ most SCAN_MAX_FACTS live facts (the usual user) is read whole in one round trip 
 while the query is embedded, and both legs are ranked from that read in this process
 (loom.store.memory_scan): the search costs one query and waits for no read after the
 embedding, and none at all while this process's read of the scope is current
-(loom.ops.memory.scan_cache). A larger scope is ranked by the server, one round trip per leg run
-concurrently (BM25 over the postings while the query is embedded, exact cosine after).
+(loom.ops.memory.scan_cache). A larger scope is ranked from this process's index of it
+(loom.ops.memory.large_scope: both legs exact, here, then the hits' rows read and
+checked) while one is current; otherwise by the server, one round trip per leg run
+concurrently (BM25 over the postings while the query is embedded, exact cosine after),
+and the index is read in the background.
 Each hit says which legs found it, its source (set / extraction / crystallize, with the
 evidence ids an extraction decided from) and its times. Session briefs live in their
 own table and are never embedded: they cannot be a hit.
