@@ -183,3 +183,33 @@ async def test_the_index_can_be_off(call, ns, mint, other, ranked):
     await _set(call, w, ns, "u1", *FACTS)
     assert "Plays the cello on Sundays" in await _indexed(off, ns, "u1", "cello")
     assert not ranked and large_scope.cache_of(off) is None
+
+
+def test_the_index_ranks_exactly_and_skips_what_has_no_cosine():
+    """memory_index alone: cosine over the facts of the query's model with a usable
+    vector, ties by id; BM25 over the facts valid at the search's time; an empty scope."""
+    import numpy as np
+
+    def vec(*xs: float) -> bytes:
+        return np.asarray(xs, dtype="<f4").tobytes()
+
+    now, later = 1_000, 2_000
+    never = int(np.iinfo(np.int64).max)
+    index = memory_index.build(
+        ids=["b", "a", "c", "d", "e"],
+        texts=["coffee in kyoto", "coffee", "tea", "coffee coffee", "later coffee"],
+        lengths=[3, 1, 1, 2, 2],
+        models=["m", "m", "other", "m", ""],
+        created=[1, 1, 1, 1, 1],
+        starts=[0, 0, 0, 0, later],
+        ends=[never, never, never, never, never],
+        vecs=[vec(1, 0), vec(2, 0), vec(1, 0), vec(0, 0), b""],
+    )
+    sims = memory_index.vector(index, [3.0, 0.0], "m", at_ms=now, limit=10, min_similarity=-1.0)
+    assert [(h.memory_id, round(h.score, 6)) for h in sims] == [("a", 1.0), ("b", 1.0)]
+    lex = memory_index.lexical(index, "coffee kyoto", at_ms=now, limit=10)
+    assert [h.memory_id for h in lex] == ["b", "d", "a"] and lex[0].matched == ("coffee", "kyoto")
+    assert "e" in [h.memory_id for h in memory_index.lexical(index, "coffee", at_ms=later, limit=10)]
+    empty = memory_index.build([], [], [], [], [], [], [], [])
+    assert memory_index.lexical(empty, "coffee", at_ms=now, limit=10) == []
+    assert memory_index.vector(empty, [1.0, 0.0], "m", at_ms=now, limit=10, min_similarity=0.0) == []
