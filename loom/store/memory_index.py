@@ -8,9 +8,9 @@ none of the rows:
 
 * the facts' unit vectors as one float32 matrix (exact cosine is one matrix-vector
   product), with each fact's model;
-* an inverted index of the facts' terms (term -> rows, counts), counted with the
-  tokeniser the postings are written with (bm25.py_terms), and each fact's BM25 length
-  (the server's doc_len);
+* an inverted index of the facts' terms (term -> rows, counts): the user's postings
+  (memory_terms) of the documents read, as the server-side BM25 joins them, and each
+  fact's BM25 length (the server's doc_len);
 * each fact's validity (from, until) as milliseconds, so a search keeps the facts valid
   at its own time, as loom.store.memory_scan.select does;
 * the ids, and each id's rank in sorted order (ties are broken by id without Python
@@ -38,9 +38,10 @@ from loom.store.memories import Scope, unclosed
 
 _NEVER = np.iinfo(np.int64).max
 
-# What the copy needs of each fact: no row, the vector as raw float32 bytes.
+# What the copy needs of each fact: no row, no text (the terms come from the postings),
+# the vector as raw float32 bytes.
 _READ = """
-SELECT memory_id, text, doc_len, model,
+SELECT memory_id, doc, doc_len, model,
        toUnixTimestamp64Milli(created_at) AS ca,
        toUnixTimestamp64Milli(valid_from) AS vf,
        ifNull(toUnixTimestamp64Milli(valid_until), {never:Int64}) AS vu,
@@ -49,11 +50,18 @@ FROM memories FINAL
 WHERE {scope} AND {valid}
 """
 
-
-@dataclass(frozen=True)
-class Posting:
-    rows: np.ndarray  # int32 row numbers holding the term
-    tfs: np.ndarray  # float64 counts of the term in those rows
+# The user's postings, a row per term with its documents and counts as raw bytes (no
+# Python object per posting). They hold the postings of older texts too: only those of
+# a document read above are kept (the server-side BM25 joins them the same way).
+_POSTINGS = """
+SELECT term, reinterpret(groupArray(doc), 'String') AS docs, reinterpret(groupArray(tf), 'String') AS tfs
+FROM (
+    SELECT term, doc, any(tf) AS tf FROM memory_terms
+    WHERE namespace = {ns:String} AND user_id = {u:String}
+    GROUP BY term, doc
+)
+GROUP BY term
+"""
 
 
 @dataclass(frozen=True)
@@ -68,12 +76,14 @@ class ScopeIndex:
     models: list[str]  # the distinct models; model_of indexes them (-1: no vector)
     model_of: np.ndarray  # int16
     matrix: np.ndarray  # float32 (rows, dim): unit vectors, zeros where there is none
-    postings: dict[str, Posting]
+    postings: dict[str, tuple[int, int]]  # term -> its slice of post_rows and post_tfs
+    post_rows: np.ndarray  # int32 rows holding a term, grouped by term
+    post_tfs: np.ndarray  # float64 the term's count in each
 
     @property
     def nbytes(self) -> int:
         """About what the copy holds in memory (for a cache's budget)."""
-        posted = sum(p.rows.nbytes + p.tfs.nbytes + 120 for p in self.postings.values())
+        posted = self.post_rows.nbytes + self.post_tfs.nbytes + 150 * len(self.postings)
         return int(self.matrix.nbytes + posted + len(self.ids) * (90 + 4 + 8 * 3 + 2))
 
     def live(self, at_ms: int) -> np.ndarray:
@@ -84,7 +94,7 @@ class ScopeIndex:
 def read(ch: Client, scope: Scope, *, now: datetime) -> ScopeIndex:
     """The scope's facts not forgotten, not superseded and not closed by `now`, as an index
     (a fact whose validity starts later is kept: :meth:`ScopeIndex.live` decides at each
-    search's time)."""
+    search's time). Two reads: the facts, then the user's postings."""
     valid, vparams = unclosed(now)
     result = ch.query(
         _READ.replace("{scope}", scope.where()).replace("{valid}", valid),
@@ -92,18 +102,79 @@ def read(ch: Client, scope: Scope, *, now: datetime) -> ScopeIndex:
         column_formats={"vec": "bytes"},
     )
     cols = [list(c) for c in result.result_columns] if result.result_rows else [[] for _ in range(8)]
-    return build(*cols)
+    ids, docs, lengths, models, created, starts, ends, vecs = cols
+    posted = ch.query(
+        _POSTINGS, parameters=scope.params(), column_formats={"docs": "bytes", "tfs": "bytes"}
+    ).result_rows
+    return build(
+        ids,
+        lengths,
+        models,
+        created,
+        starts,
+        ends,
+        vecs,
+        postings=postings_of(docs, [(t, d, f) for t, d, f in posted]),
+    )
+
+
+Postings = tuple[dict[str, tuple[int, int]], np.ndarray, np.ndarray]
+
+
+def postings_of(docs: Sequence[int], posted: Sequence[tuple[str, bytes, bytes]]) -> Postings:
+    """The postings of the facts whose documents are `docs` (row i holds docs[i]), from
+    the user's postings by term (documents as uint64 bytes, counts as uint32 bytes):
+    term -> slice, and the rows and counts grouped by term."""
+    n = len(docs)
+    row_docs = np.asarray(docs, dtype=np.uint64)
+    order = np.argsort(row_docs, kind="stable")
+    sorted_docs = row_docs[order]
+    lens = np.fromiter((len(d) // 8 for _, d, _ in posted), dtype=np.int64, count=len(posted))
+    all_docs = np.frombuffer(b"".join(d for _, d, _ in posted), dtype="<u8")
+    all_tfs = np.frombuffer(b"".join(f for _, _, f in posted), dtype="<u4")
+    if not n or not len(all_docs):
+        return {}, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64)
+    pos = np.minimum(np.searchsorted(sorted_docs, all_docs), n - 1)
+    hit = sorted_docs[pos] == all_docs
+    kept = np.bincount(np.repeat(np.arange(len(posted)), lens)[hit], minlength=len(posted))
+    ends = np.cumsum(kept)
+    slices = {
+        t: (int(e - k), int(e))
+        for (t, _, _), k, e in zip(posted, kept.tolist(), ends.tolist(), strict=True)
+        if k
+    }
+    return slices, order[pos[hit]].astype(np.int32), all_tfs[hit].astype(np.float64)
+
+
+def text_postings(texts: Sequence[str]) -> Postings:
+    """The postings of `texts` (row i holds texts[i]) counted here with the postings'
+    tokeniser (tests build an index with no server)."""
+    rows: dict[str, list[int]] = {}
+    tfs: dict[str, list[int]] = {}
+    for i, text in enumerate(texts):
+        for term, tf in Counter(py_terms(text)).items():
+            rows.setdefault(term, []).append(i)
+            tfs.setdefault(term, []).append(tf)
+    slices: dict[str, tuple[int, int]] = {}
+    flat_rows: list[int] = []
+    flat_tfs: list[int] = []
+    for t, r in rows.items():
+        slices[t] = (len(flat_rows), len(flat_rows) + len(r))
+        flat_rows += r
+        flat_tfs += tfs[t]
+    return slices, np.asarray(flat_rows, dtype=np.int32), np.asarray(flat_tfs, dtype=np.float64)
 
 
 def build(
     ids: Sequence[str],
-    texts: Sequence[str],
     lengths: Sequence[int],
     models: Sequence[str],
     created: Sequence[int],
     starts: Sequence[int],
     ends: Sequence[int],
     vecs: Sequence[bytes],
+    *,
+    postings: Postings,
 ) -> ScopeIndex:
     """The index of the facts given column by column (:func:`read`'s columns)."""
     n = len(ids)
@@ -135,21 +206,10 @@ def build(
         models=names,
         model_of=model_of,
         matrix=matrix,
-        postings=_postings(texts),
+        postings=postings[0],
+        post_rows=postings[1],
+        post_tfs=postings[2],
     )
-
-
-def _postings(texts: Sequence[str]) -> dict[str, Posting]:
-    rows: dict[str, list[int]] = {}
-    tfs: dict[str, list[int]] = {}
-    for i, text in enumerate(texts):
-        for term, tf in Counter(py_terms(text)).items():
-            rows.setdefault(term, []).append(i)
-            tfs.setdefault(term, []).append(tf)
-    return {
-        t: Posting(np.asarray(r, dtype=np.int32), np.asarray(tfs[t], dtype=np.float64))
-        for t, r in rows.items()
-    }
 
 
 @dataclass(frozen=True)
@@ -173,11 +233,12 @@ def lexical(index: ScopeIndex, query: str, *, at_ms: int, limit: int) -> list[Ra
     held = np.zeros(len(index.ids), dtype=np.int32)
     found: dict[str, np.ndarray] = {}
     for term in py_query_terms(query, stem=False):
-        p = index.postings.get(term)
-        if p is None:
+        span = index.postings.get(term)
+        if span is None:
             continue
-        keep = live[p.rows]
-        rows, tf = p.rows[keep], p.tfs[keep]
+        rows, tf = index.post_rows[span[0] : span[1]], index.post_tfs[span[0] : span[1]]
+        keep = live[rows]
+        rows, tf = rows[keep], tf[keep]
         if not len(rows):
             continue
         df = len(rows)

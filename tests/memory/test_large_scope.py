@@ -197,7 +197,9 @@ def test_the_index_ranks_exactly_and_skips_what_has_no_cosine():
     never = int(np.iinfo(np.int64).max)
     index = memory_index.build(
         ids=["b", "a", "c", "d", "e"],
-        texts=["coffee in kyoto", "coffee", "tea", "coffee coffee", "later coffee"],
+        postings=memory_index.text_postings(
+            ["coffee in kyoto", "coffee", "tea", "coffee coffee", "later coffee"]
+        ),
         lengths=[3, 1, 1, 2, 2],
         models=["m", "m", "other", "m", ""],
         created=[1, 1, 1, 1, 1],
@@ -210,6 +212,6 @@ def test_the_index_ranks_exactly_and_skips_what_has_no_cosine():
     lex = memory_index.lexical(index, "coffee kyoto", at_ms=now, limit=10)
     assert [h.memory_id for h in lex] == ["b", "d", "a"] and lex[0].matched == ("coffee", "kyoto")
     assert "e" in [h.memory_id for h in memory_index.lexical(index, "coffee", at_ms=later, limit=10)]
-    empty = memory_index.build([], [], [], [], [], [], [], [])
+    empty = memory_index.build([], [], [], [], [], [], [], postings=memory_index.text_postings([]))
     assert memory_index.lexical(empty, "coffee", at_ms=now, limit=10) == []
     assert memory_index.vector(empty, [1.0, 0.0], "m", at_ms=now, limit=10, min_similarity=0.0) == []
