@@ -17,8 +17,8 @@ before, and starts the index's read in the background (at most one per process a
 time, and per scope not more often than FILL_INTERVAL_S: a scope written to constantly
 is not re-read on every write). The hits' rows are read and checked (not forgotten, not
 superseded, valid now, in the scope, not high): an index that missed a write can miss a
-new fact for as long as its token proves it current, never answer a gone one. Reading 100k facts and building their
-index takes the process ~1-3 s of CPU (tokenising the texts), off the search's path.
+new fact for as long as its token proves it current, never answer a gone one. The index is two reads (the facts
+without their text, the user's postings by term) and numpy work, off the search's path.
 
 The index lives in its own budget, LOOM_MEMORY_LARGE_SCOPE_CACHE_MB (least recently
 used scopes out first; a scope larger than the whole budget is not kept and not
@@ -148,7 +148,7 @@ async def rows(
     while len(out) < limit and pos < len(ranked):
         part = ranked[pos : pos + batch]
         pos += batch
-        got = await svc.run(store.get, svc.ch, scope.namespace, scope.user_id, [h.memory_id for h in part])
+        got = await svc.run(store.newest, svc.ch, scope.namespace, scope.user_id, [h.memory_id for h in part])
         for h in part:
             f = got.get(h.memory_id)
             if f is not None and _current(f, scope, at):
