@@ -12,7 +12,10 @@ the fusion) and of context.pack (4k-token budget, with a query), both with the q
 embedding included; each search is followed by a second one of the same user with another
 query ("again": an agent's next turn, answered from the API process's cache of the user's
 facts, loom.ops.memory.scan_cache), and context.pack reads another user. A second shape (`one`) puts every fact under one user (the worst
-case: above facts.SCAN_MAX_FACTS, so the server-side legs, an exact scan of 100k vectors).
+case: above facts.SCAN_MAX_FACTS: ranked from the API process's index of the scope,
+loom.ops.memory.large_scope, read once in the background after the first search; the
+time of that read and the index's size are printed, and overlap@10 of the searches'
+top 10 with the server-side legs' exact ranking).
 
 "before" is the two server-side legs every scope used before the one-read path
 (loom.store.memory_scan), and evidence BM25 over the postings (evidence.SCAN_MAX_ROWS = 0), replayed in the same run, interleaved with the current ops
@@ -40,12 +43,13 @@ from loom.clock import next_version
 from loom.embedded.clickhouse_endpoint import start_endpoint
 from loom.embedded.redis_server import start_redis
 from loom.ops.conversation import api_inline_embedder
-from loom.ops.memory import context, facts, scan_cache
+from loom.ops.memory import context, facts, large_scope, scan_cache
+from loom.ops.memory.common import large_scopes
 from loom.services import open_services
 from loom.settings import Settings
 from loom.store import evidence as ev_store
 from loom.store import memories as store
-from loom.store import memory_scan
+from loom.store import memory_index, memory_scan
 
 BATCH = 10_000
 WORDS = [f"w{i}" for i in range(5_000)] + [
@@ -146,6 +150,51 @@ async def measure(svc: Any, ns: str, users: int, queries: int, seed: int) -> dic
     return out
 
 
+async def overlap(
+    svc: Any, ns: str, users: int, queries: int, seed: int
+) -> dict[str, tuple[float, float, int]]:
+    """Top-10 agreement of memory.search as it runs now with the server-side legs' exact
+    ranking (facts.SCAN_MAX_FACTS = 0), same users and queries: overlap@10 (mean, min,
+    over the searches whose reference has hits, and how many had). Also each leg alone
+    when the scope's index answers (the vector leg with no similarity floor: the bench's
+    random vectors are all below the default 0.30, so the fused answer is BM25's)."""
+    rng = random.Random(seed + 3)
+    shares: dict[str, list[float]] = {"search": [], "vector leg": [], "bm25 leg": []}
+
+    def share(got: list[str], ref: list[str], name: str) -> None:
+        if ref:
+            shares[name].append(len(set(got[:10]) & set(ref[:10])) / min(10, len(ref)))
+
+    for _ in range(queries):
+        scope = store.Scope(ns, f"u{rng.randrange(users)}")
+        q = " ".join(rng.choice(WORDS) for _ in range(3))
+        got = [h.fact.memory_id for h in (await facts.hybrid(svc, scope, q, limit=10)).hits]
+        kept = facts.SCAN_MAX_FACTS
+        facts.SCAN_MAX_FACTS = 0
+        try:
+            ref = [h.fact.memory_id for h in (await facts.hybrid(svc, scope, q, limit=10)).hits]
+        finally:
+            facts.SCAN_MAX_FACTS = kept
+        share(got, ref, "search")
+        index = await large_scope.current(svc, scope) if scope in large_scopes(svc, "facts") else None
+        if index is None:
+            continue
+        emb = await api_inline_embedder.embed(svc, [q])
+        assert emb.vectors
+        at_ms = int(time.time() * 1000)
+        mine = memory_index.vector(
+            index, emb.vectors[0], emb.model_id, at_ms=at_ms, limit=10, min_similarity=-1.0
+        )
+        exact = await svc.run(
+            store.vector_search, svc.ch, scope, emb.vectors[0], emb.model_id, limit=10, min_similarity=-1.0
+        )
+        share([h.memory_id for h in mine], [h.memory_id for h in exact], "vector leg")
+        lex = memory_index.lexical(index, q, at_ms=at_ms, limit=10)
+        ref_lex = await svc.run(store.bm25, svc.ch, scope, q, limit=10)
+        share([h.memory_id for h in lex], [h.id for h in ref_lex], "bm25 leg")
+    return {k: (statistics.mean(v), min(v), len(v)) for k, v in shares.items() if v}
+
+
 # The endpoint's pid, and its CPU per op of the current measure() (set by main).
 SERVER_PID = 0
 SERVER_CPU: dict[str, list[float]] = {}
@@ -172,6 +221,8 @@ async def steps(
             "rank",
             "token",
             "cached",
+            "index",
+            "rows",
             "vector",
             "bm25",
             "evidence",
@@ -211,6 +262,22 @@ async def steps(
         await scan_cache.scan(svc, scope, q, cap=facts.SCAN_MAX_FACTS)
         out["cached"].append((time.perf_counter() - t0) * 1000)
         cpu["cached"] += (server_cpu_ms(pid) - c0) / queries
+        # a large scope's index (current: filled after the first search): both legs ranked
+        # here, then the rows of the fused top 10 read and checked
+        index = await large_scope.current(svc, scope) if scope in large_scopes(svc, "facts") else None
+        if index is not None:
+            t0 = time.perf_counter()
+            at_ms = int(time.time() * 1000)
+            lex = memory_index.lexical(index, q, at_ms=at_ms, limit=50)
+            vec = memory_index.vector(
+                index, emb.vectors[0], emb.model_id, at_ms=at_ms, limit=50, min_similarity=0.0
+            )
+            out["index"].append((time.perf_counter() - t0) * 1000)
+            fused = facts._rrf([(v.memory_id, v.score) for v in vec], [(x.memory_id, x.score) for x in lex])
+            c0, t0 = server_cpu_ms(pid), time.perf_counter()
+            await large_scope.rows(svc, scope, fused, limit=10)
+            out["rows"].append((time.perf_counter() - t0) * 1000)
+            cpu["rows"] += (server_cpu_ms(pid) - c0) / queries
         # the server-side legs
         await timed(
             "vector",
@@ -226,7 +293,7 @@ async def steps(
         # evidence BM25: the one read (None above the cap), then over the postings
         await timed("evidence", ev_store.scan_search, svc.ch, scope, q, limit=10, cap=ev_store.SCAN_MAX_ROWS)
         await timed("evidence_postings", ev_store.search, svc.ch, scope, q, limit=10)
-    return out, {k: v for k, v in cpu.items() if k not in ("rank", "token")}
+    return out, {k: v for k, v in cpu.items() if k not in ("rank", "token", "index")}
 
 
 def report(label: str, figures: dict[str, list[float]], before: dict[str, list[float]] | None = None) -> None:
@@ -287,6 +354,18 @@ async def main() -> None:
             await svc.run(load, svc.ch, ns, args.facts, users, model, dim, args.seed)
             print(f"{label}: loaded in {time.perf_counter() - t0:.1f} s", flush=True)
             await measure(svc, ns, users, min(10, queries), args.seed)  # warm-up
+            await large_scope.settle(svc)  # a large scope's index, read after its first search
+            if users == 1:
+                scope = store.Scope(ns, "u0")
+                t0 = time.perf_counter()
+                await large_scope.fill(svc, scope)
+                cache = large_scope.cache_of(svc)
+                held = cache.entries.get(scope) if cache is not None else None
+                print(
+                    f"{label}: the scope's index read and built in {time.perf_counter() - t0:.2f} s, "
+                    + (f"{held.nbytes / 2**20:.0f} MiB" if held else "not kept"),
+                    flush=True,
+                )
             await measure_before(svc, ns, users, min(10, queries), args.seed)
             # Interleaved halves, so load that changes during the run hits both paths alike.
             after: dict[str, list[float]] = {"search": [], "again": [], "pack": []}
@@ -310,6 +389,14 @@ async def main() -> None:
                 + f"; load average {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
+            for what, (mean, low, n) in (
+                await overlap(svc, ns, users, max(20, queries // 4), args.seed)
+            ).items():
+                print(
+                    f"{label}: {what} overlap@10 with the server-side legs' exact ranking: mean {mean:.3f}, "
+                    f"min {low:.2f} (n={n} with hits)",
+                    flush=True,
+                )
             timings, cpu = await steps(svc, ns, users, max(10, queries // 4), args.seed, endpoint.pid)
             report(label + " (steps)", timings)
             print(

@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     # memory.search keeps each searched user's facts in the API process while they are
     # current (loom.ops.memory.scan_cache), within this many MiB; 0 turns it off.
     memory_search_cache_mb: int = Field(64, ge=0)
+    # A user above the one read's cap (thousands of facts) is searched from an index of
+    # their facts kept in the API process (loom.ops.memory.large_scope): ~1.6 KB a fact
+    # with 384-dim vectors (100k facts: ~170 MiB), within this many MiB; 0 turns it off
+    # (such users are then ranked by the server, ~150 ms a search at 100k facts).
+    memory_large_scope_cache_mb: int = Field(256, ge=0)
 
     # Conversation plane (seed: "Settings").
     conversation_search_min_similarity: float = Field(0.30, ge=-1.0, le=1.0)

@@ -168,6 +168,25 @@ def get(
     return {f.memory_id: f for f in TABLE.rows(result)}
 
 
+def newest(ch: Client, namespace: str, user_id: str, memory_ids: Sequence[str]) -> dict[str, Fact]:
+    """:func:`get` without FINAL: every stored version of the named facts (a primary-key
+    read of their granules only), the newest kept here. FINAL made the engine merge the
+    user's whole key range: ~25 ms of CPU for 15 ids of a user holding 100k facts."""
+    if not memory_ids:
+        return {}
+    result = ch.query(
+        f"SELECT {_READ_NO_VECTOR} FROM memories WHERE namespace = {{ns:String}} AND user_id = {{u:String}} "
+        "AND memory_id IN {ids:Array(String)}",
+        parameters={"ns": namespace, "u": user_id, "ids": list(memory_ids)},
+    )
+    out: dict[str, Fact] = {}
+    for f in TABLE.rows(result):
+        seen = out.get(f.memory_id)
+        if seen is None or f.version > seen.version:
+            out[f.memory_id] = f
+    return out
+
+
 def page(
     ch: Client,
     scope: Scope,

@@ -13,8 +13,11 @@ most SCAN_MAX_FACTS live facts (the usual user) is read whole in one round trip 
 while the query is embedded, and both legs are ranked from that read in this process
 (loom.store.memory_scan): the search costs one query and waits for no read after the
 embedding, and none at all while this process's read of the scope is current
-(loom.ops.memory.scan_cache). A larger scope is ranked by the server, one round trip per leg run
-concurrently (BM25 over the postings while the query is embedded, exact cosine after).
+(loom.ops.memory.scan_cache). A larger scope is ranked from this process's index of it
+(loom.ops.memory.large_scope: both legs exact, here, then the hits' rows read and
+checked) while one is current; otherwise by the server, one round trip per leg run
+concurrently (BM25 over the postings while the query is embedded, exact cosine after),
+and the index is read in the background.
 Each hit says which legs found it, its source (set / extraction / crystallize, with the
 evidence ids an extraction decided from) and its times. Session briefs live in their
 own table and are never embedded: they cannot be a hit.
@@ -32,12 +35,12 @@ from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
 from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.common import decode_cursor, encode_cursor
-from loom.ops.memory import erasing, scan_cache, validity
+from loom.ops.memory import erasing, large_scope, scan_cache, validity
 from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, large_scopes, new_memory_id, scope_for
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import memories as store
-from loom.store import memory_scan
+from loom.store import memory_index, memory_scan
 from loom.store import profiles as profile_store
 from loom.store.memories import Fact, Scope
 
@@ -237,6 +240,10 @@ async def hybrid(
     depth = max(50, limit * 3)
     large = large_scopes(svc, "facts")  # scopes found above the cap: the server ranks
     if SCAN_MAX_FACTS <= 0 or scope in large:
+        if SCAN_MAX_FACTS > 0 and as_of is None:
+            indexed = await _from_index(svc, scope, query, limit=limit, depth=depth)
+            if indexed is not None:
+                return indexed
         lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth, as_of=as_of))
         try:
             emb, fallback = await _query_vector(svc, query)
@@ -251,6 +258,8 @@ async def hybrid(
         found = await scan_job
     if found is None:  # too large for one read: the server ranks (the vector is ready)
         large.add(scope)
+        if as_of is None:
+            large_scope.start_fill(svc, scope)  # the next searches rank from its index
         lex_job = asyncio.ensure_future(svc.run(store.bm25, svc.ch, scope, query, limit=depth, as_of=as_of))
         try:
             vec = await _vector_leg(svc, scope, emb, depth, as_of)
@@ -268,6 +277,39 @@ async def hybrid(
             min_similarity=svc.settings.conversation_search_min_similarity,
         )
     return FactSearch(_fuse(vec, lex, scope, limit), fallback)
+
+
+async def _from_index(
+    svc: Services, scope: Scope, query: str, *, limit: int, depth: int
+) -> FactSearch | None:
+    """A large scope ranked from this process's index of it (loom.ops.memory.large_scope),
+    or None when there is no current one (the server then ranks). BM25 is ranked while
+    the query is embedded, cosine after; then only the hits' rows are read and checked."""
+    index = await large_scope.current(svc, scope)
+    if index is None:
+        return None
+    at_ms = int(utcnow().timestamp() * 1000)
+    lex_job = asyncio.ensure_future(svc.run(memory_index.lexical, index, query, at_ms=at_ms, limit=depth))
+    try:
+        emb, fallback = await _query_vector(svc, query)
+    finally:
+        lex = await lex_job
+    vec: list[memory_index.Ranked] = []
+    if emb is not None and emb.vectors:
+        vec = await svc.run(
+            memory_index.vector,
+            index,
+            emb.vectors[0],
+            emb.model_id,
+            at_ms=at_ms,
+            limit=depth,
+            min_similarity=svc.settings.conversation_search_min_similarity,
+        )
+    fused = _rrf([(v.memory_id, v.score) for v in vec], [(x.memory_id, x.score) for x in lex])
+    found = await large_scope.rows(svc, scope, fused, limit=limit)
+    return FactSearch(
+        [FactHit(f, round(h.score, 6), h.legs, h.similarity, h.bm25) for h, f in found], fallback
+    )
 
 
 async def _vector_leg(
@@ -304,28 +346,33 @@ async def _query_vector(
     return None, f"embedder_unavailable: {emb.error or 'no vector'}"[:500]
 
 
-def _fuse(vec: list[store.VectorHit], lex: list[store.LexicalHit], scope: Scope, limit: int) -> list[FactHit]:
-    """Reciprocal rank fusion of the two legs, best `limit` first."""
-    scores: dict[str, FactHit] = {}
-    for rank, v in enumerate(vec, 1):
-        h = scores.setdefault(v.memory_id, FactHit(v.fact, 0.0, []))
+def _rrf(vec: list[tuple[str, float]], lex: list[tuple[str, float]]) -> list[large_scope.Fused]:
+    """Reciprocal rank fusion of the two legs' (id, score) lists, best first (ties: more
+    legs, then id)."""
+    fused: dict[str, large_scope.Fused] = {}
+    for rank, (mid, sim) in enumerate(vec, 1):
+        h = fused.setdefault(mid, large_scope.Fused(mid, 0.0, [], None, None))
         h.score += 1.0 / (RRF_K + rank)
         h.legs.append("vector")
-        h.similarity = round(v.similarity, 6)
-    for rank, lh in enumerate(lex, 1):
-        h = scores.setdefault(lh.id, FactHit(lh.row, 0.0, []))
+        h.similarity = round(sim, 6)
+    for rank, (mid, score) in enumerate(lex, 1):
+        h = fused.setdefault(mid, large_scope.Fused(mid, 0.0, [], None, None))
         h.score += 1.0 / (RRF_K + rank)
         h.legs.append("lexical")
-        h.bm25 = round(lh.score, 6)
-    ranked = sorted(scores.items(), key=lambda kv: (-kv[1].score, -len(kv[1].legs), kv[0]))
+        h.bm25 = round(score, 6)
+    return sorted(fused.values(), key=lambda h: (-h.score, -len(h.legs), h.memory_id))
+
+
+def _fuse(vec: list[store.VectorHit], lex: list[store.LexicalHit], scope: Scope, limit: int) -> list[FactHit]:
+    """Reciprocal rank fusion of the two legs, best `limit` first."""
+    rows = {v.memory_id: v.fact for v in vec} | {lh.id: lh.row for lh in lex}
     hits: list[FactHit] = []
-    for _, h in ranked:
-        f = h.fact
+    for h in _rrf([(v.memory_id, v.similarity) for v in vec], [(lh.id, lh.score) for lh in lex]):
+        f = rows[h.memory_id]
         # Both legs read the newest live version; the screen stays as a second guard.
         if f.tombstoned or reads_as_high(f.text) or not _in_scope(f, scope):
             continue
-        h.score = round(h.score, 6)
-        hits.append(h)
+        hits.append(FactHit(f, round(h.score, 6), h.legs, h.similarity, h.bm25))
         if len(hits) == limit:
             break
     return hits

@@ -40,6 +40,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Generic, Protocol, TypeVar
 
 from loom import redis_keys
 from loom.clock import utcnow
@@ -67,23 +68,32 @@ return out
 """
 
 
+class Sized(Protocol):
+    @property
+    def nbytes(self) -> int: ...
+
+
+R = TypeVar("R", bound=Sized)
+
+
 @dataclass
-class _Entry:
+class _Entry(Generic[R]):
     label: tuple[str, ...]
-    rows: ScopeRows
+    rows: R
     at: float  # time.monotonic() when it was stored
     nbytes: int
 
 
-class ScanCache:
-    """Scopes' reads by scope, least recently used first out, within `max_bytes`."""
+class ScanCache(Generic[R]):
+    """Scopes' reads by scope, least recently used first out, within `max_bytes` (the
+    one reads here; the large scopes' indexes in loom.ops.memory.large_scope)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self.entries: OrderedDict[Scope, _Entry] = OrderedDict()
+        self.entries: OrderedDict[Scope, _Entry[R]] = OrderedDict()
         self.nbytes = 0
 
-    def get(self, scope: Scope, label: tuple[str, ...]) -> ScopeRows | None:
+    def get(self, scope: Scope, label: tuple[str, ...]) -> R | None:
         e = self.entries.get(scope)
         if e is None:
             return None
@@ -93,15 +103,17 @@ class ScanCache:
         self.entries.move_to_end(scope)
         return e.rows
 
-    def put(self, scope: Scope, label: tuple[str, ...], rows: ScopeRows) -> None:
+    def put(self, scope: Scope, label: tuple[str, ...], rows: R) -> bool:
+        """Keep `rows` (False: larger than the whole budget, not kept)."""
         size = rows.nbytes
         if size > self.max_bytes:
-            return
+            return False
         self._drop(scope)
         self.entries[scope] = _Entry(label, rows, time.monotonic(), size)
         self.nbytes += size
         while self.nbytes > self.max_bytes:
             self._drop(next(iter(self.entries)))
+        return True
 
     def _drop(self, scope: Scope) -> None:
         e = self.entries.pop(scope, None)
@@ -109,16 +121,21 @@ class ScanCache:
             self.nbytes -= e.nbytes
 
 
-def cache_of(svc: Services) -> ScanCache | None:
+def cache_of(svc: Services) -> ScanCache[ScopeRows] | None:
     """This process's cache (None when LOOM_MEMORY_SEARCH_CACHE_MB is 0); resized when
     the setting changes."""
-    max_bytes = svc.settings.memory_search_cache_mb * 1024 * 1024
+    return sized_cache(svc, _KEY, svc.settings.memory_search_cache_mb)
+
+
+def sized_cache(svc: Services, key: str, mb: int) -> ScanCache[R] | None:
+    """The process's cache kept under `key` with a budget of `mb` MiB (None when 0)."""
+    max_bytes = mb * 1024 * 1024
     if max_bytes <= 0:
-        svc.extras.pop(_KEY, None)
+        svc.extras.pop(key, None)
         return None
-    cache = svc.extras.get(_KEY)
+    cache = svc.extras.get(key)
     if not isinstance(cache, ScanCache):
-        cache = svc.extras[_KEY] = ScanCache(max_bytes)
+        cache = svc.extras[key] = ScanCache(max_bytes)
     elif cache.max_bytes != max_bytes:
         cache.max_bytes = max_bytes
         while cache.nbytes > max_bytes and cache.entries:
