@@ -8,6 +8,7 @@ by its number, so a second runner re-applies nothing harmful and records nothing
 from __future__ import annotations
 
 import re
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ class Migration:
     path: Path
 
     def statements(self, cluster: str = "") -> list[str]:
-        return split_statements(render(self.path.read_text(), cluster))
+        return split_statements(fill_run(render(self.path.read_text(), cluster)))
 
     @property
     def writers_must_upgrade(self) -> bool:
@@ -76,6 +77,12 @@ def render(sql: str, cluster: str = "") -> str:
         raise ValueError(f"LOOM_CLICKHOUSE_CLUSTER must be a plain identifier, got {cluster!r}")
     sql = sql.replace("{on_cluster}", f"ON CLUSTER {cluster}")
     return _ENGINE.sub(_replicated, sql)
+
+
+def fill_run(sql: str) -> str:
+    """Fill `{run}` with a token unique to this application of the migration: a table
+    rebuild names its copy with it, so two processes migrating at once never share one."""
+    return sql.replace("{run}", secrets.token_hex(4))
 
 
 def split_statements(sql: str) -> list[str]:
