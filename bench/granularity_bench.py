@@ -5,8 +5,8 @@ several granularities side by side.
 
 In this process, on clickhouse-connect's chdb backend (the store code runs unchanged;
 no HTTP): per shape ("one": every turn in one namespace; "spread": 200 namespaces) one
-database per granularity, each migrated up to the newest migration before 021 and then
-given the granularity by migration 021's own statements (the table rebuilt as a copy),
+database per granularity, each migrated up to the newest migration before 020 and then
+given the granularity by migration 020's own statements (the table rebuilt as a copy),
 then filled with the same bench/datagen.py turns and random 384-d vectors. The vector
 tables' views are dropped first (their HNSW builds are not what is compared here; the
 vector leg's own statement reads conversation_vectors_384, whose granules are 64 rows
@@ -46,7 +46,7 @@ from loom.store import embeddings as emb_store  # noqa: E402
 from loom.store import saved as saved_store  # noqa: E402
 from loom.store import search as search_store  # noqa: E402
 
-REBUILD = 21  # the migration that sets the granularity
+REBUILD = 20  # the migration that sets the granularity
 TABLES = ("conversations", "conversation_embeddings")
 FLUSH = 32
 
@@ -70,7 +70,7 @@ def client(path: Path, database: str) -> Any:
 
 
 def rebuild_statements(granularity: int) -> list[str]:
-    """Migration 021's statements with another granularity in place of its own."""
+    """Migration 020's statements with another granularity in place of its own."""
     migration = next(m for m in runner.discover() if m.number == REBUILD)
     sql = migration.path.read_text()
     own = int(sql.split("index_granularity = ")[1].split()[0].rstrip(",;"))
@@ -309,7 +309,7 @@ def measure_writes(shape: str, dbs: dict[int, Any], calls: int, timer: Timer) ->
 
 
 def time_migration(ch: Any, granularity: int) -> str:
-    """Migration 021 applied to a filled database (the one left at 8,192): its wall and
+    """Migration 020 applied to a filled database (the one left at 8,192): its wall and
     CPU time, and every stored row still there."""
     counts = "SELECT (SELECT count() FROM conversations), (SELECT count() FROM conversation_embeddings)"
     before = ch.query(counts).result_rows[0]
@@ -319,7 +319,7 @@ def time_migration(ch: Any, granularity: int) -> str:
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     after = ch.query(counts).result_rows[0]
     return (
-        f"migration 021 (to {granularity}) on the filled 8192 database: {wall:.1f} s wall, {cpu:.1f} s CPU; "
+        f"migration 020 (to {granularity}) on the filled 8192 database: {wall:.1f} s wall, {cpu:.1f} s CPU; "
         f"rows (conversations, embeddings) before {tuple(before)}, after {tuple(after)}"
     )
 

@@ -1,4 +1,4 @@
-"""Migration 021: loom.conversations and loom.conversation_embeddings rebuilt with small
+"""Migration 020: loom.conversations and loom.conversation_embeddings rebuilt with small
 granules on a database that already holds rows: every row (every version, tombstones)
 kept, the definition kept (skip indexes, settings, TTL), the views still fed, no copy
 left behind, and rows written to the old table while it was being copied carried over."""
@@ -19,7 +19,7 @@ from loom.store import saved as saved_store
 from loom.store.clickhouse import connect
 from loom.store.schema import prepare
 
-REBUILD = 21
+REBUILD = 20
 TABLES = ("conversations", "conversation_embeddings")
 
 
@@ -28,7 +28,7 @@ def _fresh(settings: Settings, suffix: str) -> Settings:
 
 
 def _before(monkeypatch: Any, s: Settings) -> Any:
-    """A database migrated up to the migration before 021."""
+    """A database migrated up to the migration before 020."""
     everything = runner.discover()
     monkeypatch.setattr(runner, "discover", lambda *a, **k: [m for m in everything if m.number < REBUILD])
     prepare(s, s.clickhouse_url)
@@ -123,7 +123,7 @@ def _rebuild_keeps_every_row(s: Settings, ch: Any) -> None:
     assert "index_granularity = 8192" in defined["conversations"]
 
     applied = prepare(s, s.clickhouse_url).applied
-    assert [a.split("_")[0] for a in applied] == ["021"]
+    assert [a.split("_")[0] for a in applied] == ["020"]
 
     for table in TABLES:
         assert _every_row(ch, table) == rows[table], table
@@ -133,7 +133,7 @@ def _rebuild_keeps_every_row(s: Settings, ch: Any) -> None:
         assert _without_granularity(now) == _without_granularity(defined[table])
     assert "TTL toDateTime(ts) + toIntervalDay(3650)" in _create_query(ch, "conversations")
     left = ch.query(
-        "SELECT name FROM system.tables WHERE database = currentDatabase() AND name LIKE '%\\_021\\_%'"
+        "SELECT name FROM system.tables WHERE database = currentDatabase() AND name LIKE '%\\_020\\_%'"
     )
     assert left.result_rows == []
 
@@ -167,7 +167,7 @@ def _late_rows_carried_over(ch: Any) -> None:
     migration = next(m for m in runner.discover() if m.number == REBUILD)
     statements = migration.statements()
     copy_of = {
-        t: next(i for i, st in enumerate(statements) if st.startswith(f"INSERT INTO {t}_021_"))
+        t: next(i for i, st in enumerate(statements) if st.startswith(f"INSERT INTO {t}_020_"))
         for t in TABLES
     }
     late_turn = _turn("late", 5000)

@@ -28,32 +28,32 @@
 -- Writers must upgrade first: a delete (an unsave's, an erasure's) that an older
 -- replica ran on the old table after its rows were copied would not reach the copy.
 
-CREATE TABLE IF NOT EXISTS conversations_021_{run} {on_cluster} AS conversations
+CREATE TABLE IF NOT EXISTS conversations_020_{run} {on_cluster} AS conversations
 ENGINE = ReplacingMergeTree(version)
 ORDER BY (namespace, agent, thread_id, msg_id)
 SETTINGS index_granularity = 256, non_replicated_deduplication_window = 10000, merge_selector_base = 10;
 
-INSERT INTO conversations_021_{run} SELECT * FROM conversations;
+INSERT INTO conversations_020_{run} SELECT * FROM conversations;
 
-EXCHANGE TABLES conversations AND conversations_021_{run} {on_cluster};
+EXCHANGE TABLES conversations AND conversations_020_{run} {on_cluster};
 
-INSERT INTO conversations SELECT * FROM conversations_021_{run}
+INSERT INTO conversations SELECT * FROM conversations_020_{run}
 WHERE (cityHash64(namespace, agent, thread_id, msg_id), version) NOT IN
       (SELECT cityHash64(namespace, agent, thread_id, msg_id), version FROM conversations);
 
-DROP TABLE IF EXISTS conversations_021_{run} {on_cluster} SYNC;
+DROP TABLE IF EXISTS conversations_020_{run} {on_cluster} SYNC;
 
-CREATE TABLE IF NOT EXISTS conversation_embeddings_021_{run} {on_cluster} AS conversation_embeddings
+CREATE TABLE IF NOT EXISTS conversation_embeddings_020_{run} {on_cluster} AS conversation_embeddings
 ENGINE = ReplacingMergeTree(version)
 ORDER BY (namespace, thread_id, msg_id)
 SETTINGS index_granularity = 256, non_replicated_deduplication_window = 10000, merge_selector_base = 10;
 
-INSERT INTO conversation_embeddings_021_{run} SELECT * FROM conversation_embeddings;
+INSERT INTO conversation_embeddings_020_{run} SELECT * FROM conversation_embeddings;
 
-EXCHANGE TABLES conversation_embeddings AND conversation_embeddings_021_{run} {on_cluster};
+EXCHANGE TABLES conversation_embeddings AND conversation_embeddings_020_{run} {on_cluster};
 
-INSERT INTO conversation_embeddings SELECT * FROM conversation_embeddings_021_{run}
+INSERT INTO conversation_embeddings SELECT * FROM conversation_embeddings_020_{run}
 WHERE (cityHash64(namespace, thread_id, msg_id), version) NOT IN
       (SELECT cityHash64(namespace, thread_id, msg_id), version FROM conversation_embeddings);
 
-DROP TABLE IF EXISTS conversation_embeddings_021_{run} {on_cluster} SYNC;
+DROP TABLE IF EXISTS conversation_embeddings_020_{run} {on_cluster} SYNC;
