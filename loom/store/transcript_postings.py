@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from loom.store.conversations import Turn
 
 _INDEXED_ROLES = ("user", "assistant")
+# How much of ``metadata.speaker`` is indexed: a name, not a paragraph smuggled in.
+SPEAKER_CHARS = 64
 
 
 @dataclass
@@ -102,6 +104,18 @@ def indexed(turn: Turn) -> bool:
     )
 
 
+def indexed_text(turn: Turn) -> str:
+    """What the lexical leg reads of a turn: its content, behind the first
+    :data:`SPEAKER_CHARS` characters of ``metadata.speaker`` when that is a non-empty
+    string (questions name speakers: "What did Caroline say about ..."; LoCoMo's
+    speakers are names the text itself seldom repeats). Another type is ignored. The
+    excerpt (``head``) and the document id stay the content's alone."""
+    speaker = turn.metadata.get("speaker") if isinstance(turn.metadata, dict) else None
+    if isinstance(speaker, str) and speaker:
+        return f"{speaker[:SPEAKER_CHARS]} {turn.content}"
+    return turn.content
+
+
 def columns(turns: Sequence[Turn]) -> dict[str, list[Any]]:
     """The postings of the `turns` the lexical leg covers, column by column (one row per
     distinct term of a text, after its empty-term posting): built in bulk, since a flush
@@ -110,7 +124,7 @@ def columns(turns: Sequence[Turn]) -> dict[str, list[Any]]:
     for turn in turns:
         if not indexed(turn):
             continue
-        terms = bm25.py_terms(turn.content)
+        terms = bm25.py_terms(indexed_text(turn))
         counted: Counter[str] = Counter()
         for term, n in Counter(terms).items():
             counted[bm25.py_stem(term)] += n
@@ -140,7 +154,10 @@ def insert(ch: Client, turns: Sequence[Turn], *, dedup_token: str = "") -> None:
 
 
 # The postings of transcript rows, written by the engine from the rows themselves (the
-# statement migration 016's view ran on every insert), for the rows `where` names.
+# statement migration 016's view ran on every insert, plus the speaker of
+# :func:`indexed_text`; JSONExtractString alone would give a number's digits, hence the
+# JSONType check),
+# for the rows `where` names.
 def _postings_select(where: str) -> str:
     return f"""
 SELECT namespace, posting.1 AS term, doc, posting.2 AS tf, dl AS doc_len, agent, thread_id, msg_id, role, run_id,
@@ -148,7 +165,9 @@ SELECT namespace, posting.1 AS term, doc, posting.2 AS tf, dl AS doc_len, agent,
 FROM (
     SELECT namespace, agent, thread_id, msg_id, role, run_id, user_id, ts, version,
            cityHash64(thread_id, msg_id, agent, content) AS doc,
-           {bm25.stemmed_terms_sql("content")} AS terms,
+           if(JSONType(metadata, 'speaker') = 'String',
+              leftUTF8(JSONExtractString(metadata, 'speaker'), {SPEAKER_CHARS}), '') AS speaker,
+           {bm25.stemmed_terms_sql("if(speaker = '', content, concat(speaker, ' ', content))")} AS terms,
            toUInt32(length(terms)) AS dl,
            arrayReduce('sumMap', [terms], [arrayMap(t -> toUInt32(1), terms)]) AS counted,
            arrayConcat([('', toUInt32(1), leftUTF8(content, {HEAD_CHARS}))],

@@ -455,7 +455,11 @@ async def test_lexical_weight_scales_the_lexical_leg(call, ns, token, api_embedd
         call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation", lexical_weight=0.5
     )
     assert half["hits"][0]["score"] == pytest.approx(1 / 62 + 0.5 / 61, abs=1e-6)
-    for bad in (-0.1, 1.5):
+    heavy = await ok(
+        call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation", lexical_weight=100
+    )
+    assert heavy["hits"][0]["score"] == pytest.approx(1 / 62 + 100 / 61, abs=1e-6)
+    for bad in (-0.1, 100.5):
         r = await call(SEARCH, token, namespace=ns, user_id="alice", query="x", lexical_weight=bad)
         assert r.status_code == 422 and r.json()["field"] == "lexical_weight"
 

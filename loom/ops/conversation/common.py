@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from loom.errors import InvalidRequest
+from loom.limits import MAX_LEXICAL_WEIGHT, MIN_LEXICAL_WEIGHT
 
 ROLES = ("user", "assistant", "system", "tool")
 EMBEDDED_ROLES = frozenset({"user", "assistant"})
@@ -94,3 +95,13 @@ def decode_cursor(cursor: str, *, expect: dict[str, Any]) -> dict[str, Any]:
                 rule="same_listing",
             )
     return payload
+
+
+def check_lexical_weight(lexical_weight: float) -> None:
+    """The range of hybrid mode's lexical_weight (both conversation searches)."""
+    if not MIN_LEXICAL_WEIGHT <= lexical_weight <= MAX_LEXICAL_WEIGHT:
+        raise InvalidRequest(
+            f"lexical_weight must be between {MIN_LEXICAL_WEIGHT:g} and {MAX_LEXICAL_WEIGHT:g}",
+            field="lexical_weight",
+            rule="range",
+        )
