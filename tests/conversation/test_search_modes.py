@@ -414,6 +414,51 @@ async def test_the_speaker_prefix_changes_what_the_model_reads_never_what_is_sto
     ]
 
 
+async def test_the_speaker_prefix_names_the_speaker_where_the_metadata_does(
+    call, ns, writer, mint, services, arq_worker
+):
+    from loom.providers.embedders import SpyEmbedder
+    from workers import embed_jobs
+
+    worker = arq_worker.ctx["loom"]
+    before_settings, inner = worker.settings, embed_jobs.current_embedder()
+    spy = SpyEmbedder(inner)
+    embed_jobs.set_embedder(spy)
+    try:
+        worker.settings = before_settings.model_copy(update={"embed_speaker_prefix": True})
+        await _append(
+            call,
+            writer,
+            ns,
+            [
+                _turn("t", "c1", "I went to the support group", metadata={"speaker": "Caroline"}),
+                _turn("t", "m1", "that is great", role="assistant", metadata={"speaker": "M" * 80}),
+                _turn("t", "n1", "a number speaks", metadata={"speaker": 7}),
+            ],
+        )
+        # A re-embed reads the name from the transcript row's metadata.
+        await ok(call, "conversation.reembed", mint(ns, "admin"), namespace=ns, thread_id="t")
+    finally:
+        embed_jobs.set_embedder(inner)
+        worker.settings = before_settings
+    expected = [
+        "Caroline: I went to the support group",
+        "M" * 64 + ": that is great",
+        "User: a number speaks",
+    ]
+    assert spy.texts[:3] == expected
+    assert sorted(spy.texts[3:]) == sorted(expected)
+
+
+def test_model_text_prefers_the_speakers_name() -> None:
+    from loom.ops.conversation.common import model_text
+
+    assert model_text("hi", "user", False, True, "Caroline") == "Caroline: hi"
+    assert model_text("hi", "user", False, True) == "User: hi"
+    assert model_text("hi", "system", True, True, "Caroline") == "Summary: hi"
+    assert model_text("hi", "user", False, False, "Caroline") == "hi"
+
+
 def test_the_view_and_the_query_share_one_tokeniser_and_stemmer() -> None:
     from clickhouse_schema.runner import MIGRATIONS_DIR
     from loom.store import bm25
