@@ -388,7 +388,11 @@ async def run(args: argparse.Namespace) -> list[str]:
                     f"{took:.1f}s  [{load_avg()}]"
                 )
                 log(lines[-1])
-                scored = await score(http, token, data, modes, suffix)
+                # Without the prefix the embeddings never read the names: vector mode
+                # would repeat the copy without them exactly.
+                same = names and not args.speaker_prefix and len(copies) > 1
+                asked = [m for m in modes if not (same and m == "vector")]
+                scored = await score(http, token, data, asked, suffix)
                 log("\n".join(scored))
                 lines += scored
         if args.latency_turns:
