@@ -297,6 +297,7 @@ async def score(
             times.append(took)
             by_type[q.qtype].append((recall_at(found, q.answers, 5), recall_at(found, q.answers, 10)))
         every = [x for xs in by_type.values() for x in xs]
+        first = len(lines)
         lines.append(
             f"{mode:<10} all{'':<24} n={len(every):<5} recall@5 {statistics.fmean(r5 for r5, _ in every):.3f}  "
             f"recall@10 {statistics.fmean(r10 for _, r10 in every):.3f}  p50 {pct(times, 50):6.1f} ms  "
@@ -307,6 +308,9 @@ async def score(
                 f"{'':<10} {qtype:<27} n={len(xs):<5} recall@5 {statistics.fmean(a for a, _ in xs):.3f}  "
                 f"recall@10 {statistics.fmean(b for _, b in xs):.3f}"
             )
+        print(
+            "\n".join(lines[first:]), f"[{load_avg()}]", flush=True
+        )  # a mode's figures as soon as they are in
     return lines
 
 
