@@ -33,7 +33,7 @@ from typing import Any
 
 from loom.auth.principal import Principal, Role
 from loom.errors import InvalidRequest
-from loom.limits import DEFAULT_LEXICAL_WEIGHT
+from loom.limits import SAVED_LEXICAL_WEIGHT
 from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.common import as_utc, check_lexical_weight, decode_cursor, encode_cursor
 from loom.ops.conversation.saving import acting_user
@@ -180,7 +180,7 @@ async def search_saved_messages(
     *,
     limit: int = 10,
     search_mode: str = HYBRID,
-    lexical_weight: float = DEFAULT_LEXICAL_WEIGHT,
+    lexical_weight: float = SAVED_LEXICAL_WEIGHT,
     conversation_id: str | None = None,
 ) -> SavedSearch:
     """conversation.search_saved_messages (viewer): this user's saved, live messages
