@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, field_validator
 from loom.api.models.bounds import JsonObject
 from loom.api.models.common import AgentId, NamespacedRequest, Timestamp
 from loom.api.models.conversation import Content, MsgId, RoleName, ShortText, ThreadId
-from loom.limits import SAVED_LEXICAL_WEIGHT, MAX_LEXICAL_WEIGHT, MIN_LEXICAL_WEIGHT
+from loom.limits import MAX_LEXICAL_WEIGHT, MIN_LEXICAL_WEIGHT, SAVED_LEXICAL_WEIGHT
 
 if TYPE_CHECKING:
     from loom.ops.conversation.saving import NewMessage
