@@ -13,5 +13,5 @@ MAX_SEARCH_LIMIT = 100  # hits one conversation.search answers
 # weak vector leg at an equal vote drags hybrid under lexical alone).
 MIN_LEXICAL_WEIGHT = 0.0
 MAX_LEXICAL_WEIGHT = 100.0
-DEFAULT_LEXICAL_WEIGHT = 1.0  # conversation.search's (docs/search.md, "The default")
+DEFAULT_LEXICAL_WEIGHT = 10.0  # conversation.search's (docs/search.md, "The default")
 SAVED_LEXICAL_WEIGHT = 1.0  # conversation.search_saved_messages' (not measured anew)
