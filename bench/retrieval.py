@@ -1,7 +1,15 @@
 """What conversation.search finds: recall of the turns that answer a question, per mode.
 
     .venv/bin/python -m bench.retrieval [--data locomo10|longmemeval_oracle|PATH] [--limit N] [--embedder minilm]
-        [--modes vector,hybrid,lexical] [--latency-turns 100000] [--out bench/results]
+        [--modes vector,hybrid,hybrid:10,lexical] [--speaker-names off|on|both] [--latency-turns 100000]
+        [--out bench/results]
+
+A mode is ``vector``, ``lexical`` or ``hybrid``, the last optionally with its
+``lexical_weight`` after a colon (``hybrid:10``; plain ``hybrid`` is the server's default).
+``--speaker-names on`` stores each turn's speaker name (LoCoMo's ``speaker``) as its
+``metadata.speaker``, which the lexical leg indexes before the text; ``both`` stores
+every namespace twice (without and with the names, the second copy's namespaces ending
+in ``-sp``) and scores each. LongMemEval has roles only: there the names are absent.
 
 The data is either
 
@@ -79,6 +87,7 @@ class Turn:
     msg_id: str
     role: str
     content: str
+    speaker: str = ""  # the speaker's name where the data set has one (LoCoMo)
 
 
 @dataclass
@@ -143,6 +152,7 @@ def read_locomo(raw: list[dict[str, Any]], limit: int) -> tuple[dict[str, list[T
                             msg_id=str(t["dia_id"]),
                             role=roles.get(t["speaker"], "user"),
                             content=t["text"],
+                            speaker=str(t.get("speaker") or ""),
                         )
                     )
             n += 1
@@ -199,22 +209,40 @@ def _client(url: str) -> Any:
     )
 
 
-async def store(http: httpx.AsyncClient, token: str, data: Dataset) -> float:
-    """Every turn through conversation.append; returns the seconds it took."""
+SPEAKER_SUFFIX = "-sp"  # the namespaces of --speaker-names both's named copy
+
+
+def variants(choice: str) -> list[tuple[str, bool]]:
+    """``--speaker-names``: (namespace suffix, names stored) per copy of the data."""
+    return {"off": [("", False)], "on": [("", True)], "both": [("", False), (SPEAKER_SUFFIX, True)]}[choice]
+
+
+def _turn_body(t: Turn, names: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "thread_id": t.thread_id,
+        "msg_id": t.msg_id,
+        "role": t.role,
+        "content": t.content,
+    }
+    if names and t.speaker:
+        body["metadata"] = {"speaker": t.speaker}
+    return body
+
+
+async def store(
+    http: httpx.AsyncClient, token: str, data: Dataset, suffix: str = "", names: bool = False
+) -> float:
+    """Every turn through conversation.append (into the namespaces + `suffix`, with the
+    speakers' names as metadata.speaker when `names`); returns the seconds it took."""
     t0 = time.perf_counter()
-    for ns, turns in data.turns.items():
+    for base, turns in data.turns.items():
+        ns = base + suffix
         r = await http.post(
             "/v1/conversation.set_logging", json={"namespace": ns, "enabled": True}, headers=_auth(token)
         )
         r.raise_for_status()
         for lo in range(0, len(turns), BATCH):
-            body = {
-                "namespace": ns,
-                "turns": [
-                    {"thread_id": t.thread_id, "msg_id": t.msg_id, "role": t.role, "content": t.content}
-                    for t in turns[lo : lo + BATCH]
-                ],
-            }
+            body = {"namespace": ns, "turns": [_turn_body(t, names) for t in turns[lo : lo + BATCH]]}
             r = await http.post("/v1/conversation.append", json=body, headers=_auth(token), timeout=600)
             r.raise_for_status()
     return time.perf_counter() - t0
@@ -224,10 +252,22 @@ def _auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def mode_spec(spec: str) -> tuple[str, float | None]:
+    """``hybrid:10`` -> ("hybrid", 10.0); ``lexical`` -> ("lexical", None)."""
+    mode, _, weight = spec.partition(":")
+    if mode not in MODES:
+        raise SystemExit(f"unknown mode {spec!r}: one of {', '.join(MODES)}, hybrid with :WEIGHT")
+    return mode, float(weight) if weight else None
+
+
 async def ask(
-    http: httpx.AsyncClient, token: str, q: Question, mode: str, limit: int = 10
+    http: httpx.AsyncClient, token: str, q: Question, mode: str, limit: int = 10, suffix: str = ""
 ) -> tuple[list[str], float]:
-    body = {"namespace": q.namespace, "query": q.text, "limit": limit, "search_mode": mode}
+    name, weight = mode_spec(mode)
+    body: dict[str, Any] = {"namespace": q.namespace + suffix, "query": q.text, "limit": limit}
+    body["search_mode"] = name
+    if weight is not None:
+        body["lexical_weight"] = weight
     t0 = time.perf_counter()
     r = await http.post("/v1/conversation.search", json=body, headers=_auth(token))
     took = (time.perf_counter() - t0) * 1000
@@ -244,27 +284,33 @@ def pct(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))] if s else float("nan")
 
 
-async def score(http: httpx.AsyncClient, token: str, data: Dataset, modes: list[str]) -> list[str]:
+async def score(
+    http: httpx.AsyncClient, token: str, data: Dataset, modes: list[str], suffix: str = ""
+) -> list[str]:
     lines: list[str] = []
     asked = [q for q in data.questions if q.answers]
     for mode in modes:
         by_type: dict[str, list[tuple[float, float]]] = defaultdict(list)
         times: list[float] = []
         for q in asked:
-            found, took = await ask(http, token, q, mode)
+            found, took = await ask(http, token, q, mode, suffix=suffix)
             times.append(took)
             by_type[q.qtype].append((recall_at(found, q.answers, 5), recall_at(found, q.answers, 10)))
         every = [x for xs in by_type.values() for x in xs]
+        first = len(lines)
         lines.append(
-            f"{mode:<8} all{'':<26} n={len(every):<5} recall@5 {statistics.fmean(r5 for r5, _ in every):.3f}  "
+            f"{mode:<10} all{'':<24} n={len(every):<5} recall@5 {statistics.fmean(r5 for r5, _ in every):.3f}  "
             f"recall@10 {statistics.fmean(r10 for _, r10 in every):.3f}  p50 {pct(times, 50):6.1f} ms  "
             f"p95 {pct(times, 95):6.1f} ms"
         )
         for qtype, xs in sorted(by_type.items()):
             lines.append(
-                f"{'':<8} {qtype:<29} n={len(xs):<5} recall@5 {statistics.fmean(a for a, _ in xs):.3f}  "
+                f"{'':<10} {qtype:<27} n={len(xs):<5} recall@5 {statistics.fmean(a for a, _ in xs):.3f}  "
                 f"recall@10 {statistics.fmean(b for _, b in xs):.3f}"
             )
+        print(
+            "\n".join(lines[first:]), f"[{load_avg()}]", flush=True
+        )  # a mode's figures as soon as they are in
     return lines
 
 
@@ -311,6 +357,8 @@ def bulk(stack: Stack, ch: Any, n: int, queries: int, log: Any) -> tuple[str, li
 async def run(args: argparse.Namespace) -> list[str]:
     data = read(data_path(args.data), args.limit)
     modes = [m.strip() for m in args.modes.split(",")]
+    for m in modes:
+        mode_spec(m)  # refuse a bad spec before the stack starts
     home = Path(tempfile.mkdtemp(prefix="loomret-", dir="/tmp"))
     stack = Stack(home, free_port(), args.embedder)
     lines = [
@@ -318,7 +366,7 @@ async def run(args: argparse.Namespace) -> list[str]:
         + ("" if data.real else "  (SAMPLE: tests the harness only, no quality claim)"),
         f"{len(data.turns)} namespaces, {sum(len(t) for t in data.turns.values()):,} turns, "
         f"{sum(1 for q in data.questions if q.answers)} questions with answer turns; embedder {args.embedder}, "
-        f"speaker prefix {'on' if args.speaker_prefix else 'off'}",
+        f"speaker prefix {'on' if args.speaker_prefix else 'off'}; speaker names {args.speaker_names}",
     ]
 
     def log(msg: str) -> None:
@@ -332,11 +380,25 @@ async def run(args: argparse.Namespace) -> list[str]:
         url = find_running_endpoint(home / "clickhouse")
         assert url, "the embedded endpoint is not running"
         ch = _client(url)
-        token = mint(ch, [*data.turns], "admin", "all", "", "").token
+        copies = variants(args.speaker_names)
+        token = mint(
+            ch, [ns + suffix for ns in data.turns for suffix, _ in copies], "admin", "all", "", ""
+        ).token
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{stack.port}", timeout=120) as http:
-            took = await store(http, token, data)
-            lines.append(f"stored through conversation.append in {took:.1f}s  [{load_avg()}]")
-            lines += await score(http, token, data, modes)
+            for suffix, names in copies:
+                took = await store(http, token, data, suffix, names)
+                lines.append(
+                    f"speaker names {'on' if names else 'off'}: stored through conversation.append in "
+                    f"{took:.1f}s  [{load_avg()}]"
+                )
+                log(lines[-1])
+                # Without the prefix the embeddings never read the names: vector mode
+                # would repeat the copy without them exactly.
+                same = names and not args.speaker_prefix and len(copies) > 1
+                asked = [m for m in modes if not (same and m == "vector")]
+                scored = await score(http, token, data, asked, suffix)
+                log("\n".join(scored))
+                lines += scored
         if args.latency_turns:
             from bench import datagen
 
@@ -371,14 +433,21 @@ def main() -> None:
     ap.add_argument(
         "--speaker-prefix", action="store_true", help="LOOM_EMBED_SPEAKER_PREFIX=true for the stack"
     )
+    ap.add_argument(
+        "--speaker-names",
+        choices=("off", "on", "both"),
+        default="off",
+        help="store each turn's speaker name (LoCoMo) as metadata.speaker: off, on, or both (two copies)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temporary LOOM_HOME")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--tag", default="", help="appended to the results file's name")
     args = ap.parse_args()
     os.environ["LOOM_EMBED_SPEAKER_PREFIX"] = "true" if args.speaker_prefix else "false"
     lines = asyncio.run(run(args))
     print("\n".join(lines))
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{datetime.now(UTC):%Y-%m-%d-%H%M%S}-retrieval.txt"
+    path = args.out / f"{datetime.now(UTC):%Y-%m-%d-%H%M%S}-retrieval{args.tag and '-' + args.tag}.txt"
     path.write_text("\n".join(lines) + "\n")
     print(f"results: {path}")
 

@@ -68,6 +68,7 @@ class EmbedTurn:
     ts: datetime
     text: str
     is_summary: bool = False
+    speaker: str = ""  # metadata.speaker (transcript_postings.speaker_of): the model's prefix
 
     @property
     def turn_key(self) -> tuple[str, str, str, str]:

@@ -16,6 +16,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.store.rows import Column, column, scalar, table
+from loom.store.transcript_postings import SPEAKER_SQL
 
 NAME = "turns"  # the position in insert-time order
 SWEEP = "sweep"  # the first pass's position in key order (see landed_in_key_order)
@@ -49,6 +50,7 @@ class Landed:
     high_sensitivity: bool
     is_summary: bool
     tombstoned: bool
+    speaker: str = ""  # metadata.speaker (transcript_postings.speaker_of)
 
     @property
     def turn_key(self) -> tuple[str, str, str, str]:
@@ -84,7 +86,7 @@ def save_position(ch: Client, pos: Position, version: int, name: str = NAME) -> 
 _SELECT = (
     "SELECT created_at, toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, "
     "toString(role) AS role_name, run_id, user_id, ts, leftUTF8(content, {chars:UInt32}) AS text, "
-    "high_sensitivity, is_summary, tombstoned FROM conversations "
+    f"high_sensitivity, is_summary, tombstoned, {SPEAKER_SQL} AS speaker FROM conversations "
 )
 _EMBEDDED_ROLES = "(role IN ('user', 'assistant') OR is_summary)"
 
@@ -107,6 +109,7 @@ def _landed(rows: Any) -> list[Landed]:
             high_sensitivity=bool(r["high_sensitivity"]),
             is_summary=bool(r["is_summary"]),
             tombstoned=bool(r["tombstoned"]),
+            speaker=r["speaker"],
         )
         for r in rows
     ]

@@ -19,6 +19,7 @@ from clickhouse_connect.driver.client import Client
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.conversations import RECORDED
 from loom.store.rows import Column, column, named, scalar, table
+from loom.store.transcript_postings import SPEAKER_SQL
 
 EmbKey = tuple[str, str, str]  # (namespace, thread_id, msg_id)
 
@@ -233,12 +234,14 @@ def scan(
     ]
 
 
-def speakers(ch: Client, keys: Sequence[EmbKey]) -> dict[EmbKey, tuple[str, bool]]:
-    """The role and summary flag of each named embedding row's newest version (what
-    the model reads a re-embedded text behind, with LOOM_EMBED_SPEAKER_PREFIX on; the
-    re-embed job's payload carries only the text)."""
+def speakers(ch: Client, keys: Sequence[EmbKey]) -> dict[EmbKey, tuple[str, bool, str]]:
+    """The role and summary flag of each named embedding row's newest version, and the
+    speaker's name its live transcript rows give (what the model reads a re-embedded
+    text behind, with LOOM_EMBED_SPEAKER_PREFIX on; the re-embed job's payload carries
+    only the text)."""
     if not keys:
         return {}
+    names = _speaker_names(ch, keys)
     rows = ch.query(
         "SELECT toString(namespace) AS ns, thread_id, msg_id, toString(role) AS role_name, is_summary "
         "FROM conversation_embeddings FINAL WHERE namespace IN {ns:Array(String)} "
@@ -246,9 +249,22 @@ def speakers(ch: Client, keys: Sequence[EmbKey]) -> dict[EmbKey, tuple[str, bool
         parameters=key_sets(keys, ns=0, th=1, ids=2),
     )
     wanted = set(keys)
-    out: dict[EmbKey, tuple[str, bool]] = {}
+    out: dict[EmbKey, tuple[str, bool, str]] = {}
     for r in named(rows):
         key = (r["ns"], r["thread_id"], r["msg_id"])
         if key in wanted:
-            out[key] = (r["role_name"], bool(r["is_summary"]))
+            out[key] = (r["role_name"], bool(r["is_summary"]), names.get(key, ""))
     return out
+
+
+def _speaker_names(ch: Client, keys: Sequence[EmbKey]) -> dict[EmbKey, str]:
+    """metadata.speaker of the turns' live transcript rows (the greatest, should two
+    agents' copies disagree: an embedding row serves every copy)."""
+    rows = ch.query(
+        f"SELECT toString(namespace) AS ns, thread_id, msg_id, max({SPEAKER_SQL}) AS speaker "
+        "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} "
+        "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} AND NOT tombstoned "
+        "GROUP BY namespace, thread_id, msg_id",
+        parameters=key_sets(keys, ns=0, th=1, ids=2),
+    )
+    return {(r["ns"], r["thread_id"], r["msg_id"]): r["speaker"] for r in named(rows)}

@@ -11,7 +11,7 @@ candidates; every read that answers a client re-checks them here (:func:`verify`
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -54,6 +54,7 @@ class TranscriptRow:
     saved_at: datetime | None
     tombstoned: bool
     origin: str = conv_store.RECORDED
+    metadata: dict[str, Any] = field(default_factory=dict)  # a save embeds behind its speaker
 
     @property
     def saved_only(self) -> bool:
@@ -65,7 +66,7 @@ class TranscriptRow:
         return (self.namespace, self.agent, self.thread_id, self.msg_id)
 
 
-_TRANSCRIPT = conv_store.TABLE.reader(TranscriptRow)
+_TRANSCRIPT = conv_store.TABLE.reader(TranscriptRow, metadata=conv_store._metadata)
 _ROW_COLUMNS = _TRANSCRIPT.read_list
 
 

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from loom.store.conversations import Turn
 
 _INDEXED_ROLES = ("user", "assistant")
+# How much of ``metadata.speaker`` is indexed: a name, not a paragraph smuggled in.
+SPEAKER_CHARS = 64
 
 
 @dataclass
@@ -102,6 +104,30 @@ def indexed(turn: Turn) -> bool:
     )
 
 
+def speaker_of(metadata: dict[str, Any] | None) -> str:
+    """The speaker's name a turn's metadata gives: the first :data:`SPEAKER_CHARS`
+    characters of ``metadata.speaker`` when it is a string ('' otherwise: another type
+    is ignored). :data:`SPEAKER_SQL` is its twin in the engine."""
+    speaker = metadata.get("speaker") if isinstance(metadata, dict) else None
+    return speaker[:SPEAKER_CHARS] if isinstance(speaker, str) else ""
+
+
+# JSONExtractString alone would give a number's digits: hence the JSONType check.
+SPEAKER_SQL = (
+    "if(JSONType(metadata, 'speaker') = 'String', "
+    f"leftUTF8(JSONExtractString(metadata, 'speaker'), {SPEAKER_CHARS}), '')"
+)
+
+
+def indexed_text(turn: Turn) -> str:
+    """What the lexical leg reads of a turn: its content, behind its speaker's name
+    (:func:`speaker_of`) when it has one (questions name speakers: "What did Caroline
+    say about ..."; the turns seldom repeat their own speaker's name). The excerpt
+    (``head``) and the document id stay the content's alone."""
+    speaker = speaker_of(turn.metadata)
+    return f"{speaker} {turn.content}" if speaker else turn.content
+
+
 def columns(turns: Sequence[Turn]) -> dict[str, list[Any]]:
     """The postings of the `turns` the lexical leg covers, column by column (one row per
     distinct term of a text, after its empty-term posting): built in bulk, since a flush
@@ -110,7 +136,7 @@ def columns(turns: Sequence[Turn]) -> dict[str, list[Any]]:
     for turn in turns:
         if not indexed(turn):
             continue
-        terms = bm25.py_terms(turn.content)
+        terms = bm25.py_terms(indexed_text(turn))
         counted: Counter[str] = Counter()
         for term, n in Counter(terms).items():
             counted[bm25.py_stem(term)] += n
@@ -140,7 +166,9 @@ def insert(ch: Client, turns: Sequence[Turn], *, dedup_token: str = "") -> None:
 
 
 # The postings of transcript rows, written by the engine from the rows themselves (the
-# statement migration 016's view ran on every insert), for the rows `where` names.
+# statement migration 016's view ran on every insert, plus the speaker of
+# :func:`indexed_text`),
+# for the rows `where` names.
 def _postings_select(where: str) -> str:
     return f"""
 SELECT namespace, posting.1 AS term, doc, posting.2 AS tf, dl AS doc_len, agent, thread_id, msg_id, role, run_id,
@@ -148,7 +176,8 @@ SELECT namespace, posting.1 AS term, doc, posting.2 AS tf, dl AS doc_len, agent,
 FROM (
     SELECT namespace, agent, thread_id, msg_id, role, run_id, user_id, ts, version,
            cityHash64(thread_id, msg_id, agent, content) AS doc,
-           {bm25.stemmed_terms_sql("content")} AS terms,
+           {SPEAKER_SQL} AS speaker,
+           {bm25.stemmed_terms_sql("if(speaker = '', content, concat(speaker, ' ', content))")} AS terms,
            toUInt32(length(terms)) AS dl,
            arrayReduce('sumMap', [terms], [arrayMap(t -> toUInt32(1), terms)]) AS counted,
            arrayConcat([('', toUInt32(1), leftUTF8(content, {HEAD_CHARS}))],

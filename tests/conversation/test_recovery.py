@@ -373,3 +373,39 @@ async def test_the_first_pass_sweeps_what_the_table_held_then_goes_on_by_insert_
     third = await run_pass(svc, FakeEmbedder(), page=2, max_pages=2)
     assert third.embedded == 0 and third.caught_up
     ch.command(f"DROP DATABASE IF EXISTS {settings.clickhouse_database}")
+
+
+async def test_the_pass_reads_a_turn_behind_its_speakers_name_with_the_prefix_on(ns, services):
+    ch = services.ch
+    rewind(ch)
+    turns = [
+        conv_store.Turn(
+            namespace=ns,
+            agent="default",
+            thread_id="t",
+            msg_id=msg_id,
+            ts=utcnow(),
+            role="user",
+            content=content,
+            metadata={"speaker": speaker},
+            version=next_version(),
+        )  # fmt: skip
+        for msg_id, content, speaker in (("c", "I went to the support group", "Caroline"), ("n", "it met", 7))
+    ]
+    conv_store.insert(ch, turns)
+    landed = embed_recovery.landed_after(
+        ch, embed_recovery.position(ch), embed_recovery.horizon(ch, 0), limit=1000, chars=100
+    )
+    assert {r.position.msg_id: r.speaker for r in landed if r.position.namespace == ns} == {
+        "c": "Caroline",
+        "n": "",
+    }
+    spy = SpyEmbedder(FakeEmbedder())
+    before = services.settings
+    services.settings = before.model_copy(update={"embed_speaker_prefix": True})
+    try:
+        await run_pass(services, spy)
+    finally:
+        services.settings = before
+    assert sorted(spy.texts) == ["Caroline: I went to the support group", "User: it met"]
+    assert emb_row(ch, ns, "t", "c")["text"] == "I went to the support group"

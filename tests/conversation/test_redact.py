@@ -456,3 +456,29 @@ async def test_a_redaction_racing_the_turns_own_embedding_leaves_no_vector_of_th
     row = emb_row(services.ch, ns, "t", "m1")
     assert row is not None and SECRET not in row["text"] and len(row["embedding"]) > 0
     assert tables_holding(services.ch, SECRET) == {}
+
+
+async def test_a_redaction_embeds_behind_the_speakers_name_with_the_prefix_on(
+    call, ns, writer, mint, services, api_embedder
+):
+    from loom.providers.embedders import FakeEmbedder, SpyEmbedder
+
+    await ok(
+        call, "conversation.append", writer, namespace=ns, agent="a",
+        turns=[{"thread_id": "t", "msg_id": "m", "role": "user", "content": "the ferry code is 1234 for Lisbon",
+                "metadata": {"speaker": "Caroline"}}],
+    )  # fmt: skip
+    await _embedded(services.ch, ns, "t", "m")
+    spy = api_embedder(SpyEmbedder(FakeEmbedder()))
+    before = services.settings
+    services.settings = before.model_copy(update={"embed_speaker_prefix": True})
+    try:
+        red = await ok(
+            call, "conversation.redact", mint(ns, "admin"), namespace=ns, agent="a", thread_id="t", msg_id="m",
+            spans=["1234"], placeholder="[gone]",
+        )  # fmt: skip
+    finally:
+        services.settings = before
+    assert red["redacted"] and red["embedding"] == "embedded"
+    assert spy.texts == ["Caroline: the ferry code is [gone] for Lisbon"]
+    assert emb_row(services.ch, ns, "t", "m")["text"] == "the ferry code is [gone] for Lisbon"

@@ -455,7 +455,11 @@ async def test_lexical_weight_scales_the_lexical_leg(call, ns, token, api_embedd
         call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation", lexical_weight=0.5
     )
     assert half["hits"][0]["score"] == pytest.approx(1 / 62 + 0.5 / 61, abs=1e-6)
-    for bad in (-0.1, 1.5):
+    heavy = await ok(
+        call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation", lexical_weight=100
+    )
+    assert heavy["hits"][0]["score"] == pytest.approx(1 / 62 + 100 / 61, abs=1e-6)
+    for bad in (-0.1, 100.5):
         r = await call(SEARCH, token, namespace=ns, user_id="alice", query="x", lexical_weight=bad)
         assert r.status_code == 422 and r.json()["field"] == "lexical_weight"
 
@@ -585,3 +589,24 @@ def test_centred_excerpt() -> None:
     # Whole tokens only, any case; short texts come back whole; no match: the start.
     assert centred_excerpt("short Ledger text", ["ledger"], 240) == "short Ledger text"
     assert centred_excerpt("x" * 300 + " ledgers", ["ledger"], 50) == "x" * 50
+
+
+async def test_a_save_embeds_behind_the_speakers_name_with_the_prefix_on(
+    call, ns, token, api_embedder, services
+):
+    spy = api_embedder(SpyEmbedder(FakeEmbedder()))
+    before = services.settings
+    services.settings = before.model_copy(update={"embed_speaker_prefix": True})
+    try:
+        for msg, speaker in (("named", "Caroline"), ("numbered", 7)):
+            body = await helpers.save(
+                call, token, namespace=ns, user_id="alice", conversation_id="c", message_id=msg,
+                role="user", content=f"the {msg} one went to the support group", metadata={"speaker": speaker},
+            )  # fmt: skip
+            assert body["saved"] is True, body
+    finally:
+        services.settings = before
+    assert spy.texts == [
+        "Caroline: the named one went to the support group",
+        "User: the numbered one went to the support group",
+    ]

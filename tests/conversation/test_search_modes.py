@@ -98,6 +98,43 @@ async def test_hybrid_fuses_the_legs_and_the_floor_binds_the_vector_leg_only(cal
     assert zero["hits"] == []
 
 
+async def test_a_query_naming_the_speaker_finds_that_speakers_turn(call, ns, writer, mint, services):
+    said = "I went to a support group yesterday and it was powerful"
+    await _append(
+        call,
+        writer,
+        ns,
+        [
+            _turn("s", "caroline", said, metadata={"speaker": "Caroline"}),
+            _turn(
+                "s",
+                "melanie",
+                "I painted a sunset last week",
+                role="assistant",
+                metadata={"speaker": "Melanie"},
+            ),
+            _turn("s", "numbered", "the group met again on Friday", metadata={"speaker": 7}),
+            _turn("s", "secret", "my PIN is 4821", metadata={"speaker": "Zorblax"}),  # read as high
+        ],
+    )
+    viewer = mint(ns, "viewer")
+    for mode in MODES:
+        # "caroline" is only in the speaker: the lexical leg finds her turn by it.
+        found = await _search(call, viewer, namespace=ns, query="what did Caroline go to", search_mode=mode)
+        assert _ids(found)[0] == "caroline", mode
+        assert found["hits"][0]["excerpt"] == said  # the excerpt is the content alone
+        assert "lexical" in found["hits"][0]["legs"]
+        assert _ids(await _search(call, viewer, namespace=ns, query="Melanie", search_mode=mode)) == [
+            "melanie"
+        ]
+        # A high turn is never indexed, speaker and all; a non-string speaker is ignored.
+        zorblax = await _search(call, viewer, namespace=ns, query="Zorblax", search_mode=mode)
+        assert all("lexical" not in h["legs"] and h["msg_id"] != "secret" for h in zorblax["hits"])
+    assert transcript_terms.postings_of(services.ch, ns, [(ns, "default", "s", "secret")]) == []
+    assert "7" not in transcript_terms.postings_of(services.ch, ns, [(ns, "default", "s", "numbered")])
+    assert "caroline" in transcript_terms.postings_of(services.ch, ns, [(ns, "default", "s", "caroline")])
+
+
 async def test_postings_hold_stems_and_never_a_high_turn(call, ns, writer, mint, services):
     await _append(
         call,
@@ -119,12 +156,34 @@ async def test_postings_hold_stems_and_never_a_high_turn(call, ns, writer, mint,
 
 @pytest.mark.parametrize(
     ("field", "value", "rule"),
-    [("search_mode", "fuzzy", None), ("lexical_weight", 1.5, None), ("lexical_weight", -0.1, None)],
+    [
+        ("search_mode", "fuzzy", None),
+        ("lexical_weight", 100.5, "less_than_equal"),
+        ("lexical_weight", -0.1, None),
+    ],
 )
 async def test_bad_mode_or_weight_is_a_422_naming_the_field(call, ns, mint, field, value, rule):
     r = await call("conversation.search", mint(ns, "viewer"), namespace=ns, query="x", **{field: value})
     assert r.status_code == 422, r.text
     assert field in r.text
+    if rule:
+        assert rule in r.text
+
+
+async def test_lexical_weight_up_to_100_favours_the_lexical_leg(call, ns, writer, mint):
+    await _basic(call, writer, ns)
+    viewer = mint(ns, "viewer")
+    for weight in (0, 1.5, 10, 100):
+        body = await _search(
+            call, viewer, namespace=ns, query="booked flights", search_mode="hybrid", lexical_weight=weight
+        )
+        assert _ids(body)[0] == "trip"
+    top = (
+        await _search(
+            call, viewer, namespace=ns, query="booked flights", search_mode="hybrid", lexical_weight=100
+        )
+    )["hits"][0]
+    assert top["legs"] == ["vector", "lexical"] and top["score"] == pytest.approx(1 / 61 + 100 / 61, abs=1e-6)
 
 
 MODES = ("lexical", "hybrid")
@@ -304,7 +363,9 @@ async def test_the_op_refuses_a_bad_mode_or_weight_naming_the_field(services, ns
     who = Principal("test", (ns,), Role.viewer)
     for kw, field in (
         ({"search_mode": "semantic"}, "search_mode"),
-        ({"search_mode": "hybrid", "lexical_weight": 2.0}, "lexical_weight"),
+        ({"search_mode": "hybrid", "lexical_weight": 100.01}, "lexical_weight"),
+        ({"search_mode": "hybrid", "lexical_weight": -1.0}, "lexical_weight"),
+        ({"search_mode": "hybrid", "lexical_weight": float("nan")}, "lexical_weight"),
     ):
         with pytest.raises(InvalidRequest) as err:
             await searching.search(services, who, "walrus", filters=Filters(), **kw)
@@ -351,6 +412,51 @@ async def test_the_speaker_prefix_changes_what_the_model_reads_never_what_is_sto
         "my dog is called Pip",
         "noted",
     ]
+
+
+async def test_the_speaker_prefix_names_the_speaker_where_the_metadata_does(
+    call, ns, writer, mint, services, arq_worker
+):
+    from loom.providers.embedders import SpyEmbedder
+    from workers import embed_jobs
+
+    worker = arq_worker.ctx["loom"]
+    before_settings, inner = worker.settings, embed_jobs.current_embedder()
+    spy = SpyEmbedder(inner)
+    embed_jobs.set_embedder(spy)
+    try:
+        worker.settings = before_settings.model_copy(update={"embed_speaker_prefix": True})
+        await _append(
+            call,
+            writer,
+            ns,
+            [
+                _turn("t", "c1", "I went to the support group", metadata={"speaker": "Caroline"}),
+                _turn("t", "m1", "that is great", role="assistant", metadata={"speaker": "M" * 80}),
+                _turn("t", "n1", "a number speaks", metadata={"speaker": 7}),
+            ],
+        )
+        # A re-embed reads the name from the transcript row's metadata.
+        await ok(call, "conversation.reembed", mint(ns, "admin"), namespace=ns, thread_id="t")
+    finally:
+        embed_jobs.set_embedder(inner)
+        worker.settings = before_settings
+    expected = [
+        "Caroline: I went to the support group",
+        "M" * 64 + ": that is great",
+        "User: a number speaks",
+    ]
+    assert spy.texts[:3] == expected
+    assert sorted(spy.texts[3:]) == sorted(expected)
+
+
+def test_model_text_prefers_the_speakers_name() -> None:
+    from loom.ops.conversation.common import model_text
+
+    assert model_text("hi", "user", False, True, "Caroline") == "Caroline: hi"
+    assert model_text("hi", "user", False, True) == "User: hi"
+    assert model_text("hi", "system", True, True, "Caroline") == "Summary: hi"
+    assert model_text("hi", "user", False, False, "Caroline") == "hi"
 
 
 def test_the_view_and_the_query_share_one_tokeniser_and_stemmer() -> None:

@@ -81,6 +81,60 @@ def test_python_postings_equal_the_engines(services: Any, ns: str) -> None:
         assert _python_postings(turn) == _engine_postings(services.ch, turn.key), turn.content[:40]
 
 
+# metadata.speaker: a string is indexed (its first 64 characters), anything else is not.
+SPEAKERS: list[Any] = [
+    "Caroline",
+    "Zoë O'Brien-Smith",
+    '日本 🙂 "quoted" \\ back',
+    "Melanie " * 20,  # past 64 characters
+    "",
+    "   ",
+    7,
+    None,
+    ["Caroline"],
+    {"name": "Caroline"},
+    True,
+]
+
+
+def test_python_postings_equal_the_engines_with_a_speaker(services: Any, ns: str) -> None:
+    turns = [
+        conv_store.Turn(
+            namespace=ns,
+            agent="default",
+            thread_id="t",
+            msg_id=f"s{i}",
+            ts=datetime.now(UTC),
+            role="user",
+            content="I went to the support group yesterday",
+            metadata={"speaker": speaker, "other": "Zanzibar"},
+            version=next_version(),
+        )
+        for i, speaker in enumerate(SPEAKERS)
+    ]
+    conv_store.insert(services.ch, turns)
+    for turn in turns:
+        assert _python_postings(turn) == _engine_postings(services.ch, turn.key), turn.metadata
+    by_id = {t.msg_id: _python_postings(t) for t in turns}
+    terms = {msg_id: {row[0] for row in rows} for msg_id, rows in by_id.items()}
+    content_only = terms["s4"]  # the empty speaker
+    assert terms["s0"] == content_only | {"caroline"}
+    assert all(terms[f"s{i}"] == content_only for i in range(4, len(SPEAKERS)))
+    assert "zanzibar" not in content_only  # only the speaker key is read
+    lengths = {msg_id: rows[0][3] for msg_id, rows in by_id.items()}
+    assert lengths["s0"] == lengths["s4"] + 1 and lengths["s3"] == lengths["s4"] + 8  # 64 characters: 8 names
+    # The excerpt and the document id stay the content's alone.
+    for t in turns:
+        rows = by_id[t.msg_id]
+        assert {row[-1] for row in rows} == {"", t.content}
+        assert {row[1] for row in rows} == {
+            transcript_postings.city_hash64(t.thread_id, t.msg_id, t.agent, t.content)
+        }
+    rewritten = _engine_postings(services.ch, turns[0].key)
+    transcript_postings.rewrite(services.ch, turns[0].key)
+    assert _engine_postings(services.ch, turns[0].key) == rewritten
+
+
 def test_only_what_the_lexical_leg_covers_gets_postings(services: Any, ns: str) -> None:
     def turn(msg_id: str, **kw: Any) -> conv_store.Turn:
         base: dict[str, Any] = {"role": "user", "content": f"plain words of {msg_id}"}

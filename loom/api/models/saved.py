@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, field_validator
 from loom.api.models.bounds import JsonObject
 from loom.api.models.common import AgentId, NamespacedRequest, Timestamp
 from loom.api.models.conversation import Content, MsgId, RoleName, ShortText, ThreadId
+from loom.limits import MAX_LEXICAL_WEIGHT, MIN_LEXICAL_WEIGHT, SAVED_LEXICAL_WEIGHT
 
 if TYPE_CHECKING:
     from loom.ops.conversation.saving import NewMessage
@@ -137,7 +138,11 @@ class SearchSavedRequest(SavedRequest):
     limit: int = Field(10, ge=1, le=100)
     search_mode: SearchMode = "hybrid"
     lexical_weight: float = Field(
-        1.0, ge=0.0, le=1.0, description="Scales the lexical (BM25) leg in hybrid mode."
+        SAVED_LEXICAL_WEIGHT,
+        ge=MIN_LEXICAL_WEIGHT,
+        le=MAX_LEXICAL_WEIGHT,
+        description="Scales the lexical (BM25) leg in hybrid mode: its rank's votes against the vector "
+        f"leg's one ({MIN_LEXICAL_WEIGHT:g} to {MAX_LEXICAL_WEIGHT:g}).",
     )
     conversation_id: ConversationId | None = Field(
         None, description="Only this conversation's saved messages."

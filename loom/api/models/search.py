@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from loom.api.models.common import Namespace, RequestBody, Timestamp
 from loom.api.models.conversation import AgentOrAll, ShortText, ThreadId
-from loom.limits import MAX_QUERY_CHARS
+from loom.limits import DEFAULT_LEXICAL_WEIGHT, MAX_LEXICAL_WEIGHT, MAX_QUERY_CHARS, MIN_LEXICAL_WEIGHT
 from loom.limits import MAX_SEARCH_LIMIT as MAX_LIMIT
 
 Query = Annotated[
@@ -50,7 +50,11 @@ class SearchRequest(RequestBody):
         "reciprocal rank, the floor applying to the vector leg only (a lexical hit enters without it).",
     )
     lexical_weight: float = Field(
-        1.0, ge=0.0, le=1.0, description="Scales the lexical (BM25) leg in hybrid mode (0 to 1)."
+        DEFAULT_LEXICAL_WEIGHT,
+        ge=MIN_LEXICAL_WEIGHT,
+        le=MAX_LEXICAL_WEIGHT,
+        description="Scales the lexical (BM25) leg in hybrid mode: its rank's votes against the vector "
+        f"leg's one ({MIN_LEXICAL_WEIGHT:g} to {MAX_LEXICAL_WEIGHT:g}).",
     )
 
 

@@ -90,6 +90,7 @@ from loom.store import embeddings as emb_store
 from loom.store import fences, landed, recording_cache
 from loom.store import namespaces as ns_store
 from loom.store import threads as thread_store
+from loom.store.transcript_postings import speaker_of
 from loom.store.write_buffer import Batcher
 
 log = loom_logging.get("loom.conversation.append")
@@ -761,6 +762,7 @@ def _embed_turn(t: conv_store.Turn) -> EmbedTurn:
         ts=t.ts,
         text=embed_text(t.content),
         is_summary=t.is_summary,
+        speaker=speaker_of(t.metadata),
     )
 
 

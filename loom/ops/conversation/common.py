@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from loom.errors import InvalidRequest
+from loom.limits import MAX_LEXICAL_WEIGHT, MIN_LEXICAL_WEIGHT
 
 ROLES = ("user", "assistant", "system", "tool")
 EMBEDDED_ROLES = frozenset({"user", "assistant"})
@@ -50,15 +51,17 @@ def embed_text(content: str) -> str:
 SPEAKERS = {"user": "User", "assistant": "Assistant"}
 
 
-def model_text(text: str, role: str, is_summary: bool, speaker_prefix: bool) -> str:
+def model_text(text: str, role: str, is_summary: bool, speaker_prefix: bool, speaker: str = "") -> str:
     """What the embedding model reads of a turn: its kept text, behind its speaker when
-    LOOM_EMBED_SPEAKER_PREFIX is on ("User: ...", "Assistant: ...", "Summary: ..."): a
-    question naming who said something ("what did I say about ...") then meets the turn
-    nearer. Only the model's input changes: the embedding row keeps the text itself (the
-    excerpt, a re-embed's source and the duplicate check read it)."""
+    LOOM_EMBED_SPEAKER_PREFIX is on: the speaker's name where the turn's metadata gives
+    one (`speaker`: transcript_postings.speaker_of, "Caroline: ..."), else its role
+    ("User: ...", "Assistant: ..."); a summary is "Summary: ...". A question naming who
+    said something ("what did Caroline say about ...") then meets the turn nearer. Only
+    the model's input changes: the embedding row keeps the text itself (the excerpt, a
+    re-embed's source and the duplicate check read it)."""
     if not speaker_prefix:
         return text
-    label = "Summary" if is_summary else SPEAKERS.get(role)
+    label = "Summary" if is_summary else (speaker or SPEAKERS.get(role))
     return f"{label}: {text}" if label else text
 
 
@@ -94,3 +97,13 @@ def decode_cursor(cursor: str, *, expect: dict[str, Any]) -> dict[str, Any]:
                 rule="same_listing",
             )
     return payload
+
+
+def check_lexical_weight(lexical_weight: float) -> None:
+    """The range of hybrid mode's lexical_weight (both conversation searches)."""
+    if not MIN_LEXICAL_WEIGHT <= lexical_weight <= MAX_LEXICAL_WEIGHT:
+        raise InvalidRequest(
+            f"lexical_weight must be between {MIN_LEXICAL_WEIGHT:g} and {MAX_LEXICAL_WEIGHT:g}",
+            field="lexical_weight",
+            rule="range",
+        )

@@ -72,6 +72,7 @@ from loom.store import embeddings as emb_store
 from loom.store import evidence as evidence_store
 from loom.store import redaction as store
 from loom.store import threads as thread_store
+from loom.store.transcript_postings import speaker_of
 
 log = loom_logging.get("loom.conversation.message_removal")
 
@@ -241,7 +242,9 @@ async def embed_rows(svc: Services, turns: Sequence[conv_store.Turn]) -> list[em
     if not todo:
         return []
     prefix = svc.settings.embed_speaker_prefix
-    texts = [model_text(embed_text(t.content), t.role, t.is_summary, prefix) for t in todo]
+    texts = [
+        model_text(embed_text(t.content), t.role, t.is_summary, prefix, speaker_of(t.metadata)) for t in todo
+    ]
     got = await api_inline_embedder.embed(svc, texts)
     out = []
     for i, t in enumerate(todo):
@@ -255,7 +258,7 @@ async def embed_rows(svc: Services, turns: Sequence[conv_store.Turn]) -> list[em
                 run_id=t.run_id,
                 user_id=t.user_id,
                 ts=t.ts,
-                text=texts[i],
+                text=embed_text(t.content),  # the kept text, never the model's prefixed input
                 embedding=got.vectors[i] if got.ok and got.vectors is not None else [],
                 model=got.model_id if got.ok else "",
                 error="" if got.ok else got.error,

@@ -201,7 +201,7 @@ async def _recover(
     for lo in range(0, len(missing), MODEL_TEXTS):
         turns = [_turn(r) for r in missing[lo : lo + MODEL_TEXTS]]
         prefix = svc.settings.embed_speaker_prefix
-        texts = [model_text(t.text, t.role, t.is_summary, prefix) for t in turns]
+        texts = [model_text(t.text, t.role, t.is_summary, prefix, t.speaker) for t in turns]
         result = await model(texts)  # provider work before any lease
         _tally(await write_recovered(svc, turns, result), report)
 
@@ -209,7 +209,17 @@ async def _recover(
 def _turn(r: store.Landed) -> EmbedTurn:
     p = r.position
     return EmbedTurn(
-        p.namespace, p.agent, p.thread_id, p.msg_id, r.role, r.run_id, r.user_id, r.ts, r.text, r.is_summary
+        p.namespace,
+        p.agent,
+        p.thread_id,
+        p.msg_id,
+        r.role,
+        r.run_id,
+        r.user_id,
+        r.ts,
+        r.text,
+        r.is_summary,
+        r.speaker,
     )
 
 

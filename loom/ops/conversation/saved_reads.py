@@ -33,8 +33,9 @@ from typing import Any
 
 from loom.auth.principal import Principal, Role
 from loom.errors import InvalidRequest
+from loom.limits import SAVED_LEXICAL_WEIGHT
 from loom.ops.conversation import api_inline_embedder
-from loom.ops.conversation.common import as_utc, decode_cursor, encode_cursor
+from loom.ops.conversation.common import as_utc, check_lexical_weight, decode_cursor, encode_cursor
 from loom.ops.conversation.saving import acting_user
 from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
@@ -179,7 +180,7 @@ async def search_saved_messages(
     *,
     limit: int = 10,
     search_mode: str = HYBRID,
-    lexical_weight: float = 1.0,
+    lexical_weight: float = SAVED_LEXICAL_WEIGHT,
     conversation_id: str | None = None,
 ) -> SavedSearch:
     """conversation.search_saved_messages (viewer): this user's saved, live messages
@@ -191,6 +192,7 @@ async def search_saved_messages(
         raise InvalidRequest(
             f"search_mode must be one of {', '.join(SEARCH_MODES)}", field="search_mode", rule="one_of"
         )
+    check_lexical_weight(lexical_weight)
     depth = max(50, limit * 3)  # candidates per leg: fusion needs more than the page
 
     def lexical() -> asyncio.Future[list[bm25.LexicalHit]]:

@@ -69,6 +69,7 @@ from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import landed, search_marks
 from loom.store import saved as saved_store
+from loom.store.transcript_postings import speaker_of
 
 # Reasons of a save (stable strings clients match on: never change one).
 OWNER_MISMATCH = "owner_mismatch"
@@ -243,7 +244,8 @@ async def save_message(
         if (vector is None or vector.text != text) and not _has_live_vector(state.emb, text):
             # Provider work before the lease; screened above (never text that reads as high).
             role = state.row.role if state.row is not None else (new.role if new else None) or ""
-            read = model_text(text, role, False, svc.settings.embed_speaker_prefix)
+            meta = state.row.metadata if state.row is not None else new.metadata if new else None
+            read = model_text(text, role, False, svc.settings.embed_speaker_prefix, speaker_of(meta))
             vector = _Vector(text, await api_inline_embedder.embed(svc, [read]))
         async with _lease(svc, ns, conversation_id):
             done = await _save_under_lease(svc, key, user, new, vector)

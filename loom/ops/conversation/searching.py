@@ -40,7 +40,7 @@ Modes (``search_mode``; docs/search.md has the figures behind them):
   recorded, not high, the very text its postings came from) and screened as a vector
   hit is; a high turn has no postings at all.
 * ``hybrid``: both legs, fused by reciprocal rank (k = 60), the lexical leg's share
-  scaled by ``lexical_weight`` (0 to 1), as conversation.search_saved_messages fuses
+  scaled by ``lexical_weight`` (0 to 100, loom.limits), as conversation.search_saved_messages fuses
   them. The floor applies to the vector leg only: a vector candidate under it is not
   in that leg, while a lexical hit enters without it (a question's exact words may sit
   in a turn the embedding ranks far away). The vector leg contributes its best
@@ -80,10 +80,10 @@ from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
 from loom.errors import ConflictingFields, InvalidRequest
-from loom.limits import MAX_QUERY_CHARS
+from loom.limits import DEFAULT_LEXICAL_WEIGHT, MAX_QUERY_CHARS
 from loom.limits import MAX_SEARCH_LIMIT as MAX_LIMIT
 from loom.ops.conversation import api_inline_embedder
-from loom.ops.conversation.common import EMBED_CHARS, LEGACY_EMBED_CHARS, as_utc
+from loom.ops.conversation.common import EMBED_CHARS, LEGACY_EMBED_CHARS, as_utc, check_lexical_weight
 from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
 from loom.store import search as store
@@ -241,7 +241,9 @@ def resolve_namespaces(who: Principal, scope: str | None, namespace: str | None)
     return tuple(dict.fromkeys(who.namespaces))
 
 
-def _check(query: str, limit: int, search_mode: str = VECTOR, lexical_weight: float = 1.0) -> None:
+def _check(
+    query: str, limit: int, search_mode: str = VECTOR, lexical_weight: float = DEFAULT_LEXICAL_WEIGHT
+) -> None:
     if not query or len(query) > MAX_QUERY_CHARS:
         raise InvalidRequest(
             f"query must hold 1 to {MAX_QUERY_CHARS:,} characters", field="query", rule="length"
@@ -252,8 +254,7 @@ def _check(query: str, limit: int, search_mode: str = VECTOR, lexical_weight: fl
         raise InvalidRequest(
             f"search_mode must be one of {', '.join(SEARCH_MODES)}", field="search_mode", rule="one_of"
         )
-    if not 0.0 <= lexical_weight <= 1.0:
-        raise InvalidRequest("lexical_weight must be between 0 and 1", field="lexical_weight", rule="range")
+    check_lexical_weight(lexical_weight)
 
 
 async def search(
@@ -266,7 +267,7 @@ async def search(
     limit: int = 10,
     filters: Filters | None = None,
     search_mode: str = VECTOR,
-    lexical_weight: float = 1.0,
+    lexical_weight: float = DEFAULT_LEXICAL_WEIGHT,
 ) -> SearchResult:
     """conversation.search (viewer)."""
     who.require_role(Role.viewer)

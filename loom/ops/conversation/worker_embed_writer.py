@@ -186,7 +186,9 @@ class EmbedPipeline:
         async def one(lo: int) -> list[Outcome]:
             part = turns[lo : lo + chunk]
             prefix = self.svc.settings.embed_speaker_prefix
-            result = await self.model([model_text(t.text, t.role, t.is_summary, prefix) for t in part])
+            result = await self.model(
+                [model_text(t.text, t.role, t.is_summary, prefix, t.speaker) for t in part]
+            )
             if gated is not None and not await asyncio.shield(gated):
                 outcomes = [Outcome(skipped(DELETED))] * len(part)
                 if on_part is not None:
@@ -271,12 +273,18 @@ class EmbedPipeline:
         return await reembed_items(self.svc, self.model, items)
 
 
+def _who(found: tuple[str, bool, str] | None) -> tuple[str, bool, bool, str]:
+    """model_text's arguments after the text, for a re-embedded row (prefix on)."""
+    role, is_summary, speaker = found or ("", False, "")
+    return role, is_summary, True, speaker
+
+
 async def reembed_items(svc: Services, model: ModelFn, items: Sequence[ReembedItem]) -> dict[str, int]:
     """Embed each item's kept text and write the vectors (see write_reembedded)."""
     texts = [it.text for it in items]
     if svc.settings.embed_speaker_prefix:
         who = await svc.run(emb_store.speakers, svc.ch, [it.key for it in items])
-        texts = [model_text(it.text, *who.get(it.key, ("", False)), True) for it in items]
+        texts = [model_text(it.text, *_who(who.get(it.key))) for it in items]
     result = await model(texts)
     done = [_Reembed(it, result.vectors[j], result.model_id, result.errors[j]) for j, it in enumerate(items)]
     return await write_reembedded(svc, done)
