@@ -35,6 +35,7 @@ from clickhouse_connect.driver.client import Client
 
 from loom.store.bm25 import K1, B, py_query_terms, py_terms
 from loom.store.memories import Scope, unclosed
+from loom.store.rows import named_columns
 
 _NEVER = np.iinfo(np.int64).max
 
@@ -101,11 +102,12 @@ def read(ch: Client, scope: Scope, *, now: datetime) -> ScopeIndex:
         parameters=scope.params() | vparams | {"never": int(_NEVER)},
         column_formats={"vec": "bytes"},
     )
-    cols = [list(c) for c in result.result_columns] if result.result_rows else [[] for _ in range(8)]
-    ids, docs, lengths, models, created, starts, ends, vecs = cols
-    posted = ch.query(
-        _POSTINGS, parameters=scope.params(), column_formats={"docs": "bytes", "tfs": "bytes"}
-    ).result_rows
+    c = named_columns(result)
+    ids, docs, lengths, models = c["memory_id"], c["doc"], c["doc_len"], c["model"]
+    created, starts, ends, vecs = c["ca"], c["vf"], c["vu"], c["vec"]
+    p = named_columns(
+        ch.query(_POSTINGS, parameters=scope.params(), column_formats={"docs": "bytes", "tfs": "bytes"})
+    )
     return build(
         ids,
         lengths,
@@ -114,7 +116,7 @@ def read(ch: Client, scope: Scope, *, now: datetime) -> ScopeIndex:
         starts,
         ends,
         vecs,
-        postings=postings_of(docs, [(t, d, f) for t, d, f in posted]),
+        postings=postings_of(docs, list(zip(p["term"], p["docs"], p["tfs"], strict=True))),
     )
 
 

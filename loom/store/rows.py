@@ -234,6 +234,14 @@ def named(result: QueryResult) -> Iterator[dict[str, Any]]:
         yield dict(zip(names, values, strict=True))
 
 
+def named_columns(result: QueryResult) -> dict[str, list[Any]]:
+    """A query result column by column, keyed by column name (use ``AS`` aliases): for
+    reads of many rows that are used as columns (arrays), not as rows."""
+    if not result.result_rows:
+        return {name: [] for name in result.column_names}
+    return {name: list(col) for name, col in zip(result.column_names, result.result_columns, strict=True)}
+
+
 def scalar(ch: Client, sql: str, parameters: Mapping[str, Any] | None = None) -> Any:
     """The single value a query returns (a count, a sum, a clock reading); None when it
     returns no row."""

@@ -9,6 +9,8 @@ use (stems, stop-words, turns under the floor)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -372,11 +374,11 @@ async def test_the_op_refuses_a_bad_mode_or_weight_naming_the_field(services, ns
         assert err.value.field == field
 
 
-async def test_the_speaker_prefix_changes_what_the_model_reads_never_what_is_stored(
-    call, ns, writer, mint, services, arq_worker
-):
+@contextlib.contextmanager
+def _spied_worker(arq_worker: Any) -> Iterator[tuple[Any, Any, Any]]:
+    """The test worker's Services, its settings as they were, and a spy on what its
+    embedder reads; both put back afterwards."""
     from loom.providers.embedders import SpyEmbedder
-    from tests.conversation.helpers import emb_row
     from workers import embed_jobs
 
     worker = arq_worker.ctx["loom"]
@@ -384,6 +386,18 @@ async def test_the_speaker_prefix_changes_what_the_model_reads_never_what_is_sto
     spy = SpyEmbedder(inner)
     embed_jobs.set_embedder(spy)
     try:
+        yield worker, before_settings, spy
+    finally:
+        embed_jobs.set_embedder(inner)
+        worker.settings = before_settings
+
+
+async def test_the_speaker_prefix_changes_what_the_model_reads_never_what_is_stored(
+    call, ns, writer, mint, services, arq_worker
+):
+    from tests.conversation.helpers import emb_row
+
+    with _spied_worker(arq_worker) as (worker, before_settings, spy):
         worker.settings = before_settings.model_copy(update={"embed_speaker_prefix": True})
         await _append(
             call,
@@ -397,9 +411,6 @@ async def test_the_speaker_prefix_changes_what_the_model_reads_never_what_is_sto
         worker.settings = before_settings.model_copy(update={"embed_speaker_prefix": True})
         admin = mint(ns, "admin")
         await ok(call, "conversation.reembed", admin, namespace=ns, thread_id="t")
-    finally:
-        embed_jobs.set_embedder(inner)
-        worker.settings = before_settings
     assert spy.texts[:3] == ["User: my dog is called Pip", "Assistant: noted", "and my cat is Tom"]
     assert sorted(spy.texts[3:]) == [
         "Assistant: noted",
@@ -417,14 +428,7 @@ async def test_the_speaker_prefix_changes_what_the_model_reads_never_what_is_sto
 async def test_the_speaker_prefix_names_the_speaker_where_the_metadata_does(
     call, ns, writer, mint, services, arq_worker
 ):
-    from loom.providers.embedders import SpyEmbedder
-    from workers import embed_jobs
-
-    worker = arq_worker.ctx["loom"]
-    before_settings, inner = worker.settings, embed_jobs.current_embedder()
-    spy = SpyEmbedder(inner)
-    embed_jobs.set_embedder(spy)
-    try:
+    with _spied_worker(arq_worker) as (worker, before_settings, spy):
         worker.settings = before_settings.model_copy(update={"embed_speaker_prefix": True})
         await _append(
             call,
@@ -438,9 +442,6 @@ async def test_the_speaker_prefix_names_the_speaker_where_the_metadata_does(
         )
         # A re-embed reads the name from the transcript row's metadata.
         await ok(call, "conversation.reembed", mint(ns, "admin"), namespace=ns, thread_id="t")
-    finally:
-        embed_jobs.set_embedder(inner)
-        worker.settings = before_settings
     expected = [
         "Caroline: I went to the support group",
         "M" * 64 + ": that is great",
