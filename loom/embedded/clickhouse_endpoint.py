@@ -1377,6 +1377,19 @@ def trim_vector_cache(query: Callable[[str], str]) -> bool:
     return True
 
 
+# The engine's allocator (jemalloc, built without background threads) returns freed pages
+# to the system only when later allocations in the same arena pass its decay time, so
+# pages a burst freed stay resident while the engine idles between requests (a 30-minute
+# soak after the cache trim: allocated bytes flat, -1.4 MB per 10 minutes, resident
+# +7.6). The same minute's housekeeping hands them back; a page used again faults in.
+_PURGE_FREE_PAGES = "SYSTEM JEMALLOC PURGE"
+
+
+def release_free_memory(query: Callable[[str], str]) -> None:
+    """Return the allocator's free pages to the system (`query` runs one statement)."""
+    query(_PURGE_FREE_PAGES)
+
+
 def _engine_query(engine: _Engine, sql: str) -> str:
     with engine.pooled_handle() as handle:
         return str(handle.run(sql).bytes().decode())
@@ -1388,10 +1401,21 @@ def _reap_loop(engine: _Engine, stop: threading.Event) -> None:
         engine.reap_sessions()
         if time.monotonic() >= next_trim:
             next_trim = time.monotonic() + VECTOR_CACHE_CHECK_S
-            try:
-                trim_vector_cache(lambda sql: _engine_query(engine, sql))
-            except ClickHouseError as exc:  # housekeeping: the next check tries again
-                print(f"vector index cache check failed: {exc.code}", file=sys.stderr, flush=True)
+            _housekeep(engine)
+
+
+def _housekeep(engine: _Engine) -> None:
+    def query(sql: str) -> str:
+        return _engine_query(engine, sql)
+
+    for name, step in (
+        ("vector index cache check", trim_vector_cache),
+        ("memory release", release_free_memory),
+    ):
+        try:
+            step(query)
+        except ClickHouseError as exc:  # housekeeping: the next minute tries again
+            print(f"{name} failed: {exc.code}", file=sys.stderr, flush=True)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
