@@ -323,7 +323,7 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
             return [s * 1000 for s in got]
 
         async def busy(tag: str, bound: int) -> tuple[list[float], list[float], list[tuple[float, float]]]:
-            worker.ctx[COMPACT_GATE] = asyncio.Semaphore(bound)
+            wsvc.extras[COMPACT_GATE] = asyncio.Semaphore(bound)
             spans: list[tuple[float, float]] = []
             results = await asyncio.gather(
                 appends(tag, args.appends, spans), *(compact(f"{tag}{k}") for k in range(args.concurrent))

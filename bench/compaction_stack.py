@@ -61,8 +61,12 @@ async def fill(client: LeanClient, thread_id: str, n: int) -> None:
     await client.post_json("/v1/conversation.append", {"namespace": NAMESPACE, "turns": turns})
 
 
-async def appends(client: LeanClient, tag: str, n: int) -> list[float]:
+async def appends(
+    client: LeanClient, tag: str, n: int, spans: list[tuple[float, float]] | None = None
+) -> list[float]:
+    """Each writer's append latencies (ms); `spans` gets (start s into the phase, ms) too."""
     got: list[float] = []
+    t_phase = time.perf_counter()
 
     async def writer(k: int) -> None:
         for j in range(n):
@@ -75,6 +79,8 @@ async def appends(client: LeanClient, tag: str, n: int) -> list[float]:
             }
             await client.post_json("/v1/conversation.append", body)
             got.append((time.perf_counter() - t0) * 1000)
+            if spans is not None:
+                spans.append((t0 - t_phase, got[-1]))
 
     await asyncio.gather(*(writer(k) for k in range(WRITERS)))
     return got
@@ -94,6 +100,7 @@ async def run(args: argparse.Namespace, stack: LoomStack) -> None:
     alone: list[float] = []
     busy: list[float] = []
     compactions: list[float] = []
+    spans: list[tuple[float, float]] = []
     for i in range(3):  # warm-up: the first compaction and appends pay for connections and caches
         await fill(client, f"warm{i}", 200)
         await compact(client, f"warm{i}")
@@ -103,7 +110,7 @@ async def run(args: argparse.Namespace, stack: LoomStack) -> None:
             await fill(client, f"r{r}c{k}", 200)
         await asyncio.sleep(1.0)  # the fills' embedding jobs wind down
         alone += await appends(client, f"r{r}before", args.appends)
-        during = asyncio.create_task(appends(client, f"r{r}busy", args.appends))
+        during = asyncio.create_task(appends(client, f"r{r}busy", args.appends, spans))
         compactions += await asyncio.gather(*(compact(client, f"r{r}c{k}") for k in range(args.concurrent)))
         busy += await during
         alone += await appends(client, f"r{r}after", args.appends)
@@ -112,6 +119,11 @@ async def run(args: argparse.Namespace, stack: LoomStack) -> None:
     print(line("append alone (before and after each busy phase)", alone))
     print(line(f"append during {args.concurrent} compactions", busy))
     print(line("compaction end to end", compactions))
+    worst = sorted(spans, key=lambda s: -s[1])[:8]
+    print(
+        "the slowest appends during compactions (s into the phase: ms): "
+        + ", ".join(f"{t:.2f}: {ms:.0f}" for t, ms in worst)
+    )
     print(
         f"append p99 ratio busy/alone {pct(busy, 0.99) / pct(alone, 0.99):.2f} (target <= 1.2), "
         f"p50 ratio {statistics.median(busy) / statistics.median(alone):.2f}"

@@ -64,12 +64,15 @@ COMPACT_GATE = "conversation.compact_gate"
 
 def compaction_gate(ctx: dict[str, Any]) -> asyncio.Semaphore:
     """The process's bound on compactions doing store work at once
-    (LOOM_COMPACT_CONCURRENCY), made at its first compaction: a burst of them shares
-    the worker's event loop and the engine with the appends' embedding jobs, and
-    unbounded it crowds them out (bench/compaction_bench.py)."""
-    gate: asyncio.Semaphore | None = ctx.get(COMPACT_GATE)
-    if gate is None:
-        gate = ctx[COMPACT_GATE] = asyncio.Semaphore(ctx["loom"].settings.compact_concurrency)
+    (LOOM_COMPACT_CONCURRENCY, read at the process's first compaction): a burst of them
+    shares the worker's event loop and the engine with the appends' embedding jobs, and
+    unbounded it crowds them out (bench/compaction_stack.py). arq hands each job its own
+    copy of the worker's ctx, so the gate lives on the process's Services, which every
+    job shares (kept in the job's ctx, each job had a gate of its own: no bound at all)."""
+    svc = ctx["loom"]
+    gate: asyncio.Semaphore = svc.extras.setdefault(
+        COMPACT_GATE, asyncio.Semaphore(svc.settings.compact_concurrency)
+    )
     return gate
 
 

@@ -443,11 +443,14 @@ async def test_the_gate_bounds_the_compactions_doing_store_work_at_once(
 ):
     for th in ("g1", "g2", "g3"):
         await _thread(call, writer, ns, 16, thread=th)
-    gate = arq_worker.ctx[COMPACT_GATE] = _CountingGate(1)
+    # Where the worker keeps its one gate: every job (each with its own copy of arq's
+    # ctx) must find this one.
+    extras = arq_worker.ctx["loom"].extras
+    gate = extras[COMPACT_GATE] = _CountingGate(1)
     try:
         got = await asyncio.gather(*(_compact(call, writer, ns, thread_id=th) for th in ("g1", "g2", "g3")))
     finally:
-        arq_worker.ctx.pop(COMPACT_GATE, None)
+        extras.pop(COMPACT_GATE, None)
     assert all(g["messages_summarized"] == 6 for g in got)
     assert gate.taken == 6 and gate.most == 1  # the window read and the retirement of each
 
