@@ -166,6 +166,7 @@ def _union_s(spans: list[tuple[float, float]]) -> float:
 
 async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
     from loom.ops.conversation import titling
+    from loom.ops.conversation.compaction_gate import CompactionGate
     from workers.jobs import COMPACT_GATE
 
     ns = f"bench{secrets.token_hex(3)}"
@@ -323,7 +324,7 @@ async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
             return [s * 1000 for s in got]
 
         async def busy(tag: str, bound: int) -> tuple[list[float], list[float], list[tuple[float, float]]]:
-            wsvc.extras[COMPACT_GATE] = asyncio.Semaphore(bound)
+            wsvc.extras[COMPACT_GATE] = CompactionGate(bound, wsvc.settings.compact_pace)
             spans: list[tuple[float, float]] = []
             results = await asyncio.gather(
                 appends(tag, args.appends, spans), *(compact(f"{tag}{k}") for k in range(args.concurrent))

@@ -69,6 +69,8 @@ FENCES = "loom:deleted:"
 """Prefix. Hash per namespace: (agent, thread) -> the version a conversation.delete began at."""
 RECORDING = "loom:recording:"
 """Prefix. String per namespace: "1" or "0", its recording switch (a short cache)."""
+NAMESPACE_CONFIG = "loom:nsconfig:"
+"""Prefix. String per namespace: its loom.namespaces row as JSON (a short cache)."""
 SEARCH_MARKS = "loom:search:marks:2:"
 """Prefix. Hash per namespace of the verification marks; "2" is the cache's generation."""
 
@@ -209,6 +211,10 @@ def fences(namespace: str) -> str:
 
 def recording(namespace: str) -> str:
     return RECORDING + namespace
+
+
+def namespace_config(namespace: str) -> str:
+    return NAMESPACE_CONFIG + namespace
 
 
 def search_marks(namespace: str) -> str:

@@ -78,8 +78,11 @@ class Settings(BaseSettings):
     # Compactions whose store work (the window read, the retirement) runs at once in one
     # worker process; the others wait for a turn (their summarizer calls do not). The
     # embedding jobs of appends share the process and the engine: bounded, compactions
-    # cannot crowd them out (bench/compaction_bench.py).
+    # cannot crowd them out (loom.ops.conversation.compaction_gate).
     compact_concurrency: int = Field(1, ge=1, le=256)
+    # After a compaction's store step of t seconds the next one waits pace x t: a queue
+    # of compactions keeps the engine at most 1 / (1 + pace) busy. 0: back to back.
+    compact_pace: float = Field(1.0, ge=0, le=100)
 
     # Retention and tiering of loom.conversations (0 = keep forever / no move).
     retention_conversations_days: int = Field(0, ge=0)

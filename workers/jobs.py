@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from loom import jobs
 from loom.ops.conversation import compacting, titler_tick
+from loom.ops.conversation.compaction_gate import CompactionGate
 from loom.ops.erasure import requesting
 from loom.ops.memory import extraction
 from loom.ops.webhooks import delivery
@@ -62,16 +62,16 @@ async def compact_thread(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[s
 COMPACT_GATE = "conversation.compact_gate"
 
 
-def compaction_gate(ctx: dict[str, Any]) -> asyncio.Semaphore:
-    """The process's bound on compactions doing store work at once
-    (LOOM_COMPACT_CONCURRENCY, read at the process's first compaction): a burst of them
-    shares the worker's event loop and the engine with the appends' embedding jobs, and
-    unbounded it crowds them out (bench/compaction_stack.py). arq hands each job its own
-    copy of the worker's ctx, so the gate lives on the process's Services, which every
-    job shares (kept in the job's ctx, each job had a gate of its own: no bound at all)."""
+def compaction_gate(ctx: dict[str, Any]) -> CompactionGate:
+    """The process's compaction gate (loom.ops.conversation.compaction_gate), made at its
+    first compaction from LOOM_COMPACT_CONCURRENCY and LOOM_COMPACT_PACE. arq hands each
+    job its own copy of the worker's ctx, so the gate lives on the process's Services,
+    which every job shares (kept in the job's ctx, each job had a gate of its own: no
+    bound at all)."""
     svc = ctx["loom"]
-    gate: asyncio.Semaphore = svc.extras.setdefault(
-        COMPACT_GATE, asyncio.Semaphore(svc.settings.compact_concurrency)
+    cfg = svc.settings
+    gate: CompactionGate = svc.extras.setdefault(
+        COMPACT_GATE, CompactionGate(cfg.compact_concurrency, cfg.compact_pace)
     )
     return gate
 

@@ -13,6 +13,7 @@ import pytest
 
 from loom import redis_keys
 from loom.clock import next_version
+from loom.ops.conversation.compaction_gate import CompactionGate
 from loom.providers.llm import OpenAICompatLLM
 from loom.store import conversations as conv_store
 from tests.conversation.helpers import emb_rows, ok, save_turn, turn_rows
@@ -121,6 +122,19 @@ async def test_a_namespace_whose_model_calls_are_off_is_refused(call, ns, writer
     r = await call("conversation.compact", writer, namespace=ns, agent="a", thread_id="t")
     assert r.status_code == 409 and r.json()["error"] == "model_calls_disabled"
     assert not summarizer.requests_to(summarizer.CHAT)
+
+
+async def test_switching_model_calls_off_refuses_the_next_compaction_at_once(
+    call, ns, writer, mint, services, summarizer
+):
+    """The op reads the switch from a cache (loom.store.namespace_cache); the policy op
+    rewrites it, so a cached 'on' never outlives the change."""
+    await _thread(call, writer, ns, 16)
+    assert (await _compact(call, writer, ns))["messages_summarized"] == 6  # caches the row
+    await ok(call, "namespace.set_policy", mint(ns, "admin"), namespace=ns, model_calls_enabled=False)
+    await _thread(call, writer, ns, 16, thread="t2")
+    r = await call("conversation.compact", writer, namespace=ns, agent="a", thread_id="t2")
+    assert r.status_code == 409 and r.json()["error"] == "model_calls_disabled"
 
 
 async def test_a_viewer_may_not_compact_and_bad_input_is_named(call, ns, writer, mint, summarizer):
@@ -421,21 +435,20 @@ async def test_a_window_turn_rewritten_while_summarised_compacts_nothing(
     assert set(_live(_turns(services, ns))) == set(ids)
 
 
-class _CountingGate(asyncio.Semaphore):
-    def __init__(self, value: int) -> None:
-        super().__init__(value)
+class _CountingGate(CompactionGate):
+    def __init__(self, concurrency: int) -> None:
+        super().__init__(concurrency, pace=0.0)
         self.held = self.most = self.taken = 0
 
-    async def acquire(self) -> bool:
-        await super().acquire()
+    async def __aenter__(self) -> None:
+        await super().__aenter__()
         self.held += 1
         self.taken += 1
         self.most = max(self.most, self.held)
-        return True
 
-    def release(self) -> None:
+    async def __aexit__(self, *exc: Any) -> None:
         self.held -= 1
-        super().release()
+        await super().__aexit__(*exc)
 
 
 async def test_the_gate_bounds_the_compactions_doing_store_work_at_once(

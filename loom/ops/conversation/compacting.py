@@ -71,7 +71,9 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest, LoomError, NotFound, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
+from loom.ops import namespaces as namespace_ops
 from loom.ops.conversation.common import EMBED_CHARS, embed_text, model_text
+from loom.ops.conversation.compaction_gate import CompactionGate
 from loom.ops.conversation.deleting import ThreadState, settle_writes, with_vectors
 from loom.ops.conversation.worker_embed_writer import ModelFn
 from loom.ops.webhooks import events as webhook_events
@@ -84,7 +86,6 @@ from loom.store import compaction as store
 from loom.store import conversations as conv_store
 from loom.store import deletion, search_marks
 from loom.store import embeddings as emb_store
-from loom.store import namespaces as ns_store
 
 log = loom_logging.get("loom.conversation.compact")
 
@@ -364,14 +365,14 @@ async def run(
     thread_id: str,
     keep_recent: int,
     min_to_compact: int,
-    gate: asyncio.Semaphore | None = None,
+    gate: CompactionGate | None = None,
 ) -> CompactResult:
     """One compaction (the worker's job body). ``gate`` bounds the compactions whose store
     work (the window read, the retirement) runs at once in the process
     (LOOM_COMPACT_CONCURRENCY); the summarizer and embedding calls run outside it."""
     out = CompactResult(thread_id, agent)
     cfg = svc.settings
-    gate = gate or asyncio.Semaphore(1)
+    gate = gate or CompactionGate(1, 0.0)
     async with gate:
         turns = await svc.run(store.live_turns, svc.ch, ns, agent, thread_id)
     p = plan(turns, keep_recent, cfg.compact_prompt_budget_chars, cfg.compact_summary_allowance_chars)
@@ -485,7 +486,7 @@ async def compact(
     # The job's owner key is written while the namespace is read (a refused request
     # leaves an unused key, which expires): one round trip less before the enqueue.
     config, _ = await asyncio.gather(
-        svc.run(ns_store.get, svc.ch, ns),
+        namespace_ops.config(svc, ns),
         svc.redis.set(redis_keys.compact_job(job_id), ns, ex=_JOB_TTL_S),
     )
     if not config.model_calls_enabled:

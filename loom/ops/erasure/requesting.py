@@ -368,13 +368,14 @@ def _owned(key: str, prefix: str) -> bool:
 
 async def purge_redis(redis: Redis, namespace: str) -> int:
     """Delete every Redis key of the namespace (its turn claims, landed notes, search
-    marks, recording cache, deletion fences, memory job statuses and the memory search
+    marks, recording and namespace caches, deletion fences, memory job statuses and the memory search
     cache's token); returns how many. Thread leases are left to expire (seconds):
     removing one a writer holds would break its exclusion."""
     removed = int(
         await redis.delete(
             search_marks.key(namespace),
             recording_cache.key(namespace),
+            redis_keys.namespace_config(namespace),
             fences.key(namespace),
             redis_keys.memory_version_of(namespace),  # retires cached reads of its facts
         )
