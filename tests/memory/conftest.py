@@ -34,3 +34,17 @@ async def api_over(svc: Any) -> AsyncIterator[Callable[..., Any]]:
             return await client.post(f"/v1/{op}", json=body, headers={"Authorization": f"Bearer {token}"})
 
         yield call
+
+
+def record_arg(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, position: int) -> list[Any]:
+    """Wrap `module.name` so that each call appends its positional argument at
+    `position` to the returned list (the call itself goes through unchanged)."""
+    seen: list[Any] = []
+    real = getattr(module, name)
+
+    def recording(*args: Any, **kw: Any) -> Any:
+        seen.append(args[position])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(module, name, recording)
+    return seen

@@ -18,6 +18,7 @@ from loom.clock import utcnow
 from loom.ops.memory import facts, large_scope, scan_cache
 from loom.store import memory_index
 from loom.store.memories import Scope
+from tests.memory.conftest import record_arg
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,17 +33,9 @@ def other(services: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 @pytest.fixture
-def ranked(monkeypatch: pytest.MonkeyPatch) -> list[Scope]:
+def ranked(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """How many searches the index ranked (its BM25 leg runs once per search)."""
-    seen: list[Scope] = []
-    real = memory_index.lexical
-
-    def counting(index: Any, query: str, **kw: Any) -> Any:
-        seen.append(index)
-        return real(index, query, **kw)
-
-    monkeypatch.setattr(memory_index, "lexical", counting)
-    return seen
+    return record_arg(monkeypatch, memory_index, "lexical", 0)
 
 
 async def _hits(svc: Any, ns: str, user: str, query: str, **kw: Any) -> list[Any]:

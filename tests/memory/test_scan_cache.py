@@ -19,6 +19,7 @@ from loom.ops.erasure import requesting
 from loom.ops.memory import facts, scan_cache
 from loom.store import memory_scan
 from loom.store.memories import Scope
+from tests.memory.conftest import record_arg
 
 
 @pytest.fixture
@@ -30,15 +31,7 @@ def other(services: Any) -> Any:
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[Scope]:
     """Every scope the one read went to ClickHouse for."""
-    seen: list[Scope] = []
-    real = memory_scan.read
-
-    def counting(ch: Any, scope: Scope, **kw: Any) -> Any:
-        seen.append(scope)
-        return real(ch, scope, **kw)
-
-    monkeypatch.setattr(memory_scan, "read", counting)
-    return seen
+    return record_arg(monkeypatch, memory_scan, "read", 1)
 
 
 async def _texts(svc: Any, ns: str, user: str, query: str, **kw: Any) -> list[str]:
