@@ -11,12 +11,19 @@ the embedded ClickHouse endpoint and Redis are the processes ``loom serve`` star
 append single turns to their own threads (alone), then the same while
 ``--concurrent`` 200-turn threads are compacted at once (busy), then alone again. The
 figure is issue 20's: append p99 during compactions within 1.2x of its value without.
+
+The stand-in summarizer runs in a process of its own, as a real provider would: in the
+bench's process its threads (parsing 32 prompts of 200 turns at once) took the
+interpreter lock from the loop that times the appends.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import multiprocessing
+import multiprocessing.connection
 import os
 import statistics
 import time
@@ -37,6 +44,18 @@ def pct(xs: list[float], q: float) -> float:
 
 def line(label: str, xs: list[float]) -> str:
     return f"{label:<44} n={len(xs):<4} p50={statistics.median(xs):7.1f} ms  p99={pct(xs, 0.99):7.1f} ms"
+
+
+SUMMARY = "They planned the storage migration and agreed on a Friday cutover."
+
+
+def _summarizer(conn: multiprocessing.connection.Connection) -> None:
+    """The stand-in chat server's process: sends its URL, serves until the pipe closes."""
+    with StandInServer() as standin:
+        standin.set_handler(standin.CHAT, lambda req: standin.chat_ok(SUMMARY).delayed(MODEL_DELAY_S))
+        conn.send(standin.url)
+        with contextlib.suppress(EOFError):
+            conn.recv()  # EOF when the bench ends
 
 
 def setup(stack: LoomStack) -> str:
@@ -142,17 +161,20 @@ def main() -> None:
     args = ap.parse_args()
     print(f"# bench/compaction_stack.py {vars(args)}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"load average at start: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
-    with StandInServer() as standin:
-        summary = "They planned the storage migration and agreed on a Friday cutover."
-        standin.set_handler(standin.CHAT, lambda req: standin.chat_ok(summary).delayed(MODEL_DELAY_S))
-        env = {"LOOM_LLM": "openai", "LOOM_LLM_URL": standin.url, "LOOM_LLM_MODEL": "stand-in"}
-        env.update(kv.split("=", 1) for kv in args.env)
-        stack = LoomStack(embedder=args.embedder, env=env)
-        try:
-            stack.start()
-            asyncio.run(run(args, stack))
-        finally:
-            stack.stop()
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    summarizer = ctx.Process(target=_summarizer, args=(theirs,), daemon=True)
+    summarizer.start()
+    env = {"LOOM_LLM": "openai", "LOOM_LLM_URL": ours.recv(), "LOOM_LLM_MODEL": "stand-in"}
+    env.update(kv.split("=", 1) for kv in args.env)
+    stack = LoomStack(embedder=args.embedder, env=env)
+    try:
+        stack.start()
+        asyncio.run(run(args, stack))
+    finally:
+        stack.stop()
+        ours.close()
+        summarizer.join(timeout=5)
     print(f"load average at end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
