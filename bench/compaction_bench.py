@@ -7,7 +7,7 @@ Run: ``.venv/bin/python bench/compaction_bench.py [--rounds 20] [--concurrent 32
 Starts its own backends (the embedded ClickHouse endpoint and a redis-server in a
 temporary directory, or LOOM_TEST_CLICKHOUSE_URL / LOOM_TEST_REDIS_URL), the schema, an
 in-process arq worker (the production build_worker, fake embedder) and the local
-stand-in chat server (tests/providers/standin.py); the API is driven in-process over
+stand-in chat server in a process of its own (bench/standin_process.py); the API is driven in-process over
 ASGI. Figures:
 
 1. one compaction at a time, end to end, everything but the model, the summary's
@@ -52,15 +52,14 @@ from bench.compaction_profile import (  # noqa: E402
     statement_costs,
     steps_of,
 )
+from bench.standin_process import MODEL_DELAY_S, SUMMARY, chat_standin  # noqa: E402
 from loom.api.app import create_app  # noqa: E402
 from loom.auth.tokens import mint  # noqa: E402
 from loom.services import open_services  # noqa: E402
 from loom.settings import Settings  # noqa: E402
 from loom.store import namespaces  # noqa: E402
 from loom.store.schema import prepare  # noqa: E402
-from tests.providers.standin import StandInServer  # noqa: E402
 
-MODEL_DELAY_S = 0.05
 AGENT = "default"  # the agent the API names when a request names none
 
 
@@ -115,20 +114,14 @@ async def run(args: argparse.Namespace, home: Path) -> None:
             started.append(server)
             redis_url = server.url
             args.pids["redis"] = server.pid
-        with StandInServer() as standin:
-            standin.set_handler(
-                standin.CHAT,
-                lambda req: standin.chat_ok(
-                    "They planned the storage migration and agreed on a Friday cutover."
-                ).delayed(MODEL_DELAY_S),
-            )
+        with chat_standin(SUMMARY, MODEL_DELAY_S) as llm_url:
             settings = Settings(
                 home=home,
                 clickhouse_url=ch_url,
                 redis_url=redis_url,
                 embedder="fake",
                 llm="openai",
-                llm_url=standin.url,
+                llm_url=llm_url,
                 llm_model="stand-in",
                 clickhouse_database=f"loom_bench_{secrets.token_hex(4)}",
             )

@@ -12,28 +12,23 @@ append single turns to their own threads (alone), then the same while
 ``--concurrent`` 200-turn threads are compacted at once (busy), then alone again. The
 figure is issue 20's: append p99 during compactions within 1.2x of its value without.
 
-The stand-in summarizer runs in a process of its own, as a real provider would: in the
-bench's process its threads (parsing 32 prompts of 200 turns at once) took the
-interpreter lock from the loop that times the appends.
+The stand-in summarizer runs in a process of its own, as a real provider would
+(bench/standin_process.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import multiprocessing
-import multiprocessing.connection
 import os
 import statistics
 import time
 
 from bench.httpclient import LeanClient
 from bench.loom_stack import LoomStack
-from tests.providers.standin import StandInServer
+from bench.standin_process import MODEL_DELAY_S, SUMMARY, chat_standin
 
 NAMESPACE = "bench-compact"
-MODEL_DELAY_S = 0.05
 WRITERS = 4
 
 
@@ -44,18 +39,6 @@ def pct(xs: list[float], q: float) -> float:
 
 def line(label: str, xs: list[float]) -> str:
     return f"{label:<44} n={len(xs):<4} p50={statistics.median(xs):7.1f} ms  p99={pct(xs, 0.99):7.1f} ms"
-
-
-SUMMARY = "They planned the storage migration and agreed on a Friday cutover."
-
-
-def _summarizer(conn: multiprocessing.connection.Connection) -> None:
-    """The stand-in chat server's process: sends its URL, serves until the pipe closes."""
-    with StandInServer() as standin:
-        standin.set_handler(standin.CHAT, lambda req: standin.chat_ok(SUMMARY).delayed(MODEL_DELAY_S))
-        conn.send(standin.url)
-        with contextlib.suppress(EOFError):
-            conn.recv()  # EOF when the bench ends
 
 
 def setup(stack: LoomStack) -> str:
@@ -161,20 +144,15 @@ def main() -> None:
     args = ap.parse_args()
     print(f"# bench/compaction_stack.py {vars(args)}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"load average at start: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
-    ctx = multiprocessing.get_context("spawn")
-    ours, theirs = ctx.Pipe()
-    summarizer = ctx.Process(target=_summarizer, args=(theirs,), daemon=True)
-    summarizer.start()
-    env = {"LOOM_LLM": "openai", "LOOM_LLM_URL": ours.recv(), "LOOM_LLM_MODEL": "stand-in"}
-    env.update(kv.split("=", 1) for kv in args.env)
-    stack = LoomStack(embedder=args.embedder, env=env)
-    try:
-        stack.start()
-        asyncio.run(run(args, stack))
-    finally:
-        stack.stop()
-        ours.close()
-        summarizer.join(timeout=5)
+    with chat_standin(SUMMARY, MODEL_DELAY_S) as llm_url:
+        env = {"LOOM_LLM": "openai", "LOOM_LLM_URL": llm_url, "LOOM_LLM_MODEL": "stand-in"}
+        env.update(kv.split("=", 1) for kv in args.env)
+        stack = LoomStack(embedder=args.embedder, env=env)
+        try:
+            stack.start()
+            asyncio.run(run(args, stack))
+        finally:
+            stack.stop()
     print(f"load average at end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

@@ -57,6 +57,13 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, Protocol, cast
 from urllib.parse import parse_qsl, urlsplit
 
+from loom.embedded.engine_housekeeping import (
+    MEMORY_RELEASE_S,
+    VECTOR_CACHE_CHECK_S,
+    VectorCacheTrim,
+    release_free_memory,
+)
+
 PORT_FILE = "endpoint.port"
 LOCK_FILE = "endpoint.lock"
 LOG_FILE = "endpoint.log"
@@ -1348,74 +1355,36 @@ def _write_port_file(data_dir: Path, port: int) -> None:
     os.replace(tmp, data_dir / PORT_FILE)  # readers never see a half-written file
 
 
-# The engine keeps a part's HNSW index in its cache after a merge has removed the part,
-# until the cache is full: under steady appends the indexes of merged-away parts pile up
-# toward the cache's limit (a 30-minute soak: the cache grew from 185 to 369 MB, and the
-# endpoint's RSS 35 MB per 10 minutes, while the live parts' indexes took about 20 MB on
-# disk). Every VECTOR_CACHE_CHECK_S the endpoint compares the cache with the live parts'
-# indexes and drops it when it holds more than twice those (an index in memory takes up
-# to about twice its size on disk; small parts more) plus VECTOR_CACHE_SLACK_BYTES; the
-# next search of each live part loads its index again. A large dataset, whose live
-# indexes exceed half the cache's limit, never meets the condition: the engine's own
-# eviction at the limit bounds it.
-VECTOR_CACHE_CHECK_S = 60.0
-VECTOR_CACHE_SLACK_BYTES = 64 << 20
-_VECTOR_CACHE_BYTES = "SELECT value FROM system.metrics WHERE metric = 'VectorSimilarityIndexCacheBytes'"
-_LIVE_VECTOR_INDEX_BYTES = (
-    "SELECT sum(data_uncompressed_bytes) FROM system.data_skipping_indices WHERE type = 'vector_similarity'"
-)
-
-
-def trim_vector_cache(query: Callable[[str], str]) -> bool:
-    """Drop the engine's vector-index cache when it holds mostly indexes of parts merges
-    removed; `query` runs one statement and answers its text. True when dropped."""
-    cached = int(query(_VECTOR_CACHE_BYTES).strip() or 0)
-    live = int(query(_LIVE_VECTOR_INDEX_BYTES).strip() or 0)
-    if cached <= 2 * live + VECTOR_CACHE_SLACK_BYTES:
-        return False
-    query("SYSTEM DROP VECTOR SIMILARITY INDEX CACHE")
-    return True
-
-
-# The engine's allocator (jemalloc, built without background threads) returns freed pages
-# to the system only when later allocations in the same arena pass its decay time, so
-# pages a burst freed stay resident while the engine idles between requests (a 30-minute
-# soak after the cache trim: allocated bytes flat, -1.4 MB per 10 minutes, resident
-# +7.6). The same minute's housekeeping hands them back; a page used again faults in.
-_PURGE_FREE_PAGES = "SYSTEM JEMALLOC PURGE"
-
-
-def release_free_memory(query: Callable[[str], str]) -> None:
-    """Return the allocator's free pages to the system (`query` runs one statement)."""
-    query(_PURGE_FREE_PAGES)
-
-
 def _engine_query(engine: _Engine, sql: str) -> str:
     with engine.pooled_handle() as handle:
         return str(handle.run(sql).bytes().decode())
 
 
 def _reap_loop(engine: _Engine, stop: threading.Event) -> None:
-    next_trim = time.monotonic() + VECTOR_CACHE_CHECK_S
-    while not stop.wait(5.0):
-        engine.reap_sessions()
-        if time.monotonic() >= next_trim:
-            next_trim = time.monotonic() + VECTOR_CACHE_CHECK_S
-            _housekeep(engine)
+    """Every few seconds: close idle sessions, check the vector-index cache; every
+    minute: release the allocator's free pages (loom.embedded.engine_housekeeping)."""
+    trim = VectorCacheTrim()
+    next_trim = next_release = time.monotonic()
 
-
-def _housekeep(engine: _Engine) -> None:
     def query(sql: str) -> str:
         return _engine_query(engine, sql)
 
-    for name, step in (
-        ("vector index cache check", trim_vector_cache),
-        ("memory release", release_free_memory),
-    ):
-        try:
-            step(query)
-        except ClickHouseError as exc:  # housekeeping: the next minute tries again
-            print(f"{name} failed: {exc.code}", file=sys.stderr, flush=True)
+    while not stop.wait(1.0):
+        engine.reap_sessions()
+        now = time.monotonic()
+        if now >= next_trim:
+            next_trim = now + VECTOR_CACHE_CHECK_S
+            _housekeeping_step("vector index cache check", lambda: trim.check(query))
+        if now >= next_release:
+            next_release = now + MEMORY_RELEASE_S
+            _housekeeping_step("memory release", lambda: release_free_memory(query))
+
+
+def _housekeeping_step(name: str, step: Callable[[], object]) -> None:
+    try:
+        step()
+    except ClickHouseError as exc:  # housekeeping: the next round tries again
+        print(f"{name} failed: {exc.code}", file=sys.stderr, flush=True)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -46,13 +46,13 @@ from loom.embedded.clickhouse_endpoint import (
     engine_server_settings,
     find_running_endpoint,
     read_port_file,
-    release_free_memory,
     start_endpoint,
-    trim_vector_cache,
 )
+from loom.embedded.engine_housekeeping import VectorCacheTrim, release_free_memory
 from loom.settings import Settings
 
 ENDPOINT_MODULE = "loom.embedded.clickhouse_endpoint"
+HOUSEKEEPING_MODULE = "loom.embedded.engine_housekeeping"
 MakeClient = Callable[..., Client]
 
 
@@ -661,10 +661,11 @@ def test_non_loopback_host_is_refused(tmp_path: Path, host: str) -> None:
     assert not (tmp_path / PORT_FILE).exists()
 
 
-def test_the_vector_index_cache_is_dropped_when_it_holds_merged_away_parts(client: Client) -> None:
-    """Indexes of parts a merge removed stay in the engine's cache until it is full;
-    the endpoint's check drops the cache once it holds more than twice the live
-    indexes (plus a slack, zero here), and leaves a cache of live indexes alone."""
+def test_the_vector_index_cache_is_dropped_once_removed_indexes_outweigh_live_ones(client: Client) -> None:
+    """Indexes of parts a merge removed stay in the engine's cache until it is full; the
+    endpoint's check follows the indexed parts, and drops the cache once the indexes of
+    the parts removed since the last drop outweigh the live ones and the slack, and not
+    before."""
     table = _table()
     client.command(
         f"CREATE TABLE {table} (id UInt64, embedding Array(BFloat16) CODEC(NONE), "
@@ -679,26 +680,36 @@ def test_the_vector_index_cache_is_dropped_when_it_holds_merged_away_parts(clien
         )
 
     def query(sql: str) -> str:
-        return str(client.command(sql))
+        return client.raw_query(sql).decode()
 
-    for batch in range(6):  # six parts, each searched: six indexes cached
-        client.command(
-            f"INSERT INTO {table} SELECT number + {batch} * 500, "
-            f"arrayMap(i -> toBFloat16(randNormal(0, 1, i + number)), range(8)) FROM numbers(500)"
-        )
+    def cached() -> int:
+        return int(query("SELECT value FROM system.metrics WHERE metric = 'VectorSimilarityIndexCacheBytes'"))
+
+    def six_parts_merged(first: int) -> None:
+        for batch in range(first, first + 6):  # six parts, each searched: six indexes cached
+            client.command(
+                f"INSERT INTO {table} SELECT number + {batch} * 500, "
+                f"arrayMap(i -> toBFloat16(randNormal(0, 1, i + number)), range(8)) FROM numbers(500)"
+            )
+            search()
+        client.command(f"OPTIMIZE TABLE {table} FINAL")
         search()
-    client.command(f"OPTIMIZE TABLE {table} FINAL")
-    search()
-    cached = int(query("SELECT value FROM system.metrics WHERE metric = 'VectorSimilarityIndexCacheBytes'"))
-    assert cached > 0
-    with mock.patch(f"{ENDPOINT_MODULE}.VECTOR_CACHE_SLACK_BYTES", 0):
-        assert trim_vector_cache(query)  # five of the six cached indexes belong to removed parts
-        assert (
-            int(query("SELECT value FROM system.metrics WHERE metric = 'VectorSimilarityIndexCacheBytes'"))
-            == 0
-        )
-    search()  # the live part's index only: within the slack
-    assert not trim_vector_cache(query)
+
+    trim = VectorCacheTrim()
+    slack = f"{HOUSEKEEPING_MODULE}.VECTOR_CACHE_SLACK_BYTES"
+    assert not trim.check(query)  # nothing removed yet
+    with mock.patch(slack, 1 << 30):
+        six_parts_merged(0)
+        assert cached() > 0
+        assert not trim.check(query)  # six indexes removed: within the slack
+        assert trim.removed > 0
+    with mock.patch(slack, 0):
+        six_parts_merged(6)
+        # removed: twelve 500-vector indexes and a 3,000-vector one; live: one of 6,000
+        assert trim.check(query)
+        assert cached() == 0 and trim.removed == 0
+        search()  # the live part's index is cached again; nothing was removed since
+        assert not trim.check(query)
     client.command(f"DROP TABLE {table} SYNC")
 
 
