@@ -1,6 +1,6 @@
 """A soak: Loom as a user starts it, under half its peak load for N minutes, RSS per process.
 
-Run: ``.venv/bin/python -m bench.soak_bench --minutes 30 [--rate R] [--out bench/results]``
+Run: ``.venv/bin/python -m bench.soak_bench --minutes 30 [--preload-turns 12000] [--rate R] [--out bench/results]``
 
 1. Starts ``loom serve`` on its embedded defaults (the embedded ClickHouse endpoint, the
    embedded redis-server, one arq worker with the real MiniLM embedder, the API) in a
@@ -398,10 +398,32 @@ def setup(stack: LoomStack) -> str:
     return str(mint(ch, [NAMESPACE], "admin", label="soak").token)
 
 
+async def preload(load: Load, turns: int, log: Any) -> None:
+    """`turns` turns appended in batches of 100 before anything is measured: with more
+    than LOOM_CONVERSATION_SEARCH_EXACT_MAX_ROWS (10,000) in the namespace, searches use
+    the HNSW indexes from the first minute, so the soak sees the steady state instead of
+    the one-time switch from exact scans (the index cache filling) in its middle."""
+    t0 = time.monotonic()
+    for lo in range(0, turns, 100):
+        batch = [
+            {
+                "thread_id": f"t-{i % THREADS}",
+                "role": "user" if i % 2 else "assistant",
+                "user_id": USERS[hash(f"t-{i % THREADS}") % len(USERS)],
+                "content": f"preload {i} {load.text(30)}",
+            }
+            for i in range(lo, min(turns, lo + 100))
+        ]
+        await load.client.post_json("/v1/conversation.append", {"namespace": NAMESPACE, "turns": batch})
+    log(f"  preload: {turns} turns in {time.monotonic() - t0:.0f}s")
+
+
 async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str, Any]:
     token = setup(stack)
     client = LeanClient(stack.base_url, {"Authorization": f"Bearer {token}"}, timeout=60)
     load = Load(client, random.Random(args.seed))
+    if args.preload_turns:
+        await preload(load, args.preload_turns, log)
     assert stack.proc is not None
     supervisor = stack.proc.pid
     # Warm every path once (the model loads, the first parts, connections).
@@ -492,6 +514,7 @@ async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str
         "peak_ops_per_s": round(peak, 1),
         "rate_ops_per_s": round(rate, 1),
         "minutes": args.minutes,
+        "preload_turns": args.preload_turns,
         "elapsed_s": round(elapsed, 1),
         "warmup_s": warmup,
         "flat_threshold_mb_per_10min": args.flat_mb,
@@ -510,6 +533,7 @@ async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str
 def render(r: dict[str, Any]) -> str:
     lines = [
         f"soak: {r['minutes']:g} min at {r['rate_ops_per_s']} ops/s (peak {r['peak_ops_per_s']} ops/s), "
+        f"{r.get('preload_turns', 0)} turns preloaded, "
         f"answered {r['answered']}, errors {r['errors_total']} {r['errors'] or ''}, shed {r['shed']}",
         f"append embedding outcomes: {r['embedding']}",
         "",
@@ -562,6 +586,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-seconds", type=float, help="default: the first third of the run, at least 60 s")
     p.add_argument("--flat-mb", type=float, default=2.0, help="flat: |slope| under this many MB per 10 min")
     p.add_argument("--embedder", default="minilm")
+    p.add_argument(
+        "--preload-turns",
+        type=int,
+        default=0,
+        help="turns appended before the probe (12000: past the exact-scan bound)",
+    )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--tag", default="", help="added to the result file names")
