@@ -250,13 +250,14 @@ class Load:
     errors: Counter[str] = field(default_factory=Counter)
     embedding: Counter[str] = field(default_factory=Counter)
     done: int = 0
+    mix: dict[str, float] = field(default_factory=lambda: dict(MIX))
 
     def text(self, n: int) -> str:
         return " ".join(self.rng.choice(WORDS) for _ in range(n))
 
     def pick(self) -> str:
         r, acc = self.rng.random(), 0.0
-        for op, share in MIX.items():
+        for op, share in self.mix.items():
             acc += share
             if r < acc:
                 return op
@@ -421,7 +422,7 @@ async def preload(load: Load, turns: int, log: Any) -> None:
 async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str, Any]:
     token = setup(stack)
     client = LeanClient(stack.base_url, {"Authorization": f"Bearer {token}"}, timeout=60)
-    load = Load(client, random.Random(args.seed))
+    load = Load(client, random.Random(args.seed), mix=args.mix)
     if args.preload_turns:
         await preload(load, args.preload_turns, log)
     assert stack.proc is not None
@@ -515,6 +516,7 @@ async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str
         "rate_ops_per_s": round(rate, 1),
         "minutes": args.minutes,
         "preload_turns": args.preload_turns,
+        "mix": args.mix,
         "elapsed_s": round(elapsed, 1),
         "warmup_s": warmup,
         "flat_threshold_mb_per_10min": args.flat_mb,
@@ -533,7 +535,7 @@ async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str
 def render(r: dict[str, Any]) -> str:
     lines = [
         f"soak: {r['minutes']:g} min at {r['rate_ops_per_s']} ops/s (peak {r['peak_ops_per_s']} ops/s), "
-        f"{r.get('preload_turns', 0)} turns preloaded, "
+        f"{r.get('preload_turns', 0)} turns preloaded, mix {r.get('mix', MIX)}, "
         f"answered {r['answered']}, errors {r['errors_total']} {r['errors'] or ''}, shed {r['shed']}",
         f"append embedding outcomes: {r['embedding']}",
         "",
@@ -575,6 +577,13 @@ def render(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def parse_mix(text: str) -> dict[str, float]:
+    mix = {op: float(share) for op, _, share in (part.partition("=") for part in text.split(","))}
+    if not set(mix) <= set(MIX) or abs(sum(mix.values()) - 1.0) > 1e-6:
+        raise argparse.ArgumentTypeError(f"ops of {sorted(MIX)} with shares summing to 1")
+    return mix
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.soak_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=30.0)
@@ -586,6 +595,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-seconds", type=float, help="default: the first third of the run, at least 60 s")
     p.add_argument("--flat-mb", type=float, default=2.0, help="flat: |slope| under this many MB per 10 min")
     p.add_argument("--embedder", default="minilm")
+    p.add_argument(
+        "--mix",
+        type=parse_mix,
+        default=dict(MIX),
+        help="op=share,... of append, search, save, brief (default: the mix above); e.g. no searches: "
+        "append=0.8,save=0.134,brief=0.066",
+    )
     p.add_argument(
         "--preload-turns",
         type=int,
