@@ -1381,10 +1381,14 @@ def _reap_loop(engine: _Engine, stop: threading.Event) -> None:
 
 
 def _housekeeping_step(name: str, step: Callable[[], object]) -> None:
+    """One step; whatever it raises is logged (its code or type only) and the next round
+    tries again: an exception leaving the loop would stop the session reaping too."""
     try:
         step()
-    except ClickHouseError as exc:  # housekeeping: the next round tries again
+    except ClickHouseError as exc:
         print(f"{name} failed: {exc.code}", file=sys.stderr, flush=True)
+    except Exception as exc:
+        print(f"{name} failed: {type(exc).__name__}", file=sys.stderr, flush=True)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
