@@ -203,6 +203,52 @@ def engine_memory_mb(clickhouse_url: str) -> dict[str, float]:
     return out
 
 
+# Everything the engine holds that it can rebuild from disk, then jemalloc's free pages.
+RELEASE_STATEMENTS = (
+    "SYSTEM DROP MARK CACHE",
+    "SYSTEM DROP UNCOMPRESSED CACHE",
+    "SYSTEM DROP INDEX MARK CACHE",
+    "SYSTEM DROP INDEX UNCOMPRESSED CACHE",
+    "SYSTEM DROP PRIMARY INDEX CACHE",
+    "SYSTEM DROP QUERY CONDITION CACHE",
+    "SYSTEM DROP QUERY CACHE",
+    "SYSTEM DROP MMAP CACHE",
+    "SYSTEM DROP COMPILED EXPRESSION CACHE",
+    "SYSTEM DROP VECTOR SIMILARITY INDEX CACHE",
+    "SYSTEM JEMALLOC PURGE",
+)
+
+
+async def release_probe(clickhouse_url: str, endpoint_pid: int | None, settle_s: float) -> dict[str, Any]:
+    """What the engine's growth is made of, once the load has stopped: its RSS and own
+    account `settle_s` after the last request (merges finish, outdated parts age), then
+    again after every cache it can rebuild from disk is dropped and jemalloc purged.
+    What the drop gives back was cache (bounded by the caches' sizes); what stays is held
+    by the parts and by the engine itself (a leak would stay and grow with the ops)."""
+    import urllib.parse
+    import urllib.request
+
+    def run(sql: str) -> None:
+        url = f"{clickhouse_url}/?{urllib.parse.urlencode({'query': sql})}"
+        with urllib.request.urlopen(urllib.request.Request(url, data=b""), timeout=60) as r:
+            r.read()
+
+    def snapshot() -> dict[str, float]:
+        out = engine_memory_mb(clickhouse_url)
+        got = rss_mb(endpoint_pid) if endpoint_pid else None
+        if got:
+            out["rss"], out["rss_anon"], _ = got
+        return out
+
+    await asyncio.sleep(settle_s)
+    settled = await asyncio.to_thread(snapshot)
+    for sql in RELEASE_STATEMENTS:
+        await asyncio.to_thread(run, sql)
+    await asyncio.sleep(5)
+    dropped = await asyncio.to_thread(snapshot)
+    return {"settle_s": settle_s, "settled": settled, "caches_dropped": dropped}
+
+
 def serve_group(supervisor: int) -> dict[str, int]:
     """role -> pid for the serve group (redis-server runs in a session of its own but is
     still a child of `loom serve`)."""
@@ -468,6 +514,11 @@ async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str
     stop.set()
     await sampling
     await client.aclose()
+    release: dict[str, Any] = {}
+    if args.release_probe is not None and stack.clickhouse_url:
+        endpoint = serve_group(supervisor).get("clickhouse-endpoint")
+        log(f"  release probe: {args.release_probe:g}s after the load, then every cache dropped")
+        release = await release_probe(stack.clickhouse_url, endpoint, args.release_probe)
     warmup = args.warmup_seconds if args.warmup_seconds is not None else max(60.0, seconds / 3)
 
     def after(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -529,6 +580,7 @@ async def soak(args: argparse.Namespace, stack: LoomStack, log: Any) -> dict[str
         "processes": procs,
         "engine_memory": engine_summary,
         "engine_samples": [[round(t, 1), {k: round(v, 2) for k, v in d.items()}] for t, d in engine],
+        "release_probe": release,
     }
 
 
@@ -574,6 +626,23 @@ def render(r: dict[str, Any]) -> str:
         ]
         for key, e in r["engine_memory"].items():
             lines.append(f"{key:<34} {e['start_mb']:>8} {e['end_mb']:>8} {e['slope_mb_per_10min']:>9}")
+    if r.get("release_probe"):
+        rp = r["release_probe"]
+        first = dict(r["engine_samples"][0][1]) if r.get("engine_samples") else {}
+        endpoint = r["processes"].get("clickhouse-endpoint")
+        if endpoint and endpoint["samples"]:
+            first["rss"], first["rss_anon"] = endpoint["samples"][0][1], endpoint["samples_anon_file"][0][0]
+        lines += [
+            "",
+            f"release probe: the endpoint at the soak's first sample, {rp['settle_s']:g}s after the load, "
+            "and after every cache dropped + jemalloc purged (MB; counts for count_*)",
+            f"{'':<34} {'first':>8} {'settled':>8} {'dropped':>8}",
+        ]
+        for key in sorted(rp["settled"]):
+            f = first.get(key, float("nan"))
+            lines.append(
+                f"{key:<34} {f:>8.1f} {rp['settled'][key]:>8.1f} {rp['caches_dropped'].get(key, 0):>8.1f}"
+            )
     return "\n".join(lines)
 
 
@@ -607,6 +676,12 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="turns appended before the probe (12000: past the exact-scan bound)",
+    )
+    p.add_argument(
+        "--release-probe",
+        type=float,
+        metavar="SECONDS",
+        help="after the load: wait SECONDS, read the endpoint, drop every engine cache, read it again",
     )
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
