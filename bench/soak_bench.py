@@ -230,7 +230,7 @@ async def release_probe(clickhouse_url: str, endpoint_pid: int | None, settle_s:
 
     def run(sql: str) -> None:
         url = f"{clickhouse_url}/?{urllib.parse.urlencode({'query': sql})}"
-        with urllib.request.urlopen(urllib.request.Request(url, data=b""), timeout=60) as r:
+        with urllib.request.urlopen(urllib.request.Request(url=url, data=b""), timeout=60) as r:
             r.read()
 
     def snapshot() -> dict[str, float]:
