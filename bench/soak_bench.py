@@ -146,18 +146,24 @@ ENGINE_METRICS = (
 )
 
 
+def engine_query(clickhouse_url: str, sql: str, *, timeout: float = 10) -> str:
+    """One statement over the endpoint's HTTP interface (POST: SYSTEM statements too)."""
+    import urllib.parse
+    import urllib.request
+
+    url = f"{clickhouse_url}/?{urllib.parse.urlencode({'query': sql})}"
+    with urllib.request.urlopen(urllib.request.Request(url=url, data=b""), timeout=timeout) as r:
+        return str(r.read().decode())
+
+
 def engine_memory_mb(clickhouse_url: str) -> dict[str, float]:
     """The embedded engine's account of its memory, MB: tracked memory, each non-empty
     cache, and jemalloc's allocated / resident / retained (what RSS holds beyond them);
     and (`count_*`, plain counts) the queries running and the parts held."""
     import re
-    import urllib.parse
-    import urllib.request
 
     def query(sql: str) -> str:
-        url = f"{clickhouse_url}/?{urllib.parse.urlencode({'query': sql})}"
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return str(r.read().decode())
+        return engine_query(clickhouse_url, sql)
 
     out: dict[str, float] = {}
     for line in query(ENGINE_METRICS).splitlines():
@@ -225,13 +231,6 @@ async def release_probe(clickhouse_url: str, endpoint_pid: int | None, settle_s:
     again after every cache it can rebuild from disk is dropped and jemalloc purged.
     What the drop gives back was cache (bounded by the caches' sizes); what stays is held
     by the parts and by the engine itself (a leak would stay and grow with the ops)."""
-    import urllib.parse
-    import urllib.request
-
-    def run(sql: str) -> None:
-        url = f"{clickhouse_url}/?{urllib.parse.urlencode({'query': sql})}"
-        with urllib.request.urlopen(urllib.request.Request(url=url, data=b""), timeout=60) as r:
-            r.read()
 
     def snapshot() -> dict[str, float]:
         out = engine_memory_mb(clickhouse_url)
@@ -243,7 +242,7 @@ async def release_probe(clickhouse_url: str, endpoint_pid: int | None, settle_s:
     await asyncio.sleep(settle_s)
     settled = await asyncio.to_thread(snapshot)
     for sql in RELEASE_STATEMENTS:
-        await asyncio.to_thread(run, sql)
+        await asyncio.to_thread(engine_query, clickhouse_url, sql, timeout=60)
     await asyncio.sleep(5)
     dropped = await asyncio.to_thread(snapshot)
     return {"settle_s": settle_s, "settled": settled, "caches_dropped": dropped}
@@ -329,13 +328,17 @@ class Load:
                 "sections": {"goal": f"soak goal {i % 20}", "status": f"step {i}: {self.text(12)}"},
                 "use_llm": False,
             }
+        return "/v1/conversation.append", {"namespace": NAMESPACE, **self.turn(i, f"{i} {self.text(30)}")}
+
+    @staticmethod
+    def turn(i: int, content: str) -> dict[str, str]:
+        """The i-th turn: threads in turn, roles alternating, each thread one user's."""
         thread = f"t-{i % THREADS}"
-        return "/v1/conversation.append", {
-            "namespace": NAMESPACE,
+        return {
             "thread_id": thread,
             "role": "user" if i % 2 else "assistant",
             "user_id": USERS[hash(thread) % len(USERS)],
-            "content": f"{i} {self.text(30)}",
+            "content": content,
         }
 
     async def one(self, op: str) -> None:
@@ -452,15 +455,7 @@ async def preload(load: Load, turns: int, log: Any) -> None:
     the one-time switch from exact scans (the index cache filling) in its middle."""
     t0 = time.monotonic()
     for lo in range(0, turns, 100):
-        batch = [
-            {
-                "thread_id": f"t-{i % THREADS}",
-                "role": "user" if i % 2 else "assistant",
-                "user_id": USERS[hash(f"t-{i % THREADS}") % len(USERS)],
-                "content": f"preload {i} {load.text(30)}",
-            }
-            for i in range(lo, min(turns, lo + 100))
-        ]
+        batch = [load.turn(i, f"preload {i} {load.text(30)}") for i in range(lo, min(turns, lo + 100))]
         await load.client.post_json("/v1/conversation.append", {"namespace": NAMESPACE, "turns": batch})
     log(f"  preload: {turns} turns in {time.monotonic() - t0:.0f}s")
 
