@@ -2,7 +2,9 @@
 stops them in order.
 
 Children: the embedded ClickHouse endpoint and the embedded Redis (when embedded), the
-arq workers and the API (uvicorn).
+arq workers and the API (uvicorn). The workers and the API are started first and import
+their modules while the backends start and the schema is migrated; then they are told
+the backends' URLs and go on (loom.start_gate).
 
 Restarts. A child that exits while Loom is not stopping is started again after a delay
 that doubles from 0.2 s up to 5 s, and falls back to 0.2 s once the child has stayed up
@@ -43,6 +45,7 @@ from pathlib import Path
 import httpx
 
 from loom import logging as loom_logging
+from loom import start_gate
 from loom.embedded import clickhouse_endpoint, redis_server
 from loom.embedded.backends import clear_orphans, clickhouse_dir, redis_dir
 from loom.embedded.lifeline import die_with_parent
@@ -82,11 +85,31 @@ class Child:
     delay_s: float = 0.0
     failures: deque[float] = field(default_factory=deque)
     last_failure: str = ""
+    # What a child started with start_gate.FLAG waits for on its stdin (None: not yet known).
+    start_line: bytes | None = None
 
     def start(self) -> None:
         self.proc = self.spawn()
         self.started_at = time.monotonic()
         self.restart_at = None
+        if self.start_line is not None:
+            self._send_start_line()
+
+    def release(self, line: bytes) -> None:
+        """Let a child waiting at its start gate go on (and every restart of it at once)."""
+        self.start_line = line
+        if self.proc is not None:
+            self._send_start_line()
+
+    def _send_start_line(self) -> None:
+        assert self.proc is not None and self.start_line is not None
+        if self.proc.stdin is None or self.proc.stdin.closed:
+            return
+        # A child that already died gets its restart from supervise().
+        with contextlib.suppress(BrokenPipeError):
+            self.proc.stdin.write(self.start_line)
+        with contextlib.suppress(BrokenPipeError):
+            self.proc.stdin.close()
 
     def adopt(self, proc: subprocess.Popen[bytes]) -> None:
         """Supervise a process started elsewhere (a backend's first start waits for it)."""
@@ -179,16 +202,12 @@ class Supervisor:
             redis_url = server.url
         return ch_url, redis_url
 
-    def start_services(self, clickhouse_url: str, redis_url: str, workers: int) -> None:
-        """Start the workers and the API (not waiting for them: see wait_healthy)."""
-        env = {
-            **os.environ,
-            "LOOM_CLICKHOUSE_URL": clickhouse_url,
-            "LOOM_REDIS_URL": redis_url,
-            "LOOM_HOME": str(self.settings.home),
-        }
+    def start_services(self, workers: int) -> None:
+        """Start the workers and the API before the backends: each imports its modules,
+        then waits at its start gate (loom.start_gate) for release_services."""
+        env = {**os.environ, "LOOM_HOME": str(self.settings.home)}
         # workers.process: `loom worker` without the command line's own modules.
-        worker_cmd = [sys.executable, "-m", "workers.process"]
+        worker_cmd = [sys.executable, "-m", "workers.process", start_gate.FLAG]
         for i in range(workers):
             name = "worker" if workers == 1 else f"worker-{i + 1}"
             self.workers.append(Child(name, self._spawner(worker_cmd, env), WORKER_STOP_TIMEOUT_S))
@@ -204,10 +223,18 @@ class Supervisor:
             str(self.settings.port),
             "--drain-seconds",
             str(API_DRAIN_S),
+            start_gate.FLAG,
         ]
         self.api.append(Child("api", self._spawner(api_cmd, env), API_DRAIN_S + 3.0))
         for child in [*self.workers, *self.api]:
             child.start()
+
+    def release_services(self, clickhouse_url: str, redis_url: str) -> None:
+        """The backends answer and the schema is current: the workers and the API go on
+        (not waiting for them: see wait_healthy)."""
+        line = start_gate.release_line({"LOOM_CLICKHOUSE_URL": clickhouse_url, "LOOM_REDIS_URL": redis_url})
+        for child in [*self.workers, *self.api]:
+            child.release(line)
 
     @staticmethod
     def _spawner(cmd: list[str], env: dict[str, str]) -> Callable[[], subprocess.Popen[bytes]]:
@@ -215,7 +242,11 @@ class Supervisor:
             # A session of its own: a terminal's Ctrl-C (sent to the foreground process
             # group) reaches the supervisor only, which then stops the children in order.
             return subprocess.Popen(
-                cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent()
+                cmd,
+                env=env,
+                stdin=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
             )
 
         return spawn

@@ -3,7 +3,8 @@
 What `loom worker` runs, without the command line's own modules (typer, click, the CLI's
 subcommands): measured with ``-X importtime``, 33 modules and 2-3 % of a worker's
 imports, so a restart saves little; the imports of the worker itself are the bulk.
-`loom serve` passes the backends' URLs (LOOM_CLICKHOUSE_URL, LOOM_REDIS_URL); without
+`loom serve` passes the backends' URLs (LOOM_CLICKHOUSE_URL, LOOM_REDIS_URL), on its
+standard input when it starts the worker with `--await-start` (loom.start_gate); without
 them, the embedded backends are found (or started) as `loom worker` does.
 """
 
@@ -12,11 +13,14 @@ from __future__ import annotations
 import os
 import sys
 
+from loom import start_gate
 from loom.settings import Settings, load_settings
 from workers.main import run_worker
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    if start_gate.FLAG in (sys.argv[1:] if argv is None else argv):
+        start_gate.await_start()
     run(load_settings())
 
 

@@ -4,6 +4,8 @@ uvicorn as its command line would run it (httptools and uvloop, no access log), 
 bound on answering the requests in flight once told to stop (SIGTERM/SIGINT), and no
 interpreter teardown after that: tearing down the API's modules took seconds on a busy
 machine, and the supervisor waits for this process to exit before it stops the workers.
+With `--await-start` it imports the app, then waits for the backends' URLs on its
+standard input (loom.start_gate).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import sys
 
 import uvicorn
 
+from loom import start_gate
+
 STARTUP_FAILURE = 3  # uvicorn's own exit code when the app did not start
 
 
@@ -22,9 +26,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--drain-seconds", type=int, default=5, help="bound on answering in-flight requests")
+    parser.add_argument(start_gate.FLAG, action="store_true", help="wait for the backends' URLs on stdin")
     args = parser.parse_args(argv)
+    from loom.api.main import app  # the imports that overlap the backends' start
+
+    if args.await_start:
+        start_gate.await_start()
     config = uvicorn.Config(
-        "loom.api.main:app",
+        app,
         host=args.host,
         port=args.port,
         access_log=False,

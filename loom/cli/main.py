@@ -122,6 +122,8 @@ def _serve_until_stopped(sup: Supervisor, settings: Settings, workers: int, star
     from clickhouse_schema.runner import MigrationBlocked, SchemaTooNew
     from loom.store.schema import prepare
 
+    # The API and the workers import their modules meanwhile (loom.start_gate).
+    sup.start_services(workers if settings.clickhouse_embedded or settings.redis_embedded else 0)
     clickhouse_url, redis_url = sup.start_backends()
     try:
         report = prepare(settings, clickhouse_url, redis_url=redis_url)
@@ -131,9 +133,7 @@ def _serve_until_stopped(sup: Supervisor, settings: Settings, workers: int, star
         console.print(f"migrations applied: {', '.join(report.applied)}")
     if settings.tiering_conversations_warm_days:
         console.print(f"tiering: {report.storage.tiering}")
-    sup.start_services(
-        clickhouse_url, redis_url, workers if settings.clickhouse_embedded or settings.redis_embedded else 0
-    )
+    sup.release_services(clickhouse_url, redis_url)
     base = f"http://{settings.host}:{settings.port}"
     if (why := sup.wait_healthy(f"{base}/healthz")) is not None:
         return "" if sup.stop_requested else f"the API did not come up ({why}); see the log above"

@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
+from loom import start_gate
 from loom.settings import Settings
 from loom.supervisor import Child, RestartPolicy, Supervisor
 
@@ -93,6 +95,43 @@ def test_stop_takes_the_api_then_the_workers_then_the_backends(tmp_path: Path) -
     lines = order.read_text().split()
     assert lines[:2] == ["api", "worker"] and sorted(lines[2:]) == ["clickhouse", "redis"]
     assert all(c.proc is not None and c.proc.returncode == 0 for c in sup.children)
+
+
+def _gated(seen: Path) -> Child:
+    """A stand-in for the API or a worker: waits at its start gate, then notes the URL
+    it was given."""
+    code = (
+        "import os\nfrom loom import start_gate\nstart_gate.await_start()\n"
+        f"open({str(seen)!r}, 'a').write(os.environ['LOOM_REDIS_URL'] + '\\n')\n"
+    )
+    return Child("api", lambda: subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE), 5.0)
+
+
+def test_a_gated_child_waits_for_its_release_and_a_restart_goes_at_once(tmp_path: Path) -> None:
+    seen = tmp_path / "seen"
+    child = _gated(seen)
+    child.start()
+    assert child.proc is not None
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.proc.wait(1.5)  # imported, and waiting: nothing is known yet
+    assert not seen.exists()
+
+    child.release(start_gate.release_line({"LOOM_REDIS_URL": "unix:///home/redis.sock"}))
+    assert child.proc.wait(30) == 0
+    assert seen.read_text() == "unix:///home/redis.sock\n"
+
+    child.start()  # a restart: the line is known, the child goes on by itself
+    assert child.proc.wait(30) == 0
+    assert seen.read_text() == "unix:///home/redis.sock\n" * 2
+
+
+def test_a_gated_child_ends_quietly_when_the_supervisor_stops_before_releasing_it(tmp_path: Path) -> None:
+    child = _gated(tmp_path / "seen")
+    child.start()
+    assert child.proc is not None and child.proc.stdin is not None
+    child.proc.stdin.close()  # the supervisor's end of the pipe is gone, no line sent
+    assert child.proc.wait(30) == 0
+    assert not (tmp_path / "seen").exists()
 
 
 def test_a_child_with_a_lifeline_dies_with_its_parent() -> None:
