@@ -36,7 +36,7 @@ async def test_no_insert_context_outlives_its_insert(services, ns):
 
 def test_an_insert_imports_no_pandas(settings):
     """clickhouse-connect asks whether inserted data is a DataFrame by importing pandas
-    (0.9 s and ~68 MB at a process's first insert); loom.store.clickhouse tells it not to."""
+    (0.9 s, and 68 MB that `loom serve` then kept); loom.store.clickhouse tells it not to."""
     code = (
         "import sys\n"
         "from loom.store.clickhouse import connect\n"
