@@ -110,12 +110,15 @@ class LoomStack:
         self.redis_url = ""
         self.pids: dict[int, str | None] = {}  # every process of the stack -> its start time
         self.paused = False
+        self.healthy_after_s = 0.0
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, log: Callable[[str], None] = print, timeout: float = 240.0) -> None:
+    def start(self, log: Callable[[str], None] = print, timeout: float = 240.0, poll_s: float = 0.2) -> None:
+        """Start `loom serve` and wait for /healthz (polled every `poll_s`); the time it took
+        is then :attr:`healthy_after_s`."""
         from loom.embedded.backends import clickhouse_dir, redis_dir
         from loom.embedded.clickhouse_endpoint import find_running_endpoint
         from loom.embedded.redis_server import find_running_redis
@@ -152,12 +155,13 @@ class LoomStack:
                 raise RuntimeError(f"loom serve exited ({self.proc.returncode}):\n{self.log_tail()}")
             try:
                 if httpx.get(f"{self.base_url}/healthz", timeout=2).status_code == 200:
+                    self.healthy_after_s = time.monotonic() - t0
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Loom's API did not come up in {timeout:.0f}s:\n{self.log_tail()}")
-            time.sleep(0.2)
+            time.sleep(poll_s)
         fake = Settings(home=self.home)
         ch = find_running_endpoint(clickhouse_dir(fake))
         rd = find_running_redis(redis_dir(fake))
