@@ -18,8 +18,8 @@ from loom.settings import Settings, load_settings
 from workers.main import run_worker
 
 
-def main(argv: list[str] | None = None) -> None:
-    if start_gate.FLAG in (sys.argv[1:] if argv is None else argv):
+def main() -> None:
+    if start_gate.FLAG in sys.argv[1:]:
         start_gate.await_start()
     run(load_settings())
 
