@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import shutil
@@ -38,6 +37,7 @@ from typing import Any
 
 from bench.httpclient import HttpError, LeanClient
 from bench.loom_stack import REPO, LoomStack
+from bench.report import checkout_rev, save_run
 from bench.soak_bench import NAMESPACE, WORDS, setup
 
 
@@ -238,12 +238,9 @@ def main(argv: list[str] | None = None) -> int:
             b.stack.stop()
         for t in trees:
             drop_worktree(t)
-    rev = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout
     result = {
         "before_rev": args.before,
-        "after_rev": args.after or f"{rev.strip()} (working tree)",
+        "after_rev": args.after or checkout_rev(REPO),
         "rounds": args.rounds,
         "loadavg_start": load_start,
         "summary": summarise(raw),
@@ -251,12 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cores": os.cpu_count(), "loadavg_end": os.getloadavg()},
     }
     text = render(result)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{datetime.now(UTC):%Y-%m-%d}-{args.tag}"
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / f"{stem}.txt").write_text(text + "\n")
-    print(f"written: {args.out / stem}.{{json,txt}}")
+    save_run(args.out, f"{datetime.now(UTC):%Y-%m-%d}-{args.tag}", result, text)
     return 0
 
 

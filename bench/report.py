@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -232,3 +233,18 @@ def write_json(doc: dict[str, Any], out_dir: Path) -> Path:
     doc = dict(doc, table=rows(doc))
     path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return path
+
+
+def checkout_rev(repo: Path) -> str:
+    """This checkout's commit, short, marked as the working tree (a run measures it as it is)."""
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True)
+    return f"{rev.stdout.strip()} (working tree)"
+
+
+def save_run(out_dir: Path, stem: str, result: dict[str, Any], text: str) -> None:
+    """Print a run's table and keep the run as ``<out_dir>/<stem>.{json,txt}``."""
+    print(text)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out_dir / f"{stem}.txt").write_text(text + "\n")
+    print(f"written: {out_dir / stem}.{{json,txt}}")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import statistics
@@ -45,6 +44,7 @@ import httpx
 
 from bench.httpclient import HttpError, LeanClient
 from bench.loom_stack import REPO, LoomStack
+from bench.report import checkout_rev, save_run
 from bench.soak_bench import NAMESPACE, serve_group, setup
 
 CHILDREN = ["worker", "api", "clickhouse-endpoint", "redis-server"]
@@ -312,21 +312,17 @@ def main(argv: list[str] | None = None) -> int:
             stack.stop()
         if tree is not None:
             drop_worktree(tree)
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     result["revs"] = {
-        "this": f"{rev.stdout.strip()} (working tree)",
+        "this": checkout_rev(REPO),
         **({"before": args.before} if args.before else {}),
     }
     result["rounds"] = args.rounds
     result["loadavg_start"] = load_start
     result["machine"] = {"cores": os.cpu_count(), "loadavg_end": os.getloadavg()}
     text = render(result)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{datetime.now(UTC):%Y-%m-%d}-restart{('-' + args.tag) if args.tag else ''}"
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / f"{stem}.txt").write_text(text + "\n")
-    print(f"written: {args.out / stem}.{{json,txt}}")
+    save_run(
+        args.out, f"{datetime.now(UTC):%Y-%m-%d}-restart{('-' + args.tag) if args.tag else ''}", result, text
+    )
     return 0
 
 

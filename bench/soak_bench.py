@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import random
 import statistics
@@ -48,6 +47,7 @@ from typing import Any
 
 from bench.httpclient import HttpError, LeanClient
 from bench.loom_stack import REPO, LoomStack, descendants
+from bench.report import save_run
 
 NAMESPACE = "soak"
 USERS = ["u1", "u2", "u3", "u4"]
@@ -708,12 +708,12 @@ def main(argv: list[str] | None = None) -> int:
     result["machine"] = {"cores": os.cpu_count(), "loadavg_end": os.getloadavg()}
     result["env"] = extra
     text = render(result)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{datetime.now(UTC):%Y-%m-%d}-soak-{args.minutes:g}m{('-' + args.tag) if args.tag else ''}"
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / f"{stem}.txt").write_text(text + "\n")
-    print(f"written: {args.out / stem}.{{json,txt}}")
+    save_run(
+        args.out,
+        f"{datetime.now(UTC):%Y-%m-%d}-soak-{args.minutes:g}m{('-' + args.tag) if args.tag else ''}",
+        result,
+        text,
+    )
     return 0 if all(p["flat"] for p in result["processes"].values()) else 2
 
 

@@ -19,17 +19,16 @@ Prints the median and every value per build and case; writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench.loom_stack import REPO, LoomStack
+from bench.report import checkout_rev, save_run
 
 CASES = ("new_home", "existing_home")
 POLL_S = 0.05
@@ -120,20 +119,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if tree is not None:
             drop_worktree(tree)
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     result["revs"] = {
-        "this": f"{rev.stdout.strip()} (working tree)",
+        "this": checkout_rev(REPO),
         **({"before": args.before} if args.before else {}),
     }
     result |= {"rounds": args.rounds, "drop_caches": args.drop_caches}
     result["machine"] = {"cores": os.cpu_count(), "loadavg_end": os.getloadavg()}
     text = render(result)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{datetime.now(UTC):%Y-%m-%d-%H%M}-startup{('-' + args.tag) if args.tag else ''}"
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / f"{stem}.txt").write_text(text + "\n")
-    print(f"written: {args.out / stem}.{{json,txt}}")
+    save_run(
+        args.out,
+        f"{datetime.now(UTC):%Y-%m-%d-%H%M}-startup{('-' + args.tag) if args.tag else ''}",
+        result,
+        text,
+    )
     return 0
 
 
