@@ -162,32 +162,31 @@ def engine_memory_mb(clickhouse_url: str) -> dict[str, float]:
     and (`count_*`, plain counts) the queries running and the parts held."""
     import re
 
-    def query(sql: str) -> str:
-        return engine_query(clickhouse_url, sql)
-
     out: dict[str, float] = {}
-    for line in query(ENGINE_METRICS).splitlines():
+    for line in engine_query(clickhouse_url, ENGINE_METRICS).splitlines():
         name, value = line.split("\t")
         out[name] = int(value) / 1e6
     # Counts, not MB: queries running (each holds memory while it runs) and parts
     # (active, and merged away but not yet removed: each keeps its metadata in memory).
-    counts = query(
+    counts = engine_query(
+        clickhouse_url,
         "SELECT (SELECT value FROM system.metrics WHERE metric = 'Query'), "
-        "countIf(_state = 'Active'), countIf(_state != 'Active') FROM system.parts FORMAT TSV"
+        "countIf(_state = 'Active'), countIf(_state != 'Active') FROM system.parts FORMAT TSV",
     ).split()
     out["count_queries_running"], out["count_parts_active"], out["count_parts_inactive"] = map(float, counts)
     # What grows with the data rather than with time: the merges running (a vector
     # table's merge builds its part's HNSW index in memory), the primary keys loaded, the
     # rows held; and the engine's threads (each holds an allocator cache).
-    held = query(
+    held = engine_query(
+        clickhouse_url,
         "SELECT (SELECT sum(memory_usage) FROM system.merges), "
         "(SELECT sum(primary_key_bytes_in_memory_allocated) FROM system.parts), "
         "(SELECT sum(rows) FROM system.parts WHERE active), "
-        "(SELECT value FROM system.metrics WHERE metric = 'GlobalThread') FORMAT TSV"
+        "(SELECT value FROM system.metrics WHERE metric = 'GlobalThread') FORMAT TSV",
     ).split()
     out["MergesMemory"], out["PrimaryKeyBytes"] = float(held[0]) / 1e6, float(held[1]) / 1e6
     out["count_rows_active"], out["count_threads"] = float(held[2]), float(held[3])
-    stats = query("SELECT stats FROM system.jemalloc_stats FORMAT TSVRaw")
+    stats = engine_query(clickhouse_url, "SELECT stats FROM system.jemalloc_stats FORMAT TSVRaw")
     m = re.search(
         r"Allocated: (\d+), active: (\d+), metadata: (\d+).*?resident: (\d+), mapped: (\d+), retained: (\d+)",
         stats,
