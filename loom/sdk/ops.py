@@ -219,7 +219,8 @@ class Memory(_Group):
         return await self._op("context.pack", m.ContextPackRequest, m.ContextPackResponse, fields)
 
     async def search_all(self, **fields: Any) -> m.UnifiedSearchResponse:
-        """The unified `search`: memory, briefs' names and conversations in one answer."""
+        """The unified `search`: the user's memory and recorded conversations in one answer
+        (never briefs: a brief does not compete with facts in recall)."""
         return await self._op("search", m.UnifiedSearchRequest, m.UnifiedSearchResponse, fields)
 
     async def ask(self, **fields: Any) -> ma.MemoryAskResponse:
