@@ -34,7 +34,7 @@ async def verified(svc: Services, credentials: str | None) -> Principal:
     if not hit:
         who = await svc.run(tokens.verify, svc.ch, credentials)
     if who is None:
-        raise Unauthorized("invalid or revoked token")
+        raise Unauthorized("invalid, revoked or expired token")
     return who
 
 

@@ -228,7 +228,11 @@ TOKEN_KINDS: tuple[tuple[str, str], ...] = (
         "a token bound to one session of one user (`--read-scope own_session`): the ops marked "
         "own_scope only, within that session",
     ),
-    ("revoked, expired or malformed", "401 on every op, before the body is read"),
+    (
+        "revoked, expired or malformed",
+        "401 on every op, before the body is read (`loom token revoke`; `loom token mint --expires-in 30d` "
+        "gives a token a lifetime)",
+    ),
     ("another namespace's token", "403 naming `namespace` on every op of a namespace it does not grant"),
 )
 
