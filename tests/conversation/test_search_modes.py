@@ -21,7 +21,6 @@ from loom.ops.conversation import searching
 from loom.store import transcript_terms
 from loom.store.search import Filters
 from tests.conversation.helpers import append_turn, ok, save, turn_rows
-from tests.conversation.test_compact import standin, summarizer  # noqa: F401 - the compaction fixtures
 
 DOG = "my border collie Pip chews every shoe in the house when it rains"
 TRIP = "we booked the flights to Lisbon for the conference in early March"
@@ -271,7 +270,7 @@ async def test_compacted_turns_are_never_found_and_the_summary_is(
     ns,
     writer,
     services,
-    summarizer,  # noqa: F811
+    summarizer,
 ):
     turns = [
         {
