@@ -168,12 +168,13 @@ def write(ch: Client, brief: BriefRow, revision: RevisionRow) -> None:
 
 def writers(ch: Client, namespace: str, brief_key: str) -> set[str]:
     """The tokens that wrote a revision of the brief."""
-    rows = ch.query(
-        "SELECT DISTINCT token_id FROM session_brief_revisions "
+    got = scalar(
+        ch,
+        "SELECT groupUniqArray(token_id) FROM session_brief_revisions "
         "WHERE namespace = {ns:String} AND brief_key = {key:String}",
-        parameters={"ns": namespace, "key": brief_key},
-    ).result_rows
-    return {str(r[0]) for r in rows}
+        {"ns": namespace, "key": brief_key},
+    )
+    return {str(t) for t in got or ()}
 
 
 def delete(ch: Client, current: BriefRow) -> None:
