@@ -92,7 +92,7 @@ test("the wait is capped by maxBackoffMs, and the retries end with the last refu
   assert.ok(err instanceof LoomError);
   assert.deepEqual([err.status, err.error], [503, "unavailable"]);
   assert.equal(seen.length, 2);
-  assert.ok(Date.now() - started < 2000, "a 30 s Retry-After was capped at 50 ms");
+  assert.ok(Date.now() - started < 10_000, "a 30 s Retry-After was capped at 50 ms");
 });
 
 test("a write that is not idempotent is not retried", async () => {
@@ -125,30 +125,32 @@ test("a refusal is a LoomError carrying the API's code, message, field and rule"
 
 test("no answer within timeoutMs is a timeout, not repeated", async () => {
   const c = client({ timeoutMs: 150 });
-  script = [hang];
-  const started = Date.now();
+  script = [hang, ok({ messages: [] })];
   const err = await c.conversation.list({ thread_id: "t" }).catch((e: unknown) => e);
   assert.ok(err instanceof LoomError);
   assert.deepEqual([err.status, err.error], [0, "timeout"]);
-  assert.ok(Date.now() - started < 2000);
-  assert.equal(seen.length, 1);
+  assert.ok(seen.length <= 1, "not sent again"); // (a loaded machine may time out before the server reads it)
 });
 
 test("an abort signal ends a call in flight, and a wait between retries, with its reason", async () => {
-  const c = client({ timeoutMs: 0 });
-  script = [hang];
+  const c = client({ timeoutMs: 0, retry: { firstBackoffMs: 5, maxBackoffMs: 60_000 } });
   const inFlight = new AbortController();
-  setTimeout(() => inFlight.abort(new Error("user left")), 100);
+  script = [() => inFlight.abort(new Error("user left"))]; // once the server has the call, never answered
   await assert.rejects(c.conversation.get({ thread_id: "t" }, { signal: inFlight.signal }), /user left/);
 
-  script = [refuse(503, BUSY, { "retry-after": "5" })];
   seen.length = 0;
   const waiting = new AbortController();
+  const busy = refuse(503, BUSY, { "retry-after": "30" });
+  script = [
+    (req, res, body) => {
+      busy(req, res, body);
+      setTimeout(() => waiting.abort(), 100); // the client is waiting out the Retry-After
+    },
+  ];
   const started = Date.now();
-  setTimeout(() => waiting.abort(), 100);
   const err = await c.conversation.get({ thread_id: "t" }, { signal: waiting.signal }).catch((e: unknown) => e);
   assert.equal((err as Error).name, "AbortError");
-  assert.ok(Date.now() - started < 2000, "the 5 s wait was cut short");
+  assert.ok(Date.now() - started < 10_000, "the 30 s wait was cut short");
   assert.equal(seen.length, 1);
 });
 
