@@ -26,7 +26,9 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  $(SUDO) sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium'
 
-# The capture hooks' tests run them under the system's Node.js (Debian's nodejs and npm).
+# The capture hooks' tests and the TypeScript client's (tests/sdk/test_typescript_sdk.py) run
+# under the system's Node.js and npm (Debian's packages; the client's dev dependencies then
+# come from the npm registry).
 node:
 	@{ command -v node || command -v nodejs; } >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || \
 	  $(SUDO) sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm'
