@@ -52,3 +52,11 @@ bench-quick: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .loom
+
+# Regenerate the TypeScript client's types from this checkout's OpenAPI document (after
+# changing an op's request or response; a test checks they are current).
+ts-types: $(STAMP) node
+	$(BIN)/python -c 'import json; from loom.api.app import create_app; print(json.dumps(create_app().openapi()))' > clients/typescript/openapi.json
+	cd clients/typescript && npm ci --no-audit --no-fund >/dev/null && \
+	  npx openapi-typescript openapi.json --default-non-nullable false -o src/generated/api.ts; \
+	  status=$$?; rm -f openapi.json; exit $$status

@@ -102,7 +102,7 @@ async def test_the_generated_types_are_those_of_the_served_api(package: Package,
     fresh = (package.root / GENERATED).read_text()
     assert fresh == (PACKAGE / GENERATED).read_text(), (
         f"clients/typescript/{GENERATED} is not what the API's OpenAPI document makes now: with "
-        "`make run` running, `cd clients/typescript && npm ci && npm run generate`, and commit it"
+        "`make ts-types` (or, with `make run` up, `cd clients/typescript && npm ci && npm run generate`), and commit it"
     )
 
 

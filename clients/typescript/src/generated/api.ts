@@ -553,8 +553,10 @@ export interface paths {
          * @description Remove one turn, its embedding row and every copy derived from it (saved index,
          *     vector tables, memory evidence; a summary built from it is tombstoned and its turns
          *     come back); every older version leaves the disk before the answer, a receipt.
-         *     Admin; a writer for a turn its token appended; an end-user token for its own saved
-         *     message. Idempotent: asked again, `found` and `deleted` are false.
+         *     Admin; a writer for a turn its token appended. An end-user token never removes a
+         *     recorded turn: on its own saved message it does what conversation.unsave_message
+         *     does (`unsaved: true`), and on anything else answers `found: false`. Idempotent:
+         *     asked again, `found` and `deleted` are false.
          */
         post: operations["delete_message_v1_conversation_delete_message_post"];
         delete?: never;
@@ -2108,8 +2110,17 @@ export interface components {
              * @description done: the older versions left the disk before the answer; pending: their removal was submitted (durable) and the engine finishes it.
              */
             removal: string;
-            /** Deleted */
+            /**
+             * Deleted
+             * @description The transcript row is gone (for an end-user token: a saved-only row).
+             */
             deleted: boolean;
+            /**
+             * Unsaved
+             * @description An end-user token's delete withdrew its own saved message, as conversation.unsave_message does; a recorded turn stays in the transcript.
+             * @default false
+             */
+            unsaved?: boolean;
         };
         /** DeleteRequest */
         DeleteRequest: {
@@ -3920,8 +3931,8 @@ export interface components {
             search_mode?: "vector" | "hybrid" | "lexical";
             /**
              * Lexical Weight
-             * @description Scales the lexical (BM25) leg in hybrid mode: its rank's votes against the vector leg's one (0 to 100).
-             * @default 10
+             * @description The lexical (BM25) leg's share of the fusion in hybrid mode, the vector leg taking the rest (0 to 1: 0 the vector leg alone, 1 the lexical leg alone).
+             * @default 0.9
              */
             lexical_weight?: number;
         };
@@ -3970,8 +3981,8 @@ export interface components {
             search_mode?: "hybrid" | "semantic" | "lexical";
             /**
              * Lexical Weight
-             * @description Scales the lexical (BM25) leg in hybrid mode: its rank's votes against the vector leg's one (0 to 100).
-             * @default 1
+             * @description The lexical (BM25) leg's share of the fusion in hybrid mode, the vector leg taking the rest (0 to 1: 0 the vector leg alone, 1 the lexical leg alone).
+             * @default 0.5
              */
             lexical_weight?: number;
             /**
