@@ -75,6 +75,9 @@ class Candidate:
     ts: datetime  # '' and 1970 in rows written before it)
     text: str
     similarity: float
+    # From the read index: whether it may be answered as held (loom.read_index.state);
+    # None: the search marks decide, read after the candidates.
+    trusted: bool | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:

@@ -82,7 +82,7 @@ from loom.clock import utcnow
 from loom.errors import ConflictingFields, InvalidRequest
 from loom.limits import DEFAULT_LEXICAL_WEIGHT, MAX_QUERY_CHARS
 from loom.limits import MAX_SEARCH_LIMIT as MAX_LIMIT
-from loom.ops.conversation import api_inline_embedder
+from loom.ops.conversation import api_inline_embedder, index_search
 from loom.ops.conversation.common import (
     EMBED_CHARS,
     LEGACY_EMBED_CHARS,
@@ -90,6 +90,9 @@ from loom.ops.conversation.common import (
     check_lexical_weight,
     rrf_score,
 )
+from loom.ops.conversation.index_search import INDEX_MISSING, INDEX_PLAN
+from loom.read_index import client as read_index_client
+from loom.read_index.client import IndexClient
 from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
 from loom.store import search as store
@@ -193,13 +196,13 @@ class _Trust:
     def covers(
         self, c: Candidate, marks: dict[search_marks.Pair, int], repeated: set[tuple[str, str, str]]
     ) -> bool:
+        if c.trusted is not None:  # the read index's own judgement of the marks
+            return c.trusted and c.key not in repeated and self.unexpired(c)
         mark = marks.get((c.namespace, c.thread_id))
-        return (
-            mark is not None
-            and 0 <= mark < c.version
-            and c.key not in repeated
-            and (self.expires_before is None or as_utc(c.ts) > self.expires_before)
-        )
+        return mark is not None and 0 <= mark < c.version and c.key not in repeated and self.unexpired(c)
+
+    def unexpired(self, c: Candidate) -> bool:
+        return self.expires_before is None or as_utc(c.ts) > self.expires_before
 
 
 def _trust(svc: Services) -> _Trust:
@@ -371,6 +374,52 @@ async def _by_vector(
     svc: Services, ask: _Ask, raw: np.ndarray, counting: _Counting | None, trust: _Trust
 ) -> SearchResult:
     vector = np.asarray(raw, dtype=np.float32)
+    client = read_index_client.of(svc)
+    if client is None:
+        return await _by_engine(svc, ask, vector, counting, trust)
+    got = await index_search.fetch(client, ask.namespaces, vector, ask.filters, ask.first_fetch)
+    if isinstance(got, str):
+        found = await _by_engine(svc, ask, vector, counting, trust)
+        return replace(found, fallback_reason=got)
+    await _discard(counting)
+    held = tuple(ns for ns in ask.namespaces if ns not in got.missing)
+    hits, plan = (
+        await _from_index(svc, replace(ask, namespaces=held), client, vector, trust, got),
+        [INDEX_PLAN],
+    )
+    if not got.missing:
+        return SearchResult(VECTOR, None, list(ask.namespaces), hits, plan)
+    rest = await _by_engine(svc, replace(ask, namespaces=tuple(got.missing)), vector, None, trust)
+    return SearchResult(
+        VECTOR, INDEX_MISSING, list(ask.namespaces), _best(hits + rest.hits, ask.limit), plan + rest.plan
+    )
+
+
+async def _from_index(
+    svc: Services,
+    ask: _Ask,
+    client: IndexClient,
+    vector: np.ndarray,
+    trust: _Trust,
+    first: index_search.Fetched,
+) -> list[Hit]:
+    """The index's candidates, verified where it cannot vouch for them, fetched again
+    (more) while verification left too few: an exact ranking, so fewer candidates than
+    asked means none is left."""
+
+    async def fetch(n: int, attempt: int) -> list[Candidate]:
+        if attempt == 0:
+            return first.candidates
+        got = await index_search.fetch(client, ask.namespaces, vector, ask.filters, n)
+        return got.candidates if isinstance(got, index_search.Fetched) else []
+
+    hits, _ = await _collect(svc, ask, fetch, trust, cap=None)
+    return hits
+
+
+async def _by_engine(
+    svc: Services, ask: _Ask, vector: np.ndarray, counting: _Counting | None, trust: _Trust
+) -> SearchResult:
     svc.extras[_LAST_DIM] = int(vector.shape[0])
     table = store.VECTOR_TABLES.get(int(vector.shape[0]))
     if table is None:
@@ -503,7 +552,8 @@ async def _verified_slice(
     """The slice's hits: trusted candidates as their rows say, the others verified."""
     if not fresh:
         return []
-    marks = await _read_marks(svc, {(c.namespace, c.thread_id) for c in fresh})
+    unjudged = {(c.namespace, c.thread_id) for c in fresh if c.trusted is None}
+    marks = await _read_marks(svc, unjudged) if unjudged else {}
     kept: list[_Kept] = []
     doubted: list[Candidate] = []
     for c in fresh:
@@ -663,12 +713,14 @@ async def _legs(
         )
     fallback = QUERY_HIGH if reads_as_high(query) else None
     vector_hits: list[Hit] = []
+    vector_reason: str | None = None  # the vector leg read the engine instead of the index: why
     if fallback is None:
         counting = _count_ahead(svc, ask)
         embedded = await api_inline_embedder.embed(svc, [query])
         if embedded.ok and embedded.vectors:
             found = await _by_vector(svc, ask, embedded.vectors[0], counting, _trust(svc))
             vector_hits, plan = found.hits, [*found.plan, LEXICAL_PLAN]
+            vector_reason = found.fallback_reason
         else:
             await _discard(counting)
             timeout = failures.code_of(embedded.error) == failures.EMBEDDER_TIMEOUT
@@ -680,7 +732,7 @@ async def _legs(
             LEXICAL, fallback, list(ask.namespaces), _best_lexical(lexical_hits, ask.limit), plan
         )
     fused = fuse(vector_hits, lexical_hits, lexical_weight)
-    return SearchResult(HYBRID, None, list(ask.namespaces), fused[: ask.limit], plan)
+    return SearchResult(HYBRID, vector_reason, list(ask.namespaces), fused[: ask.limit], plan)
 
 
 def _best_lexical(hits: list[Hit], limit: int) -> list[Hit]:
