@@ -69,6 +69,7 @@ class IndexServer:
         self._next_sync: asyncio.Future[bool] | None = None
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[Any]] = []
+        self._clients: set[asyncio.StreamWriter] = set()
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -100,9 +101,12 @@ class IndexServer:
         return _id(await self.redis.xadd(feed.STREAM, {b"k": b"start"}))
 
     async def close(self) -> None:
-        for t in self._tasks:
+        for w in self._clients:
+            w.close()
+        tasks = [*self._tasks, *self.index._tasks]
+        for t in tasks:
             t.cancel()
-        for t in self._tasks:
+        for t in tasks:
             with contextlib.suppress(BaseException):
                 await t
         self.executor.shutdown(wait=False)
@@ -246,6 +250,7 @@ class IndexServer:
         return await asyncio.start_unix_server(self._client, path=str(path))
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._clients.add(writer)
         try:
             while True:
                 try:
@@ -269,4 +274,5 @@ class IndexServer:
         except (ConnectionError, asyncio.CancelledError):
             return
         finally:
+            self._clients.discard(writer)
             writer.close()
