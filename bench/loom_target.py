@@ -381,6 +381,7 @@ class LoomTarget(HttpTarget):
                 self.admin.command(f"TRUNCATE TABLE IF EXISTS `{t}`")
 
         await asyncio.to_thread(run)
+        await asyncio.to_thread(self._announce_rewritten)
         await self.settle()
         self.loaded_rows = 0
         if self.stack is not None:
@@ -547,6 +548,7 @@ class LoomTarget(HttpTarget):
                             f"ALTER TABLE `{t}` MATERIALIZE INDEX `{name}`", settings={"mutations_sync": 2}
                         )
                         took[f"{t}:materialize {name}"] = round(time.perf_counter() - t0, 3)
+            took["read_index_announce"] = self._announce_rewritten()
             return {
                 "seconds": took,
                 "parts_before": parts_before,
@@ -555,7 +557,41 @@ class LoomTarget(HttpTarget):
                 "bulk_load_seconds": self.load_seconds,
             }
 
-        return await asyncio.to_thread(run)
+        done = await asyncio.to_thread(run)
+        done["read_index"] = await self.read_index_ready()
+        return done
+
+    async def read_index_ready(self, timeout: float = 900.0) -> dict[str, Any]:
+        """Wait until Loom's read index holds what it was told to load: its stats, with
+        the seconds the wait took (the rebuild from ClickHouse); {} without an index."""
+        if self.stack is None:
+            return {}
+        from loom.read_index.client import IndexClient
+        from loom.supervisor import INDEX_SOCKET
+
+        client = IndexClient(str(self.stack.home / INDEX_SOCKET))
+        t0 = time.perf_counter()
+        try:
+            while time.perf_counter() - t0 < timeout:
+                stats = await client.call({"op": "stats"})
+                if stats is None:
+                    return {}
+                if not stats["loading"]:
+                    return {**stats, "ready_seconds": round(time.perf_counter() - t0, 3)}
+                await asyncio.sleep(0.05)
+            return {"ready_seconds": None}
+        finally:
+            await client.close()
+
+    def _announce_rewritten(self) -> float:
+        """The bulk load (or the reset's TRUNCATEs) went around Loom's writers: its read
+        index reads the namespaces again (loom.read_index.feed.announce_rewritten)."""
+        t0 = time.perf_counter()
+        if self.redis_url:
+            from loom.read_index import feed
+
+            feed.announce_rewritten(self.redis_url, NAMESPACES)
+        return round(time.perf_counter() - t0, 3)
 
     def _index_bytes(self) -> dict[tuple[str, str], int]:
         return {

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -164,6 +165,19 @@ def embeddings_written(rows: Sequence[Any]) -> None:
         sink.publish(encode_rows(rows))
     except Exception:  # noqa: BLE001 - the rows are durable; the index rebuilds (module docstring)
         log.warning("read index: an embedding event was not published", exc_info=True)
+
+
+def announce_rewritten(redis_url: str, namespaces: Iterable[str]) -> None:
+    """For a writer that goes around Loom's store functions (a bulk load straight into
+    the tables, a TRUNCATE): the index reads these namespaces again from ClickHouse. Such
+    a load calls it once its rows are durable, as it calls
+    loom.store.transcript_postings.backfill for the postings."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        fields = encode_marks([(ns, "") for ns in namespaces], time.time_ns())
+        client.xadd(STREAM, fields, maxlen=STREAM_MAXLEN, approximate=True)  # type: ignore[arg-type]
+    finally:
+        client.close()
 
 
 async def marks_raised(client: Any, pairs: Sequence[tuple[str, str]], mark: int) -> None:

@@ -151,12 +151,11 @@ class ReadIndex:
 
     def apply_marks(self, pairs: list[tuple[str, str]], published_ms: int) -> None:
         for ns, thread in pairs:
-            if thread == WHOLE:
-                if ns in self.held or ns in self.loading:
-                    self.held.pop(ns, None)
-                    self.loading.pop(ns, None)
-                    self._known(ns)
-                    self.want(ns)
+            if thread == WHOLE:  # read the namespace again, whatever the index held of it
+                self.held.pop(ns, None)
+                self.loading.pop(ns, None)
+                self._known(ns)
+                self.want(ns)
             elif ns in self.held:
                 self.reread(ns, thread)
         self.stats.events += 1
