@@ -144,3 +144,29 @@ async def test_a_deletion_racing_searches_is_never_answered_after_it_returned(
     assert after and all("deploy" not in ids for ids in after)
     assert all(reason is None for _, _, reason in seen)  # the index answered every one
     assert any("deploy" in ids for started, ids, _ in seen if started < done_at[0])  # the race was real
+
+
+async def test_its_memory_lag_and_hit_rate_are_on_health_and_metrics(
+    call, api, ns, writer, mint, services, read_index
+):
+    await _seed(call, writer, ns)
+    await _ids(services, ns, "invoice ledger export")
+    shown = await ok(call, "health.show", mint(ns, "admin"))
+    ri = shown["read_index"]
+    assert ri["state"] == "ok" and ri["namespaces"] >= 1 and ri["rows"] >= 3
+    assert 0 < ri["bytes"] <= ri["budget_bytes"] and ri["searches"] >= 1 and 0 < ri["hit_rate"] <= 1
+    assert ri["lag_p99_ms"] >= ri["lag_p50_ms"] >= 0
+    text = (await api.get("/metrics")).text
+    assert "loom_read_index_up 1.0" in text and "loom_read_index_lag_p99_ms" in text
+    rows = next(float(x.split()[1]) for x in text.splitlines() if x.startswith("loom_read_index_rows "))
+    assert rows == read_index.index.rows
+
+
+async def test_without_an_index_health_says_off_and_searches_read_the_engine_silently(
+    call, ns, writer, mint, services
+):
+    await _seed(call, writer, ns)
+    shown = await ok(call, "health.show", mint(ns, "admin"))
+    assert shown["read_index"]["state"] == "off"
+    ids, reason, plan = await _ids(services, ns, "invoice ledger export")
+    assert ids == ["billing"] and reason is None and "read_index" not in plan

@@ -93,6 +93,7 @@ from loom.ops.conversation.common import (
 from loom.ops.conversation.index_search import INDEX_MISSING, INDEX_PLAN
 from loom.read_index import client as read_index_client
 from loom.read_index.client import IndexClient
+from loom.read_index.figures import FALLBACKS
 from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
 from loom.store import search as store
@@ -379,6 +380,7 @@ async def _by_vector(
         return await _by_engine(svc, ask, vector, counting, trust)
     got = await index_search.fetch(client, ask.namespaces, vector, ask.filters, ask.first_fetch)
     if isinstance(got, str):
+        FALLBACKS.labels(got).inc()
         found = await _by_engine(svc, ask, vector, counting, trust)
         return replace(found, fallback_reason=got)
     await _discard(counting)
@@ -389,6 +391,7 @@ async def _by_vector(
     )
     if not got.missing:
         return SearchResult(VECTOR, None, list(ask.namespaces), hits, plan)
+    FALLBACKS.labels(INDEX_MISSING).inc()
     rest = await _by_engine(svc, replace(ask, namespaces=tuple(got.missing)), vector, None, trust)
     return SearchResult(
         VECTOR, INDEX_MISSING, list(ask.namespaces), _best(hits + rest.hits, ask.limit), plan + rest.plan
