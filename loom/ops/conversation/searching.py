@@ -54,7 +54,13 @@ modes a query that cannot be embedded (the embedder failed, or the query reads a
 and is never sent) is answered by the lexical leg alone (``mode="lexical"``,
 ``fallback_reason`` says why): the lexical leg never leaves ClickHouse.
 
-How the vectors are ranked (measured in bench/search_bench.py; see loom/store/search.py):
+Where the vectors are ranked: by the read index (loom.read_index, one process per
+machine holding them in memory, exact; loom.ops.conversation.index_search) when one runs,
+which says of each candidate whether it may be answered as held; the others are verified
+as below. When it does not answer, is behind, or does not hold a namespace, the engine
+ranks them (those namespaces), and ``fallback_reason`` says why.
+
+How the engine ranks the vectors (measured in bench/search_bench.py; see loom/store/search.py):
 a namespace whose filtered rows number at most LOOM_CONVERSATION_SEARCH_EXACT_MAX_ROWS
 is scanned exactly (a thread, a run or a small namespace: cheap, and exact); larger ones
 go through the HNSW index. Candidates are over-fetched, verified, and fetched again
