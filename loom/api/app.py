@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 from starlette.routing import Route
@@ -48,6 +49,8 @@ from loom.ops import live_settings, rates
 from loom.ops.health import check
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
+
+DOCS_STATIC = "/docs-static"  # Swagger UI's and ReDoc's files, as the package ships them
 
 ROUTERS = [
     namespaces.router,
@@ -124,11 +127,17 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
             await svc.close()
             backends.stop()
 
-    app = FastAPI(
+    # /docs (Swagger UI) and /redoc load their scripts and styles from Loom itself
+    # (fastapi-offline ships them), not from a CDN: the docs work without internet.
+    app = FastAPIOffline(
         title="Loom",
         version="0.1.0",
         lifespan=lifespan,
         description="The memory store for AI agents: conversation plane, session briefs, memory.",
+        static_url=DOCS_STATIC,
+        favicon_url=f"{DOCS_STATIC}/favicon.png",
+        # No validator badge: Swagger UI would fetch it from validator.swagger.io.
+        swagger_ui_parameters={"validatorUrl": None},
     )
     errors.install(app)
     for router in ROUTERS:
