@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import Outcome, attempt, refused
+from loom.dashboard.calls import Outcome, attempt, refused, status_of
 from loom.dashboard.render import back, page, same_origin
 from loom.dashboard.visit import Visit, open_visit
 
@@ -59,7 +59,9 @@ async def memory(
     context["as_of_at"] = when
     if visit.end_user or user:
         context.update(await _read(visit, user, when, cursor, fact))
-    return page(visit, request, "memory.html", title="Memory", **context)
+    # The page's status is its main op's (memory.list: writer).
+    status = status_of(context["facts"]) if "facts" in context else 200
+    return page(visit, request, "memory.html", status=status, title="Memory", **context)
 
 
 async def _read(
