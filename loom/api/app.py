@@ -112,7 +112,7 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
             app.state.services = services
             yield
             return
-        loom_logging.configure(cfg.log_level)
+        loom_logging.configure(cfg.log_level, verbose=cfg.log_verbose)
         backends = start_backends(cfg)
         svc = await open_services(cfg, backends.clickhouse_url, backends.redis_url)
         app.state.services = svc

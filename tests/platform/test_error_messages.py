@@ -21,7 +21,9 @@ def _shape(body: dict[str, Any]) -> None:
 async def test_malformed_json_names_the_line_and_column_not_an_offset(api, mint, ns):
     token = mint(ns, "admin")
     sent = '{"namespace": "' + ns + '",\n  "enabled": true,}'
-    r = await api.post(SET_LOGGING, content=sent, headers=_auth(token, **{"content-type": "application/json"}))
+    r = await api.post(
+        SET_LOGGING, content=sent, headers=_auth(token, **{"content-type": "application/json"})
+    )
     assert r.status_code == 422
     body = r.json()
     _shape(body)
@@ -50,11 +52,15 @@ async def test_json_sent_without_a_json_content_type_is_accepted(api, mint, ns):
 
 async def test_a_body_that_is_no_json_object_says_what_it_is(api, mint, ns):
     token = mint(ns, "admin")
-    r = await api.post(SET_LOGGING, content="[1, 2]", headers=_auth(token, **{"content-type": "application/json"}))
+    r = await api.post(
+        SET_LOGGING, content="[1, 2]", headers=_auth(token, **{"content-type": "application/json"})
+    )
     assert r.status_code == 422
     assert r.json()["field"] == "body" and r.json()["rule"] == "the body must be a JSON object, not an array"
     r = await api.post(
-        SET_LOGGING, content="--x\r\n\r\n--x--", headers=_auth(token, **{"content-type": "multipart/form-data"})
+        SET_LOGGING,
+        content="--x\r\n\r\n--x--",
+        headers=_auth(token, **{"content-type": "multipart/form-data"}),
     )
     assert r.status_code == 422
     assert "content-type: application/json" in r.json()["rule"]

@@ -594,6 +594,23 @@ def test_embedded_redis_starts_on_a_relative_dir(monkeypatch: pytest.MonkeyPatch
 # -- Ctrl-C (last: it stops the module's server) -------------------------------------------
 
 
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ")
+# The lines under "Loom is up": where each URL is, and how to stop.
+_UP_BLOCK = re.compile(r"^(  [A-Za-z]+ +\S|Press Ctrl-C to stop\.$)")
+
+
+def _untimed_or_routine(output: str) -> list[str]:
+    """The console's lines that carry no time, or that only --verbose should show (a
+    request, a job's start or end, an MCP session's routine, a traceback)."""
+    bad = []
+    for line in output.splitlines():
+        timed = bool(_STAMP.match(line)) or (line.startswith("{") and '"timestamp": "' in line)
+        routine = any(w in line for w in ("HTTP Request:", " → ", " ← ", "Traceback", "uvicorn.access"))
+        if routine or not (timed or _UP_BLOCK.match(line)):
+            bad.append(line)
+    return bad
+
+
 def test_ctrl_c_leaves_no_process_behind(served: Served) -> None:
     _need_up(served)
     seen = {_cmdline(pid) for pid in served.children}
@@ -608,6 +625,7 @@ def test_ctrl_c_leaves_no_process_behind(served: Served) -> None:
     output = served.interrupt()
     assert served.process.returncode == 0, output[-3000:]
     assert "Loom stopped." in output
+    assert _untimed_or_routine(output) == [], output[-3000:]
     left = {pid: _cmdline(pid) for pid, start in served.children.items() if _running(pid, start)}
     assert left == {}, left
     assert _processes_in(served.root) == []
