@@ -177,8 +177,9 @@ async def threads(
 async def get(
     body: GetRequest, who: Principal = Depends(require(Role.viewer)), svc: Services = Depends(services)
 ) -> GetResponse:
-    """One thread's metadata; `include_messages: true` adds a page of its turns
-    (`order: "desc"` for the tail, `cursor` for the next page)."""
+    """One thread's metadata and the first page of its turns (`order: "desc"` for the
+    tail, `cursor` for the next page); `include_messages: false` for the metadata alone
+    (`messages: []`)."""
     view, page = await ops.get(
         svc,
         who,
