@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-quick lint clean browser screenshots
+.PHONY: run test bench bench-quick lint clean browser node screenshots
 
 # The dashboard's browser tests drive the system's Chromium (Debian's package).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -19,12 +19,17 @@ $(STAMP): pyproject.toml | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/loom serve
 
-test: $(STAMP) browser
+test: $(STAMP) browser node
 	$(BIN)/python -m pytest -p no:cacheprovider
 
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  $(SUDO) sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium'
+
+# The Claude Code hook's tests (and integrations/README.md's tries) run it with Node.js.
+node:
+	@command -v node >/dev/null 2>&1 || \
+	  $(SUDO) sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs'
 
 # Refresh the committed screenshots of the dashboard (taken by its browser tests).
 screenshots: $(STAMP) browser
