@@ -635,7 +635,9 @@ def render_sync(routes: dict[str, str]) -> str:
             out += "\n" + sync_method(method, routes)
         if group.extra:
             out += SYNC_SAVED_AVAILABLE
-    out += '\n\nclass Groups:\n    """The Agent\'s groups, each call blocking (SyncAgent\'s attributes)."""\n\n'
+    out += (
+        '\n\nclass Groups:\n    """The Agent\'s groups, each call blocking (SyncAgent\'s attributes)."""\n\n'
+    )
     out += "    def __init__(self, agent: Agent, runner: Runner) -> None:\n"
     out += "".join(f"        self._{g.attr} = {g.cls}(agent.{g.attr}, runner)\n" for g in GROUPS)
     for g in GROUPS:
