@@ -33,7 +33,7 @@ node:
 
 # Refresh the committed screenshots of the dashboard (taken by its browser tests).
 screenshots: $(STAMP) browser
-	LOOM_TEST_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -p no:cacheprovider tests/dashboard/test_browser.py
+	LOOM_TEST_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -p no:cacheprovider tests/dashboard/test_browser.py tests/dashboard/test_memory_page.py
 
 # Regenerate the SDK's methods from the request models (loom/sdk/codegen.py).
 sdk: $(STAMP)

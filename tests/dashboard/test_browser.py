@@ -131,8 +131,8 @@ async def test_high_turn_stays_masked_until_an_admin_reveals_it(desktop, mint, n
 async def test_saved_panel_with_an_end_user_token(desktop, mint, ns, shots):
     page = desktop
     await sign_in(page, mint(ns, "writer", read_scope="own_user", read_user_id="u-ann"))
-    assert page.url.endswith("/dashboard/saved")  # an end-user token sees only its Saved panel
-    assert await page.locator("nav[aria-label=Pages] a").all_inner_texts() == ["Saved"]
+    assert page.url.endswith("/dashboard/saved")  # an end-user token sees only its own Saved and Memory
+    assert await page.locator("nav[aria-label=Pages] a").all_inner_texts() == ["Saved", "Memory"]
     for conv, msg, text in (
         ("c1", "m1", "The invoice export runs nightly at 02:00 from the ledger."),
         ("c1", "m2", "Ticket OPS-4312 tracks the flaky deploy."),
