@@ -44,8 +44,8 @@ async def test_json_sent_without_a_json_content_type_is_accepted(api, mint, ns):
         r = await api.post(SET_LOGGING, content=sent, headers=_auth(token, **headers))
         assert r.status_code == 200, (headers, r.text)
         assert r.json()["conversation_logging_enabled"] is True
-    # The hot path (conversation.append's direct route) reads it the same way.
-    turn = '{"namespace": "' + ns + '", "thread_id": "t", "role": "user", "content": "hi"}'
+    # The hot path (conversation.append's direct route) reads it the same way (a tool turn: no embedding to wait for).
+    turn = '{"namespace": "' + ns + '", "thread_id": "t", "role": "tool", "content": "ran it"}'
     r = await api.post("/v1/conversation.append", content=turn, headers=_auth(token))
     assert r.status_code == 200 and r.json()["stored"] is True, r.text
 
