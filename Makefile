@@ -26,10 +26,12 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  $(SUDO) sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium'
 
-# The Claude Code hook's tests (and integrations/README.md's tries) run it with Node.js.
+# The capture hooks' tests and the TypeScript client's (tests/sdk/test_typescript_sdk.py) run
+# under the system's Node.js and npm (Debian's packages; the client's dev dependencies then
+# come from the npm registry).
 node:
-	@command -v node >/dev/null 2>&1 || \
-	  $(SUDO) sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs'
+	@{ command -v node || command -v nodejs; } >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || \
+	  $(SUDO) sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm'
 
 # Refresh the committed screenshots of the dashboard (taken by its browser tests).
 screenshots: $(STAMP) browser
@@ -54,3 +56,11 @@ bench-quick: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .loom
+
+# Regenerate the TypeScript client's types from this checkout's OpenAPI document (after
+# changing an op's request or response; a test checks they are current).
+ts-types: $(STAMP) node
+	$(BIN)/python -c 'import json; from loom.api.app import create_app; print(json.dumps(create_app().openapi()))' > clients/typescript/openapi.json
+	cd clients/typescript && npm ci --no-audit --no-fund >/dev/null && \
+	  npx openapi-typescript openapi.json --default-non-nullable false -o src/generated/api.ts; \
+	  status=$$?; rm -f openapi.json; exit $$status

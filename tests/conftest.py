@@ -112,6 +112,16 @@ def api_url(schema: Settings) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def served(schema: Settings) -> Iterator[str]:
+    """`loom serve` itself on the suite's backends and database (one process for the
+    session: the dashboard's browser tests and the TypeScript client's tests share it)."""
+    from tests.platform.served import loom_serve
+
+    with loom_serve(schema) as url:
+        yield url
+
+
 @pytest.fixture
 def ns() -> str:
     """A namespace of this test's own."""

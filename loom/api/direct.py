@@ -7,15 +7,15 @@ append, on a machine where the API and the ClickHouse engine share two cores.
 
 :class:`DirectRoute` keeps everything FastAPI builds from the declaration (OpenAPI,
 docs, response model) and serves the happy path directly: a JSON body, the caller's
-token resolved by the route's own ``require(...)`` dependency (same function, same
+token resolved and authorized by the route's own ``Caller`` dependency (same function, same
 errors, in FastAPI's order: malformed JSON, then the role, then the body; the token
 itself was checked by the gate before the body was read, see loom/api/gate.py), the body
 validated by its pydantic model. Anything else (another content type, malformed
 JSON, a body that does not validate) is handed to FastAPI's own handler, which then
 answers exactly as it always does; the body is read once (Starlette caches it).
 
-It serves endpoints declared as ``(body: Model, who: Principal = Depends(require(...)),
-svc: Services = Depends(services))``; any other shape is served by FastAPI as usual.
+It serves endpoints declared as ``(body: Model, who: Caller, svc: Svc)``; any other
+shape is served by FastAPI as usual.
 """
 
 from __future__ import annotations

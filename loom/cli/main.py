@@ -251,16 +251,22 @@ def token_mint(
     read_user_id: Annotated[str, typer.Option(help="The user an own_user token acts as.")] = "",
     read_session_id: Annotated[str, typer.Option(help="The session an own_session token acts in.")] = "",
     label: Annotated[str, typer.Option(help="A note for `loom token list`.")] = "",
+    expires_in: Annotated[
+        str, typer.Option(help="Lifetime, such as 30d, 12h, 90m or 3600s (default: never expires).")
+    ] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Mint a token. It is printed once and stored only as a hash."""
-    from loom.auth.tokens import mint
+    from loom.auth.tokens import mint, parse_lifetime
     from loom.errors import LoomError
 
     settings = _settings()
     with _admin_client(settings) as ch:
         try:
-            minted = mint(ch, namespace, role, read_scope, read_user_id, read_session_id, label)
+            lifetime = parse_lifetime(expires_in) if expires_in else None
+            minted = mint(
+                ch, namespace, role, read_scope, read_user_id, read_session_id, label, expires_in=lifetime
+            )
         except LoomError as exc:
             console.print(f"[red]{exc.message}[/red]")
             raise typer.Exit(2) from None

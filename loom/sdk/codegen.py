@@ -225,7 +225,8 @@ GROUPS: tuple[Group, ...] = (
                 "search",
                 m.UnifiedSearchRequest,
                 m.UnifiedSearchResponse,
-                "The unified `search`: memory, briefs' names and conversations in one answer.",
+                "The unified `search`: the user's memory and recorded conversations in one answer (never "
+                "briefs: a brief does not compete with facts in recall).",
             ),
             Method(
                 "ask",

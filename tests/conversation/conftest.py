@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
+
+from loom.providers.llm import OpenAICompatLLM
+from tests.providers.standin import StandInServer
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -89,3 +92,25 @@ def api_embedder(services: Any) -> Any:
 
     yield install
     api_inline_embedder.install(services, previous)
+
+
+SUMMARY = "They planned the storage cluster migration and agreed on a Friday cutover."
+
+
+@pytest.fixture
+def standin() -> Iterator[StandInServer]:
+    with StandInServer() as srv:
+        srv.set_handler(srv.CHAT, lambda req: srv.chat_ok(SUMMARY))
+        yield srv
+
+
+@pytest.fixture
+def summarizer(standin: StandInServer, services: Any, arq_worker: Any) -> Iterator[StandInServer]:
+    """The API's and the worker's LLM: the real OpenAI-compatible provider, served by
+    the stand-in."""
+    worker = arq_worker.ctx["loom"]
+    before = services.llm, worker.llm
+    llm = OpenAICompatLLM(base_url=standin.url, model="stand-in", timeout=5.0)
+    services.llm = worker.llm = llm
+    yield standin
+    services.llm, worker.llm = before

@@ -16,31 +16,12 @@ from loom.clock import next_version
 from loom.ops.conversation.compaction_gate import CompactionGate
 from loom.providers.llm import OpenAICompatLLM
 from loom.store import conversations as conv_store
+from tests.conversation.conftest import SUMMARY
 from tests.conversation.helpers import emb_rows, ok, save_turn, turn_rows
 from tests.providers.standin import Reply, StandInServer
 from workers.jobs import COMPACT_GATE
 
 HIGH = "the prod login is password=Tr0ub4dor&3xq"
-SUMMARY = "They planned the storage cluster migration and agreed on a Friday cutover."
-
-
-@pytest.fixture
-def standin() -> Iterator[StandInServer]:
-    with StandInServer() as srv:
-        srv.set_handler(srv.CHAT, lambda req: srv.chat_ok(SUMMARY))
-        yield srv
-
-
-@pytest.fixture
-def summarizer(standin: StandInServer, services: Any, arq_worker: Any) -> Iterator[StandInServer]:
-    """The API's and the worker's LLM: the real OpenAI-compatible provider, served by
-    the stand-in."""
-    worker = arq_worker.ctx["loom"]
-    before = services.llm, worker.llm
-    llm = OpenAICompatLLM(base_url=standin.url, model="stand-in", timeout=5.0)
-    services.llm = worker.llm = llm
-    yield standin
-    services.llm, worker.llm = before
 
 
 @pytest.fixture

@@ -232,15 +232,26 @@ async def test_delete_message_role_matrix(call, ns, writer, mint, services):
             conversation_id="t",
             message_id=m,
         )
-    r = await call("conversation.delete_message", alice, msg_id=theirs, **{**body, "namespace": "@me"})
-    assert r.status_code == 403 and r.json()["rule"] == "own_user"
-    assert len([x for x in turn_rows(services.ch, ns) if not x["tombstoned"]]) == 2  # nothing written
+    # An end-user token never removes a recorded turn. Another user's message: found
+    # false, nothing said of it, nothing written.
+    got = await ok(call, "conversation.delete_message", alice, msg_id=theirs, **{**body, "namespace": "@me"})
+    assert (got["found"], got["deleted"], got["unsaved"]) == (False, False, False)
+    live = [x for x in turn_rows(services.ch, ns) if not x["tombstoned"]]
+    assert len(live) == 2 and all(x["is_saved"] for x in live)
+    # Its own saved message: unsaved, as conversation.unsave_message does; the recorded
+    # turn stays in the owner's transcript with the flag cleared.
     got = await ok(call, "conversation.delete_message", alice, msg_id=mine, **{**body, "namespace": "@me"})
-    assert got["deleted"]
+    assert (got["found"], got["deleted"], got["unsaved"]) == (True, False, True)
+    kept = {x["msg_id"]: x for x in turn_rows(services.ch, ns) if not x["tombstoned"]}
+    assert (
+        set(kept) == {mine, theirs} and not kept[mine]["is_saved"] and kept[mine]["content"] == "first note"
+    )
+    listed = await ok(call, "conversation.list_saved_messages", alice, namespace="@me")
+    assert listed["messages"] == []
     # The writer whose token appended it may delete it.
     got = await ok(call, "conversation.delete_message", writer, msg_id=theirs, **body)
     assert got["deleted"]
-    assert [x for x in turn_rows(services.ch, ns) if not x["tombstoned"]] == []
+    assert [x["msg_id"] for x in turn_rows(services.ch, ns) if not x["tombstoned"]] == [mine]
 
 
 async def test_redact_high_replaces_the_secret_reembeds_and_export_shows_the_redaction(

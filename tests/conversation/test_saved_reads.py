@@ -445,21 +445,22 @@ async def test_lexical_weight_scales_the_lexical_leg(call, ns, token, api_embedd
     full = await ok(call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation")
     assert ids(full["hits"]) == ["lex", "sem"]
     assert full["hits"][0]["legs"] == ["vector", "lexical"] and full["hits"][1]["legs"] == ["vector"]
-    assert full["hits"][0]["score"] == pytest.approx(1 / 62 + 1 / 61, abs=1e-6)
+    # The default, 0.5: an equal vote.
+    assert full["hits"][0]["score"] == pytest.approx(0.5 / 62 + 0.5 / 61, abs=1e-6)
     none = await ok(
         call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation", lexical_weight=0.0
     )
     assert ids(none["hits"]) == ["sem", "lex"]
     assert none["hits"][1]["score"] == pytest.approx(1 / 62, abs=1e-6)
-    half = await ok(
-        call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation", lexical_weight=0.5
-    )
-    assert half["hits"][0]["score"] == pytest.approx(1 / 62 + 0.5 / 61, abs=1e-6)
     heavy = await ok(
-        call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation", lexical_weight=100
+        call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation", lexical_weight=0.9
     )
-    assert heavy["hits"][0]["score"] == pytest.approx(1 / 62 + 100 / 61, abs=1e-6)
-    for bad in (-0.1, 100.5):
+    assert heavy["hits"][0]["score"] == pytest.approx(0.1 / 62 + 0.9 / 61, abs=1e-6)
+    only = await ok(
+        call, SEARCH, token, namespace=ns, user_id="alice", query="ledger reconciliation", lexical_weight=1.0
+    )
+    assert ids(only["hits"]) == ["lex"] and only["hits"][0]["score"] == pytest.approx(1 / 61, abs=1e-6)
+    for bad in (-0.1, 1.5, 100):
         r = await call(SEARCH, token, namespace=ns, user_id="alice", query="x", lexical_weight=bad)
         assert r.status_code == 422 and r.json()["field"] == "lexical_weight"
 

@@ -21,7 +21,6 @@ from loom.ops.conversation import searching
 from loom.store import transcript_terms
 from loom.store.search import Filters
 from tests.conversation.helpers import append_turn, ok, save, turn_rows
-from tests.conversation.test_compact import standin, summarizer  # noqa: F401 - the compaction fixtures
 
 DOG = "my border collie Pip chews every shoe in the house when it rains"
 TRIP = "we booked the flights to Lisbon for the conference in early March"
@@ -160,7 +159,8 @@ async def test_postings_hold_stems_and_never_a_high_turn(call, ns, writer, mint,
     ("field", "value", "rule"),
     [
         ("search_mode", "fuzzy", None),
-        ("lexical_weight", 100.5, "less_than_equal"),
+        ("lexical_weight", 1.5, "less_than_equal"),
+        ("lexical_weight", 100, "less_than_equal"),
         ("lexical_weight", -0.1, None),
     ],
 )
@@ -172,20 +172,18 @@ async def test_bad_mode_or_weight_is_a_422_naming_the_field(call, ns, mint, fiel
         assert rule in r.text
 
 
-async def test_lexical_weight_up_to_100_favours_the_lexical_leg(call, ns, writer, mint):
+async def test_lexical_weight_is_the_lexical_legs_share_from_0_to_1(call, ns, writer, mint):
     await _basic(call, writer, ns)
     viewer = mint(ns, "viewer")
-    for weight in (0, 1.5, 10, 100):
+    for weight in (0, 0.5, 0.9, 1):
         body = await _search(
             call, viewer, namespace=ns, query="booked flights", search_mode="hybrid", lexical_weight=weight
         )
         assert _ids(body)[0] == "trip"
-    top = (
-        await _search(
-            call, viewer, namespace=ns, query="booked flights", search_mode="hybrid", lexical_weight=100
-        )
-    )["hits"][0]
-    assert top["legs"] == ["vector", "lexical"] and top["score"] == pytest.approx(1 / 61 + 100 / 61, abs=1e-6)
+        top = body["hits"][0]
+        # First in both legs: (1 - w) / 61 from the vector leg, w / 61 from the lexical one.
+        assert top["score"] == pytest.approx((1 - weight) / 61 + weight / 61, abs=1e-6)
+        assert top["legs"] == ["vector", "lexical"]
 
 
 MODES = ("lexical", "hybrid")
@@ -272,7 +270,7 @@ async def test_compacted_turns_are_never_found_and_the_summary_is(
     ns,
     writer,
     services,
-    summarizer,  # noqa: F811
+    summarizer,
 ):
     turns = [
         {
@@ -365,7 +363,7 @@ async def test_the_op_refuses_a_bad_mode_or_weight_naming_the_field(services, ns
     who = Principal("test", (ns,), Role.viewer)
     for kw, field in (
         ({"search_mode": "semantic"}, "search_mode"),
-        ({"search_mode": "hybrid", "lexical_weight": 100.01}, "lexical_weight"),
+        ({"search_mode": "hybrid", "lexical_weight": 1.01}, "lexical_weight"),
         ({"search_mode": "hybrid", "lexical_weight": -1.0}, "lexical_weight"),
         ({"search_mode": "hybrid", "lexical_weight": float("nan")}, "lexical_weight"),
     ):

@@ -12,7 +12,7 @@ from loom.leases import Lease
 from loom.ops.conversation import titler_tick, titling
 from loom.providers.llm import OpenAICompatLLM
 from loom.store import threads as thread_store
-from tests.conversation.helpers import ok
+from tests.conversation.helpers import ok, revise_turn, turn_rows
 from tests.providers.standin import StandInServer
 from workers.main import cron_jobs
 
@@ -147,14 +147,38 @@ async def test_switched_off_it_does_nothing_and_the_cron_follows_the_settings(
 
 
 async def test_the_window_min_turns_and_cap_are_read(call, ns, writer, services, titler):
+    """Each setting decides on its own: the cap bounds a pass, a thread with fewer live
+    turns than the minimum is left alone, and so is one last active before the window
+    until the window reaches back to it."""
     for i in range(3):
         await _thread(call, writer, ns, f"t{i}", _plain(2))
+    await _thread(call, writer, ns, "short", _plain(1))
+    await _thread(call, writer, ns, "old", _plain(3))
+    for r in turn_rows(services.ch, ns):
+        if r["thread_id"] == "old":  # its last activity three hours ago
+            revise_turn(services.ch, ns, "default", "old", r["msg_id"], ts="ts - INTERVAL 3 HOUR")
     before = services.settings
-    services.settings = before.model_copy(
-        update={"conversation_titler_min_turns": 2, "conversation_titler_max_threads_per_pass": 2}
-    )
+    window = {
+        "conversation_titler_window_hours": 2,
+        "conversation_titler_min_turns": 2,
+        "conversation_titler_max_threads_per_pass": 2,
+    }
+    services.settings = before.model_copy(update=window)
     try:
-        assert (await titling.titler_pass(services, [ns])).titled == 2
+        assert [(await titling.titler_pass(services, [ns])).titled for _ in range(3)] == [2, 1, 0]
+        assert {_row(services, ns, t).title for t in ("t0", "t1", "t2")} == {TITLE}
+        assert _row(services, ns, "old").title == "" and _row(services, ns, "short").title == ""
+        services.settings = before.model_copy(update={**window, "conversation_titler_window_hours": 4})
         assert (await titling.titler_pass(services, [ns])).titled == 1
+        assert _row(services, ns, "old").title == TITLE and _row(services, ns, "short").title == ""
     finally:
         services.settings = before
+
+
+async def test_a_namespace_that_does_not_record_gets_no_titles(call, ns, writer, services, titler, recording):
+    await _thread(call, writer, ns, "t", _plain(4))
+    recording(ns, False)  # its turns were recorded while the switch was on
+    assert (await titling.titler_pass(services, [ns])).titled == 0
+    assert not titler.requests_to(titler.CHAT) and _row(services, ns, "t").title == ""
+    recording(ns, True)
+    assert (await titling.titler_pass(services, [ns])).titled == 1

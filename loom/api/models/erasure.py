@@ -63,7 +63,12 @@ class RemovalReceipt(BaseModel):
 
 
 class DeleteMessageResponse(RemovalReceipt):
-    deleted: bool
+    deleted: bool = Field(description="The transcript row is gone (for an end-user token: a saved-only row).")
+    unsaved: bool = Field(
+        False,
+        description="An end-user token's delete withdrew its own saved message, as "
+        "conversation.unsave_message does; a recorded turn stays in the transcript.",
+    )
 
 
 class RedactRequest(NamespacedRequest):

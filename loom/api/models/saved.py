@@ -141,8 +141,9 @@ class SearchSavedRequest(SavedRequest):
         SAVED_LEXICAL_WEIGHT,
         ge=MIN_LEXICAL_WEIGHT,
         le=MAX_LEXICAL_WEIGHT,
-        description="Scales the lexical (BM25) leg in hybrid mode: its rank's votes against the vector "
-        f"leg's one ({MIN_LEXICAL_WEIGHT:g} to {MAX_LEXICAL_WEIGHT:g}).",
+        description="The lexical (BM25) leg's share of the fusion in hybrid mode, the vector leg taking "
+        f"the rest ({MIN_LEXICAL_WEIGHT:g} to {MAX_LEXICAL_WEIGHT:g}: 0 the vector leg alone, 1 the lexical "
+        "leg alone).",
     )
     conversation_id: ConversationId | None = Field(
         None, description="Only this conversation's saved messages."

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from loom.api.deps import require, services
+from loom.api.deps import Caller, Svc
 from loom.api.models.briefs import (
     BriefDeleteRequest,
     BriefDeleteResponse,
@@ -20,10 +20,8 @@ from loom.api.models.briefs import (
     BriefSections,
 )
 from loom.api.models.errors import COMMON, error_responses
-from loom.auth.principal import Principal, Role
 from loom.ops import briefs as ops
 from loom.ops.briefs.events import Event
-from loom.services import Services
 
 router = APIRouter(prefix="/v1", tags=["session"], responses=error_responses(*COMMON))
 
@@ -31,8 +29,8 @@ router = APIRouter(prefix="/v1", tags=["session"], responses=error_responses(*CO
 @router.post("/session.brief_save", response_model=BriefSaveResponse, responses=error_responses(409))
 async def brief_save(
     body: BriefSaveRequest,
-    who: Principal = Depends(require(Role.writer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> BriefSaveResponse:
     """Revise (or start) a brief from events, from sections the agent wrote, or both."""
     events = [Event(e.kind, e.text, e.path, e.exit_code) for e in body.events]
@@ -61,8 +59,8 @@ async def brief_save(
 @router.post("/session.brief_get", response_model=BriefGetResponse, responses=error_responses(404))
 async def brief_get(
     body: BriefGetRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> BriefGetResponse:
     """Load a brief by brief_key, else the newest one a session wrote, else the newest for a project."""
     view = await ops.brief_get(
@@ -83,8 +81,8 @@ async def brief_get(
 @router.post("/session.brief_list", response_model=BriefListResponse)
 async def brief_list(
     body: BriefListRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> BriefListResponse:
     """The namespace's briefs, newest first, one line each."""
     items = await ops.brief_list(
@@ -105,8 +103,8 @@ async def brief_list(
 @router.post("/session.brief_delete", response_model=BriefDeleteResponse)
 async def brief_delete(
     body: BriefDeleteRequest,
-    who: Principal = Depends(require(Role.writer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> BriefDeleteResponse:
     """Delete a brief (and every revision of it) when its writer asks for it to be forgotten."""
     deleted = await ops.brief_delete(svc, who, body.namespace, brief_key=body.brief_key)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from loom.api.deps import require, services
+from loom.api.deps import Caller, Svc
 from loom.api.models.compaction import (
     CompactRequest,
     CompactResponse,
@@ -14,17 +14,13 @@ from loom.api.models.compaction import (
     CompactStatusResponse,
 )
 from loom.api.models.errors import COMMON, error_responses
-from loom.auth.principal import Principal, Role
 from loom.ops.conversation import compacting
-from loom.services import Services
 
 router = APIRouter(prefix="/v1", tags=["conversation"], responses=error_responses(*COMMON))
 
 
 @router.post("/conversation.compact", response_model=CompactResponse, responses=error_responses(409))
-async def compact(
-    body: CompactRequest, who: Principal = Depends(require(Role.writer)), svc: Services = Depends(services)
-) -> CompactResponse:
+async def compact(body: CompactRequest, who: Caller, svc: Svc) -> CompactResponse:
     """Replace the oldest turns before the last `keep_recent` with one embedded summary
     (a `system` turn with `is_summary`, whose `metadata.compacted_from` lists them).
     High and saved turns stay as they are. Needs an LLM provider (409
@@ -50,8 +46,8 @@ async def compact(
 )
 async def compact_status(
     body: CompactStatusRequest,
-    who: Principal = Depends(require(Role.writer)),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> CompactStatusResponse:
     """The state of a deferred compaction, with its answer once complete."""
     got = await compacting.compact_status(svc, who, body.namespace, body.job_id)

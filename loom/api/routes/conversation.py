@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from loom.api.deps import require, services
+from loom.api.deps import Caller, Svc
 from loom.api.direct import DirectRoute
 from loom.api.models.conversation import (
     AppendBatchResponse,
@@ -33,11 +33,9 @@ from loom.api.models.conversation import (
     UpdateRequest,
 )
 from loom.api.models.errors import COMMON, error_responses
-from loom.auth.principal import Principal, Role
 from loom.ops import conversation as ops
 from loom.ops.conversation.appending import AppendResult
 from loom.ops.conversation.common import as_utc
-from loom.services import Services
 from loom.store.conversations import Message
 
 router = APIRouter(prefix="/v1", tags=["conversation"], responses=error_responses(*COMMON))
@@ -54,9 +52,7 @@ def _messages(messages: list[Message], embedding: dict[str, str] | None = None) 
     return out
 
 
-async def append(
-    body: AppendRequest, who: Principal = Depends(require(Role.writer)), svc: Services = Depends(services)
-) -> JSONResponse:
+async def append(body: AppendRequest, who: Caller, svc: Svc) -> JSONResponse:
     """Store one turn, or a batch (`turns`, up to 500) for ingest.
 
     The turn is kept per (namespace, **agent**, thread_id): `agent` in the body names
@@ -111,9 +107,7 @@ def _result(r: AppendResult) -> dict[str, object]:
 
 
 @router.post("/conversation.create", response_model=CreateResponse)
-async def create(
-    body: CreateRequest, who: Principal = Depends(require(Role.writer)), svc: Services = Depends(services)
-) -> CreateResponse:
+async def create(body: CreateRequest, who: Caller, svc: Svc) -> CreateResponse:
     """Start a thread with a title, metadata or run_id up front (appends create threads
     on their own; this only attaches those). On an existing thread the given fields are
     attached to it and `created` is false."""
@@ -131,9 +125,7 @@ async def create(
 
 
 @router.post("/conversation.update", response_model=ThreadOut, responses=error_responses(404))
-async def update(
-    body: UpdateRequest, who: Principal = Depends(require(Role.writer)), svc: Services = Depends(services)
-) -> ThreadOut:
+async def update(body: UpdateRequest, who: Caller, svc: Svc) -> ThreadOut:
     """Change a thread's title, metadata or run_id. New metadata replaces the old one,
     including the titler's `title_refused` mark."""
     view = await ops.update(
@@ -150,9 +142,7 @@ async def update(
 
 
 @router.post("/conversation.threads", response_model=ThreadsResponse)
-async def threads(
-    body: ThreadsRequest, who: Principal = Depends(require(Role.viewer)), svc: Services = Depends(services)
-) -> ThreadsResponse:
+async def threads(body: ThreadsRequest, who: Caller, svc: Svc) -> ThreadsResponse:
     """Recent threads, newest first, with each one's title and an excerpt of its last
     turn. `agent: "*"` lists every agent's threads. A last turn or a title that reads as
     high is shown empty."""
@@ -174,9 +164,7 @@ async def threads(
 
 
 @router.post("/conversation.get", response_model=GetResponse, responses=error_responses(404))
-async def get(
-    body: GetRequest, who: Principal = Depends(require(Role.viewer)), svc: Services = Depends(services)
-) -> GetResponse:
+async def get(body: GetRequest, who: Caller, svc: Svc) -> GetResponse:
     """One thread's metadata and the first page of its turns (`order: "desc"` for the
     tail, `cursor` for the next page); `include_messages: false` for the metadata alone
     (`messages: []`)."""
@@ -202,9 +190,7 @@ async def get(
 
 
 @router.post("/conversation.list", response_model=ListResponse)
-async def list_turns(
-    body: ListRequest, who: Principal = Depends(require(Role.viewer)), svc: Services = Depends(services)
-) -> ListResponse:
+async def list_turns(body: ListRequest, who: Caller, svc: Svc) -> ListResponse:
     """A thread's turns, oldest first (`order: "desc"` for newest first), in pages of
     `limit`; pass `next_cursor` back as `cursor`. Optionally only one run's turns."""
     page = await ops.list_turns(
@@ -222,9 +208,7 @@ async def list_turns(
 
 
 @router.post("/conversation.high_turns", response_model=HighTurnsResponse)
-async def high_turns(
-    body: HighTurnsRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
-) -> HighTurnsResponse:
+async def high_turns(body: HighTurnsRequest, who: Caller, svc: Svc) -> HighTurnsResponse:
     """The namespace's live turns that read as high sensitivity (stored as written, never
     embedded), newest first, with the kinds of shape found and never the text: so an
     owner can find them and delete or redact them."""
@@ -235,9 +219,7 @@ async def high_turns(
 
 
 @router.post("/conversation.reembed", response_model=ReembedResponse)
-async def reembed(
-    body: ReembedRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
-) -> ReembedResponse:
+async def reembed(body: ReembedRequest, who: Caller, svc: Svc) -> ReembedResponse:
     """Rebuild the namespace's vectors from the text each embedding row keeps (2,048
     characters, or 240 for rows of earlier builds), e.g. after a model change. Skips
     tombstoned rows and rows whose text reads as high."""

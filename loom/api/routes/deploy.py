@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from loom.api.deps import require, services
+from loom.api.deps import Caller, Svc
 from loom.api.models.deploy import ReplicaOut, ReplicasShowRequest, ReplicasShowResponse
 from loom.api.models.errors import COMMON, error_responses
-from loom.auth.principal import Principal, Role
 from loom.ops import deploy as ops
-from loom.services import Services
 
 router = APIRouter(prefix="/v1", tags=["ops"], responses=error_responses(*COMMON))
 
@@ -17,8 +15,8 @@ router = APIRouter(prefix="/v1", tags=["ops"], responses=error_responses(*COMMON
 @router.post("/replicas.show", response_model=ReplicasShowResponse)
 async def show(
     body: ReplicasShowRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> ReplicasShowResponse:
     """The capabilities every live API and worker process shares (saving is paused while
     one lacks `saved_state_preserved_in_compaction`), and, for an admin, the replicas."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from loom.api.deps import require, services
+from loom.api.deps import Caller, Svc
 from loom.api.models.errors import COMMON, error_responses
 from loom.api.models.saved import (
     ListSavedRequest,
@@ -23,9 +23,7 @@ from loom.api.models.saved import (
     UnsaveRequest,
     UnsaveResponse,
 )
-from loom.auth.principal import Principal, Role
 from loom.ops.conversation import saved_reads, saving
-from loom.services import Services
 
 router = APIRouter(prefix="/v1", tags=["saved messages"], responses=error_responses(*COMMON))
 
@@ -33,8 +31,8 @@ router = APIRouter(prefix="/v1", tags=["saved messages"], responses=error_respon
 @router.post("/conversation.save_message", response_model=SaveResponse)
 async def save_message(
     body: SaveRequest,
-    who: Principal = Depends(require(Role.writer, bounded="user")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> SaveResponse:
     """Save one message for a user, for conversation.search_saved_messages. Works whether
     or not the namespace records conversations (and does not turn recording on). A
@@ -58,8 +56,8 @@ async def save_message(
 @router.post("/conversation.unsave_message", response_model=UnsaveResponse)
 async def unsave_message(
     body: UnsaveRequest,
-    who: Principal = Depends(require(Role.writer, bounded="user")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> UnsaveResponse:
     """Withdraw a saved message from its owner's search. Where the namespace records,
     the turn stays in the transcript with the flag cleared; where it does not, it is
@@ -73,8 +71,8 @@ async def unsave_message(
 @router.post("/conversation.list_saved_messages", response_model=ListSavedResponse)
 async def list_saved_messages(
     body: ListSavedRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="user")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> ListSavedResponse:
     """One user's saved messages, most recently saved first (`ts` is when the user
     saved it), in pages of `limit`; pass `next_cursor` back as `cursor`."""
@@ -95,8 +93,8 @@ async def list_saved_messages(
 @router.post("/conversation.saved_status", response_model=SavedStatusResponse)
 async def saved_status(
     body: SavedStatusRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="user")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> SavedStatusResponse:
     """Which of up to 500 messages of one conversation this user has saved."""
     saved = await saved_reads.saved_status(
@@ -108,8 +106,8 @@ async def saved_status(
 @router.post("/conversation.search_saved_messages", response_model=SearchSavedResponse)
 async def search_saved_messages(
     body: SearchSavedRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="user")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> SearchSavedResponse:
     """Search one user's saved messages in one namespace. `hybrid` (default) fuses a
     vector leg (the first 2,048 characters' embedding) and a BM25 leg (the whole text)

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Response
 
-from loom.api.deps import require, services
+from loom.api.deps import Caller, Svc
 from loom.api.models.errors import COMMON, error_responses
 from loom.api.models.search import SearchHit, SearchRequest, SearchResponse
-from loom.auth.principal import Principal, Role
 from loom.ops.conversation import searching
 from loom.ops.conversation.thread_ops import ALL_AGENTS
-from loom.services import Services
 from loom.store.search import Filters
 
 router = APIRouter(prefix="/v1", tags=["conversation"], responses=error_responses(*COMMON))
@@ -25,8 +23,8 @@ PLAN_HEADER = "x-loom-search-plan"
 async def search(
     body: SearchRequest,
     response: Response,
-    who: Principal = Depends(require(Role.viewer)),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> SearchResponse:
     """Vector search over the embedded turns (user and assistant turns, compaction
     summaries) of one namespace (`namespace`), or of every namespace the token grants

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from loom.api.deps import require, services
+from loom.api.deps import Caller, Svc
 from loom.api.models.errors import COMMON, error_responses
 from loom.api.models.webhooks import (
     DeliveryOut,
@@ -20,9 +20,7 @@ from loom.api.models.webhooks import (
     WebhookRotateRequest,
     WebhookRotateResponse,
 )
-from loom.auth.principal import Principal, Role
 from loom.ops.webhooks import registry
-from loom.services import Services
 from loom.store.webhooks import Webhook
 
 router = APIRouter(prefix="/v1", tags=["webhooks"], responses=error_responses(*COMMON))
@@ -37,8 +35,8 @@ def _out(h: Webhook) -> WebhookOut:
 @router.post("/webhook.register", response_model=WebhookRegisterResponse)
 async def register(
     body: WebhookRegisterRequest,
-    who: Principal = Depends(require(Role.admin)),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> WebhookRegisterResponse:
     """Register a URL for some events of the namespace. The namespace's first registration
     answers its signing secret (this once); see docs/webhooks.md to verify deliveries."""
@@ -47,9 +45,7 @@ async def register(
 
 
 @router.post("/webhook.list", response_model=WebhookListResponse)
-async def list_webhooks(
-    body: WebhookListRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
-) -> WebhookListResponse:
+async def list_webhooks(body: WebhookListRequest, who: Caller, svc: Svc) -> WebhookListResponse:
     """The namespace's webhooks (never the secret)."""
     return WebhookListResponse(
         webhooks=[_out(h) for h in await registry.list_webhooks(svc, who, body.namespace)]
@@ -59,8 +55,8 @@ async def list_webhooks(
 @router.post("/webhook.delete", response_model=WebhookDeleteResponse, responses=error_responses(404))
 async def delete(
     body: WebhookDeleteRequest,
-    who: Principal = Depends(require(Role.admin)),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> WebhookDeleteResponse:
     """Delete a webhook; its queued deliveries are dropped."""
     hook = await registry.delete(svc, who, body.namespace, body.webhook_id)
@@ -70,8 +66,8 @@ async def delete(
 @router.post("/webhook.rotate_secret", response_model=WebhookRotateResponse)
 async def rotate_secret(
     body: WebhookRotateRequest,
-    who: Principal = Depends(require(Role.admin)),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> WebhookRotateResponse:
     """A new signing secret for the namespace (shown this once); deliveries sign with it
     from now on, attempts already queued included."""
@@ -81,8 +77,8 @@ async def rotate_secret(
 @router.post("/webhook.deliveries", response_model=WebhookDeliveriesResponse)
 async def deliveries(
     body: WebhookDeliveriesRequest,
-    who: Principal = Depends(require(Role.admin)),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> WebhookDeliveriesResponse:
     """The delivery log, newest attempt first: event, webhook, attempt, status code,
     error code, outcome, times (never the body)."""

@@ -3,10 +3,16 @@ its embedding row and every copy derived from it, and answer a receipt.
 
 Who may: an admin; a writer, for a turn its own token appended (the transcript row
 records the appending token, ``appended_by``; a turn stored before that column, or not
-by an append, has none, so only an admin may remove it); an end-user token (read scope
-``own_user``, writer role), for its own user's saved message (the row's ``user_id`` is
-the token's user and the row is saved). Role and scope are checked before anything is
-read; whose turn it is, right after the turn is read, before anything is written.
+by an append, has none, so only an admin may remove it). Role and scope are checked
+before anything is read (loom.auth.policy); whose turn it is, right after the turn is
+read, before anything is written.
+
+An end-user token (read scope ``own_user``) never removes a recorded turn: the owner
+chose to record it. Its delete of its own saved message does what
+conversation.unsave_message does (the saved copy and its indexes go; a row that existed
+only because of the save goes with it; a recorded turn stays, unflagged), and answers
+``unsaved: true``. Any other message answers ``found: false``, never saying whether it
+exists or whose it is.
 
 The turn gets a tombstoned version (reason ``deleted``) with its text, reasoning and
 metadata emptied: the tombstone keeps the turn counted as landed (a retried append of
@@ -31,6 +37,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import Forbidden, NotFound
 from loom.ops.conversation import message_removal as mr
+from loom.ops.conversation import saving
 from loom.ops.conversation.common import DELETED
 from loom.services import Services
 from loom.store import conversations as conv_store
@@ -38,24 +45,11 @@ from loom.store import embeddings as emb_store
 from loom.store import evidence as evidence_store
 from loom.store import redaction as store
 
-
-def _check_caller(who: Principal, namespace: str) -> str:
-    """Role and scope, before anything is read: the namespace this token may act in."""
-    if who.read_scope == "own_session":
-        raise Forbidden("an own_session token cannot delete messages", rule="read_scope")
-    who.require_role(Role.writer)
-    return who.namespace(namespace)
+UNSAVED = "unsaved"  # the receipt's action for an end-user token's delete
 
 
 def _check_owner(who: Principal, t: conv_store.Turn) -> None:
-    """Whose turn it is: the admin's any, a writer's the ones its token appended, an
-    end-user's its own saved messages."""
-    if who.read_scope == "own_user":
-        if t.user_id != who.read_user_id or not (t.is_saved or t.saved_at is not None):
-            raise Forbidden(
-                "this token may delete only its own user's saved messages", field="msg_id", rule="own_user"
-            )
-        return
+    """Whose turn it is: the admin's any, a writer's the ones its token appended."""
     if who.role >= Role.admin:
         return
     if not t.appended_by or t.appended_by != who.token_id:
@@ -71,9 +65,12 @@ def _nothing_left(t: conv_store.Turn) -> bool:
 async def delete_message(
     svc: Services, who: Principal, namespace: str, agent: str, thread_id: str, msg_id: str
 ) -> mr.Receipt:
-    """conversation.delete_message (admin; a writer for its own turns; an end-user for its
-    own saved message)."""
-    ns = _check_caller(who, namespace)
+    """conversation.delete_message (admin; a writer for its own turns; an end-user token
+    unsaves its own saved message)."""
+    who.require_role(Role.writer)
+    ns = who.namespace(namespace)
+    if who.bounded:
+        return await _unsave_own(svc, who, ns, agent, thread_id, msg_id)
     receipt = mr.Receipt(ns, agent, thread_id, msg_id, store.DELETED, by=who.token_id)
     async with mr.guarded(svc, ns, thread_id) as window:
         v = next_version()
@@ -103,6 +100,21 @@ async def delete_message(
     if receipt.done:
         await svc.run(mr.record, svc, receipt, t.user_id)
     await mr.remove_from_disk(svc, receipt, removals)
+    return receipt
+
+
+async def _unsave_own(
+    svc: Services, who: Principal, ns: str, agent: str, thread_id: str, msg_id: str
+) -> mr.Receipt:
+    """An end-user token's delete: the unsave of its own saved message."""
+    receipt = mr.Receipt(ns, agent, thread_id, msg_id, UNSAVED, by=who.token_id)
+    result = await saving.unsave_message(svc, who, ns, None, thread_id, msg_id, agent=agent)
+    receipt.found = result.found
+    receipt.done = result.removed
+    receipt.unsaved = result.found
+    receipt.at = utcnow() if result.found else None
+    if result.found:
+        receipt.wrote("conversations")
     return receipt
 
 

@@ -96,7 +96,7 @@ class Receipt:
     agent: str
     thread_id: str
     msg_id: str
-    action: str  # deleted | redacted
+    action: str  # deleted | redacted | unsaved
     found: bool = True
     done: bool = False  # False: nothing was left to do (asked again)
     tables: dict[str, TableCount] = field(default_factory=dict)
@@ -106,6 +106,7 @@ class Receipt:
     placeholder: str = ""
     spans: int = 0
     high_sensitivity: bool = False  # the turn reads as high after a redaction
+    unsaved: bool = False  # an end-user token's delete withdrew its saved message
     at: datetime | None = None
     by: str = ""  # the token id
     # Milliseconds from the op's start until no op could read the old text (its newer

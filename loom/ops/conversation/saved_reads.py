@@ -35,7 +35,7 @@ from loom.auth.principal import Principal, Role
 from loom.errors import InvalidRequest
 from loom.limits import SAVED_LEXICAL_WEIGHT
 from loom.ops.conversation import api_inline_embedder
-from loom.ops.conversation.common import as_utc, check_lexical_weight, decode_cursor, encode_cursor
+from loom.ops.conversation.common import as_utc, check_lexical_weight, decode_cursor, encode_cursor, rrf_score
 from loom.ops.conversation.saving import acting_user
 from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
@@ -44,7 +44,6 @@ from loom.store import saved as saved_store
 
 HYBRID, SEMANTIC, LEXICAL = "hybrid", "semantic", "lexical"
 SEARCH_MODES = (HYBRID, SEMANTIC, LEXICAL)
-RRF_K = 60
 VECTOR_LEG, LEXICAL_LEG = "vector", "lexical"
 QUERY_HIGH = "query_high_sensitivity"
 EMBEDDER_UNAVAILABLE = "embedder_unavailable"
@@ -313,12 +312,7 @@ def _score(c: _Candidate, mode: str, lexical_weight: float) -> float:
         return c.similarity or 0.0
     if mode == LEXICAL:
         return c.bm25 or 0.0
-    score = 0.0
-    if c.vector_rank is not None:
-        score += 1.0 / (RRF_K + c.vector_rank)
-    if c.lexical_rank is not None:
-        score += lexical_weight / (RRF_K + c.lexical_rank)
-    return score
+    return rrf_score(c.vector_rank, c.lexical_rank, lexical_weight)
 
 
 def _legs_count(c: _Candidate) -> int:

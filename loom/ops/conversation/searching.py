@@ -40,8 +40,8 @@ Modes (``search_mode``; docs/search.md has the figures behind them):
   recorded, not high, the very text its postings came from) and screened as a vector
   hit is; a high turn has no postings at all.
 * ``hybrid``: both legs, fused by reciprocal rank (k = 60), the lexical leg's share
-  scaled by ``lexical_weight`` (0 to 100, loom.limits), as conversation.search_saved_messages fuses
-  them. The floor applies to the vector leg only: a vector candidate under it is not
+  the lexical leg's share ``lexical_weight`` (0 to 1, loom.limits; the vector leg takes
+  the rest), as conversation.search_saved_messages fuses them. The floor applies to the vector leg only: a vector candidate under it is not
   in that leg, while a lexical hit enters without it (a question's exact words may sit
   in a turn the embedding ranks far away). The vector leg contributes its best
   ``limit`` verified hits (the search vector mode runs), the lexical leg its best
@@ -83,7 +83,13 @@ from loom.errors import ConflictingFields, InvalidRequest
 from loom.limits import DEFAULT_LEXICAL_WEIGHT, MAX_QUERY_CHARS
 from loom.limits import MAX_SEARCH_LIMIT as MAX_LIMIT
 from loom.ops.conversation import api_inline_embedder
-from loom.ops.conversation.common import EMBED_CHARS, LEGACY_EMBED_CHARS, as_utc, check_lexical_weight
+from loom.ops.conversation.common import (
+    EMBED_CHARS,
+    LEGACY_EMBED_CHARS,
+    as_utc,
+    check_lexical_weight,
+    rrf_score,
+)
 from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
 from loom.store import search as store
@@ -101,7 +107,6 @@ SUBSTRING: Final = "substring"
 HYBRID: Final = "hybrid"
 LEXICAL: Final = "lexical"
 SEARCH_MODES = (VECTOR, HYBRID, LEXICAL)
-RRF_K = 60
 LEG_DEPTH = 10  # the lexical leg of a hybrid search contributes its best limit + LEG_DEPTH hits
 # fallback_reason values
 QUERY_HIGH = "query_high_sensitivity"
@@ -683,8 +688,8 @@ def _best_lexical(hits: list[Hit], limit: int) -> list[Hit]:
 
 
 def fuse(vector_hits: Sequence[Hit], lexical_hits: Sequence[Hit], lexical_weight: float) -> list[Hit]:
-    """Reciprocal rank fusion of the two legs' verified hits: 1 / (k + rank) from the
-    vector leg plus lexical_weight / (k + rank) from the lexical leg. Ties: a hit of
+    """Reciprocal rank fusion of the two legs' verified hits (common.rrf_score: the
+    lexical leg's share is lexical_weight, the vector leg's the rest). Ties: a hit of
     both legs first, then the better rank, then the key."""
     by_key: dict[tuple[str, str, str], tuple[Hit | None, int | None, Hit | None, int | None]] = {}
     for rank, h in enumerate(vector_hits, 1):
@@ -695,9 +700,7 @@ def fuse(vector_hits: Sequence[Hit], lexical_hits: Sequence[Hit], lexical_weight
         by_key[key] = (v, v_rank, h, rank)
     scored: list[tuple[tuple[float, int, int, str, str, str], Hit]] = []
     for key, (v, v_rank, lx, l_rank) in by_key.items():
-        score = (1.0 / (RRF_K + v_rank) if v_rank else 0.0) + (
-            lexical_weight / (RRF_K + l_rank) if l_rank else 0.0
-        )
+        score = rrf_score(v_rank, l_rank, lexical_weight)
         if score <= 0:
             continue
         legs = tuple(leg for leg, r in (("vector", v_rank), ("lexical", l_rank)) if r)

@@ -370,18 +370,12 @@ def _fuse(vec: list[store.VectorHit], lex: list[store.LexicalHit], scope: Scope,
     for h in _rrf([(v.memory_id, v.similarity) for v in vec], [(lh.id, lh.score) for lh in lex]):
         f = rows[h.memory_id]
         # Both legs read the newest live version; the screen stays as a second guard.
-        if f.tombstoned or reads_as_high(f.text) or not _in_scope(f, scope):
+        if f.tombstoned or reads_as_high(f.text) or not scope.admits(f.session_id, f.run_id):
             continue
         hits.append(FactHit(f, round(h.score, 6), h.legs, h.similarity, h.bm25))
         if len(hits) == limit:
             break
     return hits
-
-
-def _in_scope(f: Fact, scope: Scope) -> bool:
-    return (not scope.session_id or f.session_id == scope.session_id) and (
-        not scope.run_id or f.run_id == scope.run_id
-    )
 
 
 async def search(
