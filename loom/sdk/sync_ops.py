@@ -128,7 +128,7 @@ class Conversation(SyncGroup):
         role: Literal["user", "assistant", "system"] | None = None,
         agent: str | None = None,
         search_mode: Literal["vector", "hybrid", "lexical"] = "vector",
-        lexical_weight: float = 10.0,
+        lexical_weight: float = 0.9,
     ) -> q.SearchResponse:
         """`conversation.search`: Vector search over the embedded turns (user and assistant turns, compaction
         summaries) of one namespace (`namespace`), or of every namespace the token grants when the body
@@ -159,8 +159,8 @@ class Conversation(SyncGroup):
                 turns' whole text (stop-words dropped from the query, terms stemmed), no floor; "hybrid":
                 both, fused by reciprocal rank, the floor applying to the vector leg only (a lexical hit
                 enters without it).
-            lexical_weight: Scales the lexical (BM25) leg in hybrid mode: its rank's votes against the
-                vector leg's one (0 to 100). 0.0 to 100.0.
+            lexical_weight: The lexical (BM25) leg's share of the fusion in hybrid mode, the vector leg
+                taking the rest (0 to 1: 0 the vector leg alone, 1 the lexical leg alone). 0.0 to 1.0.
         """
         return self._runner.run(
             self._group.search(
@@ -444,8 +444,9 @@ class Conversation(SyncGroup):
         Remove one turn, its embedding row and every copy derived from it (saved index, vector tables,
         memory evidence; a summary built from it is tombstoned and its turns come back); every older
         version leaves the disk before the answer, a receipt. Admin; a writer for a turn its token
-        appended; an end-user token for its own saved message. Idempotent: asked again, `found` and
-        `deleted` are false.
+        appended. An end-user token never removes a recorded turn: on its own saved message it does what
+        conversation.unsave_message does (`unsaved: true`), and on anything else answers `found: false`.
+        Idempotent: asked again, `found` and `deleted` are false.
 
         Args:
             thread_id: The thread's id (any string the client picks). 1 to 256 characters.
@@ -659,7 +660,7 @@ class Saved(SyncGroup):
         user_id: str | None = None,
         limit: int = 10,
         search_mode: Literal["hybrid", "semantic", "lexical"] = "hybrid",
-        lexical_weight: float = 1.0,
+        lexical_weight: float = 0.5,
         conversation_id: str | None = None,
     ) -> s.SearchSavedResponse:
         """`conversation.search_saved_messages`: Search one user's saved messages in one namespace. `hybrid`
@@ -675,8 +676,8 @@ class Saved(SyncGroup):
                 256 characters.
             limit: 1 to 100.
             search_mode: One of 'hybrid', 'semantic', 'lexical'.
-            lexical_weight: Scales the lexical (BM25) leg in hybrid mode: its rank's votes against the
-                vector leg's one (0 to 100). 0.0 to 100.0.
+            lexical_weight: The lexical (BM25) leg's share of the fusion in hybrid mode, the vector leg
+                taking the rest (0 to 1: 0 the vector leg alone, 1 the lexical leg alone). 0.0 to 1.0.
             conversation_id: Only this conversation's saved messages. 1 to 256 characters.
         """
         return self._runner.run(
@@ -1031,9 +1032,10 @@ class Memory(SyncGroup):
     def search_all(
         self, *, query: str, namespace: str | None = None, user_id: str | None = None, limit: int = 10
     ) -> m.UnifiedSearchResponse:
-        """`search`: The unified `search`: memory, briefs' names and conversations in one answer. One query
-        over the planes the caller may read, in sections: `memory` (the user's facts) and `conversation`
-        (recorded turns; not for a token pinned to one user).
+        """`search`: The unified `search`: the user's memory and recorded conversations in one answer (never
+        briefs: a brief does not compete with facts in recall). One query over the planes the caller may
+        read, in sections: `memory` (the user's facts) and `conversation` (recorded turns; not for a token
+        pinned to one user).
 
         Args:
             query: 1 to 4,000 characters.
