@@ -138,7 +138,7 @@ class Supervisor:
         self.stop_requested = False
         self.gave_up: Child | None = None
         self._lock_fd: int | None = None
-        loom_logging.configure(settings.log_level)
+        loom_logging.configure(settings.log_level, verbose=settings.log_verbose)
         logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per health probe
 
     @property
@@ -210,6 +210,8 @@ class Supervisor:
         """Start the workers and the API before the backends: each imports its modules,
         then waits at its start gate (loom.start_gate) for release_services."""
         env = {**os.environ, "LOOM_HOME": str(self.settings.home)}
+        if self.settings.log_verbose:  # `loom serve --verbose`
+            env["LOOM_LOG_VERBOSE"] = "true"
         if self.settings.read_index_mb > 0:
             socket_path = str(self.settings.home / INDEX_SOCKET)
             env["LOOM_READ_INDEX_SOCKET"] = socket_path  # where the API finds it
