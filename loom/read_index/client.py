@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 TIMEOUT_S = 2.0
-POOL = 8
+POOL = 64  # idle connections kept (a search holds one while it waits)
 
 
 @dataclass
