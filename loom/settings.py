@@ -59,7 +59,8 @@ class Settings(BaseSettings):
     # The read index (loom.read_index): one process `loom serve` supervises holds the
     # conversation plane's live vectors in memory, within this many MiB (least recently
     # searched namespaces leave first and are searched by the engine); 0: no index, every
-    # search reads the engine. ~1.9 KB a 384-dimension turn: 1M turns fit in the default.
+    # search reads the engine. ~3.9 KB a 384-dimension turn of ~200 characters (float32
+    # vector, excerpt, Python rows): the default holds ~500k turns.
     read_index_mb: int = Field(2048, ge=0)
     # Where the API finds the index's socket; `loom serve` sets it for its API. Empty:
     # no index runs, searches read the engine (and say nothing about it).

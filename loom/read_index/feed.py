@@ -43,7 +43,7 @@ EMBEDDINGS = b"e"
 MARKS = b"m"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Row:
     """An embedding row as the index keeps it (vector None: not a live recorded vector)."""
 

@@ -15,7 +15,7 @@ a key (live or removed) changes nothing, so events may be applied twice or out o
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -23,7 +23,9 @@ from loom.read_index.feed import Row
 
 Key = tuple[str, str]  # (thread_id, msg_id)
 _GROW = 1.5
-_ROW_OVERHEAD = 260  # bytes per row beyond its vector and text: codes, dict entries, strings
+_ROW_OVERHEAD = (
+    1_450  # bytes per row beyond its vector and text: the row, its strings, dict entries (measured)
+)
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,7 @@ class NamespaceVectors:
         for c in _FILTERED:
             m.cols[c][s] = self.codes[c].code(getattr(row, c))
         self.where[key] = (m.dim, s)
-        self.rows[(m.dim, s)] = row
+        self.rows[(m.dim, s)] = replace(row, vector=None)  # the matrix holds it: not its buffer too
         self.text_bytes += len(row.text) + 49
         return True
 
