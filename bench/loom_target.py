@@ -53,6 +53,14 @@ ERASURE_PATH = "/v1/erasure.request"
 ERASURE_STATUS_PATH = "/v1/erasure.status"
 APPEND_PATH = "/v1/conversation.append"
 IN_PROGRESS = "arq:in-progress:*"  # arq's in_progress_key_prefix
+CRON_JOBS = (b"conversation_titler", b"recover_embeddings")
+
+
+def _scheduled(key: bytes) -> bool:
+    """An in-progress key of one of Loom's scheduled jobs (arq:in-progress:<name>:<time>)."""
+    return any(key.startswith(b"arq:in-progress:" + name + b":") for name in CRON_JOBS)
+
+
 AGENT = "default"
 NAMESPACES = (datagen.MAIN_NS, *datagen.NOISE_NS, datagen.SAVED_NS)
 LOAD_BATCH = 20_000  # turns per INSERT of the bulk load
@@ -676,13 +684,16 @@ class LoomTarget(HttpTarget):
         return AppendResult(bool(r["stored"]), r.get("reason"))
 
     async def settle(self) -> None:
-        """Until the arq queue is empty and no job is in progress."""
+        """Until the arq queue is empty and no job is in progress. Scheduled jobs' keys do
+        not count: arq keeps a cron job's in-progress key for a minute after it ran, and
+        the titler ticks every 5 s, so one always exists."""
         if self.redis is None:
             return
         self._wake()
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
-            if await self.redis.zcard(QUEUE) == 0 and not await self.redis.keys(IN_PROGRESS):
+            running = [k for k in await self.redis.keys(IN_PROGRESS) if not _scheduled(k)]
+            if await self.redis.zcard(QUEUE) == 0 and not running:
                 return
             await asyncio.sleep(0.01)
         raise RuntimeError("Loom's job queue did not drain in 900 s")
