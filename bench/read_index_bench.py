@@ -31,7 +31,7 @@ from loom.store.clickhouse import connect
 from loom.store.schema import prepare
 
 NS = "rebuild"
-BATCH = 50_000
+BATCH = 10_000
 
 
 def _rows(rng: np.random.Generator, lo: int, hi: int) -> list[emb_store.EmbeddingRow]:
