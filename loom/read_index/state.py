@@ -203,8 +203,7 @@ class ReadIndex:
         if met is None:
             return  # forgotten meanwhile (a gap, a namespace-wide change): wanted again
         vectors = NamespaceVectors()
-        for r in rows:
-            vectors.apply(r)
+        vectors.load(rows)
         for r in met:
             vectors.apply(r)
         if vectors.nbytes > self.budget:

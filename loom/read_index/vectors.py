@@ -147,6 +147,35 @@ class NamespaceVectors:
         self.text_bytes += len(row.text) + 49
         return True
 
+    def load(self, rows: list[Row]) -> None:
+        """A whole namespace's rows into an empty instance: what :meth:`apply` does row by
+        row, in bulk (a rebuild's read holds one row per key)."""
+        if self.versions:
+            for r in rows:
+                self.apply(r)
+            return
+        self.versions = {r.key: r.version for r in rows}
+        by_dim: dict[int, list[Row]] = {}
+        for r in rows:
+            if r.vector is not None and len(r.vector):
+                by_dim.setdefault(len(r.vector), []).append(r)
+        for dim, found in by_dim.items():
+            vecs = np.stack([r.vector for r in found]).astype(np.float32, copy=False)
+            norms = np.linalg.norm(vecs, axis=1)
+            ok = np.isfinite(norms) & (norms > 0)  # a zero vector ranks nowhere
+            kept = [r for r, good in zip(found, ok.tolist(), strict=True) if good]
+            m = _Matrix(dim)
+            m.vectors = vecs[ok] / norms[ok, None]
+            m.live = np.ones(len(kept), dtype=bool)
+            m.n = len(kept)
+            for c in _FILTERED:
+                code = self.codes[c].code
+                m.cols[c] = np.fromiter((code(getattr(r, c)) for r in kept), dtype=np.int32, count=len(kept))
+            self.matrices[dim] = m
+            self.where.update({r.key: (dim, i) for i, r in enumerate(kept)})
+            self.rows.update({(dim, i): replace(r, vector=None) for i, r in enumerate(kept)})
+            self.text_bytes += sum(len(r.text) + 49 for r in kept)
+
     def _remove(self, key: Key) -> None:
         at = self.where.pop(key, None)
         if at is None:

@@ -96,3 +96,32 @@ def test_an_event_carries_only_live_recorded_vectors():
     assert back["live"].vector is not None and back["live"].vector.tolist() == [0.5, 0.5]
     assert back["live"].ts_us == int(ts.timestamp() * 1_000_000) and back["live"].version == 3
     assert all(back[k].vector is None and back[k].text == "" for k in ("dead", "failed", "saved"))
+
+
+def test_a_bulk_load_holds_what_applying_row_by_row_holds():
+    rng = np.random.default_rng(3)
+    rows = [
+        _row(
+            f"t{i % 4}",
+            f"m{i}",
+            i,
+            None if i % 7 == 0 else rng.standard_normal(6).tolist(),
+            run_id=f"r{i % 3}",
+        )
+        for i in range(300)
+    ]
+    rows.append(_row("t0", "zero", 1, [0.0] * 6))
+    one, bulk = NamespaceVectors(), NamespaceVectors()
+    for r in rows:
+        one.apply(r)
+    bulk.load(rows)
+    q = rng.standard_normal(6).astype(np.float32)
+    for wanted in (Wanted(), Wanted(thread_id="t2"), Wanted(run_id="r1", role="user")):
+        a, na = one.search(q, wanted, 20)
+        b, nb = bulk.search(q, wanted, 20)
+        assert na == nb and [(f.msg_id, round(f.similarity, 5)) for f in a] == [
+            (f.msg_id, round(f.similarity, 5)) for f in b
+        ]
+    assert len(bulk) == len(one) == 300 - 43 and bulk.versions == one.versions
+    bulk.apply(_row("t1", "m1", 999, None))  # later events apply as before
+    assert ("t1", "m1") not in bulk.where
