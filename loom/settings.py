@@ -143,6 +143,9 @@ class Settings(BaseSettings):
     webhook_timeout_seconds: float = Field(5.0, gt=0, le=60)
 
     log_level: str = "INFO"
+    # The libraries' routine lines too (requests, job starts and ends, MCP sessions) and
+    # Loom's debug lines; `loom serve --verbose` sets it for every process it starts.
+    log_verbose: bool = False
 
     @field_validator("home")
     @classmethod

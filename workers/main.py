@@ -178,5 +178,5 @@ def build_worker(settings: Settings, clickhouse_url: str, redis_url: str, **over
 
 
 def run_worker(settings: Settings, clickhouse_url: str, redis_url: str) -> None:
-    loom_logging.configure(settings.log_level)
+    loom_logging.configure(settings.log_level, verbose=settings.log_verbose)
     build_worker(settings, clickhouse_url, redis_url).run()

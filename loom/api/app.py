@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 from starlette.routing import Route
@@ -41,6 +42,8 @@ from loom.ops.platform import live_settings, rates
 from loom.ops.platform.health import check
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
+
+DOCS_STATIC = "/docs-static"  # Swagger UI's and ReDoc's files, as the package ships them
 
 ROUTERS = [
     namespace.router,
@@ -102,7 +105,7 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
             app.state.services = services
             yield
             return
-        loom_logging.configure(cfg.log_level)
+        loom_logging.configure(cfg.log_level, verbose=cfg.log_verbose)
         backends = start_backends(cfg)
         svc = await open_services(cfg, backends.clickhouse_url, backends.redis_url)
         app.state.services = svc
@@ -117,11 +120,17 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
             await svc.close()
             backends.stop()
 
-    app = FastAPI(
+    # /docs (Swagger UI) and /redoc load their scripts and styles from Loom itself
+    # (fastapi-offline ships them), not from a CDN: the docs work without internet.
+    app = FastAPIOffline(
         title="Loom",
         version="0.1.0",
         lifespan=lifespan,
         description="The memory store for AI agents: conversation plane, session briefs, memory.",
+        static_url=DOCS_STATIC,
+        favicon_url=f"{DOCS_STATIC}/favicon.png",
+        # No validator badge: Swagger UI would fetch it from validator.swagger.io.
+        swagger_ui_parameters={"validatorUrl": None},
     )
     errors.install(app)
     for router in ROUTERS:

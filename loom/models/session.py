@@ -12,7 +12,27 @@ from loom.models.common import AgentId, NamespacedRequest, StrictModel, Timestam
 EventKind = Literal[
     "user", "assistant", "edit", "command", "error", "read", "search", "tool", "note", "summary"
 ]
-Author = Literal["llm", "deterministic", "model"]
+# Who wrote a revision: the words are the spec's. "model" means the sections came from
+# the caller (the calling agent's own model, or a person saving by hand): Loom's server
+# ran no model for them, configured or not.
+AUTHORS: dict[str, str] = {
+    "llm": "Loom's model revised it from the events",
+    "deterministic": "Loom's deterministic builder wrote it from the events (no model)",
+    "model": "the caller wrote the sections (the calling agent, or a person through the API); "
+    "no model ran on the server",
+}
+# The same, as the dashboard labels a revision.
+AUTHOR_LABELS: dict[str, str] = {
+    "llm": "revised by Loom's model",
+    "deterministic": "built by Loom's rules (no model)",
+    "model": "written by the calling agent",
+}
+Author = Annotated[
+    Literal["llm", "deterministic", "model"],
+    Field(
+        description="Who wrote the revision: " + "; ".join(f'"{k}": {v}' for k, v in AUTHORS.items()) + "."
+    ),
+]
 
 BriefKey = Annotated[
     str,
@@ -156,6 +176,9 @@ class BriefListItem(StrictModel):
     author: Author
     updated_at: Timestamp
     line: str = Field(description="One line: key, revision, age and headline.")
+    headline: str = Field(
+        description="The goal, else the status's first line (empty when that reads as high sensitivity)."
+    )
 
 
 class BriefListResponse(StrictModel):

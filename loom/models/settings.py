@@ -35,6 +35,7 @@ class SettingsSetRequest(RequestBody):
 
 class SettingOut(BaseModel):
     name: str = Field(description="The LOOM_ name.")
+    label: str = Field(description='What a person calls it, e.g. "Search: excerpt length".')
     value: bool | int | float | str = Field(description="The value in force.")
     default: bool | int | float | str = Field(description="What the environment (or Loom's default) gives.")
     source: Literal["default", "environment", "override"]

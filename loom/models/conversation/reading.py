@@ -259,7 +259,11 @@ class MessageOut(BaseModel):
 class GetRequest(NamespacedRequest):
     agent: AgentId = "default"
     thread_id: ThreadId
-    include_messages: bool = False
+    include_messages: bool = Field(
+        True,
+        description="The first page of the thread's turns comes with it (`limit`, oldest first; "
+        '`order: "desc"` for the tail); false: the thread alone, `messages: []`.',
+    )
     include_embedding: bool = Field(
         False, description="Each message's embedding state (with include_messages)."
     )
@@ -270,8 +274,10 @@ class GetRequest(NamespacedRequest):
 
 class GetResponse(BaseModel):
     thread: ThreadOut
-    messages: list[MessageOut] | None = None
-    next_cursor: str | None = None
+    messages: list[MessageOut] = Field(
+        default_factory=list, description="A page of the turns; empty with `include_messages: false`."
+    )
+    next_cursor: str | None = Field(None, description="Pass it back as `cursor` for the next page.")
 
 
 class ListRequest(NamespacedRequest):

@@ -47,7 +47,10 @@ def report(ch: Client, settings: Settings) -> RetentionReport:
         tiering = Tiering(warm_days, False, f"not applicable: storage policy {policy!r} has no 'warm' volume")
     elif "TO VOLUME 'warm'" not in conv.ttl:
         tiering = Tiering(
-            warm_days, False, "not in force: the table's TTL has no move to 'warm' (restart to apply)"
+            warm_days,
+            False,
+            "not in force: the table's TTL has no move to 'warm' yet (settings.set applies it at once, "
+            "start-up applies the environment's)",
         )
     else:
         tiering = Tiering(warm_days, True, f"parts older than {warm_days} days move to 'warm'")

@@ -70,6 +70,24 @@ LIVE_SETTINGS: dict[str, str] = {
     "session_brief_max_windows": "The most windows of events one brief save reads (older ones drop).",
     "mcp_session_run_idle_seconds": "An MCP session's implicit run closes after this long without a call.",
 }
+# Field name -> the short name a person knows it by (the dashboard's label; the LOOM_
+# variable is shown beside it).
+LABELS: dict[str, str] = {
+    "conversation_search_min_similarity": "Search: minimum similarity",
+    "conversation_search_excerpt_chars": "Search: excerpt length",
+    "conversation_titler_enabled": "Titler",
+    "conversation_titler_interval_seconds": "Titler: how often",
+    "conversation_titler_window_hours": "Titler: window",
+    "conversation_titler_min_turns": "Titler: minimum turns",
+    "conversation_titler_max_threads_per_pass": "Titler: threads per pass",
+    "retention_conversations_days": "Transcript retention",
+    "tiering_conversations_warm_days": "Move to warm storage after",
+    "session_brief_llm": "Briefs: revised by a model",
+    "session_brief_llm_model": "Briefs: model",
+    "session_brief_window_chars": "Briefs: window size",
+    "session_brief_max_windows": "Briefs: most windows per save",
+    "mcp_session_run_idle_seconds": "MCP: run idle timeout",
+}
 CONVERSATIONS, RETENTION, CONTEXT, MCP = "Conversations", "Retention and storage tiering", "Context", "Mcp"
 GROUPS: dict[str, str] = {
     "retention_conversations_days": RETENTION,

@@ -31,6 +31,7 @@ class SettingView:
     """One live setting as settings.get shows it."""
 
     name: str  # LOOM_...
+    label: str  # what a person calls it (live_settings.LABELS)
     value: Any  # in force: the override, else the default
     default: Any  # what the environment (or Loom's built-in default) gives
     source: str  # "default" | "environment" | "override"
@@ -74,6 +75,7 @@ def _views(svc: Services, stored: Mapping[str, store.Override]) -> list[SettingV
         views.append(
             SettingView(
                 name=live.env_name(field),
+                label=live.LABELS[field],
                 value=overrides.get(field, default),
                 default=default,
                 source=source,

@@ -70,9 +70,11 @@ async def test_list_pages_in_both_orders(call, ns, writer, mint):
 async def test_get_with_messages_and_the_tail(call, ns, writer):
     expected = await _thread(call, writer, ns)
     r = await call("conversation.get", writer, namespace=ns, thread_id="t")
-    assert r.status_code == 200
-    assert r.json()["messages"] is None and r.json()["thread"]["turns"] == 7
+    assert r.status_code == 200  # the first page of turns comes by default, oldest first
+    assert [m["content"] for m in r.json()["messages"]] == expected and r.json()["thread"]["turns"] == 7
     assert r.json()["thread"]["last_ts"] is not None
+    r = await call("conversation.get", writer, namespace=ns, thread_id="t", include_messages=False)
+    assert r.json()["messages"] == [] and r.json()["next_cursor"] is None  # the thread alone
     r = await call(
         "conversation.get", writer, namespace=ns, thread_id="t", include_messages=True, order="desc", limit=2
     )

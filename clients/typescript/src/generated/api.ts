@@ -169,8 +169,9 @@ export interface paths {
         put?: never;
         /**
          * Get
-         * @description One thread's metadata; `include_messages: true` adds a page of its turns
-         *     (`order: "desc"` for the tail, `cursor` for the next page).
+         * @description One thread's metadata and the first page of its turns (`order: "desc"` for the
+         *     tail, `cursor` for the next page); `include_messages: false` for the metadata alone
+         *     (`messages: []`).
          */
         post: operations["get_v1_conversation_get_post"];
         delete?: never;
@@ -1441,6 +1442,7 @@ export interface components {
             branch: string;
             /**
              * Author
+             * @description Who wrote the revision: "llm": Loom's model revised it from the events; "deterministic": Loom's deterministic builder wrote it from the events (no model); "model": the caller wrote the sections (the calling agent, or a person through the API); no model ran on the server.
              * @enum {string}
              */
             author: "llm" | "deterministic" | "model";
@@ -1483,6 +1485,7 @@ export interface components {
             revision: number;
             /**
              * Author
+             * @description Who wrote the revision: "llm": Loom's model revised it from the events; "deterministic": Loom's deterministic builder wrote it from the events (no model); "model": the caller wrote the sections (the calling agent, or a person through the API); no model ran on the server.
              * @enum {string}
              */
             author: "llm" | "deterministic" | "model";
@@ -1497,6 +1500,11 @@ export interface components {
              * @description One line: key, revision, age and headline.
              */
             line: string;
+            /**
+             * Headline
+             * @description The goal, else the status's first line (empty when that reads as high sensitivity).
+             */
+            headline: string;
         };
         /** BriefListRequest */
         BriefListRequest: {
@@ -2630,7 +2638,8 @@ export interface components {
             thread_id: string;
             /**
              * Include Messages
-             * @default false
+             * @description The first page of the thread's turns comes with it (`limit`, oldest first; `order: "desc"` for the tail); false: the thread alone, `messages: []`.
+             * @default true
              */
             include_messages?: boolean;
             /**
@@ -2657,9 +2666,15 @@ export interface components {
         /** GetResponse */
         GetResponse: {
             thread: components["schemas"]["ThreadOut"];
-            /** Messages */
-            messages?: components["schemas"]["MessageOut"][] | null;
-            /** Next Cursor */
+            /**
+             * Messages
+             * @description A page of the turns; empty with `include_messages: false`.
+             */
+            messages?: components["schemas"]["MessageOut"][];
+            /**
+             * Next Cursor
+             * @description Pass it back as `cursor` for the next page.
+             */
             next_cursor?: string | null;
         };
         /** Health */
@@ -4112,6 +4127,11 @@ export interface components {
              * @description The LOOM_ name.
              */
             name: string;
+            /**
+             * Label
+             * @description What a person calls it, e.g. "Search: excerpt length".
+             */
+            label: string;
             /**
              * Value
              * @description The value in force.

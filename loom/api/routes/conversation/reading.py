@@ -165,8 +165,9 @@ async def threads(body: ThreadsRequest, who: Caller, svc: Svc) -> ThreadsRespons
 
 @router.post("/conversation.get", response_model=GetResponse, responses=error_responses(404))
 async def get(body: GetRequest, who: Caller, svc: Svc) -> GetResponse:
-    """One thread's metadata; `include_messages: true` adds a page of its turns
-    (`order: "desc"` for the tail, `cursor` for the next page)."""
+    """One thread's metadata and the first page of its turns (`order: "desc"` for the
+    tail, `cursor` for the next page); `include_messages: false` for the metadata alone
+    (`messages: []`)."""
     view, page = await ops.get(
         svc,
         who,

@@ -299,7 +299,7 @@ async def get(
     agent: str,
     thread_id: str,
     *,
-    include_messages: bool = False,
+    include_messages: bool = True,
     include_embedding: bool = False,
     limit: int = 50,
     order: str = "asc",
