@@ -26,21 +26,10 @@ from loom.api import errors
 from loom.api.deps import OP_PREFIX, authenticate, authorized
 from loom.api.gate import Gate
 from loom.api.observe import ObserveMiddleware, flat_routes
-from loom.api.routes import (
-    briefs,
-    compaction,
-    conversation,
-    deploy,
-    erasure,
-    health,
-    memory,
-    memory_answers,
-    namespaces,
-    saved,
-    search,
-    webhooks,
-)
+from loom.api.routes import erasure, health, memory, memory_answers, namespace, session, webhook
+from loom.api.routes import replicas as replicas_routes
 from loom.api.routes import settings as settings_routes
+from loom.api.routes.conversation import lifecycle, reading, saved, search
 from loom.auth import policy
 from loom.dashboard.app import install as install_dashboard
 from loom.embedded.backends import start_backends
@@ -49,8 +38,8 @@ from loom.gc_tuning import calm_the_garbage_collector
 from loom.mcp_server.http import PATH as MCP_PATH
 from loom.mcp_server.http import McpEndpoint
 from loom.mcp_server.tools import SPECS
-from loom.ops import live_settings, rates
-from loom.ops.health import check
+from loom.ops.platform import live_settings, rates
+from loom.ops.platform.health import check
 from loom.read_index import figures as read_index_figures
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
@@ -58,17 +47,17 @@ from loom.settings import Settings, get_settings
 DOCS_STATIC = "/docs-static"  # Swagger UI's and ReDoc's files, as the package ships them
 
 ROUTERS = [
-    namespaces.router,
-    conversation.router,
-    compaction.router,
+    namespace.router,
+    reading.router,
+    lifecycle.router,
     search.router,
     saved.router,
-    briefs.router,
+    session.router,
     erasure.router,
     memory.router,
     memory_answers.router,
-    webhooks.router,
-    deploy.router,
+    webhook.router,
+    replicas_routes.router,
     health.router,
     settings_routes.router,
 ]

@@ -24,8 +24,8 @@ from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException
 
 from loom import logging as loom_logging
-from loom.api.models.bounds import DEPTH_RULE
 from loom.errors import BackendUnavailable, LoomError
+from loom.models.bounds import DEPTH_RULE
 
 log = loom_logging.get("loom.api")
 

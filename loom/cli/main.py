@@ -194,8 +194,8 @@ def reembed(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from loom.embedded.backends import start_backends
-    from loom.ops.conversation.reembedding import reembed_with
-    from loom.ops.conversation.worker_embed_writer import model_from_embedder
+    from loom.ops.conversation.lifecycle.reembedding import reembed_with
+    from loom.ops.embedding.writer import model_from_embedder
     from loom.services import open_services
     from loom.store import embeddings
     from loom.store.schema import prepare

@@ -11,9 +11,9 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
-from loom.api.models.briefs import AUTHOR_LABELS
 from loom.dashboard.visit import PATH, Visit
 from loom.errors import Forbidden
+from loom.models.session import AUTHOR_LABELS
 from loom.sdk.transport import LoomError
 
 HERE = Path(__file__).parent

@@ -160,7 +160,7 @@ class NamespaceVectors:
             if r.vector is not None and len(r.vector):
                 by_dim.setdefault(len(r.vector), []).append(r)
         for dim, found in by_dim.items():
-            vecs = np.stack([r.vector for r in found]).astype(np.float32, copy=False)
+            vecs = np.stack([r.vector for r in found if r.vector is not None]).astype(np.float32, copy=False)
             norms = np.linalg.norm(vecs, axis=1)
             ok = np.isfinite(norms) & (norms > 0)  # a zero vector ranks nowhere
             kept = [r for r, good in zip(found, ok.tolist(), strict=True) if good]

@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from loom.api.models.conversation import AppendBatchResponse
-from loom.api.models.memory import ContextPackResponse, SetFromMessagesResponse
+from loom.models.conversation.reading import AppendBatchResponse
+from loom.models.memory import ContextPackResponse, SetFromMessagesResponse
 from loom.sdk.ops import Briefs, Conversation, Erasure, Memory, Namespace, Ops, Saved, Settings, Webhooks
 from loom.sdk.transport import Retry, Transport
 

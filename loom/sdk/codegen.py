@@ -35,19 +35,19 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from loom.api import routes as routes_package
-from loom.api.models import briefs as b
-from loom.api.models import compaction as k
-from loom.api.models import conversation as c
-from loom.api.models import deploy as d
-from loom.api.models import erasure as e
-from loom.api.models import health as h
-from loom.api.models import memory as m
-from loom.api.models import memory_answers as ma
-from loom.api.models import namespaces as n
-from loom.api.models import saved as s
-from loom.api.models import search as q
-from loom.api.models import settings as st
-from loom.api.models import webhooks as w
+from loom.models import erasure as e
+from loom.models import health as h
+from loom.models import memory as m
+from loom.models import memory_answers as ma
+from loom.models import namespace as n
+from loom.models import replicas as d
+from loom.models import session as b
+from loom.models import settings as st
+from loom.models import webhook as w
+from loom.models.conversation import lifecycle as k
+from loom.models.conversation import reading as c
+from loom.models.conversation import saved as s
+from loom.models.conversation import search as q
 
 HERE = Path(__file__).parent
 ASYNC_FILE, SYNC_FILE = HERE / "ops.py", HERE / "sync_ops.py"
@@ -510,8 +510,10 @@ def route_docs() -> dict[str, str]:
     """Each op's route docstring (what the API's OpenAPI page says of it), read from the
     route modules (not the app: it imports the dashboard, which imports this SDK)."""
     out: dict[str, str] = {}
-    for info in pkgutil.iter_modules(routes_package.__path__):
-        router = importlib.import_module(f"{routes_package.__name__}.{info.name}").router
+    for info in pkgutil.walk_packages(routes_package.__path__, f"{routes_package.__name__}."):
+        if info.ispkg:
+            continue
+        router = importlib.import_module(info.name).router
         for route in router.routes:
             if isinstance(route, APIRoute) and route.path.startswith("/v1/"):
                 out[route.path.removeprefix("/v1/")] = inspect.cleandoc(route.endpoint.__doc__ or "")
@@ -546,7 +548,7 @@ from __future__ import annotations
 '''
 
 MODEL_IMPORTS = "\n".join(
-    f"from loom.api.models import {module.__name__.rsplit('.', 1)[1]} as {alias}"
+    "from {} import {} as {}".format(*module.__name__.rsplit(".", 1), alias)
     for alias, module in MODULES.items()
 )
 

@@ -14,19 +14,19 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from loom.api.models import briefs as b
-from loom.api.models import compaction as k
-from loom.api.models import conversation as c
-from loom.api.models import deploy as d
-from loom.api.models import erasure as e
-from loom.api.models import health as h
-from loom.api.models import memory as m
-from loom.api.models import memory_answers as ma
-from loom.api.models import namespaces as n
-from loom.api.models import saved as s
-from loom.api.models import search as q
-from loom.api.models import settings as st
-from loom.api.models import webhooks as w
+from loom.models import erasure as e
+from loom.models import health as h
+from loom.models import memory as m
+from loom.models import memory_answers as ma
+from loom.models import namespace as n
+from loom.models import replicas as d
+from loom.models import session as b
+from loom.models import settings as st
+from loom.models import webhook as w
+from loom.models.conversation import lifecycle as k
+from loom.models.conversation import reading as c
+from loom.models.conversation import saved as s
+from loom.models.conversation import search as q
 from loom.sdk.calls import Group
 
 # What every replica of a deploy must declare before a save is taken (loom.replicas).

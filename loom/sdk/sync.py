@@ -21,8 +21,8 @@ from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-from loom.api.models.conversation import AppendBatchResponse
-from loom.api.models.memory import ContextPackResponse, SetFromMessagesResponse
+from loom.models.conversation.reading import AppendBatchResponse
+from loom.models.memory import ContextPackResponse, SetFromMessagesResponse
 from loom.sdk.agent import FLUSH_EVERY, Agent, Session
 from loom.sdk.sync_ops import Groups
 

@@ -72,7 +72,7 @@ def test_both_agents_carry_every_group() -> None:
 
 def test_what_a_method_sends_is_what_the_caller_gave() -> None:
     """An argument left at its default is not sent (the API applies its own); one given is."""
-    from loom.api.models import memory as m
+    from loom.models import memory as m
     from loom.sdk.calls import request_body
 
     bot = Agent("ns-a", "local", "bot-a", base_url="http://127.0.0.1:9", token="loom_x")

@@ -2974,7 +2974,7 @@ export interface components {
              */
             evidence: components["schemas"]["EvidenceOut"][];
             /** Profile */
-            profile?: components["schemas"]["loom__api__models__memory_answers__ProfileSectionOut"][];
+            profile?: components["schemas"]["loom__models__memory_answers__ProfileSectionOut"][];
             /**
              * Fallback Reason
              * @description Why the facts' vector leg did not run, if it did not.
@@ -3082,7 +3082,7 @@ export interface components {
         /** MemoryProfileResponse */
         MemoryProfileResponse: {
             /** Sections */
-            sections: components["schemas"]["loom__api__models__memory__ProfileSectionOut"][];
+            sections: components["schemas"]["loom__models__memory__ProfileSectionOut"][];
             /**
              * Basis
              * @description llm: the model summarised the facts; facts: built from the current facts grouped by kind, no model (see reason).
@@ -4650,7 +4650,7 @@ export interface components {
             secret: string;
         };
         /** ProfileSectionOut */
-        loom__api__models__memory__ProfileSectionOut: {
+        loom__models__memory__ProfileSectionOut: {
             /**
              * Name
              * @description identity, preferences, work, relationships, other; or a fact kind.
@@ -4660,7 +4660,7 @@ export interface components {
             text: string;
         };
         /** ProfileSectionOut */
-        loom__api__models__memory_answers__ProfileSectionOut: {
+        loom__models__memory_answers__ProfileSectionOut: {
             /** Name */
             name: string;
             /** Text */
