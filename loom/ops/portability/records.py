@@ -1,0 +1,336 @@
+"""How an import batch's records are written, in an order that lets later records rely
+on earlier ones: the namespace's settings, then threads, then turns, then the rest.
+
+- Turns go through conversation.append's own write path (embed=False): the recording
+  switch, the duplicate check by (thread, msg_id), the sensitivity screen and the
+  deletion and erasure fences hold exactly as for an append. A turn that reads as high
+  is stored and never embedded; the others are left to the import's background pass.
+- Every other kind is written only where the namespace holds no row of its key yet
+  (loom.store.portability.KEYS): an import never overwrites what the namespace holds,
+  and importing the same file again writes nothing.
+- The namespace's settings are applied only to a namespace that has none of its own.
+- Memory facts are embedded here, in the API process, as memory.set embeds them (a
+  fact that reads as high is stored without a vector); every write of a user's facts
+  retires the cached reads of them and yields to an erasure of the user
+  (loom.ops.memory.erasing).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from loom.api.models import portability as lines
+from loom.clock import next_version
+from loom.ops import namespaces as ns_ops
+from loom.ops.conversation import appending
+from loom.ops.memory import erasing
+from loom.ops.memory.facts import embed_into, profile_changed
+from loom.sensitivity import reads_as_high
+from loom.services import Services
+from loom.store import briefs as brief_store
+from loom.store import conversations as conv_store
+from loom.store import evidence as evidence_store
+from loom.store import memories as memory_store
+from loom.store import portability as store
+from loom.store import redaction as redaction_store
+from loom.store import threads as thread_store
+from loom.store.memories import Fact, Scope
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the records go and who writes them."""
+
+    namespace: str
+    token_id: str  # the turns' appended_by (the import's token)
+    default_ts: datetime  # a turn with no time of its own gets this one (plus its index)
+
+
+def _sections(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+async def apply(svc: Services, target: Target, records: Sequence[lines.Record]) -> Counter[str]:
+    """Write the batch; answer what it did (see ImportJobOut.counts)."""
+    by_kind: dict[str, list[Any]] = {k: [] for k in lines.RECORD_KINDS}
+    for r in records:
+        by_kind[r.kind].append(r)
+    counts: Counter[str] = Counter()
+    if by_kind["namespace"]:
+        await _namespace(svc, target, by_kind["namespace"][-1], counts)
+    await _absent_only(svc, target, "thread", by_kind["thread"], counts, _thread_rows)
+    if by_kind["turn"]:
+        await _turns(svc, target, by_kind["turn"], counts)
+    await _absent_only(svc, target, "redaction", by_kind["redaction"], counts, _redaction_rows)
+    await _absent_only(svc, target, "brief", by_kind["brief"], counts, _brief_rows)
+    await _absent_only(svc, target, "brief_revision", by_kind["brief_revision"], counts, _revision_rows)
+    await _memory(svc, target, by_kind, counts)
+    return counts
+
+
+async def _namespace(svc: Services, target: Target, line: lines.NamespaceLine, counts: Counter[str]) -> None:
+    if await svc.run(store.namespace_row_exists, svc.ch, target.namespace):
+        counts["namespace_kept"] += 1  # the owner's own settings stay
+        return
+    await ns_ops._update(
+        svc,
+        target.namespace,
+        conversation_logging_enabled=line.conversation_logging_enabled,
+        model_calls_enabled=line.model_calls_enabled,
+        extraction_policy=line.extraction_policy,
+    )
+    counts["namespace"] += 1
+
+
+async def _turns(svc: Services, target: Target, recs: list[lines.TurnLine], counts: Counter[str]) -> None:
+    rows = [
+        conv_store.Turn(
+            namespace=target.namespace,
+            agent=r.agent,
+            thread_id=r.thread_id,
+            msg_id=r.msg_id,
+            ts=r.ts or target.default_ts + timedelta(microseconds=i),
+            role=r.role,
+            content=r.content,
+            reasoning=r.reasoning,
+            user_id=r.user_id,
+            run_id=r.run_id,
+            metadata=dict(r.metadata),
+            tokens=r.tokens,
+            is_summary=r.is_summary,
+            is_saved=r.is_saved,
+            saved_at=r.saved_at,
+            tombstoned=r.tombstoned,
+            tombstoned_at=r.tombstoned_at,
+            tombstone_reason=r.tombstone_reason,
+            origin=r.origin,
+            appended_by=target.token_id,
+            version=next_version(),
+        )
+        for i, r in enumerate(recs)
+    ]
+    results = await appending.pipeline(svc).append(rows, embed=False)
+    counts["read"] += len(rows)
+    for row, res in zip(rows, results, strict=True):
+        if not res.stored:
+            counts[res.reason or "not_stored"] += 1
+            continue
+        counts["stored"] += 1
+        if row.high_sensitivity:
+            counts["high"] += 1  # stored verbatim, never embedded
+        if res.embedding == appending.DEFERRED:
+            counts["deferred"] += 1
+
+
+async def _absent_only(
+    svc: Services,
+    target: Target,
+    kind: str,
+    recs: Sequence[Any],
+    counts: Counter[str],
+    build: Any,
+) -> None:
+    """Write the records of `kind` whose key the namespace holds no row of."""
+    if not recs:
+        return
+    cols = store.KEYS[kind][1]
+    unique: dict[tuple[Any, ...], Any] = {}
+    for r in recs:
+        unique.setdefault(tuple(getattr(r, c) for c in cols), r)
+    there = await svc.run(store.present, svc.ch, target.namespace, kind, list(unique))
+    new = [r for k, r in unique.items() if store._norm(k) not in there]
+    counts[f"{kind}_present"] += len(recs) - len(new)
+    if new:
+        await build(svc, target, new)
+    counts[kind] += len(new)
+
+
+async def _thread_rows(svc: Services, target: Target, recs: list[lines.ThreadLine]) -> None:
+    rows = [
+        thread_store.ThreadRow(
+            namespace=target.namespace,
+            agent=r.agent,
+            thread_id=r.thread_id,
+            title=r.title,
+            metadata=dict(r.metadata),
+            run_id=r.run_id,
+            created_at=r.created_at or target.default_ts,
+            updated_at=r.updated_at,
+            tombstoned=r.tombstoned,
+            version=next_version(),
+        )
+        for r in recs
+    ]
+    await svc.run(thread_store.insert, svc.ch, rows)
+
+
+async def _redaction_rows(svc: Services, target: Target, recs: list[lines.RedactionLine]) -> None:
+    rows = [
+        redaction_store.Record(
+            namespace=target.namespace,
+            agent=r.agent,
+            thread_id=r.thread_id,
+            msg_id=r.msg_id,
+            user_id=r.user_id,
+            action=r.action,
+            placeholder=r.placeholder,
+            spans=r.spans,
+            token_id=r.token_id,
+            redacted_at=r.redacted_at,
+        )
+        for r in recs
+    ]
+    await svc.run(redaction_store.RECORDS.insert, svc.ch, rows)
+
+
+async def _brief_rows(svc: Services, target: Target, recs: list[lines.BriefLine]) -> None:
+    rows = [
+        brief_store.BriefRow(
+            namespace=target.namespace,
+            brief_key=r.brief_key,
+            project=r.project,
+            branch=r.branch,
+            session_id=r.session_id,
+            user_id=r.user_id,
+            agent=r.agent,
+            revision=r.revision,
+            sections=_sections(r.sections),
+            author=r.author,
+            last_session_id=r.last_session_id,
+            last_event_cursor=r.last_event_cursor,
+            last_summary=r.last_summary,
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            deleted=r.deleted,
+        )
+        for r in recs
+    ]
+    await svc.run(brief_store.BRIEFS.insert, svc.ch, rows, version=next_version())
+
+
+async def _revision_rows(svc: Services, target: Target, recs: list[lines.BriefRevisionLine]) -> None:
+    rows = [
+        brief_store.RevisionRow(
+            namespace=target.namespace,
+            brief_key=r.brief_key,
+            revision=r.revision,
+            project=r.project,
+            branch=r.branch,
+            session_id=r.session_id,
+            user_id=r.user_id,
+            agent=r.agent,
+            token_id=r.token_id,
+            sections=_sections(r.sections),
+            author=r.author,
+            event_cursor=r.event_cursor,
+            last_summary=r.last_summary,
+            created_at=r.created_at,
+        )
+        for r in recs
+    ]
+    await svc.run(brief_store.REVISIONS.insert, svc.ch, rows, version=next_version())
+
+
+# -- memory ------------------------------------------------------------------------------
+
+
+async def _memory(svc: Services, target: Target, by_kind: dict[str, list[Any]], counts: Counter[str]) -> None:
+    """Facts, evidence and decisions, per user (each user's writes yield to an erasure of
+    that user, and retire the cached reads of the user's facts)."""
+    users = sorted({r.user_id for k in ("memory", "memory_evidence", "memory_decision") for r in by_kind[k]})
+    for user in users:
+        writes = erasing.Writes(target.namespace, user)
+
+        async def facts(
+            svc: Services, t: Target, recs: list[lines.MemoryLine], w: erasing.Writes = writes
+        ) -> None:
+            rows = [_fact(t, r) for r in recs]
+            live = [f for f in rows if not f.tombstoned and not reads_as_high(f.text)]
+            await embed_into(svc, live)  # the API's embedder, as memory.set's; never high text
+            await svc.run(memory_store.insert, svc.ch, rows)
+            w.add_facts(rows)
+
+        async def evidence(
+            svc: Services, t: Target, recs: list[lines.EvidenceLine], w: erasing.Writes = writes
+        ) -> None:
+            rows = [_evidence(t, r) for r in recs]
+            await svc.run(evidence_store.insert, svc.ch, rows)
+            w.add_evidence(rows)
+
+        mine = {
+            k: [r for r in by_kind[k] if r.user_id == user]
+            for k in ("memory", "memory_evidence", "memory_decision")
+        }
+        await _absent_only(svc, target, "memory", mine["memory"], counts, facts)
+        await _absent_only(svc, target, "memory_evidence", mine["memory_evidence"], counts, evidence)
+        await _absent_only(svc, target, "memory_decision", mine["memory_decision"], counts, _decision_rows)
+        if await erasing.settle(svc, writes):
+            counts["memory_erased"] += len(writes.facts) + len(writes.evidence)
+        elif writes.facts:
+            await profile_changed(svc, Scope(target.namespace, user))
+
+
+def _fact(t: Target, r: lines.MemoryLine) -> Fact:
+    return Fact(
+        namespace=t.namespace,
+        user_id=r.user_id,
+        memory_id=r.memory_id,
+        session_id=r.session_id,
+        run_id=r.run_id,
+        kind=r.fact_kind,
+        key=r.key,
+        text=r.text,
+        source=r.source,
+        evidence_ids=list(r.evidence_ids),
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+        tombstoned=r.tombstoned,
+        valid_from=r.valid_from or r.created_at,
+        valid_until=r.valid_until,
+        supersedes=r.supersedes,
+        superseded_by=r.superseded_by,
+        lineage=r.lineage,
+        version=next_version(),
+    )
+
+
+def _evidence(t: Target, r: lines.EvidenceLine) -> evidence_store.Evidence:
+    return evidence_store.Evidence(
+        namespace=t.namespace,
+        user_id=r.user_id,
+        evidence_id=r.evidence_id,
+        session_id=r.session_id,
+        run_id=r.run_id,
+        source=r.source,
+        msg_id=r.msg_id,
+        role=r.role,
+        content=r.content,
+        high_sensitivity=r.high_sensitivity,
+        ts=r.ts,
+        created_at=r.created_at,
+        tombstoned=r.tombstoned,
+        version=next_version(),
+    )
+
+
+async def _decision_rows(svc: Services, target: Target, recs: list[lines.DecisionLine]) -> None:
+    rows = [
+        memory_store.DecisionRow(
+            namespace=target.namespace,
+            user_id=r.user_id,
+            extraction_id=r.extraction_id,
+            seq=r.seq,
+            action=r.action,
+            memory_id=r.memory_id,
+            text=r.text,
+            evidence_ids=list(r.evidence_ids),
+            created_at=r.created_at,
+        )
+        for r in recs
+    ]
+    await svc.run(memory_store.DECISIONS.insert, svc.ch, rows)
