@@ -121,6 +121,19 @@ class Transport:
         except RETRY_ERRORS as exc:
             raise LoomError(0, "unreachable", f"{self.base_url}: {type(exc).__name__}") from None
 
+    async def stream_bytes(self, op: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        """POST the op and yield its answer's bytes as they come, as sent (a compressed
+        export stays compressed); not retried, as stream_lines."""
+        try:
+            async with self._http.stream("POST", f"/v1/{op}", json=body, timeout=None) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    raise error_from(r)
+                async for chunk in r.aiter_raw():
+                    yield chunk
+        except RETRY_ERRORS as exc:
+            raise LoomError(0, "unreachable", f"{self.base_url}: {type(exc).__name__}") from None
+
 
 def _retry_after(r: httpx.Response) -> float:
     try:

@@ -165,7 +165,8 @@ def present(ch: Client, namespace: str, kind: str, keys: Sequence[tuple[Any, ...
         return set()
     tbl, cols = KEYS[kind]
     by_col = {c: i for i, c in enumerate(cols)}
-    conds, params = [], {"ns": namespace}
+    conds: list[str] = []
+    params: dict[str, Any] = {"ns": namespace}
     for c, i in by_col.items():
         if c == "redacted_at":
             continue  # narrowed by the others; compared below
