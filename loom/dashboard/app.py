@@ -7,11 +7,21 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from loom.dashboard.pages import briefs, conversations, knowledge, operations, review, saved, signin, threads
+from loom.dashboard.pages import (
+    briefs,
+    conversations,
+    imports,
+    knowledge,
+    operations,
+    review,
+    saved,
+    signin,
+    threads,
+)
 from loom.dashboard.render import HERE
 from loom.dashboard.visit import PATH, SignInNeeded
 
-PAGES = [signin, conversations, threads, saved, briefs, review, knowledge, operations]
+PAGES = [signin, conversations, threads, saved, briefs, review, knowledge, operations, imports]
 
 
 def install(app: FastAPI) -> None:

@@ -4,7 +4,8 @@ name) and the answer is parsed into the API's response model.
 
 Methods take the request's fields as keywords; `namespace` and `agent` default to the
 Agent's. Grouped as the API groups them: `bot.conversation`, `bot.saved`, `bot.memory`,
-`bot.briefs`, `bot.erasure`, `bot.namespaces`, `bot.ops`, `bot.settings`, `bot.webhooks`
+`bot.briefs`, `bot.erasure`, `bot.namespaces`, `bot.ops`, `bot.settings`, `bot.webhooks`,
+`bot.portability` (import and export; `loom import` / `loom export` drive them)
 (signature checks for receivers: loom.sdk.webhooks.verify_signature).
 """
 
@@ -24,6 +25,7 @@ from loom.api.models import health as h
 from loom.api.models import memory as m
 from loom.api.models import memory_answers as ma
 from loom.api.models import namespaces as n
+from loom.api.models import portability as pt
 from loom.api.models import saved as s
 from loom.api.models import search as q
 from loom.api.models import settings as st
@@ -276,6 +278,24 @@ class Erasure(_Group):
         body = request_body(self._agent, e.ExportRequest, fields)
         async for row in self._agent.transport.stream_lines("erasure.export", body):
             yield row
+
+
+class Portability(_Group):
+    async def import_start(self, **fields: Any) -> pt.ImportJobOut:
+        return await self._op("import.start", pt.ImportStartRequest, pt.ImportJobOut, fields)
+
+    async def import_write(self, **fields: Any) -> pt.ImportWriteResponse:
+        """One batch (idempotent by its seq: retried on 503)."""
+        return await self._op("import.write", pt.ImportWriteRequest, pt.ImportWriteResponse, fields)
+
+    async def import_status(self, **fields: Any) -> pt.ImportStatusResponse:
+        return await self._op("import.status", pt.ImportStatusRequest, pt.ImportStatusResponse, fields)
+
+    async def export(self, **fields: Any) -> AsyncIterator[bytes]:
+        """The export's bytes as they stream, compressed as asked (gzip by default)."""
+        body = request_body(self._agent, pt.ExportStartRequest, fields)
+        async for chunk in self._agent.transport.stream_bytes("export.start", body):
+            yield chunk
 
 
 class Ops(_Group):
