@@ -21,6 +21,7 @@ CREATE TABLE IF NOT EXISTS import_jobs {on_cluster}
     errors String,                              -- JSON: the first errors, with positions
     window_start DateTime64(3, 'UTC'),          -- the job's turns landed from here ...
     window_end DateTime64(3, 'UTC'),            -- ... to here (server insert times)
+    landed_until DateTime64(3, 'UTC'),          -- every turn of its committed batches landed by then
     started_at DateTime64(3, 'UTC'),
     updated_at DateTime64(3, 'UTC'),
     finished_at Nullable(DateTime64(3, 'UTC')),

@@ -34,7 +34,15 @@ import orjson
 import typer
 import zstandard
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+)
 
 from loom.api.models.portability import MAX_RECORDS
 from loom.portability import files, readers
@@ -222,6 +230,7 @@ async def _feed_with_progress(
         except files.SourceError as exc:
             bad = readers.Bad(exc.pos or "file", exc.message)
             importer.run.bad.append(bad)
+            console.print(f"[red]{bad.pos}: {bad.message}[/red]", highlight=False, soft_wrap=True)
             await _stop(importer, bad)
         except Stop as stop:
             await _stop(importer, stop.bad)
@@ -386,7 +395,8 @@ async def _export(output: Path, body: dict[str, Any], url: str | None, token: st
     columns = (
         TextColumn("[bold]exporting[/bold] {task.description}"),
         BarColumn(),
-        TextColumn("{task.completed:,.0f}/{task.total:,.0f} rows"),
+        MofNCompleteColumn(),
+        TextColumn("rows"),
         TimeRemainingColumn(),
     )
     try:

@@ -59,6 +59,7 @@ class Job:
     errors: list[dict[str, str]] = column("String", encode=_json_list, decode=_load_list)
     window_start: datetime = column("DateTime64(3, 'UTC')")
     window_end: datetime = column("DateTime64(3, 'UTC')")
+    landed_until: datetime = column("DateTime64(3, 'UTC')")
     started_at: datetime = column("DateTime64(3, 'UTC')")
     updated_at: datetime = column("DateTime64(3, 'UTC')")
     finished_at: datetime | None = column("Nullable(DateTime64(3, 'UTC'))", default=None)

@@ -51,7 +51,6 @@ log = loom_logging.get("loom.portability.embedding")
 PAGE = 1_000  # transcript rows read per page
 PART = 64  # texts per model request (the batcher splits them into its calls)
 SLICE_S = 200.0  # one run at most this long (arq's job timeout is 300 s)
-SETTLE_S = 5.0  # rows inserted this recently may still be landing: read them next time
 LEASE_TTL_MS = 30_000
 TICK_S = 30  # the worker's tick: resume every import whose embedding is not done
 PENDING, RUNNING, DONE = "pending", "running", "done"
@@ -91,16 +90,24 @@ async def run(svc: Services, model: ModelFn, job_id: str, *, slice_s: float = SL
     """One run of an import's embedding (see the module docstring)."""
     lease = Lease(svc.redis, redis_keys.import_embed_lease(job_id), LEASE_TTL_MS)
     if not await lease.try_acquire():
-        return {"ran": False}
+        return {"ran": False, "done": False}
     keeper = asyncio.get_running_loop().create_task(_keep(lease), name=f"import-embed-{job_id}")
     try:
-        return await _run(svc, model, job_id, slice_s, keeper)
+        answer, seen = await _run(svc, model, job_id, slice_s, keeper)
     finally:
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError, LeaseLost):
             await keeper
         with contextlib.suppress(Exception):
             await lease.release()
+    if not answer["done"]:
+        # A batch committed while this run held the lease asked for a run that found it
+        # taken: read the job again now that the lease is free (a batch committed after
+        # this read asks for a run that will get it).
+        now = await svc.run(store.job_by_id, svc.ch, job_id)
+        if now is not None and (now.landed_until, now.state) != seen:
+            await enqueue(svc, job_id)
+    return answer
 
 
 async def _keep(lease: Lease) -> None:
@@ -111,10 +118,12 @@ async def _keep(lease: Lease) -> None:
 
 async def _run(
     svc: Services, model: ModelFn, job_id: str, slice_s: float, keeper: asyncio.Task[None]
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], tuple[datetime, str]]:
+    """The run; its answer and the job as it last read it (how far its turns had landed,
+    its state)."""
     job = await svc.run(store.job_by_id, svc.ch, job_id)
     if job is None:
-        return {"ran": False, "reason": "no such job"}
+        return {"ran": False, "done": True, "reason": "no such job"}, (datetime.min, "")
     row = await svc.run(store.embedding, svc.ch, job.namespace, job_id)
     if row is None:
         row = store.Embedding(namespace=job.namespace, job_id=job_id, state=PENDING, position={}, counts={})
@@ -125,25 +134,23 @@ async def _run(
     finished = False
     try:
         while time.monotonic() - started < slice_s and not keeper.done():
-            job = await svc.run(store.job_by_id, svc.ch, job_id) or job  # its window may have grown
-            upto = min(_naive(job.window_end), _naive(await svc.run(store.server_now, svc.ch)) - _settle())
-            rows = await (ahead or _read(svc, job, pos, upto))
+            # Every turn of the job's committed batches has landed by `landed_until`.
+            job = await svc.run(store.job_by_id, svc.ch, job_id) or job
+            rows = await ahead if ahead is not None else []
             ahead = None
+            if not rows:  # (a page read ahead may predate the job's latest batch)
+                rows = await _read(svc, job, pos, _naive(job.landed_until))
             if rows:
                 # The next page is read while this one is embedded.
-                ahead = asyncio.ensure_future(_read(svc, job, rows[-1].position, upto))
+                ahead = asyncio.ensure_future(_read(svc, job, rows[-1].position, _naive(job.landed_until)))
                 await _embed_page(svc, model, rows, report)
                 pos = rows[-1].position
                 row = _progress(row, base, pos, report, started, RUNNING)
                 await svc.run(store.put_embedding, svc.ch, row)
                 continue
-            if job.state != "running" and upto >= _naive(job.window_end):
-                finished = True
-                break
-            if job.state != "running":
-                await asyncio.sleep(min(SETTLE_S, 1.0))  # the window's last rows are settling
-                continue
-            break  # caught up with a running import: its next batch enqueues the next run
+            # Caught up: done once the import has ended; else its next batch asks again.
+            finished = job.state != "running"
+            break
     finally:
         if ahead is not None:
             ahead.cancel()
@@ -151,13 +158,9 @@ async def _run(
     await svc.run(store.put_embedding, svc.ch, row)
     if finished:
         await windows.remove(svc.redis, job_id)
-    elif job.state != "running" or time.monotonic() - started >= slice_s:
+    elif time.monotonic() - started >= slice_s or keeper.done():
         await enqueue(svc, job_id, defer_s=1.0)  # work is left
-    return {"ran": True, "done": finished, **report.counts()}
-
-
-def _settle() -> timedelta:
-    return timedelta(seconds=SETTLE_S)
+    return {"ran": True, **report.counts(), "done": finished}, (job.landed_until, job.state)
 
 
 def _naive(at: datetime) -> datetime:

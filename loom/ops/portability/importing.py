@@ -51,7 +51,10 @@ def _admin(who: Principal) -> None:
 
 
 def job_id_of(namespace: str, fingerprint: str, fmt: str, options: dict[str, Any]) -> str:
-    basis = json.dumps([namespace, fingerprint, fmt, options], sort_keys=True, separators=(",", ":"))
+    """The job an import names: its namespace, file, format and where its records go (not
+    what to do at a bad record: an import stopped at one resumes with --on-error skip)."""
+    mapping = {k: v for k, v in options.items() if v and k != "on_error"}
+    basis = json.dumps([namespace, fingerprint, fmt, mapping], sort_keys=True, separators=(",", ":"))
     return "imp-" + hashlib.sha256(basis.encode()).hexdigest()[:24]
 
 
@@ -84,11 +87,14 @@ async def start(
             next_seq=0,
             position="",
             units=0,
-            counts={},
+            # A job started over keeps the count of turns it left to embed (its embedding's
+            # counts go on from there); the rest starts from nothing.
+            counts={"deferred": int(found.counts.get("deferred", 0))} if found is not None else {},
             errors=[],
             # A job started over keeps its window's start: its embedding goes on through it.
             window_start=found.window_start if found is not None else at,
             window_end=found.window_end if found is not None else at,
+            landed_until=found.landed_until if found is not None else at,
             started_at=now,
             updated_at=now,
             version=next_version(),
@@ -141,12 +147,15 @@ async def write(
         )
     target = Target(job.namespace, job.token_id, utcnow())
     batch = await apply(svc, target, records)
-    batch["skipped"] += len(skipped)
+    # Records the reader left out; the one an import stopped at is not one of them.
+    batch["stopped_at" if final == STOPPED else "skipped"] += len(skipped)
     job = _committed(job, batch, skipped, seq, position, units)
+    # The store's clock now: every turn of this batch has landed by then (what the
+    # background embedding reads up to).
+    job.landed_until = _naive(await svc.run(store.server_now, svc.ch))
     if final is not None:
         job.state, job.finished_at = final, utcnow()
-        # Its last turns have landed: the window ends now.
-        job.window_end = _naive(await svc.run(store.server_now, svc.ch))
+        job.window_end = job.landed_until  # its last turns have landed: the window ends
         if job.counts.get("deferred"):
             await windows.put(
                 svc.redis, job.job_id, job.namespace, job.token_id, job.window_start, job.window_end
@@ -173,9 +182,9 @@ def _committed(
     counts.update(batch)
     errors = list(job.errors)
     for s in skipped:
-        if len(errors) >= lines.MAX_ERRORS_KEPT:
-            break
-        errors.append({"pos": s.pos, "message": s.message})
+        e = {"pos": s.pos, "message": s.message}
+        if len(errors) < lines.MAX_ERRORS_KEPT and e not in errors:  # a resumed run meets it again
+            errors.append(e)
     return replace(
         job,
         next_seq=seq + 1,
