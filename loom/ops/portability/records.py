@@ -300,6 +300,8 @@ def _fact(t: Target, r: lines.MemoryLine) -> Fact:
 
 
 def _evidence(t: Target, r: lines.EvidenceLine) -> evidence_store.Evidence:
+    # Evidence that reads as high keeps its place but no text, as an extraction keeps it.
+    high = r.high_sensitivity or reads_as_high(r.content)
     return evidence_store.Evidence(
         namespace=t.namespace,
         user_id=r.user_id,
@@ -309,8 +311,8 @@ def _evidence(t: Target, r: lines.EvidenceLine) -> evidence_store.Evidence:
         source=r.source,
         msg_id=r.msg_id,
         role=r.role,
-        content=r.content,
-        high_sensitivity=r.high_sensitivity,
+        content="" if high else r.content,
+        high_sensitivity=high,
         ts=r.ts,
         created_at=r.created_at,
         tombstoned=r.tombstoned,
