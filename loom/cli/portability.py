@@ -429,7 +429,7 @@ def export_file(
     if compression not in ("gzip", "zstd", "none"):
         _fail("--compression must be gzip, zstd or none", 2)
     body: dict[str, Any] = {"namespace": namespace, "compression": compression}
-    body |= {k: v for k, v in (("user_id", user_id), ("thread_id", thread_id), ("agent", agent)) if v}
+    body |= {k: v for k, v in (("user_id", user_id), ("thread_id", thread_id), ("thread_agent", agent)) if v}
     try:
         reader = asyncio.run(_export(output, body, url, token))
     except LoomError as exc:

@@ -355,8 +355,12 @@ class ImportStatusResponse(BaseModel):
 
 class ExportStartRequest(NamespacedRequest):
     user_id: ShortText | None = Field(None, description="Only this user's rows.")
-    thread_id: ThreadId | None = Field(None, description="Only this thread (of `agent`, or every agent's).")
-    agent: AgentId | None = None
+    thread_id: ThreadId | None = Field(
+        None, description="Only this thread (of `thread_agent`, or every agent's)."
+    )
+    thread_agent: AgentId | None = Field(
+        None, description="With thread_id: only this agent's copy of the thread."
+    )
     compression: Literal["gzip", "zstd", "none"] = "gzip"
 
 

@@ -96,7 +96,7 @@ async def export_start(body: ExportStartRequest, who: Caller, svc: Svc) -> Strea
         body.namespace,
         user_id=body.user_id,
         thread_id=body.thread_id,
-        agent=body.agent,
+        agent=body.thread_agent,
         compression=body.compression,
     )
     return StreamingResponse(
