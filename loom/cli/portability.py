@@ -22,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import queue
 import re
+import threading
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -58,10 +60,25 @@ _RECORD_FIELD = re.compile(r"^records\.(\d+)")
 
 @dataclass
 class Batch:
+    """One import.write's records (each also JSON-encoded: the body is sent as bytes),
+    the bad records left out of it, and where the source is read up to after it."""
+
     records: list[dict[str, Any]] = field(default_factory=list)
+    encoded: list[bytes] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
     bytes: int = 0
     units: int = 0
+    position: str = ""
+    final: str | None = None
+
+    def add(self, rec: dict[str, Any]) -> None:
+        raw = orjson.dumps(rec)
+        self.records.append(rec)
+        self.encoded.append(raw)
+        self.bytes += len(raw)
+
+    def drop(self, i: int) -> None:
+        del self.records[i], self.encoded[i]
 
     def full(self, limit: int) -> bool:
         return len(self.records) >= limit or self.bytes >= BATCH_BYTES
@@ -97,7 +114,58 @@ def _resume_at(position: str) -> tuple[int, int]:
         return 0, 0
 
 
+def _error(bad: readers.Bad) -> dict[str, str]:
+    return {"pos": bad.pos[:200], "message": bad.message[:500]}
+
+
+def batches(
+    units: Iterator[readers.Unit],
+    position: str,
+    limit: int,
+    on_bad: Callable[[readers.Bad], None],
+    advance: Callable[[int], None],
+) -> Iterator[Batch]:
+    """The batches to send from `position` on (a resumed job skips what it committed);
+    the last one is final. `on_bad` raises Stop when the import stops at a bad record:
+    the batch it is in is then never sent."""
+    start_unit, start_sub = _resume_at(position)
+    batch = Batch()
+    position = position or _position(0, 0)
+    for unit in units:
+        if unit.index < start_unit:
+            advance(0)
+            continue
+        skip = start_sub if unit.index == start_unit else 0
+        for b in unit.bad:
+            on_bad(b)
+            batch.errors.append(_error(b))
+        for k, rec in enumerate(unit.records):
+            if k < skip:
+                continue
+            batch.add(rec)
+            if batch.full(limit) and k + 1 < len(unit.records):
+                batch.position = _position(unit.index, k + 1)
+                yield batch
+                batch = Batch()
+        batch.units += 1
+        position = _position(unit.index + 1, 0)
+        advance(len(unit.records))
+        if batch.full(limit):
+            batch.position = position
+            yield batch
+            batch = Batch()
+    batch.position, batch.final = position, "done"
+    yield batch
+
+
+_END = object()
+
+
 class Importer:
+    """Sends the batches in order, each once its predecessor is committed; the next ones
+    are read and encoded meanwhile, in a thread of their own (the file's parsing and the
+    server's writing overlap)."""
+
     def __init__(self, transport: Transport, job: dict[str, Any], on_error: str, batch_records: int) -> None:
         self.transport = transport
         self.job = job
@@ -106,30 +174,38 @@ class Importer:
         self.seq = int(job["next_seq"])
         self.run = Run(job=job)
 
-    async def send(self, batch: Batch, position: str, final: str | None = None) -> None:
+    def bad(self, bad: readers.Bad) -> None:
+        self.run.bad.append(bad)
+        console.print(f"[yellow]{bad.pos}: {bad.message}[/yellow]", highlight=False, soft_wrap=True)
+        if self.on_error == "stop":
+            raise Stop(bad)
+
+    def _body(self, batch: Batch) -> bytes:
+        head = {
+            "job_id": self.job["job_id"],
+            "seq": self.seq,
+            "position": batch.position,
+            "errors": batch.errors,
+            "units": batch.units,
+            **({"final": batch.final} if batch.final else {}),
+        }
+        return orjson.dumps(head)[:-1] + b',"records":[' + b",".join(batch.encoded) + b"]}"
+
+    async def send(self, batch: Batch) -> None:
         """One batch, committed; a record the server refuses (422 naming records.N) is
         handled as a bad record, and the rest of the batch sent again."""
         while True:
-            body = {
-                "job_id": self.job["job_id"],
-                "seq": self.seq,
-                "position": position,
-                "records": batch.records,
-                "errors": batch.errors,
-                "units": batch.units,
-                **({"final": final} if final else {}),
-            }
             try:
-                answer = await self.transport.call("import.write", body)
+                answer = await self.transport.call("import.write", self._body(batch))
             except LoomError as exc:
                 m = _RECORD_FIELD.match(exc.field or "") if exc.status == 422 else None
                 if m is None or int(m.group(1)) >= len(batch.records):
                     raise
                 i = int(m.group(1))
-                bad = readers.Bad(str(batch.records[i].get("pos") or f"record {i}"), f"{exc.message}")
+                bad = readers.Bad(str(batch.records[i].get("pos") or f"record {i}"), exc.message)
                 self.bad(bad)  # raises Stop with --on-error stop: nothing of the batch written
-                batch.errors.append({"pos": bad.pos[:200], "message": bad.message[:500]})
-                del batch.records[i]
+                batch.errors.append(_error(bad))
+                batch.drop(i)
                 continue
             self.job = answer["job"]
             self.run.job = self.job
@@ -137,39 +213,25 @@ class Importer:
             self.seq += 1
             return
 
-    def bad(self, bad: readers.Bad) -> None:
-        self.run.bad.append(bad)
-        console.print(f"[yellow]{bad.pos}: {bad.message}[/yellow]", highlight=False, soft_wrap=True)
-        if self.on_error == "stop":
-            raise Stop(bad)
+    async def feed(self, units: Iterator[readers.Unit], advance: Callable[[int], None]) -> None:
+        ahead: queue.Queue[Any] = queue.Queue(maxsize=2)
 
-    async def feed(self, units: Iterator[readers.Unit], advance: Any) -> None:
-        start_unit, start_sub = _resume_at(self.job.get("position", ""))
-        batch = Batch()
-        position = self.job.get("position") or _position(0, 0)
-        for unit in units:
-            if unit.index < start_unit:
-                advance(unit, 0)
-                continue
-            skip = start_sub if unit.index == start_unit else 0
-            for b in unit.bad:
-                self.bad(b)
-                batch.errors.append({"pos": b.pos[:200], "message": b.message[:500]})
-            for k, rec in enumerate(unit.records):
-                if k < skip:
-                    continue
-                batch.records.append(rec)
-                batch.bytes += len(orjson.dumps(rec))
-                if batch.full(self.batch_records) and k + 1 < len(unit.records):
-                    await self.send(batch, _position(unit.index, k + 1))
-                    batch = Batch()
-            batch.units += 1
-            position = _position(unit.index + 1, 0)
-            advance(unit, len(unit.records))
-            if batch.full(self.batch_records):
-                await self.send(batch, position)
-                batch = Batch()
-        await self.send(batch, position, final="done")
+        def produce() -> None:
+            try:
+                for b in batches(units, self.job.get("position", ""), self.batch_records, self.bad, advance):
+                    ahead.put(b)
+                ahead.put(_END)
+            except Exception as exc:  # Stop, a broken file: the sender raises it in order
+                ahead.put(exc)
+
+        threading.Thread(target=produce, name="import-reader", daemon=True).start()
+        while True:
+            item = await asyncio.to_thread(ahead.get)
+            if item is _END:
+                return
+            if isinstance(item, Exception):
+                raise item
+            await self.send(item)
 
 
 async def _import(
@@ -220,7 +282,7 @@ async def _feed_with_progress(
         task: TaskID = progress.add_task(path.name, total=opened.size, records=0)
         read = 0
 
-        def advance(unit: readers.Unit, n: int) -> None:
+        def advance(n: int) -> None:  # called from the reading thread
             nonlocal read
             read += n
             progress.update(task, completed=min(opened.raw.tell(), opened.size), records=read)
@@ -240,8 +302,8 @@ async def _stop(importer: Importer, bad: readers.Bad) -> None:
     """End the job stopped, at its last committed batch (the batch of the bad record is
     not written), the error recorded with its position."""
     importer.run.stopped = f"{bad.pos}: {bad.message}"
-    final = Batch(errors=[{"pos": bad.pos[:200], "message": bad.message[:500]}])
-    await importer.send(final, importer.job.get("position") or _position(0, 0), final="stopped")
+    position = importer.job.get("position") or _position(0, 0)
+    await importer.send(Batch(errors=[_error(bad)], position=position, final="stopped"))
 
 
 def import_file(

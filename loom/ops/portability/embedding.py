@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,6 +50,7 @@ log = loom_logging.get("loom.portability.embedding")
 
 PAGE = 1_000  # transcript rows read per page
 PART = 64  # texts per model request (the batcher splits them into its calls)
+PROGRESS_S = 2.0  # the counts are saved at least this often while a page is embedded
 SLICE_S = 200.0  # one run at most this long (arq's job timeout is 300 s)
 LEASE_TTL_MS = 30_000
 TICK_S = 30  # the worker's tick: resume every import whose embedding is not done
@@ -124,9 +125,8 @@ async def _run(
     job = await svc.run(store.job_by_id, svc.ch, job_id)
     if job is None:
         return {"ran": False, "done": True, "reason": "no such job"}, (datetime.min, "")
-    row = await svc.run(store.embedding, svc.ch, job.namespace, job_id)
-    if row is None:
-        row = store.Embedding(namespace=job.namespace, job_id=job_id, state=PENDING, position={}, counts={})
+    found = await svc.run(store.embedding, svc.ch, job.namespace, job_id)
+    row = found or store.Embedding(namespace=job.namespace, job_id=job_id, state=PENDING, position={}, counts={})
     report = recovery.RecoveryReport(ran=True)
     pos = _position(row.position, job)
     started, base = time.monotonic(), dict(row.counts)
@@ -143,7 +143,14 @@ async def _run(
             if rows:
                 # The next page is read while this one is embedded.
                 ahead = asyncio.ensure_future(_read(svc, job, rows[-1].position, _naive(job.landed_until)))
-                await _embed_page(svc, model, rows, report)
+                kept = pos  # the position moves once the whole page is done
+
+                async def progress(at: rec_store.Position = kept) -> None:
+                    nonlocal row
+                    row = _progress(row, base, at, report, started, RUNNING)
+                    await svc.run(store.put_embedding, svc.ch, row)
+
+                await _embed_page(svc, model, rows, report, progress)
                 pos = rows[-1].position
                 row = _progress(row, base, pos, report, started, RUNNING)
                 await svc.run(store.put_embedding, svc.ch, row)
@@ -183,14 +190,25 @@ async def _read(
 
 
 async def _embed_page(
-    svc: Services, model: ModelFn, rows: Sequence[rec_store.Landed], report: recovery.RecoveryReport
+    svc: Services,
+    model: ModelFn,
+    rows: Sequence[rec_store.Landed],
+    report: recovery.RecoveryReport,
+    progress: Callable[[], Awaitable[None]],
 ) -> None:
+    """Embed a page, its parts at once; the counts are saved every PROGRESS_S meanwhile
+    (a page takes a while at a local model's rate)."""
     missing = await recovery.to_embed(svc, rows, report)
+    saved = time.monotonic()
 
     async def part(lo: int) -> None:
+        nonlocal saved
         turns = [recovery.as_embed_turn(r) for r in missing[lo : lo + PART]]
         result = await model(recovery.model_texts(svc, turns))  # before any lease
         recovery.tally(await write_recovered(svc, turns, result), report)
+        if time.monotonic() - saved >= PROGRESS_S:
+            saved = time.monotonic()
+            await progress()
 
     await asyncio.gather(*(part(lo) for lo in range(0, len(missing), PART)))
 
