@@ -112,17 +112,33 @@ def _stack_pid(stack: LoomStack, needle: str) -> int | None:
     return None
 
 
+def cpu_s(pid: int | None) -> float:
+    try:
+        t = psutil.Process(pid).cpu_times() if pid else None
+    except psutil.Error:
+        return 0.0
+    return float(t.user + t.system) if t else 0.0
+
+
+CPU: dict[str, float] = {}  # CPU seconds each process spent in the last run_sampled
+
+
 def run_sampled(cmd: list[str], env: dict[str, str], watch: dict[str, int | None]) -> tuple[float, str, dict[str, list[float]]]:
-    """Run `cmd`, sampling the RSS of it and of `watch` every second."""
+    """Run `cmd`, sampling the RSS of it and of `watch` every second (and their CPU time)."""
     samples: dict[str, list[float]] = {"cli": [], **{k: [] for k in watch}}
+    before = {name: cpu_s(pid) for name, pid in watch.items()}
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    cli_cpu = 0.0
     while proc.poll() is None:
         samples["cli"].append(rss_mb(proc.pid))
+        cli_cpu = max(cli_cpu, cpu_s(proc.pid))
         for name, pid in watch.items():
             if pid:
                 samples[name].append(rss_mb(pid))
-        time.sleep(1.0)
+        time.sleep(0.5)
+    CPU.clear()
+    CPU.update({"cli (to its last sample)": cli_cpu, **{n: cpu_s(pid) - before[n] for n, pid in watch.items()}})
     out = proc.stdout.read().decode() if proc.stdout else ""
     if proc.returncode:
         raise RuntimeError(f"{cmd[3]} failed ({proc.returncode}): {out[-2000:]}")
@@ -203,7 +219,11 @@ def main() -> None:
         httpx.post(f"{stack.base_url}/v1/conversation.set_logging", json={"namespace": "bench", "enabled": True}, headers=headers).raise_for_status()
         cli_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
         cli_env |= {"LOOM_URL": stack.base_url, "LOOM_TOKEN": token}
-        watch = {"api": _stack_pid(stack, "loom.api.process"), "endpoint": _stack_pid(stack, "clickhouse_endpoint")}
+        watch = {
+            "api": _stack_pid(stack, "loom.api.process"),
+            "endpoint": _stack_pid(stack, "clickhouse_endpoint"),
+            "redis": _stack_pid(stack, "redis-server"),
+        }
 
         took, out, rss = run_sampled(
             [sys.executable, "-m", "loom.cli.main", "import", str(source), "--namespace", "bench", "--json"], cli_env, watch
@@ -215,6 +235,8 @@ def main() -> None:
         say(f"import: {stored:,} turns stored in {took:.1f}s = {rate:,.0f} turns/s  [goal >= 5,000/s]  counts {summary['counts']}")
         for name, xs in rss.items():
             say(f"  RSS {name:9s} at 10/25/50/75/100% of the import: {quarters(xs)}")
+        figures["import"]["cpu_s"] = dict(CPU)
+        say("  CPU seconds during the import: " + ", ".join(f"{k} {v:.1f}" for k, v in CPU.items()))
 
         t1 = time.monotonic()
         export_path = work / "export.ndjson.gz"

@@ -57,6 +57,7 @@ import contextlib
 import hashlib
 import time
 import uuid
+from collections import Counter as Tally
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -274,8 +275,11 @@ class AppendPipeline:
                     res.stored, res.reason = False, DELETED
                 elif outcome.status == FAILED:
                     res.embedding_error = failures.safe(outcome.error)  # a code, never a driver's text
-            EMBEDDINGS.labels(res.embedding).inc()
             results.append(res)
+        # One increment per outcome, not per turn (a label lookup costs more than the rest
+        # of a turn's answer, and an import answers thousands at a time).
+        for outcome_name, n in Tally(r.embedding for r in results).items():
+            EMBEDDINGS.labels(outcome_name).inc(n)
         return results
 
     # -- the flush -------------------------------------------------------------
@@ -350,8 +354,8 @@ class AppendPipeline:
         later = _after_insert(out, turns, stored, vectors, shared)
         self._embed(out, turns, later if batch.embed else [], gate=None)
         FLUSH_SECONDS.labels("total").observe(time.perf_counter() - started)
-        for f in out:
-            APPENDED.labels("stored" if f.stored else str(f.reason)).inc()
+        for outcome_name, n in Tally("stored" if f.stored else str(f.reason) for f in out).items():
+            APPENDED.labels(outcome_name).inc(n)
         return out
 
     async def _claim(self, batch: _Batch) -> _Claimed:
