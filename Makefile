@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-quick lint clean browser node screenshots
+.PHONY: run test bench bench-quick lint clean browser node screenshots sdk
 
 # The dashboard's browser tests drive the system's Chromium (Debian's package).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -35,7 +35,11 @@ node:
 
 # Refresh the committed screenshots of the dashboard (taken by its browser tests).
 screenshots: $(STAMP) browser
-	LOOM_TEST_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -p no:cacheprovider tests/dashboard/test_browser.py
+	LOOM_TEST_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -p no:cacheprovider tests/dashboard/test_browser.py tests/dashboard/test_memory_page.py
+
+# Regenerate the SDK's methods from the request models (loom/sdk/codegen.py).
+sdk: $(STAMP)
+	$(BIN)/python -m loom.sdk.codegen
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

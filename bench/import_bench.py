@@ -58,7 +58,9 @@ def write_chatgpt(path: Path, turns: int, seed: int = 42) -> int:
         while n < turns:
             k = min(TURNS_PER_CONVERSATION, turns - n)
             cid = f"conv-{conv:07d}"
-            mapping: dict[str, Any] = {"root": {"id": "root", "message": None, "parent": None, "children": []}}
+            mapping: dict[str, Any] = {
+                "root": {"id": "root", "message": None, "parent": None, "children": []}
+            }
             parent = "root"
             for i in range(k):
                 node = f"{cid}-m{i:02d}"
@@ -67,7 +69,11 @@ def write_chatgpt(path: Path, turns: int, seed: int = 42) -> int:
                     "id": node,
                     "message": {
                         "id": node,
-                        "author": {"role": "user" if i % 2 == 0 else "assistant", "name": None, "metadata": {}},
+                        "author": {
+                            "role": "user" if i % 2 == 0 else "assistant",
+                            "name": None,
+                            "metadata": {},
+                        },
                         "create_time": start + n + i,
                         "content": {"content_type": "text", "parts": [make_text(rng, TEXT_CHARS)]},
                         "status": "finished_successfully",
@@ -123,7 +129,9 @@ def cpu_s(pid: int | None) -> float:
 CPU: dict[str, float] = {}  # CPU seconds each process spent in the last run_sampled
 
 
-def run_sampled(cmd: list[str], env: dict[str, str], watch: dict[str, int | None]) -> tuple[float, str, dict[str, list[float]]]:
+def run_sampled(
+    cmd: list[str], env: dict[str, str], watch: dict[str, int | None]
+) -> tuple[float, str, dict[str, list[float]]]:
     """Run `cmd`, sampling the RSS of it and of `watch` every second (and their CPU time)."""
     samples: dict[str, list[float]] = {"cli": [], **{k: [] for k in watch}}
     before = {name: cpu_s(pid) for name, pid in watch.items()}
@@ -138,7 +146,9 @@ def run_sampled(cmd: list[str], env: dict[str, str], watch: dict[str, int | None
                 samples[name].append(rss_mb(pid))
         time.sleep(0.5)
     CPU.clear()
-    CPU.update({"cli (to its last sample)": cli_cpu, **{n: cpu_s(pid) - before[n] for n, pid in watch.items()}})
+    CPU.update(
+        {"cli (to its last sample)": cli_cpu, **{n: cpu_s(pid) - before[n] for n, pid in watch.items()}}
+    )
     out = proc.stdout.read().decode() if proc.stdout else ""
     if proc.returncode:
         raise RuntimeError(f"{cmd[3]} failed ({proc.returncode}): {out[-2000:]}")
@@ -202,8 +212,12 @@ def main() -> None:
     t0 = time.monotonic()
     conversations = write_chatgpt(source, args.turns)
     size_mb = source.stat().st_size / 2**20
-    say(f"== loom import / export, {args.turns:,} turns ({conversations:,} conversations, {size_mb:.0f} MB), {os.cpu_count()} CPUs")
-    say(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; file written in {time.monotonic() - t0:.0f}s")
+    say(
+        f"== loom import / export, {args.turns:,} turns ({conversations:,} conversations, {size_mb:.0f} MB), {os.cpu_count()} CPUs"
+    )
+    say(
+        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; file written in {time.monotonic() - t0:.0f}s"
+    )
     figures["load_before"] = os.getloadavg()
 
     stack = LoomStack(workers=0, embedder="minilm")
@@ -211,12 +225,29 @@ def main() -> None:
     try:
         env = dict(stack.env)
         mint = subprocess.run(
-            [sys.executable, "-m", "loom.cli.main", "token", "mint", "--namespace", "bench", "--role", "admin"],
-            env=env, capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                "-m",
+                "loom.cli.main",
+                "token",
+                "mint",
+                "--namespace",
+                "bench",
+                "--role",
+                "admin",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         token = mint.stdout.strip().splitlines()[-1]
         headers = {"Authorization": f"Bearer {token}"}
-        httpx.post(f"{stack.base_url}/v1/conversation.set_logging", json={"namespace": "bench", "enabled": True}, headers=headers).raise_for_status()
+        httpx.post(
+            f"{stack.base_url}/v1/conversation.set_logging",
+            json={"namespace": "bench", "enabled": True},
+            headers=headers,
+        ).raise_for_status()
         cli_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
         cli_env |= {"LOOM_URL": stack.base_url, "LOOM_TOKEN": token}
         watch = {
@@ -226,13 +257,23 @@ def main() -> None:
         }
 
         took, out, rss = run_sampled(
-            [sys.executable, "-m", "loom.cli.main", "import", str(source), "--namespace", "bench", "--json"], cli_env, watch
+            [sys.executable, "-m", "loom.cli.main", "import", str(source), "--namespace", "bench", "--json"],
+            cli_env,
+            watch,
         )
         summary = json.loads(out.strip().splitlines()[-1])
         stored = summary["counts"].get("stored", 0)
         rate = stored / took
-        figures["import"] = {"seconds": took, "stored": stored, "turns_per_s": rate, "counts": summary["counts"], "rss_mb": rss}
-        say(f"import: {stored:,} turns stored in {took:.1f}s = {rate:,.0f} turns/s  [goal >= 5,000/s]  counts {summary['counts']}")
+        figures["import"] = {
+            "seconds": took,
+            "stored": stored,
+            "turns_per_s": rate,
+            "counts": summary["counts"],
+            "rss_mb": rss,
+        }
+        say(
+            f"import: {stored:,} turns stored in {took:.1f}s = {rate:,.0f} turns/s  [goal >= 5,000/s]  counts {summary['counts']}"
+        )
         for name, xs in rss.items():
             say(f"  RSS {name:9s} at 10/25/50/75/100% of the import: {quarters(xs)}")
         figures["import"]["cpu_s"] = dict(CPU)
@@ -241,11 +282,30 @@ def main() -> None:
         t1 = time.monotonic()
         export_path = work / "export.ndjson.gz"
         took_x, out_x, rss_x = run_sampled(
-            [sys.executable, "-m", "loom.cli.main", "export", "--namespace", "bench", "--output", str(export_path)], cli_env, watch
+            [
+                sys.executable,
+                "-m",
+                "loom.cli.main",
+                "export",
+                "--namespace",
+                "bench",
+                "--output",
+                str(export_path),
+            ],
+            cli_env,
+            watch,
         )
         rows = int(out_x.split(": ", 1)[1].split(" rows")[0])
-        figures["export"] = {"seconds": took_x, "rows": rows, "rows_per_s": rows / took_x, "bytes": export_path.stat().st_size, "rss_mb": rss_x}
-        say(f"export: {rows:,} rows in {took_x:.1f}s = {rows / took_x:,.0f} rows/s  [goal >= 20,000/s]  {export_path.stat().st_size / 2**20:.0f} MB gzip")
+        figures["export"] = {
+            "seconds": took_x,
+            "rows": rows,
+            "rows_per_s": rows / took_x,
+            "bytes": export_path.stat().st_size,
+            "rss_mb": rss_x,
+        }
+        say(
+            f"export: {rows:,} rows in {took_x:.1f}s = {rows / took_x:,.0f} rows/s  [goal >= 20,000/s]  {export_path.stat().st_size / 2**20:.0f} MB gzip"
+        )
         say(f"  RSS cli during the export: {quarters(rss_x['cli'])}; api {quarters(rss_x['api'])}")
         del t1
 
@@ -255,7 +315,10 @@ def main() -> None:
         figures["raw_model_rate"] = raw
         say(f"raw model rate (the worker's configuration, stack frozen): {raw:,.1f} texts/s")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "loom.cli.main", "worker"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [sys.executable, "-m", "loom.cli.main", "worker"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
         try:
@@ -272,7 +335,14 @@ def main() -> None:
             worker.terminate()
             worker.wait(30)
         emb_rate = (e_b - e_a) / (t_b - t_a)
-        figures["embedding"] = {"rate": emb_rate, "ratio": emb_rate / raw, "from": e_a, "to": e_b, "seconds": t_b - t_a, "last": last}
+        figures["embedding"] = {
+            "rate": emb_rate,
+            "ratio": emb_rate / raw,
+            "from": e_a,
+            "to": e_b,
+            "seconds": t_b - t_a,
+            "last": last,
+        }
         say(
             f"background embedding: {e_b - e_a:,} turns in {t_b - t_a:.0f}s = {emb_rate:,.1f}/s = "
             f"{emb_rate / raw:.2f}x the raw rate  [goal >= 0.9x]  ({e_b:,} of {last['to_embed']:,} done)"

@@ -177,7 +177,7 @@ async def arq_worker(services: Any) -> AsyncIterator[Any]:
     settings: Settings = services.settings
     embed_jobs.set_embedder(None)  # built from settings (the fake) at start-up
     # No cron jobs: the embedding recovery pass would call whatever embedder a test has
-    # swapped in at that moment; its tests run it themselves (tests/conversation/test_recovery.py).
+    # swapped in at that moment; its tests run it themselves (tests/embedding/test_recovery.py).
     worker = build_worker(
         settings, settings.clickhouse_url, settings.redis_url, handle_signals=False, burst=False, cron_jobs=[]
     )

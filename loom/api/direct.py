@@ -29,6 +29,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
 from loom.api.deps import bearer, services
+from loom.api.errors import is_json
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -45,7 +46,7 @@ class DirectRoute(APIRoute):
         endpoint = self.endpoint
 
         async def handler(request: Request) -> Response:
-            if not _is_json(request.headers.get("content-type")):
+            if not is_json(request.headers.get("content-type")):
                 return await standard(request)
             try:
                 data = json.loads(await request.body())
@@ -82,10 +83,3 @@ def _shape(route: APIRoute) -> tuple[type[BaseModel], Callable[..., Awaitable[An
     if not (isinstance(model, type) and issubclass(model, BaseModel)) or authorize is None:
         return None
     return model, authorize
-
-
-def _is_json(content_type: str | None) -> bool:
-    if not content_type:
-        return False
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))

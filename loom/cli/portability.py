@@ -46,7 +46,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from loom.api.models.portability import MAX_RECORDS
+from loom.models.portability import MAX_RECORDS
 from loom.portability import files, readers
 from loom.sdk.transport import ENV_TOKEN, ENV_URL, LoomError, Transport
 

@@ -19,15 +19,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from loom.api.models import briefs as b
-from loom.api.models import compaction as k
-from loom.api.models import conversation as c
-from loom.api.models import deploy as d
-from loom.api.models import erasure as e
-from loom.api.models import memory as m
-from loom.api.models import memory_answers as ma
-from loom.api.models import namespaces as n
-from loom.api.models import saved as s
+from loom.models import erasure as e
+from loom.models import memory as m
+from loom.models import memory_answers as ma
+from loom.models import namespace as n
+from loom.models import replicas as d
+from loom.models import session as b
+from loom.models.conversation import lifecycle as k
+from loom.models.conversation import reading as c
+from loom.models.conversation import saved as s
 
 Toolset = Literal["core", "all"]
 TOOLSETS: tuple[Toolset, ...] = ("core", "all")

@@ -19,7 +19,7 @@ from typing import BinaryIO, cast
 import ijson
 import zstandard
 
-from loom.api.models.portability import FORMAT_NAME
+from loom.models.portability import FORMAT_NAME
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

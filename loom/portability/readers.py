@@ -39,7 +39,7 @@ from typing import Any, BinaryIO
 
 import ijson
 
-from loom.api.models.portability import FORMAT_VERSION
+from loom.models.portability import FORMAT_VERSION
 from loom.portability.files import SourceError
 from loom.sdk import transcripts
 

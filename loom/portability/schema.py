@@ -1,5 +1,5 @@
 """docs/export-format.schema.json: the JSON Schema of one line of Loom's export format,
-rendered from the lines' models (loom.api.models.portability). A test keeps the file
+rendered from the lines' models (loom.models.portability). A test keeps the file
 equal to this output: `python -m loom.portability.schema > docs/export-format.schema.json`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, TypeAdapter
 
-from loom.api.models import portability as m
+from loom.models import portability as m
 
 Line = Annotated[
     m.HeaderLine

@@ -4,7 +4,7 @@ migration 023), which rows an import batch finds already there, and an export's 
 An export reads each kind of row a page at a time in key order (the newest version of
 each row, tombstoned ones included: they are shown as such), so its memory stays
 bounded whatever the namespace's size. The columns it reads are the lines' fields
-(loom.api.models.portability), named as the lines name them.
+(loom.models.portability), named as the lines name them.
 """
 
 from __future__ import annotations

@@ -80,18 +80,18 @@ async def wait_for(
 def api_embedder(services: Any) -> Any:
     """install(embedder) -> embedder: swap the API process's inline embedder (search
     queries, saved messages) for this test; the fake from settings comes back after."""
-    from loom.ops.conversation import api_inline_embedder
+    from loom.ops.embedding import inline
 
-    previous = api_inline_embedder.install(services, None)
+    previous = inline.install(services, None)
     installed: list[Any] = []
 
     def install(embedder: Any) -> Any:
-        api_inline_embedder.install(services, embedder)
+        inline.install(services, embedder)
         installed.append(embedder)
         return embedder
 
     yield install
-    api_inline_embedder.install(services, previous)
+    inline.install(services, previous)
 
 
 SUMMARY = "They planned the storage cluster migration and agreed on a Friday cutover."

@@ -26,6 +26,9 @@ CHROMIUM_FLAGS = [
     "--disable-quic",
     "--no-first-run",
     "--disable-background-networking",  # no calls out: the machine's network is closed
+    # The network off but for this machine: a page that needs anything from outside
+    # (a CDN's script, a web font) fails here as it would for a user without internet.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
     "--disable-component-update",
     "--disable-sync",
 ]
@@ -76,6 +79,20 @@ def shots() -> Path:
     where = Path(os.environ.get("LOOM_TEST_SCREENSHOTS") or tempfile.mkdtemp(prefix="loom-shots-"))
     where.mkdir(parents=True, exist_ok=True)
     return where
+
+
+def outside_requests(page: Any, base: str) -> list[tuple[str, str]]:
+    """Every request the page makes to anywhere but the served Loom, as (resource type,
+    url); filled as the page runs."""
+    seen: list[tuple[str, str]] = []
+    ours = (base, "data:", f"blob:{base}")
+
+    def note(request: Any) -> None:
+        if not request.url.startswith(ours):
+            seen.append((request.resource_type, request.url))
+
+    page.on("request", note)
+    return seen
 
 
 async def sign_in(page: Any, token: str) -> None:

@@ -5,11 +5,13 @@ API), both listings, tool calls, the API's refusals, and the sessions' implicit 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import logging
 import os
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
@@ -17,6 +19,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from loom import logging as loom_logging
 from loom.mcp_server.server import Runs, with_run
 from loom.mcp_server.tools import SPECS, find, listed
 
@@ -67,9 +70,30 @@ async def _record(call: Any, ns: str, token: str) -> None:
     assert r.status_code == 200, r.text
 
 
+@contextmanager
+def console(verbose: bool) -> Iterator[io.StringIO]:
+    """What `loom serve`'s console would show (loom.logging's handler), meanwhile."""
+    out = io.StringIO()
+    handler = loom_logging.console_handler(verbose, out)
+    logging.getLogger().addHandler(handler)
+    try:
+        yield out
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
 async def test_the_core_listing_has_no_append_and_asks_no_model_to_log(api_url, arq_worker, ns, mint) -> None:
-    async with over_http(api_url, mint(ns, "writer")) as mcp:
-        tools = (await mcp.list_tools()).tools
+    with console(verbose=False) as quiet, console(verbose=True) as verbose:
+        async with over_http(api_url, mint(ns, "writer")) as mcp:
+            tools = (await mcp.list_tools()).tools
+        # The client closed its session: one debug line when verbose, nothing otherwise.
+        for _ in range(100):
+            if "the client closed its stream" in verbose.getvalue():
+                break
+            await asyncio.sleep(0.05)
+    closed = [line for line in verbose.getvalue().splitlines() if "closed its stream" in line]
+    assert len(closed) == 1 and " DEBUG mcp." in closed[0], verbose.getvalue()
+    assert "Traceback" not in verbose.getvalue() and "mcp." not in quiet.getvalue(), quiet.getvalue()
     assert {t.name for t in tools} == CORE
     for t in tools:
         words = (t.description or "").lower()

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from loom.api.deps import Caller, Svc
-from loom.api.models.erasure import (
+from loom.models.erasure import (
     DeleteMessageRequest,
     DeleteMessageResponse,
     DeleteRequest,
@@ -23,11 +23,11 @@ from loom.api.models.erasure import (
     RetentionShowRequest,
     RetentionShowResponse,
 )
-from loom.api.models.errors import COMMON, error_responses
+from loom.models.errors import COMMON, error_responses
 from loom.ops import erasure as ops
-from loom.ops import retention
-from loom.ops.conversation import deleting, deleting_message, redacting
-from loom.ops.conversation.message_removal import Receipt
+from loom.ops.conversation.lifecycle import deleting, deleting_message, redacting
+from loom.ops.conversation.lifecycle.message_removal import Receipt
+from loom.ops.erasure import retention
 from loom.store.erasure import Request
 
 router = APIRouter(prefix="/v1", tags=["deletion and erasure"], responses=error_responses(*COMMON))

@@ -7,9 +7,9 @@ from dataclasses import asdict
 from fastapi import APIRouter
 
 from loom.api.deps import Caller, Svc
-from loom.api.models.errors import COMMON, error_responses
-from loom.api.models.health import HealthShowRequest, HealthShowResponse
-from loom.ops import health
+from loom.models.errors import COMMON, error_responses
+from loom.models.health import HealthShowRequest, HealthShowResponse
+from loom.ops.platform import health
 
 router = APIRouter(prefix="/v1", tags=["ops"], responses=error_responses(*COMMON))
 

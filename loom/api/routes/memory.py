@@ -6,8 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from loom.api.deps import Caller, Svc
-from loom.api.models.errors import COMMON, error_responses
-from loom.api.models.memory import (
+from loom.clock import utcnow
+from loom.models.errors import COMMON, error_responses
+from loom.models.memory import (
     ContextPackRequest,
     ContextPackResponse,
     ConversationHitOut,
@@ -44,7 +45,6 @@ from loom.api.models.memory import (
     UnifiedSearchRequest,
     UnifiedSearchResponse,
 )
-from loom.clock import utcnow
 from loom.ops.memory import context, extraction, facts, observe, profile, recall, unified, validity
 from loom.store.memories import Fact
 

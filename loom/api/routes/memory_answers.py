@@ -8,9 +8,10 @@ from dataclasses import asdict
 from fastapi import APIRouter
 
 from loom.api.deps import Caller, Svc
-from loom.api.models.errors import COMMON, error_responses
-from loom.api.models.memory import FactHitOut
-from loom.api.models.memory_answers import (
+from loom.api.routes.memory import _fact, evidence_out
+from loom.models.errors import COMMON, error_responses
+from loom.models.memory import FactHitOut
+from loom.models.memory_answers import (
     CitationOut,
     JobStatusRequest,
     JobStatusResponse,
@@ -19,7 +20,6 @@ from loom.api.models.memory_answers import (
     ProfileSectionOut,
     TimeBasisOut,
 )
-from loom.api.routes.memory import _fact, evidence_out
 from loom.ops.memory import asking, job_status
 
 router = APIRouter(prefix="/v1", tags=["memory"], responses=error_responses(*COMMON))

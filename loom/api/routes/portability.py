@@ -7,8 +7,8 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from loom.api.deps import Caller, Svc
-from loom.api.models.errors import COMMON, error_responses
-from loom.api.models.portability import (
+from loom.models.errors import COMMON, error_responses
+from loom.models.portability import (
     EmbeddingProgress,
     ExportStartRequest,
     ImportJobOut,
@@ -84,13 +84,14 @@ async def import_status(body: ImportStatusRequest, who: Caller, svc: Svc) -> Imp
 @router.post(
     "/export.start",
     response_class=StreamingResponse,
-    responses={200: {"content": {t: {} for t in exporting.MEDIA_TYPES.values()}}},
+    responses={200: {"content": {"application/x-ndjson": {}}}},
 )
 async def export_start(body: ExportStartRequest, who: Caller, svc: Svc) -> StreamingResponse:
     """A namespace (or one user's rows, or one thread) in Loom's export format
-    (docs/export-format.md), streamed: gzip (default), zstd or plain NDJSON. A header
-    line, the rows kind by kind (tombstones and redactions shown as such), an end line
-    with the row count and the SHA-256 of the body lines."""
+    (docs/export-format.md), streamed as NDJSON with `Content-Encoding: gzip` (default),
+    `zstd` or none: a header line, the rows kind by kind (tombstones and redactions shown
+    as such), an end line with the row count and the SHA-256 of the body lines. Saved as
+    it comes, the bytes are a .ndjson.gz (or .zst) file."""
     export = exporting.prepare(
         who,
         body.namespace,
@@ -99,6 +100,7 @@ async def export_start(body: ExportStartRequest, who: Caller, svc: Svc) -> Strea
         agent=body.thread_agent,
         compression=body.compression,
     )
+    encoding = {} if body.compression == "none" else {"Content-Encoding": body.compression}
     return StreamingResponse(
-        exporting.stream(svc, export), media_type=exporting.MEDIA_TYPES[body.compression]
+        exporting.stream(svc, export), media_type="application/x-ndjson", headers=encoding
     )

@@ -8,8 +8,8 @@ from dataclasses import asdict
 from fastapi import APIRouter
 
 from loom.api.deps import Caller, Svc
-from loom.api.models.errors import COMMON, error_responses
-from loom.api.models.settings import (
+from loom.models.errors import COMMON, error_responses
+from loom.models.settings import (
     ChangeOut,
     ProcessOut,
     SettingOut,
@@ -17,8 +17,8 @@ from loom.api.models.settings import (
     SettingsResponse,
     SettingsSetRequest,
 )
-from loom.ops import settings as ops
-from loom.ops.settings import SettingsReport
+from loom.ops.platform import settings as ops
+from loom.ops.platform.settings import SettingsReport
 
 router = APIRouter(prefix="/v1", tags=["settings"], responses=error_responses(*COMMON))
 

@@ -87,6 +87,7 @@ class ListItem:
     author: str
     updated_at: datetime
     line: str
+    headline: str
 
 
 @dataclass
@@ -549,7 +550,9 @@ async def brief_list(
         line = f"{shown} · r{row.revision} · {row.updated_at:%Y-%m-%d %H:%M}Z · {row.author}"
         if head:
             line += f" · {head}"
-        items.append(ListItem(shown, row.project, row.branch, row.revision, row.author, row.updated_at, line))
+        items.append(
+            ListItem(shown, row.project, row.branch, row.revision, row.author, row.updated_at, line, head)
+        )
     return items
 
 

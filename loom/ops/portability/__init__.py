@@ -5,7 +5,7 @@ export), and a namespace, user or thread taken out in one documented format.
   `loom import` CLI) reads the file, sends its records in numbered batches; each batch
   is committed whole before the job's position moves, so an import resumes from its
   last committed batch. Turns go through conversation.append's own write path
-  (:mod:`loom.ops.conversation.appending`), so the recording switch, the duplicate
+  (:mod:`loom.ops.conversation.writing.appending`), so the recording switch, the duplicate
   check and the sensitivity screen hold exactly as for an append; their embeddings are
   left to the background (:mod:`embedding`).
 - :mod:`records`: how each kind of record is written (turns through the append path;

@@ -5,7 +5,7 @@ to the model: it leaves them to this pass (the arq job `import_embed`), which go
 through the import's window (loom.ops.portability.windows: its namespace, its token,
 the span of insert times its turns landed in) in insert-time order, a page at a time,
 and embeds each live user or assistant turn (or summary) that has no embedding row yet,
-with the recovery pass's own rules and writer (loom.ops.conversation.recovery): a turn
+with the recovery pass's own rules and writer (loom.ops.embedding.recovery): a turn
 that reads as high is never sent to the model; one deleted or embedded meanwhile is
 left as it is; the vectors are written under the thread leases after a re-check.
 
@@ -37,9 +37,9 @@ from loom import logging as loom_logging
 from loom.clock import next_version, utcnow
 from loom.jobs import IMPORT_EMBED, ImportEmbedJob, build
 from loom.leases import Lease, LeaseLost
-from loom.ops.conversation import recovery
 from loom.ops.conversation.common import EMBED_CHARS
-from loom.ops.conversation.worker_embed_writer import ModelFn, write_recovered
+from loom.ops.embedding import recovery
+from loom.ops.embedding.writer import ModelFn, write_recovered
 from loom.ops.portability import windows
 from loom.queue import QUEUE, wake_workers
 from loom.services import Services
@@ -126,7 +126,9 @@ async def _run(
     if job is None:
         return {"ran": False, "done": True, "reason": "no such job"}, (datetime.min, "")
     found = await svc.run(store.embedding, svc.ch, job.namespace, job_id)
-    row = found or store.Embedding(namespace=job.namespace, job_id=job_id, state=PENDING, position={}, counts={})
+    row = found or store.Embedding(
+        namespace=job.namespace, job_id=job_id, state=PENDING, position={}, counts={}
+    )
     report = recovery.RecoveryReport(ran=True)
     pos = _position(row.position, job)
     started, base = time.monotonic(), dict(row.counts)

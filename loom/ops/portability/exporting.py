@@ -28,16 +28,15 @@ from typing import Any
 import orjson
 import zstandard
 
-from loom.api.models.portability import FORMAT_NAME, FORMAT_VERSION
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
 from loom.errors import Forbidden, InvalidRequest
+from loom.models.portability import FORMAT_NAME, FORMAT_VERSION
 from loom.services import Services
 from loom.store import portability as store
 
 PAGE_ROWS = 5_000
 _OPTS = orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z
-MEDIA_TYPES = {"gzip": "application/gzip", "zstd": "application/zstd", "none": "application/x-ndjson"}
 
 
 def loom_version() -> str:
@@ -185,4 +184,4 @@ async def stream(svc: Services, export: Export) -> AsyncIterator[bytes]:
     yield compress(line({"kind": "end", "rows": rows, "sha256": digest.hexdigest()})) + flush()
 
 
-__all__ = ["MEDIA_TYPES", "Export", "line", "prepare", "stream"]
+__all__ = ["Export", "line", "prepare", "stream"]

@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from loom.api.models import portability as lines
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import Conflict, Forbidden, NotFound
+from loom.models import portability as lines
 from loom.ops.portability import embedding, windows
 from loom.ops.portability.records import Target, apply
 from loom.services import Services

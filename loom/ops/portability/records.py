@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from loom.api.models import portability as lines
 from loom.clock import next_version
-from loom.ops import namespaces as ns_ops
-from loom.ops.conversation import appending
+from loom.models import portability as lines
+from loom.ops.conversation.writing import appending
 from loom.ops.memory import erasing
 from loom.ops.memory.facts import embed_into, profile_changed
+from loom.ops.platform import namespaces as ns_ops
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import briefs as brief_store

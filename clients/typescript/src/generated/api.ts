@@ -169,8 +169,9 @@ export interface paths {
         put?: never;
         /**
          * Get
-         * @description One thread's metadata; `include_messages: true` adds a page of its turns
-         *     (`order: "desc"` for the tail, `cursor` for the next page).
+         * @description One thread's metadata and the first page of its turns (`order: "desc"` for the
+         *     tail, `cursor` for the next page); `include_messages: false` for the metadata alone
+         *     (`messages: []`).
          */
         post: operations["get_v1_conversation_get_post"];
         delete?: never;
@@ -1531,6 +1532,7 @@ export interface components {
             branch: string;
             /**
              * Author
+             * @description Who wrote the revision: "llm": Loom's model revised it from the events; "deterministic": Loom's deterministic builder wrote it from the events (no model); "model": the caller wrote the sections (the calling agent, or a person through the API); no model ran on the server.
              * @enum {string}
              */
             author: "llm" | "deterministic" | "model";
@@ -1656,6 +1658,7 @@ export interface components {
             revision: number;
             /**
              * Author
+             * @description Who wrote the revision: "llm": Loom's model revised it from the events; "deterministic": Loom's deterministic builder wrote it from the events (no model); "model": the caller wrote the sections (the calling agent, or a person through the API); no model ran on the server.
              * @enum {string}
              */
             author: "llm" | "deterministic" | "model";
@@ -1670,6 +1673,11 @@ export interface components {
              * @description One line: key, revision, age and headline.
              */
             line: string;
+            /**
+             * Headline
+             * @description The goal, else the status's first line (empty when that reads as high sensitivity).
+             */
+            headline: string;
         };
         /** BriefListRequest */
         BriefListRequest: {
@@ -3039,7 +3047,8 @@ export interface components {
             thread_id: string;
             /**
              * Include Messages
-             * @default false
+             * @description The first page of the thread's turns comes with it (`limit`, oldest first; `order: "desc"` for the tail); false: the thread alone, `messages: []`.
+             * @default true
              */
             include_messages?: boolean;
             /**
@@ -3066,9 +3075,15 @@ export interface components {
         /** GetResponse */
         GetResponse: {
             thread: components["schemas"]["ThreadOut"];
-            /** Messages */
-            messages?: components["schemas"]["MessageOut"][] | null;
-            /** Next Cursor */
+            /**
+             * Messages
+             * @description A page of the turns; empty with `include_messages: false`.
+             */
+            messages?: components["schemas"]["MessageOut"][];
+            /**
+             * Next Cursor
+             * @description Pass it back as `cursor` for the next page.
+             */
             next_cursor?: string | null;
         };
         /** Health */
@@ -3539,7 +3554,7 @@ export interface components {
              */
             evidence: components["schemas"]["EvidenceOut"][];
             /** Profile */
-            profile?: components["schemas"]["loom__api__models__memory_answers__ProfileSectionOut"][];
+            profile?: components["schemas"]["loom__models__memory_answers__ProfileSectionOut"][];
             /**
              * Fallback Reason
              * @description Why the facts' vector leg did not run, if it did not.
@@ -3733,7 +3748,7 @@ export interface components {
         /** MemoryProfileResponse */
         MemoryProfileResponse: {
             /** Sections */
-            sections: components["schemas"]["loom__api__models__memory__ProfileSectionOut"][];
+            sections: components["schemas"]["loom__models__memory__ProfileSectionOut"][];
             /**
              * Basis
              * @description llm: the model summarised the facts; facts: built from the current facts grouped by kind, no model (see reason).
@@ -4877,6 +4892,11 @@ export interface components {
              */
             name: string;
             /**
+             * Label
+             * @description What a person calls it, e.g. "Search: excerpt length".
+             */
+            label: string;
+            /**
              * Value
              * @description The value in force.
              */
@@ -5503,7 +5523,7 @@ export interface components {
             secret: string;
         };
         /** ProfileSectionOut */
-        loom__api__models__memory__ProfileSectionOut: {
+        loom__models__memory__ProfileSectionOut: {
             /**
              * Name
              * @description identity, preferences, work, relationships, other; or a fact kind.
@@ -5513,7 +5533,7 @@ export interface components {
             text: string;
         };
         /** ProfileSectionOut */
-        loom__api__models__memory_answers__ProfileSectionOut: {
+        loom__models__memory_answers__ProfileSectionOut: {
             /** Name */
             name: string;
             /** Text */
