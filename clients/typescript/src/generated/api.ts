@@ -1158,9 +1158,10 @@ export interface paths {
         /**
          * Export Start
          * @description A namespace (or one user's rows, or one thread) in Loom's export format
-         *     (docs/export-format.md), streamed: gzip (default), zstd or plain NDJSON. A header
-         *     line, the rows kind by kind (tombstones and redactions shown as such), an end line
-         *     with the row count and the SHA-256 of the body lines.
+         *     (docs/export-format.md), streamed as NDJSON with `Content-Encoding: gzip` (default),
+         *     `zstd` or none: a header line, the rows kind by kind (tombstones and redactions shown
+         *     as such), an end line with the row count and the SHA-256 of the body lines. Saved as
+         *     it comes, the bytes are a .ndjson.gz (or .zst) file.
          */
         post: operations["export_start_v1_export_start_post"];
         delete?: never;
@@ -9403,8 +9404,6 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/gzip": unknown;
-                    "application/zstd": unknown;
                     "application/x-ndjson": unknown;
                 };
             };
