@@ -16,7 +16,6 @@ held between pages.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -164,23 +163,12 @@ async def stream(svc: Services, export: Export) -> AsyncIterator[bytes]:
     counted = await svc.run(counts, svc, export)
     yield compress(header(export, counted))
     digest, rows = hashlib.sha256(), 0
-    pages = body(svc, export)
-    done = object()
-    ahead = asyncio.ensure_future(svc.run(next, pages, done))
-    try:
-        while True:
-            got = await ahead
-            if got is done:
-                break
-            ahead = asyncio.ensure_future(svc.run(next, pages, done))
-            chunk, n = got
-            digest.update(chunk)
-            rows += n
-            out = compress(chunk)
-            if out:
-                yield out
-    finally:
-        ahead.cancel()
+    async for chunk, n in svc.ahead(body(svc, export)):
+        digest.update(chunk)
+        rows += n
+        out = compress(chunk)
+        if out:
+            yield out
     yield compress(line({"kind": "end", "rows": rows, "sha256": digest.hexdigest()})) + flush()
 
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from loom.clock import next_version
 from loom.models import portability as lines
@@ -40,6 +40,8 @@ from loom.store import portability as store
 from loom.store import redaction as redaction_store
 from loom.store import threads as thread_store
 from loom.store.memories import Fact, Scope
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -150,18 +152,21 @@ async def _absent_only(
     counts[kind] += len(new)
 
 
+def _row(cls: type[R], line: Any, **fixed: Any) -> R:
+    """The store's row for an import line: the fields they share by name, then `fixed`."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    shared = {k: getattr(line, k) for k in type(line).model_fields if k in names and k not in ("kind", "pos")}
+    return cls(**(shared | fixed))
+
+
 async def _thread_rows(svc: Services, target: Target, recs: list[lines.ThreadLine]) -> None:
     rows = [
-        thread_store.ThreadRow(
+        _row(
+            thread_store.ThreadRow,
+            r,
             namespace=target.namespace,
-            agent=r.agent,
-            thread_id=r.thread_id,
-            title=r.title,
             metadata=dict(r.metadata),
-            run_id=r.run_id,
             created_at=r.created_at or target.default_ts,
-            updated_at=r.updated_at,
-            tombstoned=r.tombstoned,
             version=next_version(),
         )
         for r in recs
@@ -170,44 +175,13 @@ async def _thread_rows(svc: Services, target: Target, recs: list[lines.ThreadLin
 
 
 async def _redaction_rows(svc: Services, target: Target, recs: list[lines.RedactionLine]) -> None:
-    rows = [
-        redaction_store.Record(
-            namespace=target.namespace,
-            agent=r.agent,
-            thread_id=r.thread_id,
-            msg_id=r.msg_id,
-            user_id=r.user_id,
-            action=r.action,
-            placeholder=r.placeholder,
-            spans=r.spans,
-            token_id=r.token_id,
-            redacted_at=r.redacted_at,
-        )
-        for r in recs
-    ]
+    rows = [_row(redaction_store.Record, r, namespace=target.namespace) for r in recs]
     await svc.run(redaction_store.RECORDS.insert, svc.ch, rows)
 
 
 async def _brief_rows(svc: Services, target: Target, recs: list[lines.BriefLine]) -> None:
     rows = [
-        brief_store.BriefRow(
-            namespace=target.namespace,
-            brief_key=r.brief_key,
-            project=r.project,
-            branch=r.branch,
-            session_id=r.session_id,
-            user_id=r.user_id,
-            agent=r.agent,
-            revision=r.revision,
-            sections=_sections(r.sections),
-            author=r.author,
-            last_session_id=r.last_session_id,
-            last_event_cursor=r.last_event_cursor,
-            last_summary=r.last_summary,
-            created_at=r.created_at,
-            updated_at=r.updated_at,
-            deleted=r.deleted,
-        )
+        _row(brief_store.BriefRow, r, namespace=target.namespace, sections=_sections(r.sections))
         for r in recs
     ]
     await svc.run(brief_store.BRIEFS.insert, svc.ch, rows, version=next_version())
@@ -215,22 +189,7 @@ async def _brief_rows(svc: Services, target: Target, recs: list[lines.BriefLine]
 
 async def _revision_rows(svc: Services, target: Target, recs: list[lines.BriefRevisionLine]) -> None:
     rows = [
-        brief_store.RevisionRow(
-            namespace=target.namespace,
-            brief_key=r.brief_key,
-            revision=r.revision,
-            project=r.project,
-            branch=r.branch,
-            session_id=r.session_id,
-            user_id=r.user_id,
-            agent=r.agent,
-            token_id=r.token_id,
-            sections=_sections(r.sections),
-            author=r.author,
-            event_cursor=r.event_cursor,
-            last_summary=r.last_summary,
-            created_at=r.created_at,
-        )
+        _row(brief_store.RevisionRow, r, namespace=target.namespace, sections=_sections(r.sections))
         for r in recs
     ]
     await svc.run(brief_store.REVISIONS.insert, svc.ch, rows, version=next_version())
@@ -276,25 +235,13 @@ async def _memory(svc: Services, target: Target, by_kind: dict[str, list[Any]], 
 
 
 def _fact(t: Target, r: lines.MemoryLine) -> Fact:
-    return Fact(
+    return _row(
+        Fact,
+        r,
         namespace=t.namespace,
-        user_id=r.user_id,
-        memory_id=r.memory_id,
-        session_id=r.session_id,
-        run_id=r.run_id,
         kind=r.fact_kind,
-        key=r.key,
-        text=r.text,
-        source=r.source,
         evidence_ids=list(r.evidence_ids),
-        created_at=r.created_at,
-        updated_at=r.updated_at,
-        tombstoned=r.tombstoned,
         valid_from=r.valid_from or r.created_at,
-        valid_until=r.valid_until,
-        supersedes=r.supersedes,
-        superseded_by=r.superseded_by,
-        lineage=r.lineage,
         version=next_version(),
     )
 
@@ -302,37 +249,19 @@ def _fact(t: Target, r: lines.MemoryLine) -> Fact:
 def _evidence(t: Target, r: lines.EvidenceLine) -> evidence_store.Evidence:
     # Evidence that reads as high keeps its place but no text, as an extraction keeps it.
     high = r.high_sensitivity or reads_as_high(r.content)
-    return evidence_store.Evidence(
+    return _row(
+        evidence_store.Evidence,
+        r,
         namespace=t.namespace,
-        user_id=r.user_id,
-        evidence_id=r.evidence_id,
-        session_id=r.session_id,
-        run_id=r.run_id,
-        source=r.source,
-        msg_id=r.msg_id,
-        role=r.role,
         content="" if high else r.content,
         high_sensitivity=high,
-        ts=r.ts,
-        created_at=r.created_at,
-        tombstoned=r.tombstoned,
         version=next_version(),
     )
 
 
 async def _decision_rows(svc: Services, target: Target, recs: list[lines.DecisionLine]) -> None:
     rows = [
-        memory_store.DecisionRow(
-            namespace=target.namespace,
-            user_id=r.user_id,
-            extraction_id=r.extraction_id,
-            seq=r.seq,
-            action=r.action,
-            memory_id=r.memory_id,
-            text=r.text,
-            evidence_ids=list(r.evidence_ids),
-            created_at=r.created_at,
-        )
+        _row(memory_store.DecisionRow, r, namespace=target.namespace, evidence_ids=list(r.evidence_ids))
         for r in recs
     ]
     await svc.run(memory_store.DECISIONS.insert, svc.ch, rows)
