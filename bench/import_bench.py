@@ -165,6 +165,7 @@ def quarters(xs: list[float]) -> str:
 async def raw_model_rate(seconds: float) -> float:
     """Texts/s of the worker's own model configuration (ModelBatcher, single-threaded
     MiniLM calls, one per core) on texts like the import's."""
+    import loom.ops.conversation  # noqa: F401  (first: workers.embed_jobs imported alone meets an import cycle)
     from loom.settings import Settings
     from workers.embed_jobs import ModelBatcher, embedder_from_settings, model_parallelism, set_embedder
 
