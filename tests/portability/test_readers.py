@@ -118,3 +118,12 @@ def test_a_file_that_is_no_known_format_is_refused(tmp_path: Path) -> None:
     other.write_text(json.dumps({"kind": "header", "format": "something-else"}) + "\n")
     with pytest.raises(files.SourceError, match="not loom-export"):
         _read(other)
+
+
+def test_a_wrong_format_names_the_first_record_it_cannot_read() -> None:
+    _, units = _read(DATA / "chatgpt_conversations.json", fmt="claude")
+    assert units[0].records == [] and units[0].bad == [
+        readers.Bad("conversation 0", "not a Claude conversation (no chat_messages)")
+    ]
+    _, units = _read(DATA / "claude_conversations.json", fmt="openai")
+    assert units[0].bad[0].pos == "line 1" and units[0].bad[0].message.startswith("not JSON")
