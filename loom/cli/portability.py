@@ -403,7 +403,7 @@ def _summary(file: Path, fmt: str, run: Run, as_json: bool) -> None:
     if emb.get("to_embed"):
         print(
             f"embedding in the background: {emb.get('embedded', 0)} of {emb['to_embed']} turns "
-            f"(import.status {job.get('job_id')}, or the dashboard's Import page)"
+            f"(import.status {job.get('job_id')}, or the dashboard's Imports page)"
         )
 
 

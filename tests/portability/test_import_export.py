@@ -98,9 +98,10 @@ async def test_chatgpt_export_imports_its_chosen_branch_once_and_embeds_it(
     assert thread.json()["thread"]["created_at"].startswith("2024-12-04T08:13:20.123456")
 
     job = await _embedded(call, ns, admin)
-    assert (
-        job["embedding"]["to_embed"] == 6 and job["embedding"]["embedded"] == 6
-    )  # the tool turn is not embedded
+    # The tool turn is not embedded; the dashboard's Imports page shows the same.
+    assert job["embedding"]["to_embed"] == 6 and job["embedding"]["embedded"] == 6
+    page = await api.get(f"/dashboard/imports?ns={ns}", cookies={"loom_dashboard": admin})
+    assert "chatgpt_conversations.json" in page.text and "6 of 6 embedded" in page.text
     hits = await call(
         "conversation.search", admin, namespace=ns, query="When does the first ferry leave on Sundays?"
     )
