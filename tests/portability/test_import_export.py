@@ -547,3 +547,43 @@ def test_the_documented_schema_is_current() -> None:
     assert path.read_text() == render(), (
         "run: python -m loom.portability.schema > docs/export-format.schema.json"
     )
+
+
+async def test_the_recovery_pass_leaves_an_imports_turns_to_its_own_pass(services: Any, ns: str) -> None:
+    """A turn an import stored is its own background pass's to embed: the recovery pass
+    skips the turns inside a registered window (and only those)."""
+    from loom.ops.portability import windows
+    from loom.providers.embedders import FakeEmbedder, SpyEmbedder
+    from tests.embedding.test_recovery import orphan, rewind, run_pass
+
+    ch = services.ch
+    rewind(ch)
+    imported = [
+        conv_store.Turn(
+            namespace=ns,
+            agent="default",
+            thread_id="t",
+            msg_id=f"imp-{i}",
+            ts=datetime.now(UTC),
+            role="user",
+            content=f"an imported turn {i}",
+            appended_by="tok-import",
+            version=next_version(),
+        )
+        for i in range(2)
+    ]
+    await services.run(conv_store.insert, ch, imported)
+    orphan(ch, ns, "crash", "a turn a crash left unembedded")
+    now = datetime.now(UTC)
+    await windows.put(
+        services.redis, f"imp-{ns}", ns, "tok-import", now - timedelta(minutes=1), now + timedelta(minutes=1)
+    )
+    try:
+        spy = SpyEmbedder(FakeEmbedder())
+        report = await run_pass(services, spy)
+    finally:
+        await windows.remove(services.redis, f"imp-{ns}")
+    assert report.skipped_import == 2
+    assert "a turn a crash left unembedded" in spy.texts and not [
+        t for t in spy.texts if "imported turn" in t
+    ]
