@@ -30,6 +30,7 @@ Who enqueues each job:
 | compact_thread    | CompactThreadJob  | conversation.compact (loom.ops.conversation.lifecycle.compacting) |
 | memory_extract    | MemoryExtractJob  | memory.set_from_messages with defer (loom.ops.memory.extraction) |
 | webhook_deliver   | WebhookDeliverJob | an event's emitter, and a failed attempt's retry (loom.ops.webhooks) |
+| import_embed      | ImportEmbedJob    | import.write, the job itself (work left), the worker's import tick (loom.ops.portability.embedding) |
 | recover_embeddings| none (arq cron)   | every worker's cron                           |
 | conversation_titler| none (arq cron)  | every worker's cron                           |
 """
@@ -48,6 +49,7 @@ ERASURE_REMOVE = "erasure_remove"
 COMPACT_THREAD = "compact_thread"
 MEMORY_EXTRACT = "memory_extract"
 WEBHOOK_DELIVER = "webhook_deliver"
+IMPORT_EMBED = "import_embed"
 
 
 class PayloadRefused(ValueError):
@@ -167,6 +169,13 @@ class WebhookDeliverJob(JobPayload):
     event_at: datetime
     body: str
     attempt: int
+
+
+class ImportEmbedJob(JobPayload):
+    """Embed the turns an import stored (one run of its background embedding)."""
+
+    JOB: ClassVar[str] = IMPORT_EMBED
+    job_id: str
 
 
 P = TypeVar("P", bound=JobPayload)

@@ -43,6 +43,8 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | reply               | list   | the reply TTL               | the worker pushes, one API process pops      |
 | REPLICAS            | hash   | none (entries expire by their heartbeat) | every API and worker process (loom.replicas) |
 | READ_INDEX_EVENTS   | stream | none (trimmed to its newest STREAM_MAXLEN entries) | every embedding-row insert and search-mark raise (loom.read_index.feed) |
+| IMPORT_WINDOWS      | hash   | none (a field per import, removed once its turns are embedded) | import.write (API), the import's embedding (worker) |
+| import_embed_lease  | string | the lease's TTL (renewed)   | an import's background embedding (worker)    |
 
 The TTLs themselves stay beside the code that sets them (named in the table), since
 each is a rule of that code, not of the key.
@@ -130,6 +132,13 @@ REPLY = "loom:reply:"
 
 # -- the live replicas of a deploy (loom.replicas) -------------------------------------
 
+IMPORT_WINDOWS = "loom:import:windows"
+"""Hash: import job id -> JSON of its namespace, token and window of insert times. The
+turns an import stored without an embedding (its token's, in that window) are its own
+background embedding's to embed: the recovery pass leaves them alone
+(loom.ops.portability.windows)."""
+IMPORT_EMBED_LEASE = "loom:lease:import-embed:"
+"""Prefix. String per import job id: the one worker embedding that import's turns."""
 REPLICAS = "loom:replicas"
 """Hash: replica id -> JSON of its build, schema, capabilities and last heartbeat. An
 entry whose heartbeat is older than the liveness window is a replica that is gone."""
@@ -246,3 +255,7 @@ def embed_gate_wake(gate: str) -> str:
 
 def reply(process_id: str) -> str:
     return f"{REPLY}{process_id}"
+
+
+def import_embed_lease(job_id: str) -> str:
+    return f"{IMPORT_EMBED_LEASE}{job_id}"

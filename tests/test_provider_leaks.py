@@ -12,6 +12,7 @@ tests/leaks.py's PROVIDERS.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -401,6 +402,105 @@ async def drive_dashboard(ctx: Ctx) -> None:
         assert not [kind for kind, text in HIGH.items() if text in page], i
 
 
+async def drive_import(ctx: Ctx) -> None:
+    """import.write (facts embedded in the API process) and the import's background
+    embedding (the worker's model): high text in turns, reasoning, metadata, a thread's
+    title, facts and evidence; the clean turns are embedded, the high ones never sent."""
+    job = await ctx.ok(
+        "import.start",
+        ctx.admin,
+        namespace=ctx.ns,
+        source="leak.jsonl",
+        fingerprint="leak-fingerprint",
+        format="loom",
+    )
+    turns = [{"kind": "turn", "thread_id": "imported", "msg_id": "clean", "role": "user", "content": CLEAN}]
+    turns.append(
+        {"kind": "turn", "thread_id": "imported", "msg_id": "tail", "role": "user", "content": LONG_TAIL}
+    )
+    for kind, text in HIGH.items():
+        turns += [
+            {
+                "kind": "turn",
+                "thread_id": "imported",
+                "msg_id": f"{kind}-c",
+                "role": "assistant",
+                "content": text,
+            },
+            {
+                "kind": "turn",
+                "thread_id": "imported",
+                "msg_id": f"{kind}-r",
+                "role": "user",
+                "content": CLEAN + " r",
+                "reasoning": text,
+            },
+            {
+                "kind": "turn",
+                "thread_id": "imported",
+                "msg_id": f"{kind}-m",
+                "role": "user",
+                "content": CLEAN + " m",
+                "metadata": {"n": text},
+            },
+        ]
+    at = "2026-01-01T00:00:00Z"
+    others = [
+        {"kind": "thread", "thread_id": "imported", "title": HIGH["password"]},
+        *(
+            {
+                "kind": "memory",
+                "user_id": "u1",
+                "memory_id": f"imp-{k}",
+                "text": t,
+                "created_at": at,
+                "updated_at": at,
+            }
+            for k, t in HIGH.items()
+        ),
+        {
+            "kind": "memory",
+            "user_id": "u1",
+            "memory_id": "imp-clean",
+            "text": CLEAN,
+            "created_at": at,
+            "updated_at": at,
+        },
+        {
+            "kind": "memory",
+            "user_id": "u1",
+            "memory_id": "imp-tail",
+            "text": LONG_TAIL,
+            "created_at": at,
+            "updated_at": at,
+        },
+        {
+            "kind": "memory_evidence",
+            "user_id": "u1",
+            "evidence_id": "imp-e",
+            "content": HIGH["ssn"],
+            "ts": at,
+            "created_at": at,
+        },
+    ]
+    body = await ctx.ok(
+        "import.write",
+        ctx.admin,
+        job_id=job["job_id"],
+        seq=0,
+        position="end",
+        records=others + turns,
+        final="done",
+    )
+    assert body["batch"]["stored"] == len(turns) and body["batch"]["high"] == len(HIGH) + 1
+    for _ in range(200):  # the worker embeds the clean ones
+        status = await ctx.ok("import.status", ctx.admin, job_id=job["job_id"])
+        if status["jobs"][0]["embedding"]["state"] == "done":
+            break
+        await asyncio.sleep(0.05)
+    assert status["jobs"][0]["embedding"]["embedded"] == 1 + 2 * len(HIGH), status["jobs"][0]["embedding"]
+
+
 # The ops that can reach a provider. A later feature adds its own.
 DRIVERS: list[tuple[str, Driver]] = [
     ("conversation.append", drive_append),
@@ -415,6 +515,7 @@ DRIVERS: list[tuple[str, Driver]] = [
     ("memory.profile + context.pack's profile", drive_profile),
     ("memory.ask", drive_memory_ask),
     ("the dashboard's pages", drive_dashboard),
+    ("import.write + the import's embedding", drive_import),
 ]
 
 

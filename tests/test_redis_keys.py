@@ -51,6 +51,8 @@ PINNED = [
     (redis_keys.SETTINGS_VERSION, "loom:settings:version"),
     (redis_keys.TITLER_LAST_PASS, "loom:titler:last_pass"),
     (redis_keys.settings_applied("api:h:1"), "loom:settings:applied:api:h:1"),
+    (redis_keys.IMPORT_WINDOWS, "loom:import:windows"),
+    (redis_keys.import_embed_lease("j"), "loom:lease:import-embed:j"),
 ]
 
 

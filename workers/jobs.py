@@ -9,6 +9,7 @@ from loom.ops.conversation.lifecycle import compacting, titler_tick
 from loom.ops.conversation.lifecycle.compaction_gate import CompactionGate
 from loom.ops.erasure import requesting
 from loom.ops.memory import extraction
+from loom.ops.portability import embedding as import_embedding
 from loom.ops.webhooks import delivery
 from workers import embed_jobs
 
@@ -92,6 +93,17 @@ async def webhook_deliver(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[
     return await delivery.deliver(ctx["loom"], payload)
 
 
+async def import_embed(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """One run of an import's background embedding, through this worker's model batcher."""
+    job = jobs.read(jobs.ImportEmbedJob, payload)
+    return await import_embedding.run(ctx["loom"], ctx[embed_jobs.PIPELINE].model, job.job_id)
+
+
+async def import_embed_tick(ctx: dict[str, Any]) -> dict[str, Any]:
+    """Resume the background embedding of every import not done (cron; after a crash)."""
+    return {"enqueued": await import_embedding.tick(ctx["loom"])}
+
+
 FUNCTIONS: list[Any] = [
     ping,
     embed_turns,
@@ -100,4 +112,5 @@ FUNCTIONS: list[Any] = [
     compact_thread,
     memory_extract,
     webhook_deliver,
+    import_embed,
 ]

@@ -21,11 +21,12 @@ from loom import memtrace, replicas
 from loom.gc_tuning import calm_the_garbage_collector
 from loom.ops.conversation.lifecycle.titler_tick import TICK_S
 from loom.ops.platform import live_settings
+from loom.ops.portability.embedding import TICK_S as IMPORT_TICK_S
 from loom.queue import QUEUE, RESULTS_KEPT_S, WAKE_KEY
 from loom.services import open_services, redis_settings
 from loom.settings import Settings
 from workers import embed_jobs
-from workers.jobs import FUNCTIONS, conversation_titler, recover_embeddings
+from workers.jobs import FUNCTIONS, conversation_titler, import_embed_tick, recover_embeddings
 
 IDLE_POLL_S = 0.1  # a job enqueued without a wake-up waits at most this long
 # On SIGTERM/SIGINT the worker takes no new job and gives its running ones this long to
@@ -69,7 +70,7 @@ class _NoJobData(logging.Filter):
     RESULT = "%6.2fs ← %s ● %s"
     # The titler's tick runs every few seconds and mostly finds nothing due: its start and
     # end lines would flood the console (a pass that runs logs what it did itself).
-    SILENT = ("conversation_titler",)
+    SILENT = ("conversation_titler", "import_embed_tick")
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
@@ -154,6 +155,7 @@ def cron_jobs(settings: Settings) -> list[CronJob]:
             max_tries=1,
         ),
         cron(conversation_titler, name="conversation_titler", second=every(TICK_S)[0], max_tries=1),
+        cron(import_embed_tick, name="import_embed_tick", second=every(IMPORT_TICK_S)[0], max_tries=1),
     ]
 
 

@@ -26,7 +26,7 @@ from loom.api import errors
 from loom.api.deps import OP_PREFIX, authenticate, authorized
 from loom.api.gate import Gate
 from loom.api.observe import ObserveMiddleware, flat_routes
-from loom.api.routes import erasure, health, memory, memory_answers, namespace, session, webhook
+from loom.api.routes import erasure, health, memory, memory_answers, namespace, portability, session, webhook
 from loom.api.routes import replicas as replicas_routes
 from loom.api.routes import settings as settings_routes
 from loom.api.routes.conversation import lifecycle, reading, saved, search
@@ -57,6 +57,7 @@ ROUTERS = [
     memory.router,
     memory_answers.router,
     webhook.router,
+    portability.router,
     replicas_routes.router,
     health.router,
     settings_routes.router,

@@ -163,6 +163,11 @@ RULES: tuple[Rule, ...] = (
     _r("webhook.delete", A, REFUSED, "refused"),
     _r("webhook.rotate_secret", A, REFUSED, "refused"),
     _r("webhook.deliveries", A, REFUSED, "refused"),
+    # Import and export: a whole namespace's history in or out.
+    _r("import.start", A, REFUSED, "refused"),
+    _r("import.write", A, REFUSED, "refused"),
+    _r("import.status", A, REFUSED, "refused"),
+    _r("export.start", A, REFUSED, "refused"),
 )
 
 POLICY: dict[str, Rule] = {r.op: r for r in RULES}

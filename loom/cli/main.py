@@ -1,5 +1,5 @@
 """The `loom` command: serve, worker, migrate, token, reembed, erasure export, retention show,
-ingest-transcript, mcp."""
+ingest-transcript, import, export, mcp."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from loom import logging as loom_logging
 from loom.cli.erasure import erasure_app, retention_app
 from loom.cli.ingest import ingest_transcript
 from loom.cli.mcp import mcp_stdio
+from loom.cli.portability import export_file, import_file
 from loom.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ app.add_typer(token_app, name="token")
 app.add_typer(erasure_app, name="erasure")
 app.add_typer(retention_app, name="retention")
 app.command("ingest-transcript")(ingest_transcript)
+app.command("import")(import_file)
+app.command("export")(export_file)
 app.command("mcp")(mcp_stdio)
 console = Console(stderr=True)
 

@@ -11,6 +11,7 @@ from loom.api.errors import BACKEND_ERRORS, add_not_found_page
 from loom.dashboard.pages import (
     briefs,
     conversations,
+    imports,
     knowledge,
     memory,
     operations,
@@ -22,7 +23,7 @@ from loom.dashboard.pages import (
 from loom.dashboard.render import HERE, page
 from loom.dashboard.visit import PATH, SignInNeeded, Visit, open_visit
 
-PAGES = [signin, conversations, threads, saved, memory, briefs, review, knowledge, operations]
+PAGES = [signin, conversations, threads, saved, memory, briefs, review, knowledge, operations, imports]
 
 
 def install(app: FastAPI) -> None:

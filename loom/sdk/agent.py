@@ -29,7 +29,18 @@ import httpx
 
 from loom.models.conversation.reading import AppendBatchResponse
 from loom.models.memory import ContextPackResponse, SetFromMessagesResponse
-from loom.sdk.ops import Briefs, Conversation, Erasure, Memory, Namespace, Ops, Saved, Settings, Webhooks
+from loom.sdk.ops import (
+    Briefs,
+    Conversation,
+    Erasure,
+    Memory,
+    Namespace,
+    Ops,
+    Portability,
+    Saved,
+    Settings,
+    Webhooks,
+)
 from loom.sdk.transport import Retry, Transport
 
 FLUSH_EVERY = 10  # turns buffered before they go to memory.set_from_messages
@@ -61,6 +72,7 @@ class Agent:
         self.ops = Ops(self)
         self.settings = Settings(self)
         self.webhooks = Webhooks(self)
+        self.portability = Portability(self)
 
     def session(
         self,

@@ -40,6 +40,7 @@ from loom.models import health as h
 from loom.models import memory as m
 from loom.models import memory_answers as ma
 from loom.models import namespace as n
+from loom.models import portability as pt
 from loom.models import replicas as d
 from loom.models import session as b
 from loom.models import settings as st
@@ -61,6 +62,7 @@ MODULES = {
     "m": m,
     "ma": ma,
     "n": n,
+    "pt": pt,
     "s": s,
     "q": q,
     "st": st,
@@ -288,6 +290,31 @@ GROUPS: tuple[Group, ...] = (
                 None,
                 "The user's rows as they stream (one dict per NDJSON line: a header, the rows, an "
                 "`end` line), never held whole in memory.",
+                stream=True,
+            ),
+        ),
+    ),
+    Group(
+        "Portability",
+        "portability",
+        "Import and export (admin, a token not bound to one user): `loom import` and `loom export` drive them.",
+        (
+            Method("import_start", "import.start", pt.ImportStartRequest, pt.ImportJobOut),
+            Method(
+                "import_write",
+                "import.write",
+                pt.ImportWriteRequest,
+                pt.ImportWriteResponse,
+                "One batch (idempotent by its seq: retried on 503).",
+            ),
+            Method("import_status", "import.status", pt.ImportStatusRequest, pt.ImportStatusResponse),
+            Method(
+                "export",
+                "export.start",
+                pt.ExportStartRequest,
+                None,
+                "The export's lines as they stream (one dict per NDJSON line: the header, the rows, "
+                "the end line), decompressed as they come, never held whole in memory.",
                 stream=True,
             ),
         ),

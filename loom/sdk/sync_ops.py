@@ -15,6 +15,7 @@ from loom.models import health as h
 from loom.models import memory as m
 from loom.models import memory_answers as ma
 from loom.models import namespace as n
+from loom.models import portability as pt
 from loom.models import replicas as d
 from loom.models import session as b
 from loom.models import settings as st
@@ -1336,6 +1337,145 @@ class Erasure(SyncGroup):
         )
 
 
+class Portability(SyncGroup):
+    """Import and export (admin, a token not bound to one user): `loom import` and `loom export` drive them."""
+
+    _group: ops.Portability
+
+    def import_start(
+        self,
+        *,
+        source: str,
+        fingerprint: str,
+        format: Literal["chatgpt", "claude", "openai", "loom", "markdown", "json", "jsonl", "codex"],
+        namespace: str | None = None,
+        options: pt.ImportOptions | Mapping[str, Any] | None = None,
+    ) -> pt.ImportJobOut:
+        """`import.start`: Start an import of one file (or resume it: the same namespace, file fingerprint,
+        format and options name the same job). The answer says which batch to send next (`next_seq`) and
+        where the source was read up to (`position`).
+
+        Args:
+            source: The file's name. 1 to 512 characters.
+            fingerprint: Identifies the file's content (the CLI: its size and a digest of its ends). The
+                same file, namespace and options name the same job: it resumes. 8 to 128 characters.
+            format: One of 'chatgpt', 'claude', 'openai', 'loom', 'markdown', 'json', 'jsonl', 'codex'.
+            namespace: Default: the Agent's namespace.
+            options: Default: ImportOptions(agent=None, user_id=None, thread_prefix='', thread_id=None,
+                on_error='stop').
+        """
+        return self._runner.run(
+            self._group.import_start(
+                source=source, fingerprint=fingerprint, format=format, namespace=namespace, options=options
+            )
+        )
+
+    def import_write(
+        self,
+        *,
+        job_id: str,
+        seq: int,
+        position: str,
+        records: Sequence[
+            pt.TurnLine
+            | Mapping[str, Any]
+            | pt.ThreadLine
+            | Mapping[str, Any]
+            | pt.NamespaceLine
+            | Mapping[str, Any]
+            | pt.RedactionLine
+            | Mapping[str, Any]
+            | pt.BriefLine
+            | Mapping[str, Any]
+            | pt.BriefRevisionLine
+            | Mapping[str, Any]
+            | pt.MemoryLine
+            | Mapping[str, Any]
+            | pt.EvidenceLine
+            | Mapping[str, Any]
+            | pt.DecisionLine
+            | Mapping[str, Any]
+        ]
+        | None = None,
+        errors: Sequence[pt.SkippedRecord | Mapping[str, Any]] | None = None,
+        units: int = 0,
+        final: Literal["done", "stopped"] | None = None,
+    ) -> pt.ImportWriteResponse:
+        """`import.write`: One batch (idempotent by its seq: retried on 503). Commit one batch of records
+        (`seq`: the job's `next_seq`). Turns go through conversation.append's write path (recording
+        switch, duplicates, sensitivity) and are embedded in the background; other rows are written only
+        where the namespace holds none of their key. A batch committed before writes nothing (`committed:
+        false`); a record that breaks a rule refuses the whole batch (422 naming `records.N`).
+
+        Args:
+            job_id: At most 256 characters.
+            seq: This batch's number: the job's next_seq. At least 0.
+            position: Where the source is read up to once this batch is in (opaque; answered by
+                import.start). At most 200 characters.
+            records: At most 2,000 items. Default: [].
+            errors: Bad records the reader skipped. At most 2,000 items. Default: [].
+            units: Source units (conversations, lines) this batch ends. At least 0.
+            final: The last batch: the job ends so.
+        """
+        return self._runner.run(
+            self._group.import_write(
+                job_id=job_id,
+                seq=seq,
+                position=position,
+                records=records,
+                errors=errors,
+                units=units,
+                final=final,
+            )
+        )
+
+    def import_status(
+        self, *, namespace: str | None = None, job_id: str | None = None
+    ) -> pt.ImportStatusResponse:
+        """`import.status`: One import job (`job_id`) or the latest of a namespace (or of the token's): its
+        counts, errors with their file positions, and the background embedding's progress.
+
+        Args:
+            namespace: Default: the Agent's namespace.
+            job_id: At most 256 characters.
+        """
+        return self._runner.run(self._group.import_status(namespace=namespace, job_id=job_id))
+
+    def export(
+        self,
+        *,
+        namespace: str | None = None,
+        user_id: str | None = None,
+        thread_id: str | None = None,
+        thread_agent: str | None = None,
+        compression: Literal["gzip", "zstd", "none"] = "gzip",
+    ) -> Iterator[dict[str, Any]]:
+        """`export.start`: The export's lines as they stream (one dict per NDJSON line: the header, the rows,
+        the end line), decompressed as they come, never held whole in memory. A namespace (or one user's
+        rows, or one thread) in Loom's export format (docs/export-format.md), streamed as NDJSON with
+        `Content-Encoding: gzip` (default), `zstd` or none: a header line, the rows kind by kind
+        (tombstones and redactions shown as such), an end line with the row count and the SHA-256 of the
+        body lines. Saved as it comes, the bytes are a .ndjson.gz (or .zst) file.
+
+        Args:
+            namespace: Default: the Agent's namespace.
+            user_id: Only this user's rows. At most 256 characters.
+            thread_id: Only this thread (of `thread_agent`, or every agent's). 1 to 256 characters.
+            thread_agent: With thread_id: only this agent's copy of the thread. 1 to 128 characters;
+                matching ^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,127}$.
+            compression: One of 'gzip', 'zstd', 'none'.
+        """
+        return self._runner.iterate(
+            self._group.export(
+                namespace=namespace,
+                user_id=user_id,
+                thread_id=thread_id,
+                thread_agent=thread_agent,
+                compression=compression,
+            )
+        )
+
+
 class Ops(SyncGroup):
     """The operator's views."""
 
@@ -1470,6 +1610,7 @@ class Groups:
         self._briefs = Briefs(agent.briefs, runner)
         self._namespaces = Namespace(agent.namespaces, runner)
         self._erasure = Erasure(agent.erasure, runner)
+        self._portability = Portability(agent.portability, runner)
         self._ops = Ops(agent.ops, runner)
         self._settings = Settings(agent.settings, runner)
         self._webhooks = Webhooks(agent.webhooks, runner)
@@ -1503,6 +1644,11 @@ class Groups:
     def erasure(self) -> Erasure:
         """Erasing users and namespaces, exporting a user's rows, the retention in force. (`help(bot.erasure)`: its methods.)"""
         return self._erasure
+
+    @property
+    def portability(self) -> Portability:
+        """Import and export (admin, a token not bound to one user): `loom import` and `loom export` drive them. (`help(bot.portability)`: its methods.)"""
+        return self._portability
 
     @property
     def ops(self) -> Ops:

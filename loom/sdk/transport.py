@@ -86,14 +86,20 @@ class Transport:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def call(self, op: str, body: dict[str, Any], *, idempotent: bool = True) -> dict[str, Any]:
-        """POST the op; its JSON answer, or LoomError (after retries, when `idempotent`)."""
+    async def call(self, op: str, body: dict[str, Any] | bytes, *, idempotent: bool = True) -> dict[str, Any]:
+        """POST the op; its JSON answer, or LoomError (after retries, when `idempotent`).
+        `body` may be the JSON already encoded (a bulk client encodes its batches itself)."""
         attempts = self.retry.attempts if idempotent else 1
         backoff = self.retry.first_backoff_s
+        sent: dict[str, Any] = (
+            {"content": body, "headers": {"content-type": "application/json"}}
+            if isinstance(body, bytes)
+            else {"json": body}
+        )
         for attempt in range(1, attempts + 1):
             last = attempt == attempts
             try:
-                r = await self._http.post(f"/v1/{op}", json=body)
+                r = await self._http.post(f"/v1/{op}", **sent)
             except RETRY_ERRORS as exc:
                 if last:
                     raise LoomError(0, "unreachable", f"{self.base_url}: {type(exc).__name__}") from None
@@ -118,6 +124,19 @@ class Transport:
                 async for line in r.aiter_lines():
                     if line.strip():
                         yield json.loads(line)
+        except RETRY_ERRORS as exc:
+            raise LoomError(0, "unreachable", f"{self.base_url}: {type(exc).__name__}") from None
+
+    async def stream_bytes(self, op: str, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        """POST the op and yield its answer's bytes as they come, as sent (a compressed
+        export stays compressed); not retried, as stream_lines."""
+        try:
+            async with self._http.stream("POST", f"/v1/{op}", json=body, timeout=None) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    raise error_from(r)
+                async for chunk in r.aiter_raw():
+                    yield chunk
         except RETRY_ERRORS as exc:
             raise LoomError(0, "unreachable", f"{self.base_url}: {type(exc).__name__}") from None
 

@@ -51,6 +51,7 @@ class Landed:
     is_summary: bool
     tombstoned: bool
     speaker: str = ""  # metadata.speaker (transcript_postings.speaker_of)
+    appended_by: str = ""  # the token that appended it (an import's turns: the import's token)
 
     @property
     def turn_key(self) -> tuple[str, str, str, str]:
@@ -86,7 +87,7 @@ def save_position(ch: Client, pos: Position, version: int, name: str = NAME) -> 
 _SELECT = (
     "SELECT created_at, toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, "
     "toString(role) AS role_name, run_id, user_id, ts, leftUTF8(content, {chars:UInt32}) AS text, "
-    f"high_sensitivity, is_summary, tombstoned, {SPEAKER_SQL} AS speaker FROM conversations "
+    f"high_sensitivity, is_summary, tombstoned, {SPEAKER_SQL} AS speaker, appended_by FROM conversations "
 )
 _EMBEDDED_ROLES = "(role IN ('user', 'assistant') OR is_summary)"
 
@@ -110,6 +111,7 @@ def _landed(rows: Any) -> list[Landed]:
             is_summary=bool(r["is_summary"]),
             tombstoned=bool(r["tombstoned"]),
             speaker=r["speaker"],
+            appended_by=r["appended_by"],
         )
         for r in rows
     ]
@@ -138,12 +140,26 @@ def landed_in_key_order(ch: Client, after: Position, *, limit: int, chars: int) 
 
 
 def landed_after(
-    ch: Client, after: Position | None, upto: datetime, *, limit: int, chars: int
+    ch: Client,
+    after: Position | None,
+    upto: datetime,
+    *,
+    limit: int,
+    chars: int,
+    namespace: str | None = None,
+    appended_by: str | None = None,
 ) -> list[Landed]:
     """Up to `limit` rows of embedded roles (user, assistant, a compaction's summary)
-    inserted after `after` and at or before `upto`, in the pass's order."""
+    inserted after `after` and at or before `upto`, in the pass's order (an import's
+    embedding: of one namespace, appended by one token)."""
     where = ["created_at <= {upto:DateTime64(3, 'UTC')}", _EMBEDDED_ROLES]
     params: dict[str, Any] = {"upto": upto, "lim": limit, "chars": chars}
+    if namespace is not None:
+        where.append("namespace = {only_ns:String}")
+        params["only_ns"] = namespace
+    if appended_by is not None:
+        where.append("appended_by = {by:String}")
+        params["by"] = appended_by
     if after is not None:
         # The plain bound is what the minmax index prunes by; the tuple orders the ties.
         where.append("created_at >= {at:DateTime64(3, 'UTC')}")

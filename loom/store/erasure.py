@@ -51,6 +51,8 @@ NAMESPACE_TABLES: dict[str, tuple[str, ...]] = {
     "namespaces": ("version",),
     "erasure_keys": ("erasure_id", "kind", "agent", "thread_id", "msg_id"),
     "message_redactions": ("agent", "thread_id", "msg_id", "redacted_at"),
+    "import_jobs": ("job_id", "version"),
+    "import_embeddings": ("job_id", "version"),
 }
 VECTOR_TABLES = ("conversation_vectors_384", "conversation_vectors_1536")
 SAVED_TABLES = ("saved_docs", "saved_terms", "saved_vectors")

@@ -110,9 +110,18 @@ def _body(ns: str, subject: str) -> dict[str, dict[str, Any]]:
         "conversation.unsave_message": {**u, "conversation_id": THREAD, "message_id": "none"},
         "conversation.update": {"namespace": ns, "thread_id": throwaway, "title": "matrix"},
         "erasure.export": {"user_id": subject},
+        "export.start": {"namespace": ns, "thread_id": THREAD, "compression": "none"},
         "erasure.request": {"user_id": f"{subject}-never-seen"},
         "erasure.status": {"erasure_id": "no-such-erasure"},
         "health.show": {},
+        "import.start": {
+            "namespace": ns,
+            "source": "matrix.jsonl",
+            "fingerprint": f"matrix-{subject}-fp",
+            "format": "jsonl",
+        },
+        "import.status": {"namespace": ns},
+        "import.write": {"job_id": "imp-none", "seq": 0, "position": ""},
         "memory.ask": {**u, "question": "what about the ferry?"},
         "memory.delete": {**u, "memory_ids": ["m-none"]},
         "memory.history": {**u, "memory_id": "m-none"},
@@ -394,6 +403,7 @@ PAGES = (
     "/dashboard/retention",
     "/dashboard/health",
     "/dashboard/review",
+    "/dashboard/imports",
 )
 
 

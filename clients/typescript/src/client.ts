@@ -1,4 +1,4 @@
-import { Briefs, Conversation, Erasure, Memory, Namespaces, Ops, Saved, Settings, Webhooks } from "./ops.js";
+import { Briefs, Conversation, Erasure, Memory, Namespaces, Ops, Portability, Saved, Settings, Webhooks } from "./ops.js";
 import type { CallWith, OpCaller } from "./ops.js";
 import { Transport } from "./transport.js";
 import type { CallOptions, ClientOptions } from "./transport.js";
@@ -24,6 +24,7 @@ export class LoomClient implements OpCaller {
   readonly ops = new Ops(this);
   readonly settings = new Settings(this);
   readonly webhooks = new Webhooks(this);
+  readonly portability = new Portability(this);
   readonly #scope: { namespace?: string; agent?: string };
 
   constructor(options: LoomClientOptions = {}) {

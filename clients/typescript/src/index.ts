@@ -11,7 +11,19 @@ export { LoomClient } from "./client.js";
 export type { LoomClientOptions } from "./client.js";
 export { LoomError } from "./errors.js";
 export type { ErrorItem, LoomErrorCode } from "./errors.js";
-export { Briefs, Conversation, Erasure, Memory, Namespaces, Ops, SAVED_STATE, Saved, Settings, Webhooks } from "./ops.js";
+export {
+  Briefs,
+  Conversation,
+  Erasure,
+  Memory,
+  Namespaces,
+  Ops,
+  Portability,
+  SAVED_STATE,
+  Saved,
+  Settings,
+  Webhooks,
+} from "./ops.js";
 export type { CallWith } from "./ops.js";
 export { DEFAULT_URL, ENV_TOKEN, ENV_URL, Transport, retryAfterMs } from "./transport.js";
 export type { CallOptions, ClientOptions, RetryOptions } from "./transport.js";

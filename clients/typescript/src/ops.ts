@@ -326,3 +326,26 @@ export class Webhooks extends Group {
     return this.client.call("webhook.deliveries", body, options);
   }
 }
+
+/** Import and export (admin, a token not bound to one user): `loom import` and `loom
+ * export` drive these; a client of its own sends batches as they do. */
+export class Portability extends Group {
+  /** Start (or resume) an import of one file: the answer says which batch to send next. */
+  importStart(body: Body<"import.start">, options?: CallOptions): Promise<ResponseOf<"import.start">> {
+    return this.client.call("import.start", body, options);
+  }
+
+  /** One batch of records (idempotent by its `seq`). */
+  importWrite(body: Body<"import.write">, options?: CallOptions): Promise<ResponseOf<"import.write">> {
+    return this.client.call("import.write", body, options);
+  }
+
+  importStatus(body: Body<"import.status">, options?: CallOptions): Promise<ResponseOf<"import.status">> {
+    return this.client.call("import.status", body, options);
+  }
+
+  /** The export's lines as they stream, uncompressed (a header, the rows, an `end` line). */
+  export(body: Body<"export.start">, options?: CallOptions): AsyncGenerator<Record<string, unknown>> {
+    return this.client.lines("export.start", { ...body, compression: "none" }, options);
+  }
+}

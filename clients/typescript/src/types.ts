@@ -21,7 +21,7 @@ type Post<Op extends OpName> = paths[`/v1/${Op}`]["post"];
 export type RequestOf<Op extends OpName> =
   Post<Op> extends { requestBody: { content: { "application/json": infer B } } } ? B : never;
 
-/** The JSON an op answers with status 200 (`never` for the streaming `erasure.export`). */
+/** The JSON an op answers with status 200 (`never` for the streaming `erasure.export` and `export.start`). */
 export type ResponseOf<Op extends OpName> =
   Post<Op> extends { responses: { 200: { content: { "application/json": infer R } } } } ? R : never;
 
@@ -75,7 +75,11 @@ export const FILLS: { readonly [Op in OpName]: Fills<Op> } = {
   "erasure.export": { namespace: false, agent: false },
   "erasure.request": { namespace: false, agent: false },
   "erasure.status": { namespace: false, agent: false },
+  "export.start": { namespace: true, agent: false },
   "health.show": { namespace: false, agent: false },
+  "import.start": { namespace: true, agent: false },
+  "import.status": { namespace: true, agent: false },
+  "import.write": { namespace: false, agent: false },
   "memory.ask": { namespace: true, agent: false },
   "memory.delete": { namespace: true, agent: false },
   "memory.history": { namespace: true, agent: false },

@@ -168,7 +168,18 @@ test("a server that cannot be reached is retried, then `unreachable`", async () 
 
 test("every op the API serves has a method", async () => {
   const c = client();
-  const groups = ["conversation", "saved", "memory", "briefs", "erasure", "namespaces", "ops", "settings", "webhooks"];
+  const groups = [
+    "conversation",
+    "saved",
+    "memory",
+    "briefs",
+    "erasure",
+    "namespaces",
+    "ops",
+    "settings",
+    "webhooks",
+    "portability",
+  ];
   for (const name of groups) {
     const group = (c as unknown as Record<string, Record<string, (body: object) => unknown>>)[name]!;
     for (const method of Object.getOwnPropertyNames(Object.getPrototypeOf(group))) {
@@ -176,7 +187,7 @@ test("every op the API serves has a method", async () => {
       script = [ok({ capabilities: [] })];
       const answer = group[method]!.call(group, {});
       if (answer && typeof answer === "object" && Symbol.asyncIterator in answer) {
-        for await (const _ of answer as AsyncIterable<unknown>); // erasure.export streams
+        for await (const _ of answer as AsyncIterable<unknown>); // erasure.export and export.start stream
       } else {
         await answer;
       }

@@ -31,7 +31,8 @@ cron job; one runner at a time across the pool, by a Redis lease):
 
 An append's own job writes its vectors only while it is younger than the grace less a
 margin, checked under the same thread lease: the pass and a late job never both write
-one turn.
+one turn. Turns an import stored without embedding them are its own background pass's
+(loom.ops.portability.windows): this pass leaves them alone.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from loom.jobs import EmbedTurn
 from loom.leases import Lease, LeaseLost
 from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED, FAILED, model_text, skipped
 from loom.ops.embedding.writer import PRESENT, ModelFn, Outcome, write_recovered
+from loom.ops.portability import windows
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
@@ -73,6 +75,7 @@ class RecoveryReport:
     skipped_high: int = 0
     skipped_deleted: int = 0
     skipped_empty: int = 0
+    skipped_import: int = 0  # an import's turns: its own background pass embeds them
     caught_up: bool = False  # reached the grace horizon (else the next pass goes on)
 
     def counts(self) -> dict[str, int | bool]:
@@ -177,6 +180,30 @@ async def _first_pass(
 async def _recover(
     svc: Services, model: ModelFn, rows: Sequence[store.Landed], report: RecoveryReport
 ) -> None:
+    imports = await windows.read(svc.redis)
+    if imports:
+        mine = [
+            r
+            for r in rows
+            if not windows.covered(imports, r.position.namespace, r.appended_by, r.position.created_at)
+        ]
+        report.skipped_import += len(rows) - len(mine)
+        rows = mine
+    missing = await to_embed(svc, rows, report)
+    for lo in range(0, len(missing), MODEL_TEXTS):
+        turns = [as_embed_turn(r) for r in missing[lo : lo + MODEL_TEXTS]]
+        result = await model(model_texts(svc, turns))  # provider work before any lease
+        tally(await write_recovered(svc, turns, result), report)
+
+
+def model_texts(svc: Services, turns: Sequence[EmbedTurn]) -> list[str]:
+    prefix = svc.settings.embed_speaker_prefix
+    return [model_text(t.text, t.role, t.is_summary, prefix, t.speaker) for t in turns]
+
+
+async def to_embed(svc: Services, rows: Sequence[store.Landed], report: RecoveryReport) -> list[store.Landed]:
+    """Of `rows`, the live turns to embed: not tombstoned (now), not high, not empty, and
+    with no embedding row at all (each counted in `report` otherwise)."""
     todo: dict[emb_store.EmbKey, store.Landed] = {}
     for r in rows:
         if r.tombstoned:
@@ -188,7 +215,7 @@ async def _recover(
         else:
             todo.setdefault(r.emb_key, r)  # a turn's copies (agents) share one embedding row
     if not todo:
-        return
+        return []
     present = await svc.run(emb_store.states, svc.ch, list(todo))
     missing = [r for key, r in todo.items() if key not in present]
     report.skipped_present += len(todo) - len(missing)
@@ -197,16 +224,10 @@ async def _recover(
     now = await svc.run(conv_store.states, svc.ch, [r.turn_key for r in missing])
     live = [r for r in missing if (st := now.get(r.turn_key)) is not None and not st.tombstoned]
     report.skipped_deleted += len(missing) - len(live)
-    missing = live
-    for lo in range(0, len(missing), MODEL_TEXTS):
-        turns = [_turn(r) for r in missing[lo : lo + MODEL_TEXTS]]
-        prefix = svc.settings.embed_speaker_prefix
-        texts = [model_text(t.text, t.role, t.is_summary, prefix, t.speaker) for t in turns]
-        result = await model(texts)  # provider work before any lease
-        _tally(await write_recovered(svc, turns, result), report)
+    return live
 
 
-def _turn(r: store.Landed) -> EmbedTurn:
+def as_embed_turn(r: store.Landed) -> EmbedTurn:
     p = r.position
     return EmbedTurn(
         p.namespace,
@@ -223,7 +244,7 @@ def _turn(r: store.Landed) -> EmbedTurn:
     )
 
 
-def _tally(outcomes: Sequence[Outcome], report: RecoveryReport) -> None:
+def tally(outcomes: Sequence[Outcome], report: RecoveryReport) -> None:
     for o in outcomes:
         status = o.status
         if status == EMBEDDED:
@@ -236,4 +257,4 @@ def _tally(outcomes: Sequence[Outcome], report: RecoveryReport) -> None:
             report.skipped_present += 1
 
 
-__all__ = ["LEASE_KEY", "RecoveryReport", "recover"]
+__all__ = ["LEASE_KEY", "RecoveryReport", "as_embed_turn", "model_texts", "recover", "tally", "to_embed"]

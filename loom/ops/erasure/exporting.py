@@ -20,7 +20,6 @@ passed through as bytes.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -79,22 +78,9 @@ async def _stream(
     yield header(user_id, nss, include_tombstoned)
     rows = 0
     chunks = store.user_rows(svc.ch, user_id, nss, include_tombstoned, page_rows)
-    done = object()
-    # Each page is read off the event loop, the next one while this one is sent (reading
-    # and sending took about as long each: one after the other, an export ran at half
-    # the speed). At most two pages are held at a time.
-    ahead = asyncio.ensure_future(svc.run(next, chunks, done))
-    try:
-        while True:
-            got = await ahead
-            if got is done:
-                break
-            ahead = asyncio.ensure_future(svc.run(next, chunks, done))
-            body, n = got
-            rows += n
-            yield body
-    finally:
-        ahead.cancel()
+    async for body, n in svc.ahead(chunks):
+        rows += n
+        yield body
     yield trailer(rows)
 
 

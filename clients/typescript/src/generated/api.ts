@@ -1079,6 +1079,97 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/import.start": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import Start
+         * @description Start an import of one file (or resume it: the same namespace, file fingerprint,
+         *     format and options name the same job). The answer says which batch to send next
+         *     (`next_seq`) and where the source was read up to (`position`).
+         */
+        post: operations["import_start_v1_import_start_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/import.write": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import Write
+         * @description Commit one batch of records (`seq`: the job's `next_seq`). Turns go through
+         *     conversation.append's write path (recording switch, duplicates, sensitivity) and are
+         *     embedded in the background; other rows are written only where the namespace holds
+         *     none of their key. A batch committed before writes nothing (`committed: false`); a
+         *     record that breaks a rule refuses the whole batch (422 naming `records.N`).
+         */
+        post: operations["import_write_v1_import_write_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/import.status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import Status
+         * @description One import job (`job_id`) or the latest of a namespace (or of the token's): its
+         *     counts, errors with their file positions, and the background embedding's progress.
+         */
+        post: operations["import_status_v1_import_status_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/export.start": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Export Start
+         * @description A namespace (or one user's rows, or one thread) in Loom's export format
+         *     (docs/export-format.md), streamed as NDJSON with `Content-Encoding: gzip` (default),
+         *     `zstd` or none: a header line, the rows kind by kind (tombstones and redactions shown
+         *     as such), an end line with the row count and the SHA-256 of the body lines. Saved as
+         *     it comes, the bytes are a .ndjson.gz (or .zst) file.
+         */
+        post: operations["export_start_v1_export_start_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/replicas.show": {
         parameters: {
             query?: never;
@@ -1473,6 +1564,89 @@ export interface components {
             /** Summary */
             summary?: string | null;
         };
+        /** BriefLine */
+        BriefLine: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "brief";
+            /** Brief Key */
+            brief_key: string;
+            /**
+             * Project
+             * @default
+             */
+            project?: string;
+            /**
+             * Branch
+             * @default
+             */
+            branch?: string;
+            /**
+             * Session Id
+             * @default
+             */
+            session_id?: string;
+            /**
+             * User Id
+             * @default
+             */
+            user_id?: string;
+            /**
+             * Agent
+             * @description The calling agent's identity inside the namespace.
+             * @default default
+             */
+            agent?: string;
+            /** Revision */
+            revision: number;
+            /** Sections */
+            sections?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Author
+             * @default
+             */
+            author?: string;
+            /**
+             * Last Session Id
+             * @default
+             */
+            last_session_id?: string;
+            /**
+             * Last Event Cursor
+             * @default
+             */
+            last_event_cursor?: string;
+            /**
+             * Last Summary
+             * @default
+             */
+            last_summary?: string;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+            /**
+             * Deleted
+             * @default false
+             */
+            deleted?: boolean;
+            /**
+             * Pos
+             * @description Where in the source file (for messages).
+             * @default
+             */
+            pos?: string;
+        };
         /** BriefListItem */
         BriefListItem: {
             /** Brief Key */
@@ -1546,6 +1720,79 @@ export interface components {
             namespace: string;
             /** Briefs */
             briefs: components["schemas"]["BriefListItem"][];
+        };
+        /** BriefRevisionLine */
+        BriefRevisionLine: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "brief_revision";
+            /** Brief Key */
+            brief_key: string;
+            /** Revision */
+            revision: number;
+            /**
+             * Project
+             * @default
+             */
+            project?: string;
+            /**
+             * Branch
+             * @default
+             */
+            branch?: string;
+            /**
+             * Session Id
+             * @default
+             */
+            session_id?: string;
+            /**
+             * User Id
+             * @default
+             */
+            user_id?: string;
+            /**
+             * Agent
+             * @description The calling agent's identity inside the namespace.
+             * @default default
+             */
+            agent?: string;
+            /**
+             * Token Id
+             * @default
+             */
+            token_id?: string;
+            /** Sections */
+            sections?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Author
+             * @default
+             */
+            author?: string;
+            /**
+             * Event Cursor
+             * @default
+             */
+            event_cursor?: string;
+            /**
+             * Last Summary
+             * @default
+             */
+            last_summary?: string;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Pos
+             * @description Where in the source file (for messages).
+             * @default
+             */
+            pos?: string;
         };
         /** BriefSaveRequest */
         BriefSaveRequest: {
@@ -2018,6 +2265,45 @@ export interface components {
              */
             created: boolean;
         };
+        /** DecisionLine */
+        DecisionLine: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "memory_decision";
+            /** User Id */
+            user_id: string;
+            /** Extraction Id */
+            extraction_id: string;
+            /** Seq */
+            seq: number;
+            /** Action */
+            action: string;
+            /**
+             * Memory Id
+             * @default
+             */
+            memory_id?: string;
+            /**
+             * Text
+             * @default
+             */
+            text?: string;
+            /** Evidence Ids */
+            evidence_ids?: string[];
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Pos
+             * @description Where in the source file (for messages).
+             * @default
+             */
+            pos?: string;
+        };
         /** DecisionOut */
         DecisionOut: {
             /**
@@ -2231,6 +2517,33 @@ export interface components {
             /** Rows */
             rows: number;
         };
+        /** EmbeddingProgress */
+        EmbeddingProgress: {
+            /**
+             * State
+             * @description none | pending | running | done.
+             */
+            state: string;
+            /**
+             * To Embed
+             * @description Imported turns waiting for, or given, a vector.
+             */
+            to_embed: number;
+            /** Embedded */
+            embedded: number;
+            /** Failed */
+            failed: number;
+            /**
+             * Skipped
+             * @description Found deleted or already embedded when their turn came.
+             */
+            skipped: number;
+            /**
+             * Rate Per S
+             * @description Turns embedded a second over the job's last slice.
+             */
+            rate_per_s: number;
+        };
         /** EmbeddingsOut */
         EmbeddingsOut: {
             /**
@@ -2352,6 +2665,74 @@ export interface components {
             /** Type */
             type: string;
         };
+        /** EvidenceLine */
+        EvidenceLine: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "memory_evidence";
+            /** User Id */
+            user_id: string;
+            /** Evidence Id */
+            evidence_id: string;
+            /**
+             * Session Id
+             * @default
+             */
+            session_id?: string;
+            /**
+             * Run Id
+             * @default
+             */
+            run_id?: string;
+            /**
+             * Source
+             * @default
+             */
+            source?: string;
+            /**
+             * Msg Id
+             * @default
+             */
+            msg_id?: string;
+            /**
+             * Role
+             * @default
+             */
+            role?: string;
+            /**
+             * Content
+             * @default
+             */
+            content?: string;
+            /**
+             * High Sensitivity
+             * @default false
+             */
+            high_sensitivity?: boolean;
+            /**
+             * Ts
+             * Format: date-time
+             */
+            ts: string;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Tombstoned
+             * @default false
+             */
+            tombstoned?: boolean;
+            /**
+             * Pos
+             * @description Where in the source file (for messages).
+             * @default
+             */
+            pos?: string;
+        };
         /** EvidenceOut */
         EvidenceOut: {
             /** Evidence Id */
@@ -2393,6 +2774,35 @@ export interface components {
              * @default true
              */
             include_tombstoned?: boolean;
+        };
+        /** ExportStartRequest */
+        ExportStartRequest: {
+            /**
+             * Namespace
+             * @description A namespace the token grants, or `@me` for a token bound to one user.
+             */
+            namespace: string;
+            /**
+             * User Id
+             * @description Only this user's rows.
+             */
+            user_id?: string | null;
+            /**
+             * Thread Id
+             * @description Only this thread (of `thread_agent`, or every agent's).
+             */
+            thread_id?: string | null;
+            /**
+             * Thread Agent
+             * @description With thread_id: only this agent's copy of the thread.
+             */
+            thread_agent?: string | null;
+            /**
+             * Compression
+             * @default gzip
+             * @enum {string}
+             */
+            compression?: "gzip" | "zstd" | "none";
         };
         /** FactHitOut */
         FactHitOut: {
@@ -2774,6 +3184,178 @@ export interface components {
             /** Has More */
             has_more: boolean;
         };
+        /** ImportJobOut */
+        ImportJobOut: {
+            /** Job Id */
+            job_id: string;
+            /** Namespace */
+            namespace: string;
+            /** Source */
+            source: string;
+            /** Format */
+            format: string;
+            /**
+             * State
+             * @description running | done | stopped.
+             */
+            state: string;
+            /** Next Seq */
+            next_seq: number;
+            /** Position */
+            position: string;
+            /**
+             * Units
+             * @description Source units (conversations, lines) read so far.
+             */
+            units: number;
+            /**
+             * Counts
+             * @description read, stored, duplicate, logging_disabled, high (stored, never embedded), skipped (bad records), and rows of each other kind written or already there.
+             */
+            counts: {
+                [key: string]: number;
+            };
+            /**
+             * Errors
+             * @description The first 20 errors, each with its position.
+             */
+            errors: {
+                [key: string]: string;
+            }[];
+            embedding: components["schemas"]["EmbeddingProgress"];
+            /**
+             * Started At
+             * Format: date-time
+             * @description RFC 3339, UTC, e.g. 2026-12-01T21:30:00.123456Z.
+             */
+            started_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             * @description RFC 3339, UTC, e.g. 2026-12-01T21:30:00.123456Z.
+             */
+            updated_at: string;
+            /** Finished At */
+            finished_at?: string | null;
+        };
+        /** ImportOptions */
+        ImportOptions: {
+            /**
+             * Agent
+             * @description The agent the turns are logged as (Loom exports: keep theirs).
+             */
+            agent?: string | null;
+            /**
+             * User Id
+             * @description The user every imported turn belongs to.
+             */
+            user_id?: string | null;
+            /**
+             * Thread Prefix
+             * @description Prefixed to derived thread ids.
+             * @default
+             */
+            thread_prefix?: string;
+            /**
+             * Thread Id
+             * @description Every turn into this one thread.
+             */
+            thread_id?: string | null;
+            /**
+             * On Error
+             * @default stop
+             * @enum {string}
+             */
+            on_error?: "stop" | "skip";
+        };
+        /** ImportStartRequest */
+        ImportStartRequest: {
+            /**
+             * Namespace
+             * @description A namespace the token grants, or `@me` for a token bound to one user.
+             */
+            namespace: string;
+            /**
+             * Source
+             * @description The file's name.
+             */
+            source: string;
+            /**
+             * Fingerprint
+             * @description Identifies the file's content (the CLI: its size and a digest of its ends). The same file, namespace and options name the same job: it resumes.
+             */
+            fingerprint: string;
+            /**
+             * Format
+             * @enum {string}
+             */
+            format: "chatgpt" | "claude" | "openai" | "loom" | "markdown" | "json" | "jsonl" | "codex";
+            options?: components["schemas"]["ImportOptions"];
+        };
+        /** ImportStatusRequest */
+        ImportStatusRequest: {
+            /**
+             * Namespace
+             * @description List the namespace's jobs (no job_id).
+             */
+            namespace?: string | null;
+            /** Job Id */
+            job_id?: string | null;
+        };
+        /** ImportStatusResponse */
+        ImportStatusResponse: {
+            /** Jobs */
+            jobs: components["schemas"]["ImportJobOut"][];
+        };
+        /** ImportWriteRequest */
+        ImportWriteRequest: {
+            /** Job Id */
+            job_id: string;
+            /**
+             * Seq
+             * @description This batch's number: the job's next_seq.
+             */
+            seq: number;
+            /**
+             * Position
+             * @description Where the source is read up to once this batch is in (opaque; answered by import.start).
+             */
+            position: string;
+            /** Records */
+            records?: (components["schemas"]["TurnLine"] | components["schemas"]["ThreadLine"] | components["schemas"]["NamespaceLine"] | components["schemas"]["RedactionLine"] | components["schemas"]["BriefLine"] | components["schemas"]["BriefRevisionLine"] | components["schemas"]["MemoryLine"] | components["schemas"]["EvidenceLine"] | components["schemas"]["DecisionLine"])[];
+            /**
+             * Errors
+             * @description Bad records the reader skipped.
+             */
+            errors?: components["schemas"]["SkippedRecord"][];
+            /**
+             * Units
+             * @description Source units (conversations, lines) this batch ends.
+             * @default 0
+             */
+            units?: number;
+            /**
+             * Final
+             * @description The last batch: the job ends so.
+             */
+            final?: ("done" | "stopped") | null;
+        };
+        /** ImportWriteResponse */
+        ImportWriteResponse: {
+            job: components["schemas"]["ImportJobOut"];
+            /**
+             * Committed
+             * @description False: this batch was committed before (a retry); nothing written.
+             */
+            committed: boolean;
+            /**
+             * Batch
+             * @description What this batch did, as in counts.
+             */
+            batch: {
+                [key: string]: number;
+            };
+        };
         /** JobCountsOut */
         JobCountsOut: {
             /** Extracted */
@@ -3028,6 +3610,92 @@ export interface components {
              */
             chain: components["schemas"]["FactVersionOut"][];
         };
+        /**
+         * MemoryLine
+         * @description A fact as it stands (its newest version): live, forgotten (`tombstoned`) or
+         *     superseded (`valid_until`, `superseded_by`); its history is the chain of facts it
+         *     supersedes and the decisions that name it. Never its vector.
+         */
+        MemoryLine: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "memory";
+            /** User Id */
+            user_id: string;
+            /** Memory Id */
+            memory_id: string;
+            /**
+             * Session Id
+             * @default
+             */
+            session_id?: string;
+            /**
+             * Run Id
+             * @default
+             */
+            run_id?: string;
+            /**
+             * Fact Kind
+             * @default
+             */
+            fact_kind?: string;
+            /**
+             * Key
+             * @default
+             */
+            key?: string;
+            /** Text */
+            text: string;
+            /**
+             * Source
+             * @default
+             */
+            source?: string;
+            /** Evidence Ids */
+            evidence_ids?: string[];
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+            /**
+             * Tombstoned
+             * @default false
+             */
+            tombstoned?: boolean;
+            /** Valid From */
+            valid_from?: string | null;
+            /** Valid Until */
+            valid_until?: string | null;
+            /**
+             * Supersedes
+             * @default
+             */
+            supersedes?: string;
+            /**
+             * Superseded By
+             * @default
+             */
+            superseded_by?: string;
+            /**
+             * Lineage
+             * @default
+             */
+            lineage?: string;
+            /**
+             * Pos
+             * @description Where in the source file (for messages).
+             * @default
+             */
+            pos?: string;
+        };
         /** MemoryListRequest */
         MemoryListRequest: {
             /**
@@ -3262,6 +3930,39 @@ export interface components {
             model_calls_enabled: boolean;
             /** Extraction Policy */
             extraction_policy: string;
+        };
+        /**
+         * NamespaceLine
+         * @description The namespace's own settings. An import applies them only to a namespace that has
+         *     none yet (never over its owner's choice).
+         */
+        NamespaceLine: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "namespace";
+            /**
+             * Conversation Logging Enabled
+             * @default false
+             */
+            conversation_logging_enabled?: boolean;
+            /**
+             * Model Calls Enabled
+             * @default true
+             */
+            model_calls_enabled?: boolean;
+            /**
+             * Extraction Policy
+             * @default
+             */
+            extraction_policy?: string;
+            /**
+             * Pos
+             * @description Where in the source file (for messages).
+             * @default
+             */
+            pos?: string;
         };
         /** ObserveCrystallizeRequest */
         ObserveCrystallizeRequest: {
@@ -3646,6 +4347,70 @@ export interface components {
              * @description The turn still reads as high (then it has no embedding).
              */
             high_sensitivity: boolean;
+        };
+        /**
+         * RedactionLine
+         * @description The record of one turn redacted or deleted one by one (never the removed text).
+         */
+        RedactionLine: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "redaction";
+            /**
+             * Agent
+             * @description The calling agent's identity inside the namespace.
+             * @default default
+             */
+            agent?: string;
+            /**
+             * Thread Id
+             * @description The thread's id (any string the client picks).
+             */
+            thread_id: string;
+            /**
+             * Msg Id
+             * @description The turn's id; without it the server derives one from thread, role and content.
+             */
+            msg_id: string;
+            /**
+             * User Id
+             * @default
+             */
+            user_id?: string;
+            /**
+             * Action
+             * @enum {string}
+             */
+            action: "redacted" | "deleted";
+            /**
+             * Placeholder
+             * @default
+             */
+            placeholder?: string;
+            /**
+             * Spans
+             * @default 0
+             */
+            spans?: number;
+            /**
+             * Token Id
+             * @description The token that asked, in the Loom the row comes from.
+             * @default
+             */
+            token_id?: string;
+            /**
+             * Redacted At
+             * Format: date-time
+             */
+            redacted_at: string;
+            /**
+             * Pos
+             * @description Where in the source file (for messages).
+             * @default
+             */
+            pos?: string;
         };
         /** ReembedRequest */
         ReembedRequest: {
@@ -4267,6 +5032,16 @@ export interface components {
              */
             confirm_shorter_retention?: boolean;
         };
+        /** SkippedRecord */
+        SkippedRecord: {
+            /**
+             * Pos
+             * @description Where in the source file (for messages).
+             */
+            pos: string;
+            /** Message */
+            message: string;
+        };
         /** TableCountOut */
         TableCountOut: {
             /**
@@ -4292,6 +5067,54 @@ export interface components {
             storage_policy: string;
             /** Volumes */
             volumes: string[];
+        };
+        /** ThreadLine */
+        ThreadLine: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "thread";
+            /**
+             * Agent
+             * @description The calling agent's identity inside the namespace.
+             * @default default
+             */
+            agent?: string;
+            /**
+             * Thread Id
+             * @description The thread's id (any string the client picks).
+             */
+            thread_id: string;
+            /**
+             * Title
+             * @default
+             */
+            title?: string;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Run Id
+             * @default
+             */
+            run_id?: string;
+            /** Created At */
+            created_at?: string | null;
+            /** Updated At */
+            updated_at?: string | null;
+            /**
+             * Tombstoned
+             * @default false
+             */
+            tombstoned?: boolean;
+            /**
+             * Pos
+             * @description Where in the source file (for messages).
+             * @default
+             */
+            pos?: string;
         };
         /** ThreadOut */
         ThreadOut: {
@@ -4448,6 +5271,111 @@ export interface components {
             };
             /** Tokens */
             tokens?: number | null;
+        };
+        /**
+         * TurnLine
+         * @description A transcript row: live, tombstoned (deleted, compacted, redacted-then-deleted: a
+         *     deleted turn's text is already gone from the store, so it is exported empty) or a
+         *     compaction summary (`is_summary`, `metadata.compacted_from`). A redacted turn holds
+         *     its placeholder where the spans were, as stored.
+         */
+        TurnLine: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "turn";
+            /**
+             * Agent
+             * @description The calling agent's identity inside the namespace.
+             * @default default
+             */
+            agent?: string;
+            /**
+             * Thread Id
+             * @description The thread's id (any string the client picks).
+             */
+            thread_id: string;
+            /**
+             * Msg Id
+             * @description The turn's id; without it the server derives one from thread, role and content.
+             */
+            msg_id: string;
+            /**
+             * Ts
+             * @description The message time (default: when the import ran).
+             */
+            ts?: string | null;
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "user" | "assistant" | "system" | "tool";
+            /** Content */
+            content: string;
+            /**
+             * Reasoning
+             * @default
+             */
+            reasoning?: string;
+            /**
+             * User Id
+             * @default
+             */
+            user_id?: string;
+            /**
+             * Run Id
+             * @default
+             */
+            run_id?: string;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /** Tokens */
+            tokens?: number | null;
+            /**
+             * High Sensitivity
+             * @description The screen's verdict when exported; an import screens the text again.
+             * @default false
+             */
+            high_sensitivity?: boolean;
+            /**
+             * Is Summary
+             * @default false
+             */
+            is_summary?: boolean;
+            /**
+             * Is Saved
+             * @default false
+             */
+            is_saved?: boolean;
+            /** Saved At */
+            saved_at?: string | null;
+            /**
+             * Origin
+             * @default recorded
+             * @enum {string}
+             */
+            origin?: "recorded" | "saved";
+            /**
+             * Tombstoned
+             * @default false
+             */
+            tombstoned?: boolean;
+            /** Tombstoned At */
+            tombstoned_at?: string | null;
+            /**
+             * Tombstone Reason
+             * @default
+             */
+            tombstone_reason?: string;
+            /**
+             * Pos
+             * @description Import only: where the record is in its source file.
+             * @default
+             */
+            pos?: string;
         };
         /** UnifiedSearchRequest */
         UnifiedSearchRequest: {
@@ -8220,6 +9148,317 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["WebhookDeliveriesResponse"];
+                };
+            };
+            /** @description No valid bearer token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token's role or scope does not allow this op. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than LOOM_MAX_BODY_BYTES. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body breaks a rule (the field and the rule are named). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend or a model could not do the work this time; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    import_start_v1_import_start_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImportStartRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImportJobOut"];
+                };
+            };
+            /** @description No valid bearer token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token's role or scope does not allow this op. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than LOOM_MAX_BODY_BYTES. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body breaks a rule (the field and the rule are named). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend or a model could not do the work this time; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    import_write_v1_import_write_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImportWriteRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImportWriteResponse"];
+                };
+            };
+            /** @description No valid bearer token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token's role or scope does not allow this op. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the body names does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The stored state is not the one the body expects. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than LOOM_MAX_BODY_BYTES. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body breaks a rule (the field and the rule are named). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend or a model could not do the work this time; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    import_status_v1_import_status_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ImportStatusRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImportStatusResponse"];
+                };
+            };
+            /** @description No valid bearer token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The token's role or scope does not allow this op. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description What the body names does not exist. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body is larger than LOOM_MAX_BODY_BYTES. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description The body breaks a rule (the field and the rule are named). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description A backend or a model could not do the work this time; retry after `Retry-After` seconds. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before retrying. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    export_start_v1_export_start_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExportStartRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": unknown;
                 };
             };
             /** @description No valid bearer token. */

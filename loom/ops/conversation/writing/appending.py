@@ -42,6 +42,12 @@ share their ClickHouse round trips (a one-row insert costs the engine 7-10 ms):
    this process has not written a row for yet (an append's thread row needs no read:
    see loom.store.threads.append_version). If the insert fails, the claims are
    released, the gate is shut and the callers get the error.
+
+An import (loom.ops.portability) stores its turns through this same path with
+``embed=False``: everything above holds but step 4, which it leaves to its own
+background pass (the turns are answered ``embedding: "deferred"``); its claims live
+IMPORT_CLAIM_TTL_S, since an import's thousands of turns a second would otherwise keep
+an hour of claims in Redis.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ import contextlib
 import hashlib
 import time
 import uuid
+from collections import Counter as Tally
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -111,6 +118,8 @@ APPENDED = Counter("loom_append_turns_total", "Appended turns by outcome", ["out
 EMBEDDINGS = Counter("loom_append_embeddings_total", "Appended turns by embedding outcome", ["outcome"])
 
 CLAIM_TTL_S = 3_600
+IMPORT_CLAIM_TTL_S = 300  # longer than any flush lives; the notes and ClickHouse cover the rest
+DEFERRED = "deferred"  # an import's turn: its background pass embeds it (loom.ops.portability)
 CLAIM_PREFIX = redis_keys.TURN_CLAIM
 # A flush is live while its mark lives (loom.store.landed.claim_and_note): the mark is
 # renewed every FLUSH_RENEW_S while the flush runs, and lapses FLUSH_LIVE_MS after its
@@ -200,6 +209,14 @@ class AppendPipeline:
             max_inflight=4,
             name="conversation-append-embedded",
         )
+        # An import's turns (embed=False): no embedding job, so no wait for one.
+        self.import_buffer: Batcher[conv_store.Turn, _Flushed] = Batcher(
+            self._flush_unembedded,
+            max_items=cfg.write_batch_max_rows,
+            max_wait_s=cfg.write_batch_max_wait_ms / 1000.0,
+            max_inflight=2,
+            name="conversation-import",
+        )
         self.embedder = EmbedClient(svc)
         self._known_threads: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._rebuilding: set[str] = set()
@@ -209,14 +226,17 @@ class AppendPipeline:
     async def close(self) -> None:
         await self.buffer.close()
         await self.embed_buffer.close()
+        await self.import_buffer.close()
         await self.embedder.close()
         if self._renewer is not None:
             self._renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewer
 
-    async def _submit(self, turns: Sequence[conv_store.Turn]) -> list[_Flushed]:
+    async def _submit(self, turns: Sequence[conv_store.Turn], embed: bool) -> list[_Flushed]:
         """Each turn through its role's buffer; the results in the order of `turns`."""
+        if not embed:
+            return await self.import_buffer.submit_many(turns)
         embedded = [i for i, t in enumerate(turns) if t.role in EMBEDDED_ROLES]
         if not embedded:
             return await self.buffer.submit_many(turns)
@@ -230,8 +250,9 @@ class AppendPipeline:
         by_index = dict(zip(embedded + others, got_embedded + got_others, strict=True))
         return [by_index[i] for i in range(len(turns))]
 
-    async def append(self, turns: Sequence[conv_store.Turn]) -> list[AppendResult]:
-        flushed = await self._submit(turns)
+    async def append(self, turns: Sequence[conv_store.Turn], *, embed: bool = True) -> list[AppendResult]:
+        """Store `turns`; with embed=False (an import) none is sent to the model."""
+        flushed = await self._submit(turns, embed)
         # A duplicate of a saved-only row, in a namespace that records: the row becomes
         # recorded (rare: only turns a save stored are looked at).
         upgrade = [t.key for t, f in zip(turns, flushed, strict=True) if f.saved_only]
@@ -245,6 +266,8 @@ class AppendPipeline:
                 res.embedding = skipped(res.reason or "not_stored")
             elif f.reused:
                 res.embedding = EMBEDDED
+            elif not embed and _embeddable(turn) and not turn.tombstoned:
+                res.embedding = DEFERRED
             elif f.embed is None:
                 res.embedding = skipped(_why_not_embedded(turn, f.high))
             else:
@@ -254,15 +277,21 @@ class AppendPipeline:
                     res.stored, res.reason = False, DELETED
                 elif outcome.status == FAILED:
                     res.embedding_error = failures.safe(outcome.error)  # a code, never a driver's text
-            EMBEDDINGS.labels(res.embedding).inc()
             results.append(res)
+        # One increment per outcome, not per turn (a label lookup costs more than the rest
+        # of a turn's answer, and an import answers thousands at a time).
+        for outcome_name, n in Tally(r.embedding for r in results).items():
+            EMBEDDINGS.labels(outcome_name).inc(n)
         return results
 
     # -- the flush -------------------------------------------------------------
 
-    async def _flush(self, turns: list[conv_store.Turn]) -> list[_Flushed]:
+    async def _flush_unembedded(self, turns: list[conv_store.Turn]) -> list[_Flushed]:
+        return await self._flush(turns, embed=False)
+
+    async def _flush(self, turns: list[conv_store.Turn], *, embed: bool = True) -> list[_Flushed]:
         try:
-            return await self._flush_batch(_Batch.of(turns))
+            return await self._flush_batch(_Batch.of(turns, embed=embed))
         except LoomError:
             raise
         except Exception as exc:
@@ -324,10 +353,11 @@ class AppendPipeline:
         shared: set[emb_store.EmbKey] = set()
         if stored:
             stored, vectors, shared = await self._store(batch, stored, claimed.state, out)
-        self._embed(out, turns, _after_insert(out, turns, stored, vectors, shared), gate=None)
+        later = _after_insert(out, turns, stored, vectors, shared)
+        self._embed(out, turns, later if batch.embed else [], gate=None)
         FLUSH_SECONDS.labels("total").observe(time.perf_counter() - started)
-        for f in out:
-            APPENDED.labels("stored" if f.stored else str(f.reason)).inc()
+        for outcome_name, n in Tally("stored" if f.stored else str(f.reason) for f in out).items():
+            APPENDED.labels(outcome_name).inc(n)
         return out
 
     async def _claim(self, batch: _Batch) -> _Claimed:
@@ -339,7 +369,7 @@ class AppendPipeline:
         namespaces = list(dict.fromkeys(k[0] for k in unique))
         recording_or_error, noted_or_error = await asyncio.gather(
             self._recording(namespaces),
-            self._claim_keys(unique, batch.flush_id),
+            self._claim_keys(unique, batch.flush_id, CLAIM_TTL_S if batch.embed else IMPORT_CLAIM_TTL_S),
             return_exceptions=True,
         )
         if isinstance(noted_or_error, BaseException):
@@ -358,9 +388,11 @@ class AppendPipeline:
             raise
         return _Claimed(recording, noted, {k for k, n in noted.items() if n.claimed}, state)
 
-    async def _claim_keys(self, keys: list[conv_store.TurnKey], flush_id: str) -> list[landed.Noted]:
+    async def _claim_keys(
+        self, keys: list[conv_store.TurnKey], flush_id: str, ttl_s: int = CLAIM_TTL_S
+    ) -> list[landed.Noted]:
         return await landed.claim_and_note(
-            self.svc.redis, keys, [claim_key(k) for k in keys], flush_id, CLAIM_TTL_S, FLUSH_LIVE_MS
+            self.svc.redis, keys, [claim_key(k) for k in keys], flush_id, ttl_s, FLUSH_LIVE_MS
         )
 
     async def _settle(
@@ -412,7 +444,9 @@ class AppendPipeline:
         # Turns no other agent logged (nearly all) are sent to the model now, while
         # their rows are inserted: the worker writes their vectors once the gate says
         # the rows are durable (loom.ops.embedding.client.open_gate).
-        early = [i for i in stored if _embeddable(turns[i]) and _emb_key(turns[i]) not in shared]
+        early = [
+            i for i in stored if batch.embed and _embeddable(turns[i]) and _emb_key(turns[i]) not in shared
+        ]
         gate = batch.flush_id if early else None
         self._embed(out, turns, early, gate=gate)
         vectors = await self._insert_reading(batch, stored, shared, gate)
@@ -639,13 +673,14 @@ class _Batch:
     turns: list[conv_store.Turn]
     flush_id: str
     first: dict[conv_store.TurnKey, int]
+    embed: bool = True  # False: an import's turns, embedded later by its own pass
 
     @classmethod
-    def of(cls, turns: list[conv_store.Turn]) -> _Batch:
+    def of(cls, turns: list[conv_store.Turn], *, embed: bool = True) -> _Batch:
         first: dict[conv_store.TurnKey, int] = {}
         for i, t in enumerate(turns):
             first.setdefault(t.key, i)
-        return cls(turns, uuid.uuid4().hex, first)
+        return cls(turns, uuid.uuid4().hex, first, embed)
 
     @property
     def unique(self) -> list[conv_store.TurnKey]:
