@@ -101,8 +101,9 @@ from __future__ import annotations
 import base64
 import binascii
 import csv
+import os.path
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from re import Match, Pattern
 
 from detect_secrets.plugins import keyword as _ds_keyword
@@ -126,6 +127,9 @@ from detect_secrets.plugins.stripe import StripeDetector
 from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from stdnum import luhn
 from stdnum.us import ssn as us_ssn
+
+from loom.sensitivity_calls import Candidate, call_at, positional_passwords
+from loom.sensitivity_words import WORDS
 
 __all__ = ["KINDS", "high_reasons", "high_spans", "reads_as_high", "window_reads_as_high"]
 
@@ -266,24 +270,87 @@ _DOTTED_IDENT = re.compile(r"^[A-Za-z_$][\w$]*(?:\??\.[A-Za-z_$][\w$]*)+(?:\(\))
 _CAMEL_IDENT = re.compile(r"^[a-z]{2,}(?:[A-Z][a-z]{2,}[0-9]*)+$")
 _CONST_IDENT = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
-_KEYWORDISH = re.compile(r"pass|pwd|secret|token|key|cred|auth", re.IGNORECASE)
+_KEYWORDISH = re.compile(
+    "|".join(
+        ["pass", "pwd", "secret", "token", "key", "cred", "auth", *map(re.escape, WORDS.union("password"))]
+    ),
+    re.IGNORECASE,
+)
 _CODE_CHARS = re.compile(r"[()\[\]{}]")
 _EMAIL = re.compile(r"^[\w.+-]+@[\w-]+(?:\.[\w-]+)+$")
 _URLISH = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|www\.)", re.IGNORECASE)
 _PATHISH = re.compile(r"^(?:~?/|\.\.?/|[A-Za-z]:\\)")
 
 
+# A value made only of these words is a template, in any language the lexicon knows:
+# your_password_here, tu_contraseña_aquí, sua_senha_aqui, dein-passwort, votre_mot_de_passe.
+_PLACEHOLDER_SEGMENTS = _PLACEHOLDER_WORDS | frozenset(WORDS.union("placeholder"))
+_VALUE_SEGMENTS = re.compile(r"[\s_\-.:/'’]+")
+# ... or starts with a possessive, or ends with "here", glued with "_" or "-" (tu_clave_segura).
+_PLACEHOLDER_HEADS = tuple(
+    f"{w}{sep}" for w in WORDS.union("owners") if " " not in w and w not in ("je", "sa", "ma") for sep in "_-"
+)
+_PLACEHOLDER_TAILS = tuple(
+    f"{sep}{w}" for w in ("here", "hier", "ici", "aqui", "aquí", "qui", "qua", "här") for sep in "_-"
+)
+
+
 def _is_placeholder(value: str) -> bool:
     v = value.strip()
-    if not v or v.startswith(_TEMPLATE_OPENERS):
+    if not v or v.startswith(_TEMPLATE_OPENERS) or _is_env_reference(v):
         return True  # <your-password>, {{ secret }}, ${VAR}: a template slot, even when cut short
-    if v.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_RE.match(v) is not None:
+    if v.lower() in _PLACEHOLDER_WORDS:
+        return True
+    if _PLACEHOLDER_RE.match(v) is not None and not (v[:1] == "$" and _not_a_variable(v[1:])):
         return True
     low = v[:128].lower()
-    return "\n" not in v and any(part in low for part in _PLACEHOLDER_PARTS)
+    if "\n" in v:
+        return False
+    if any(part in low for part in _PLACEHOLDER_PARTS):
+        return True
+    if low.startswith(_PLACEHOLDER_HEADS) or low.endswith(_PLACEHOLDER_TAILS):
+        return True
+    segments = [seg for seg in _VALUE_SEGMENTS.split(low) if seg]
+    return bool(segments) and all(seg in _PLACEHOLDER_SEGMENTS for seg in segments)
+
+
+def _not_a_variable(name: str) -> bool:
+    """$sRTJWYLjauEYn is a password that starts with "$"; $DB_PASS, $dbPassword are variables."""
+    return not (name.isupper() or name.islower() or name.istitle() or _CAMEL_IDENT.match(name) or "." in name)
 
 
 _TEMPLATE_OPENERS = ("<", "{{", "${", "%(", "%", "[[")
+# Values that name where the secret is kept rather than hold it: a command substitution, a
+# shell/PowerShell/CI variable, a secret store's reference, an encrypted blob.
+_REFERENCE_OPENERS = (
+    "$(",
+    "`",
+    "$env:",
+    "${env:",
+    "env:",
+    "((",
+    "#{",
+    "@microsoft.keyvault(",
+    "op://",
+    "vault:",
+    "secret://",
+    "sm://",
+    "!ref",
+    "!sub",
+    "!getatt",
+    "arn:aws:secretsmanager",
+    "arn:aws:ssm",
+    "$__file{",
+    "$__env{",
+    "enc(",
+    "file:",
+)
+_SECRET_FILES = ("/run/secrets/", "/var/run/secrets/", "/etc/secrets/")
+
+
+def _is_env_reference(value: str) -> bool:
+    low = value[:40].lower()
+    return low.startswith(_REFERENCE_OPENERS) or any(path in value for path in _SECRET_FILES)
 
 
 def _is_reference(value: str) -> bool:
@@ -755,6 +822,81 @@ def _scan_url_credentials(text: str) -> Iterator[str]:
         return
 
 
+# user:password@host without a scheme: a Go/MySQL DSN ("app:pw@tcp(db:3306)/shop"), a URL
+# pasted without it, an error message quoting one; and Oracle's user/password@db
+# (sqlplus, jdbc:oracle:thin:, cx_Oracle.connect("...")).
+_BARE_HOST = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][\w.\-]*)")
+_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
+_PW_STOP = frozenset(" \t\n\r/:\"'`<>()[]{}\\,;|=")  # "@" may be in it: the last "@" ends it
+# URI schemes without "//" and header names that come before "x:y@z" in mail and chat.
+_NOT_USERS = frozenset(
+    """
+    mailto sip sips tel xmpp im skype callto urn git npm pkg docker file http https ssh ftp news geo data
+    about cc bcc to from re fw fwd sender mail email contact
+    """.split()  # noqa: SIM905
+)
+_DIGEST_HOSTS = frozenset({"sha1", "sha224", "sha256", "sha384", "sha512", "md5", "blake2b", "blake3"})
+_ORACLE_CONTEXT = re.compile(
+    r"sqlplus|sqlldr|expdp|impdp|\brman\b|dgmgrl|oracle|oracledb|jdbc:oracle|tnsnames|^\s*(?:sql>\s*)?conn(?:ect)?\b"
+)
+_MAX_ATS = 64  # "@" signs looked at per text
+
+
+def _bare_credential_at(text: str, low: str, at: int) -> bool:
+    j = at
+    lo = max(0, at - 130)
+    while j > lo and text[j - 1] not in _PW_STOP:
+        j -= 1
+    if j == at or j < 2 or text[j - 1] not in ":/":
+        return False
+    sep, password = text[j - 1], text[j:at]
+    u = j - 1
+    while u > max(0, j - 66) and (text[u - 1].isalnum() or text[u - 1] in "_.-$#"):
+        u -= 1
+    user = text[u : j - 1]
+    before = text[u - 1 : u]
+    if not user or not user[0].isalpha() or before in ("/", "@", ".", "\\", "%", "+", "-"):
+        return False  # scheme://user:pw@ is read by _scan_url_credentials; a path; a longer token
+    if _is_placeholder(password) or password.lower() in _URL_DEFAULTS or password == user:
+        return False
+    if sep == "/":
+        line_start = text.rfind("\n", 0, u) + 1
+        line_end = text.find("\n", at)
+        line = low[line_start : line_end if line_end >= 0 else len(low)]
+        return _ORACLE_CONTEXT.search(line) is not None and _value_ok(PASSWORD, password, True, "assign", "")
+    if before == ":" or user.lower() in _NOT_USERS:
+        return False
+    if text.startswith(("tcp(", "unix("), at + 1):
+        return _value_ok(PASSWORD, password, True, "assign", "")  # Go DSN
+    m = _BARE_HOST.match(text, at + 1)
+    if m is None or m.group("host").lower() in _DIGEST_HOSTS:
+        return False
+    host, after = m.group("host"), text[m.end() : m.end() + 2]
+    # A mail address has a dotted domain and nothing after it; a DSN's host is one word, an
+    # IP, or has a port or a path after it.
+    hostlike = (
+        "." not in host
+        or _IPV4.match(host) is not None
+        or after[:1] == "/"
+        or after[:1] == ":"
+        and after[1:].isdigit()
+    )
+    if not hostlike or len(password) < 4 or not _credential_look(password) or _VERSION.match(password):
+        return False
+    return _value_ok(PASSWORD, password, True, "assign", "")
+
+
+def _scan_bare_authority(text: str, low: str) -> Iterator[str]:
+    at = text.find("@", 1)
+    for _ in range(_MAX_ATS):
+        if at < 0:
+            return
+        if _bare_credential_at(text, low, at):
+            yield PASSWORD
+            return
+        at = text.find("@", at + 1)
+
+
 # --------------------------------------------------------------------------- keyword rules
 
 # detect-secrets KeywordDetector regexes: (pattern, quote group, value group, operator kind).
@@ -771,26 +913,44 @@ _SEGMENT_START = re.compile(r"(?:^|(?<=[_.\-]))\w|(?<=[a-z])[A-Z]")
 # After a name: something that can start an assignment.
 _OPERATOR_AHEAD = re.compile(r"""["'\]]{0,2}\s*(?:[=:!(]|=>|["'`])""")
 
-# The word for "password" in the languages Loom sees most (its name in the text, or its root).
-_PW_WORDS = (
-    "password",
-    "passwd",
-    "passphrase",
-    "passwort",
-    "kennwort",
-    "contrase",
-    "mot de passe",
-    "senha",
-    "wachtwoord",
-    "lösenord",
-    "hasło",
-    "haslo",
-    "salasana",
-)
-_ROOT_SECRET = re.compile(
-    r"(?:passwort|pass(?:word|wd|phrase)?|pwd|secret|contraseña|contrasena|token|apikey|kennwort|"
-    r"mot de passe|senha|wachtwoord|lösenord|hasło|haslo|salasana)"
-)
+
+def _alternation(words: Iterable[str]) -> str:
+    """A regex alternation of lexicon words, longest first: a space matches any run of
+    spaces, and either apostrophe matches both."""
+    out = []
+    for word in sorted(set(words), key=lambda w: (-len(w), w)):
+        pattern = re.escape(word).replace("\\ ", "\\s+")
+        out.append(re.sub("['’]", "['’]", pattern))
+    return "|".join(out)
+
+
+# The nouns for "password" in every language of the lexicon (its name in the text, or its root).
+_PW_WORDS = WORDS.union("password")
+_ROOT_SECRET = re.compile(f"(?:{_alternation(_PW_WORDS)}|pass(?:word|wd|phrase)?|pwd|secret|token|apikey)")
+# Nouns holding "pass" further in ("mot de passe", "palavra-passe"): the "pass" keyword finds
+# them, and they are read from their first word. (noun, offset of "pass" in it)
+_PASS_PHRASES = tuple((w, w.index("pass")) for w in _PW_WORDS if w.find("pass") > 0)
+_PASS_NOUNS = tuple(w for w in _PW_WORDS if w.startswith("pass"))
+
+
+def _search_roots(nouns: Iterable[str]) -> tuple[str, ...]:
+    """What the keyword loop looks for to find these nouns: each noun, unless "pass" finds it,
+    and forms sharing a 6-character beginning merged into it (contraseña / contrasena)."""
+    roots: list[str] = []
+    for noun in sorted(nouns, key=len):
+        if "pass" in noun or any(r in noun for r in roots):
+            continue
+        for i, root in enumerate(roots):
+            common = len(os.path.commonprefix([root, noun]))
+            if common >= 6:
+                roots[i] = noun[:common]
+                break
+        else:
+            roots.append(noun)
+    return tuple(roots)
+
+
+_PW_ROOTS = _search_roots(_PW_WORDS)
 
 
 def _name_bounds(text: str, pos: int, end: int) -> tuple[int, int]:
@@ -821,7 +981,7 @@ def _keyword_tail_ok(text: str, kw_end: int, stop: int) -> bool:
 
 
 def _family(word: str, name: str) -> str:
-    if word in ("pass", "pw") or word in _PW_WORDS or "pass" in name or "pwd" in name:
+    if word in ("pass", "pw") or word in _PW_WORDS or word in _PW_ROOTS or "pass" in name or "pwd" in name:
         return PASSWORD
     if "token" in name:
         return TOKEN
@@ -935,15 +1095,31 @@ _OWN_VALUE = re.compile(
         [*_]{0,2}\s*(?P<q>["'`]?)(?P<val>[^\s"'`,;&<>(){}\[\]]{1,512})(?P=q)""",
     re.VERBOSE,
 )
-# "password for the staging db is X", "**Password:** X"
+# The verbs meaning "is" (lexicon), as the operator of a statement: "das Passwort lautet: X".
+# "to" is one only in PIN statements ("I changed my PIN to 8642"; Polish "mój PIN to 4821").
+_COPULAS = tuple(w for w in WORDS.union("is_words") if w != "to" and "'" not in w and "’" not in w)
+_COPULA_HEADS = tuple({w.split()[0] for w in _COPULAS})
+_CONTRACTED = tuple(w for w in WORDS.union("is_words") if "'" in w or "’" in w)  # c'est, that's
+_OPEN_QUOTES = "\"'`“‘„«‚"
+_ANY_QUOTE = "\"'`“”‘’„«»‚"
+# "password for the staging db is X", "**Password:** X", "Passwort lautet: X", "senha → X"
 _PW_PROSE = re.compile(
-    r"""(?P<mid>(?:\s+(?!(?:is|was|will|ist|lautet|war|est|es|era|è|é|är|jest)\b)[^\W\d_][\w@.'’-]*){0,5}?)
-        [*_]{0,2}\s*(?P<op>:|=|\bis\b|\bwas\b|\bwill\s+be\b|\bis\s+now\b|\bset\s+to\b|\bchanged\s+to\b
-            |\bist\b|\blautet\b|\bwar\b|\best\b|\bes\b|\bera\b|\bè|\bé|\bär\b|\bjest\b)
-        [*_]{0,2}\s*(?P<q>["'`“‘]?)(?P<val>[^\s"'`“”‘’]{1,200})(?P<q2>["'`”’]?)""",
+    rf"""(?P<mid>(?:\s+(?!(?:{_alternation(_COPULA_HEADS)})\b)[^\W\d_][\w@.'’-]*){{0,5}}?)
+        ,?[*_]{{0,2}}\s*(?P<op>=>|->|→|:|=|[–—](?=\s)|\b(?:{_alternation(_COPULAS + _CONTRACTED)})\b(?:\s*:)?)
+        [*_]{{0,2}}\s*(?P<q>[{_OPEN_QUOTES}]?)(?P<val>[^\s{_ANY_QUOTE}]{{1,200}})(?P<q2>[{_ANY_QUOTE}]?)""",
     re.VERBOSE,
 )
-_PW_BARE = re.compile(r"[ \t]+(?P<val>[^\s\"'`]{8,64})(?=\s|$)")
+# `password Winter2021!`, `wachtwoord **89619361**`, `Passwort «Sommer!»`: no operator.
+_PW_BARE = re.compile(
+    rf"""[ \t]+(?P<md>[*_]{{0,2}})(?P<q>[{_OPEN_QUOTES}]?)(?P<val>[^\s{_ANY_QUOTE}]{{4,64}})(?P<q2>[{_ANY_QUOTE}]?)(?P=md)"""
+    r"""(?=[\s.,;:!?)]|$)"""
+)
+# Words that follow "password" as a term, not as its value: "hash the password sha256".
+_TECH_WORDS = re.compile(
+    r"^(?:sha-?\d+|md5|utf-?\d+|base\d+|bcrypt|argon2\w*|pbkdf2\w*|scrypt|aes-?\d+|rsa-?\d+|x509|oauth2|"
+    r"ipv[46]|http[s2]?|tls\d*|fido2|totp|hotp|2fa|mfa)$",
+    re.IGNORECASE,
+)
 _COOKIE = re.compile(r"""cookie["']?\s*:\s*(?P<pairs>[^\n]{1,1000})""", re.IGNORECASE)
 _COOKIE_PAIR = re.compile(r"""[\w.\-]+=(?P<val>[^;,\s"']{20,})""")
 
@@ -956,24 +1132,22 @@ def _cookie_header(text: str, pos: int) -> bool:
     return any(_looks_random(p.group("val"), 20) for p in _COOKIE_PAIR.finditer(m.group("pairs")))
 
 
-_DOCKER_P = re.compile(
-    r"""(?:docker|podman|helm|nerdctl)\s+(?:registry\s+)?login\b[^\n|;&]{0,200}?\s(?:-p|--password)(?:\s+|=)"""
-    r"""(?P<val>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)"""
-)
-_MYSQL_P = re.compile(r"""(?:mysql|mariadb)\w*\b[^\n|;&]{0,200}?\s-p(?P<val>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)""")
-
-
 def _bare_password(text: str, stop: int) -> bool:
-    """`password Winter2021!`: no operator, so only a value that looks made up (letters and digits)."""
+    """`password Winter2021!`: no operator, so only a value that is quoted or emphasised, or
+    looks made up (letters and digits, or six digits or more)."""
     m = _PW_BARE.match(text, stop, min(len(text), stop + 80))
     if m is None:
         return False
-    value = m.group("val").rstrip(_TRAILING_PUNCT)
-    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)) or len(value) < 8:
+    value = m.group("val")
+    quoted = bool(m.group("md")) or (bool(m.group("q")) and bool(m.group("q2")))
+    if not quoted:
+        value = value.rstrip(_TRAILING_PUNCT)
+        mixed = any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+        if len(value) < 6 or not (mixed or value.isdigit()):
+            return False
+    if _VERSION.match(value) or _name_is_meta(value) or _TECH_WORDS.match(value) or _YEAR.match(value):
         return False
-    if _VERSION.match(value) or _name_is_meta(value):
-        return False
-    return _value_ok(PASSWORD, value, False, "assign", "")
+    return _value_ok(PASSWORD, value, quoted, "assign", "")
 
 
 _VERSION = re.compile(r"^v?\d+(?:\.\d+)+")
@@ -1001,24 +1175,31 @@ def _prose_password(text: str, kw_end: int) -> bool:
         return False
     if "\n" in m.group("mid"):
         return False
-    quoted = bool(m.group("q")) and bool(m.group("q2"))
     value = m.group("val")
-    if not quoted:
+    emphasised = len(value) > 4 and value[:2] in ("**", "__") and value.endswith(value[:2])
+    quoted = (bool(m.group("q")) and bool(m.group("q2"))) or emphasised
+    if emphasised:
+        value = value[2:-2]
+    elif not quoted:
         value = value.rstrip(_TRAILING_PUNCT).lstrip("*_`\"'“‘")
     op_word = m.group("op").strip().lower()
-    op = "colon" if op_word == ":" else ("assign" if op_word == "=" else "prose")
+    op = "colon" if op_word in _ARROWS else ("assign" if op_word == "=" else "prose")
     rest = _line_rest(text, m.end())
     if op == "prose" and not quoted and not _credential_look(value):
         return False
     if (
         op == "prose"
         and rest[:1] == " "
-        and re.match(r"\s+(?:characters?|chars?|digits?|letters?|long)\b", rest)
+        and (
+            re.match(r"\s+(?:characters?|chars?|digits?|letters?|long)\b", rest)
+            or _UNIT_AFTER.match(rest.lower())
+        )
     ):
-        return False
+        return False  # "la clave es 2048 bits"
     return _value_ok(PASSWORD, value, quoted, op if op != "prose" else "colon", rest)
 
 
+_ARROWS = (":", "->", "=>", "→", "–", "—")
 _PROSE_MID_VETO = _META_SEGMENTS | frozenset(
     """
     must should cannot can can't needs need requires require has have does doesn't isn't
@@ -1029,7 +1210,7 @@ _PROSE_MID_VETO = _META_SEGMENTS | frozenset(
 _CURL_USER = re.compile(r"""-u(?:ser)?(?:\s+|=)(?P<q>["']?)[^\s:"']+:(?P<pw>[^\s"']+)(?P=q)""", re.IGNORECASE)
 _BEARER = re.compile(r"bearer\s+(?P<val>[A-Za-z0-9_\-.+/=~]{16,})", re.IGNORECASE)
 _AUTHZ = re.compile(
-    r"""authorization["']?\s*[:=]\s*["']?(?:(?P<scheme>basic|bearer|token|apikey|api-key|key|digest)\s+)?"""
+    r"""authorization["'\]]?\s*(?:=>|[:=])\s*[\[("'b]{0,3}\s*(?:(?P<scheme>basic|bearer|token|apikey|api-key|key|digest)\s+)?"""
     r"""(?P<val>[A-Za-z0-9_\-.+/=~]{8,})""",
     re.IGNORECASE,
 )
@@ -1058,15 +1239,22 @@ _KEY_PROSE_PREFIXES = tuple(p + sep for p in ("api", "access", "secret") for sep
 
 
 def _basic_credentials(b64: str) -> bool:
+    """Base64 of "user:password" (HTTP Basic, a registry's auth) whose password is a secret."""
     try:
-        raw = base64.b64decode(b64 + "=" * (-len(b64) % 4), validate=True)
-        decoded = raw.decode("utf-8")
+        altchars = b"-_" if "-" in b64 or "_" in b64 else None
+        raw = base64.b64decode(b64 + "=" * (-len(b64) % 4), altchars=altchars, validate=True)
+        decoded = raw.decode("utf-8").rstrip("\r\n")  # `echo "user:pw" | base64` keeps the newline
     except (binascii.Error, ValueError, UnicodeDecodeError):
         return False
     user, sep, password = decoded.partition(":")
     if not sep or not user or not password or not decoded.isprintable():
         return False
-    return not _is_placeholder(password) and password.lower() not in _URL_DEFAULTS
+    if password == user or password.lower() in _URL_DEFAULTS or password in _RFC_EXAMPLES:
+        return False
+    return _value_ok(PASSWORD, password, True, "assign", "")
+
+
+_RFC_EXAMPLES = frozenset({"open sesame"})  # RFC 7617's Aladdin:open sesame
 
 
 def _authorization(text: str, pos: int) -> bool:
@@ -1085,17 +1273,22 @@ def _authorization(text: str, pos: int) -> bool:
 # A PIN noun (English, German, French, Spanish, Italian, Portuguese, Dutch, Swedish, Polish),
 # words between it and its verb ("the PIN for the new card", "de mi tarjeta"), a separator or
 # a verb meaning "is", then the number.
-_PIN_VERBS = (
-    r"is(?:\s+now)?|was|will\s+be|would\s+be|set\s+to|changed\s+to|to|ist|lautet|war|est|était|es|era|"
-    r"è|é|är|jest|wynosi"
+_PIN_VERB_WORDS = tuple(w for w in WORDS.union("is_words") if "'" not in w and "’" not in w)
+_PIN_VERBS = _alternation(_PIN_VERB_WORDS)
+# A PIN noun other than "pin..." (geheimzahl, code PIN, código secreto, digicode), or a code
+# named by what it opens: glued (Türcode, deurcode) or not ("garage code", "alarm-code").
+_CODE_PLACES = WORDS.union("code_places")
+_PIN_KW = (
+    rf"pin|{_alternation(w for w in WORDS.union('pin') if not w.startswith('pin'))}"
+    rf"|(?:{_alternation(WORDS.union('code_prefixes'))})-?code|(?:{_alternation(_CODE_PLACES)})[\s-]+code"
 )
 _PIN = re.compile(
-    r"""(?P<kw>pin|passcode|geheimzahl|geheimnummer|geheimcode|nip|clave
-            |code\s+(?:pin|secret|confidentiel|personnel)|codice\s+(?:pin|segreto|personale)
-            |c[óo]digo\s+(?:pin|secreto|personal)|n[úu]mero\s+secreto)
+    r"""(?P<kw>"""
+    + _PIN_KW
+    + r""")
         (?P<suffix>[ -]?(?:code|koden|kode|kod|number|nummer|numero|número|no\.?|nr\.?|zahl|\#))?(?:'s|’s)?(?![^\W\d_])
         (?P<mid>(?:\s+(?!(?:"""
-    + _PIN_VERBS.replace("|to|", "|")
+    + _alternation(w for w in _PIN_VERB_WORDS if w != "to")
     + r""")\b)[^\W\d_][\w'’-]*){0,6}?)
         \s*(?P<sep>:|=|\#|[-–—]\s|->|→|\b(?:"""
     + _PIN_VERBS
@@ -1117,9 +1310,16 @@ _PIN_MID_VETO = frozenset(
     """.split()  # noqa: SIM905
 )
 _PIN_OWNER = re.compile(
-    r"(?:^|\b)(?:my|your|his|her|our|their|the|atm|card|debit|credit|bank|new|old|sim|phone|default|"
-    r"security|account|voicemail|alarm|door|garage|safe|lock|unlock|backup|"
-    r"meine?|ihre?|deine?|neue|mon|ma|ton|votre|mi|tu|su|mio|mia|meu|minha|mijn|je|uw|min|mitt|mój|moj)[\s'’s]*$",
+    r"(?:^|\b)(?:"
+    + _alternation(
+        [
+            *WORDS.union("owners"),
+            *WORDS.languages["en"].code_places,
+            *("the", "bank", "new", "neue", "old", "sim", "phone", "default", "security", "account"),
+            *("voicemail", "backup"),
+        ]
+    )
+    + r")[\s'’s]*$",
     re.IGNORECASE,
 )
 _POSTAL_CTX = re.compile(
@@ -1170,24 +1370,28 @@ def _stated_pin(text: str, low: str, pos: int) -> bool:
     return True
 
 
-# Keywords that start a PIN noun other than "pin": (where the phrase starts, relative to
-# the hit; what must follow for it to be one).
+# Keywords that start a PIN noun other than "pin" and "code": (where the phrase starts,
+# relative to the hit; what must follow for it to be one). "número secreto" is reached from
+# the "secret" keyword, "code" and "codice" from "cod".
 _PIN_NOUN_STARTS: dict[str, tuple[int, tuple[str, ...]]] = {
     "geheim": (0, ("geheimzahl", "geheimnummer", "geheimcode")),
     "nip": (0, ("nip",)),
     "clave": (0, ("clave",)),
-    "mero secreto": (-2, ("número secreto", "numero secreto")),
-    "code": (0, ("code",)),
-    "codic": (0, ("codice",)),
     "digo": (-2, ("código", "codigo")),
 }
+# A PIN noun where it starts ("PIN-Code", "code PIN", "Türcode"): where the noun ends.
+_PIN_NOUN = re.compile(
+    rf"(?:{_PIN_KW}|n[úu]mero\s+secreto)(?:[ -]?(?:code|koden|kode|kod|number|nummer|numero|número|zahl))?",
+    re.IGNORECASE,
+)
 
 # "mon code est 4821", "code de la carte bleue : 4821": a bare "code" is a PIN only when its
 # owner is named just before it or a card word sits between it and the number.
+_PIN_VERBS_NOT_TO = _alternation(w for w in _PIN_VERB_WORDS if w != "to")
 _CODE_STATED = re.compile(
     r"""(?:code|codice|c[óo]digo)(?![^\W\d_])
         (?P<mid>(?:\s+(?!(?:"""
-    + _PIN_VERBS.replace("|to|", "|")
+    + _PIN_VERBS_NOT_TO
     + r""")\b)[^\W\d_][\w'’-]*){0,5}?)
         \s*(?::|=|\b(?:"""
     + _PIN_VERBS
@@ -1195,21 +1399,22 @@ _CODE_STATED = re.compile(
         (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
     re.IGNORECASE | re.VERBOSE,
 )
-_CODE_OWNER = re.compile(
-    r"(?:^|\b)(?:meine?|mon|ma|ton|votre|mi|tu|su|mio|il mio|meu|o meu|mijn|je|uw|min|mitt)\s+$"
-)
+_CODE_OWNER = re.compile(r"(?:^|\b)(?:" + _alternation(WORDS.without("owners", "en")) + r")\s+$")
+# "le code est 4821", "der Code ist 4821", "o código é 4821": the code, in another language,
+# stated as the clause's last word. (English "the code is ..." is too often source code.)
+_CODE_ARTICLE = re.compile(r"(?:^|\b)(?:le|der|den|de|het|el|o|il)\s+$")
+# What a code opens, in every language (a card, a door, a safe, an alarm).
 _CARD_WORDS = re.compile(
-    r"\b(?:carte|cb|card|carta|tarjeta|cartão|cartao|karte|bankpas|pas|cajero|bancomat|multibanco|atm|"
-    r"guichet|geldautomaat|débito|debito|crédito|credito|"
-    # places a code opens: a door, a safe, an alarm
-    r"door|garage|gate|alarm|safe|lock|keypad|locker|padlock|lockbox|tür|haustür|tresor|porte|portail|cadenas|"
-    r"coffre|alarme|puerta|candado|caja fuerte|alarma|porta|lucchetto|cassaforte|allarme|portão|cofre|deur|kluis)\b"
+    r"\b(?:"
+    + _alternation([*_CODE_PLACES, "geldautomaat", "débito", "debito", "crédito", "credito"])
+    + r")\b"
 )
 _CODE_VETO = re.compile(
     r"postal|promo|zip|error|erreur|fehler|errore|país|pais|barras|área|area|fiscal|verif|confirm|sms|"
     r"activation|activación|réduction|descuento|sconto|rabatt|source|status|http|exit|retour|produit|"
     r"product|produto|producto|article|artículo|cliente|client|commande|pedido|ordine|order"
 )
+_CODE_GLUED = frozenset(WORDS.union("code_prefixes")) | frozenset(w for w in _CODE_PLACES if " " not in w)
 
 
 def _foreign_pin_hit(text: str, low: str, word: str, pos: int) -> str | None:
@@ -1222,13 +1427,49 @@ def _foreign_pin_hit(text: str, low: str, word: str, pos: int) -> str | None:
     end = start + len(word) - shift
     if word in ("nip", "clave") and end < len(low) and low[end].isalpha():
         return None
-    if _DIGIT_RUN4.search(text, end, end + 140) is None:
+    return _pin_noun_hit(text, low, start, end, word == "digo")
+
+
+def _pin_noun_hit(text: str, low: str, start: int, end: int, is_code: bool) -> str | None:
+    """A PIN noun at text[start:end]: its number after it, or before it ("4821 ist meine PIN")."""
+    if _DIGIT_RUN4.search(text, end, end + 140) is not None and (
+        _stated_pin(text, low, start) or (is_code and _stated_code(text, low, start))
+    ):
+        return PIN
+    if _DIGIT_RUN4.search(text, max(0, start - 100), start) is None:
         return None
-    if _stated_pin(text, low, start):
-        return PIN
-    if word in ("code", "codic", "digo") and _stated_code(text, low, start):
-        return PIN
-    return None
+    noun = _PIN_NOUN.match(low, start)
+    if noun is not None:
+        end = noun.end()
+    elif not (is_code and _CARD_WORDS.search(_clause(low, end))):
+        return None  # a bare "code" is too vague to take the number before it, unless it opens something
+    return PIN if _value_before(text, low, start, end, PIN) else None
+
+
+def _code_hit(text: str, low: str, pos: int) -> str | None:
+    """ "code" / "codice": a PIN when named so (code PIN, codice segreto), by what it opens
+    (Türcode, deurcode, garage code, code de la porte) or by its owner (mon code est ...)."""
+    size = 6 if low.startswith("codice", pos) else 4
+    if size == 4 and not low.startswith("code", pos):
+        return None  # codigo: the "digo" keyword reads it; codec, codex
+    end = pos + size
+    if end < len(low) and low[end].isalpha() and low[end] != "s":
+        return None  # coded, coder, codename
+    start = pos
+    if pos > 0 and (low[pos - 1].isalpha() or low[pos - 1] == "-"):
+        # Glued: Türcode, toegangscode, alarm-code; barcode, encode, postcode are not PINs.
+        start = pos - 1 if low[pos - 1] == "-" else pos
+        while start > 0 and pos - start < 24 and low[start - 1].isalpha():
+            start -= 1
+        if low[start:pos].rstrip("-") not in _CODE_GLUED:
+            return None
+    else:
+        # "garage code", "alarm code": a place word just before.
+        before = low[max(0, pos - 16) : pos].rstrip(" -")
+        word_start = max(before.rfind(" "), before.rfind("\n")) + 1
+        if before[word_start:] in _CODE_GLUED:
+            start = max(0, pos - 16) + word_start
+    return _pin_noun_hit(text, low, start, end, start == pos)
 
 
 def _stated_code(text: str, low: str, start: int) -> bool:
@@ -1245,6 +1486,12 @@ def _stated_code(text: str, low: str, start: int) -> bool:
         _CARD_WORDS.search(mid) is not None
         or _CARD_WORDS.search(low, max(0, start - 24), start) is not None  # "garage door code: ..."
         or _CODE_OWNER.search(low, max(0, start - 16), start) is not None
+        or (
+            not mid.strip()
+            and _CODE_ARTICLE.search(low, max(0, start - 6), start) is not None
+            and _YEAR.match(m.group("num")) is None
+            and _ends_clause(low, m.end())
+        )
     )
 
 
@@ -1253,23 +1500,11 @@ def _is_word_at(low: str, pos: int, end: int) -> bool:
 
 
 _PIN_WORDS = ("pincode", "pin-code", "pin_code", "pinkod", "pinnummer")
-# "is" in the languages of _PW_WORDS: ist/lautet (de), est (fr), es/era (es, it), è/é (it, pt), är (sv).
+# Cheap test that a clause after a password noun may state it: an operator, or "is" in a
+# language of the lexicon (ist/lautet, est, es/era, è/é, is/wordt, är...).
 _PROSE_OPS = (
-    ":",
-    "=",
-    " is",
-    " was",
-    " be ",
-    " to ",
-    " ist",
-    " lautet",
-    " est",
-    " es ",
-    " era ",
-    " è",
-    " é",
-    " är",
-    " jest",
+    *(":", "=", "->", "→", "–", "—", " be ", " to "),
+    *sorted({" " + w.split()[0] for w in _COPULAS + _CONTRACTED}),
 )
 
 
@@ -1286,9 +1521,219 @@ def _clause(low: str, pos: int) -> str:
 def _pin_hit(text: str, low: str, pos: int, kw_end: int) -> str | None:
     if not (_is_word_at(low, pos, kw_end) or low.startswith(_PIN_WORDS, pos)):
         return None
-    if _DIGIT_RUN4.search(text, kw_end, kw_end + 120) is None:
-        return None
-    return PIN if _stated_pin(text, low, pos) else None
+    return _pin_noun_hit(text, low, pos, kw_end, False)
+
+
+# ---- the value before its noun: "Sommer2024! ist mein Passwort", "4821 is mijn pincode",
+# "Ete2024! c'est mon mot de passe", "use Kq7#mZ2p as the password".
+
+_IS_BEFORE = frozenset(w for w in WORDS.union("is_words") if " " not in w and w != "to")
+_AS_WORDS = frozenset(WORDS.union("as_words"))
+_THIS_WORDS = frozenset(WORDS.union("this_words"))
+_DETERMINERS = frozenset(WORDS.union("determiners"))
+_PREPOSITIONS = frozenset(WORDS.union("prepositions"))
+_CLAUSE_END = ".,;:!?)]}\n»\"'”’…"
+_DATE_OR_TIME = re.compile(r"^\d{1,4}[-/.:]\d")
+_YEAR = re.compile(r"^(?:19|20)\d\d$")
+_DASHES = ("-", "–", "—", "=", "->", "→", ":")
+
+
+def _ends_clause(low: str, end: int) -> bool:
+    """What follows low[:end] ends its clause, or is a preposition ("... mein Passwort für das WLAN")."""
+    n = len(low)
+    j = end
+    while j < n and low[j] in " \t":
+        j += 1
+    if j >= n or low[j] in _CLAUSE_END:
+        return True
+    k = j
+    while k < n and k - j < 16 and (low[k].isalpha() or low[k] in "'’"):
+        k += 1
+    return low[j:k] in _PREPOSITIONS
+
+
+def _unquote(raw: str) -> tuple[str, bool]:
+    core = raw.rstrip(",;").strip("*_")
+    if len(core) > 2 and core[0] in _OPEN_QUOTES and core[-1] in _ANY_QUOTE:
+        return core[1:-1], True
+    return core.rstrip(_TRAILING_PUNCT).lstrip("*_`\"'“‘„«"), False
+
+
+def _value_before(text: str, low: str, start: int, end: int, kind: str) -> bool:
+    """The noun at text[start:end] ends its clause, and before it stand a value, a verb
+    meaning "is" (or "as") and at most three determiners."""
+    if not _ends_clause(low, end):
+        return False
+    line_start = text.rfind("\n", max(0, start - 160), start) + 1
+    words = text[max(line_start, start - 160) : start].split()
+    i = len(words) - 1
+    skipped = 0
+    while i >= 0 and skipped < 3 and words[i].lower() in _DETERMINERS:
+        i -= 1
+        skipped += 1
+    if i < 1:
+        return False
+    verb = words[i].lower()
+    as_form = verb in _AS_WORDS
+    if not as_form and verb not in _IS_BEFORE:
+        return False
+    i -= 1
+    if i >= 1 and words[i].lower().rstrip(",") in _THIS_WORDS:
+        i -= 1  # "X, das ist mein Passwort"
+    if i >= 1 and words[i] in _DASHES:
+        i -= 1
+    if not as_form and i >= 1 and words[i - 1].lower() in _PREPOSITIONS:
+        return False  # "seit 2020 ist das Passwort ...", "in 2019 was het wachtwoord ..."
+    value, quoted = _unquote(words[i])
+    if kind == PIN:
+        return value.isdigit() and 4 <= len(value) <= 8 and _YEAR.match(value) is None
+    if not 4 <= len(value) <= 64 or _YEAR.match(value) or _DATE_OR_TIME.match(value) or _VERSION.match(value):
+        return False
+    if not quoted and not _credential_look(value):
+        return False
+    return _value_ok(PASSWORD, value, quoted, "assign", "")
+
+
+# ---- code that hands a secret over without naming it in an assignment
+
+# "password", "S3cret" as a call's two arguments (props.put, setenv, a UI test's
+# page.fill('#password', ...)), a field then its value in a chained call
+# (find_element(By.ID, "password").send_keys("...")), or a setter's one argument (setPassword("...")).
+_PAIR_VALUE = re.compile(r"""(?:["']\])?["']\s*,\s*(?P<q>["'`])(?P<val>[^"'`\n]{1,200})(?P=q)""")
+_CHAINED_VALUE = re.compile(
+    r"""(?:["']\])?["']\s*\)\s*\.\s*(?:type|fill|send_?keys|set_?value|val|input|press_?sequentially)\s*\(\s*"""
+    r"""(?P<q>["'`])(?P<val>[^"'`\n]{1,200})(?P=q)""",
+    re.IGNORECASE,
+)
+_SETTER_VALUE = re.compile(r"""\(\s*(?P<q>["'`])(?P<val>[^"'`\n]{1,200})(?P=q)\s*\)""")
+_GETTER_SEGMENTS = frozenset(
+    """
+    get read load fetch lookup find retrieve resolve prompt ask input getpass has is remove delete del
+    clear forget unset show print log
+    """.split()  # noqa: SIM905
+)
+
+
+def _quoted_name(text: str, start: int) -> bool:
+    """The name starts a quoted string or a selector in one ('password', '#password', [name="password"])."""
+    before = text[max(0, start - 2) : start]
+    return before[-1:] in ("'", '"') or (before[-1:] in "#." and before[:1] in ("'", '"'))
+
+
+def _literal_argument(text: str, start: int, stop: int, family: str, meta: bool) -> bool:
+    quoted_name = _quoted_name(text, start)
+    if quoted_name:
+        m = _CHAINED_VALUE.match(text, stop, stop + 260)
+        if m is None and not meta:
+            m = _PAIR_VALUE.match(text, stop, stop + 260)
+    elif not meta and text.startswith("(", stop):
+        name = text[start:stop]
+        if any(seg.lower() in _GETTER_SEGMENTS for seg in _CAMEL_SPLIT.findall(name)):
+            return False  # get_password("svc", "user"): a lookup, not the value
+        m = _SETTER_VALUE.match(text, stop, stop + 260)
+    else:
+        return False
+    if m is None or any(c.isspace() for c in m.group("val")):
+        return False
+    return _value_ok(family, m.group("val"), True, "assign", "")
+
+
+def _positional_password(found: Candidate) -> bool:
+    value = found.password
+    if found.user is not None and value == found.user:
+        return False  # ("test", "test"), ("sa", "sa"): a default pair
+    if found.strict and not _credential_look(value):
+        return False
+    if len(value.split()) > (1 if found.strict else 4):
+        return False  # a sentence; an app password may come in four groups ("abcd efgh ijkl mnop")
+    return _value_ok(PASSWORD, value, True, "assign", "")
+
+
+# ---- Authorization: Basic, and other base64 user:password pairs
+
+_BASIC_VALUE = re.compile(r"basic\s+(?P<val>[A-Za-z0-9+/_-]{8,}={0,2})(?![A-Za-z0-9+/=_-])", re.IGNORECASE)
+# "auth": "<base64>" (a registry's config.json), _auth=<base64> (.npmrc)
+_AUTH_VALUE = re.compile(r"""["']?\s*[:=]\s*["']?(?P<val>[A-Za-z0-9+/_-]{8,}={0,2})(?![A-Za-z0-9+/=_-])""")
+
+
+def _auth_hit(text: str, low: str, pos: int) -> str | None:
+    if low.startswith("authoriz", pos):
+        if not _authorization(text, pos):
+            return None
+        return PASSWORD if "basic" in low[pos : pos + 40] else TOKEN
+    end = pos + 4
+    if end < len(low) and low[end].isalpha():
+        return None  # author, authenticate
+    m = _AUTH_VALUE.match(text, end, end + 400)
+    if m is not None and _basic_credentials(m.group("val")):
+        return PASSWORD
+    opening = text.find("(", end, end + 3)
+    if opening >= 0 and not text[end:opening].strip():
+        found = call_at(text, opening)  # redis.auth("...")
+        if found is not None and _positional_password(found):
+            return PASSWORD
+    return None
+
+
+def _basic_hit(text: str, low: str, pos: int) -> str | None:
+    if pos > 0 and low[pos - 1].isalpha():
+        return None  # VisualBasic
+    m = _BASIC_VALUE.match(text, pos, pos + 600)
+    return PASSWORD if m is not None and _basic_credentials(m.group("val")) else None
+
+
+# ---- command lines: mysql -pX, docker login -p X, sshpass -p X, redis-cli -a X
+
+_CLI_COMMAND = re.compile(
+    r"(?:^|[\s;&|`(])(?P<cmd>mysql\w*|mariadb\w*|docker|podman|nerdctl|helm|sshpass|redis-cli|mongo\w*)\b"
+)
+# command -> (the flag, how its value follows it: glued, or after a space or "=")
+_CLI_FLAGS: dict[str, tuple[str, str]] = {
+    "mysql": ("-p", r""),
+    "mariadb": ("-p", r""),
+    "docker": ("-p", r"(?:\s+|=)"),
+    "podman": ("-p", r"(?:\s+|=)"),
+    "nerdctl": ("-p", r"(?:\s+|=)"),
+    "helm": ("-p", r"(?:\s+|=)"),
+    "sshpass": ("-p", r"\s*"),
+    "redis-cli": ("-a", r"\s+"),
+    "mongo": ("-p", r"\s+"),
+}
+_CLI_VALUE = {
+    sep: re.compile(sep + r"""(?P<val>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)""")
+    for sep in {s for _, s in _CLI_FLAGS.values()}
+}
+
+
+def _cli_password(text: str, low: str, pos: int, flag: str) -> bool:
+    if pos == 0 or low[pos - 1] not in " \t":
+        return False
+    line_start = max(low.rfind("\n", 0, pos) + 1, pos - 300)
+    command = None
+    for m in _CLI_COMMAND.finditer(low, line_start, pos):
+        command = m
+    if command is None or any(c in low[command.end() : pos] for c in "|;&\n"):
+        return False
+    cmd = command.group("cmd")
+    family = next((k for k in _CLI_FLAGS if cmd.startswith(k)), None)
+    if family is None or _CLI_FLAGS[family][0] != flag:
+        return False
+    if family in ("docker", "podman", "nerdctl", "helm") and "login" not in low[command.end() : pos]:
+        return False  # docker run -p 8080:80
+    m = _CLI_VALUE[_CLI_FLAGS[family][1]].match(text, pos + 2, pos + 300)
+    if m is None:
+        return False
+    raw = m.group("val")
+    return _value_ok(PASSWORD, raw.strip("'\""), raw[:1] in "'\"", "assign", "")
+
+
+def _pass_phrase(low: str, pos: int) -> tuple[int, int] | None:
+    """The noun holding the "pass" at pos further in ("mot de passe", "palavra-passe")."""
+    for phrase, offset in _PASS_PHRASES:
+        start = pos - offset
+        if start >= 0 and low.startswith(phrase, start) and (start == 0 or not low[start - 1].isalpha()):
+            return start, start + len(phrase)
+    return None
 
 
 def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | None:
@@ -1299,7 +1744,10 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     if word == "pass":
         if low.startswith("passcode", pos):
             return _pin_hit(text, low, pos, pos + 8)
-        if nxt.isalpha() and not low.startswith(("password", "passwd", "passphrase", "passwort"), pos):
+        phrase = _pass_phrase(low, pos)
+        if phrase is not None:
+            pos, end = phrase  # "mot de passe" is read from "mot"
+        elif nxt.isalpha() and not low.startswith(_PASS_NOUNS, pos):
             return None  # passed, passenger, passport
     elif word == "key":
         prev = low[pos - 1 : pos]
@@ -1316,6 +1764,8 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
         if nxt.isalpha() and nxt != "s":
             return None  # tokenizer
     elif word == "secret":
+        if low.startswith("secreto", pos) and low.endswith(("número ", "numero "), max(0, pos - 7), pos):
+            return _pin_noun_hit(text, low, pos - 7, pos + 7, False)  # número secreto
         if nxt.isalpha() and nxt not in "sk":
             return None  # secretary
     elif word == "pw":
@@ -1324,10 +1774,10 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     elif word == "bearer":
         m = _BEARER.match(text, pos, min(len(text), pos + _MAX_VALUE))
         return TOKEN if m and _looks_random(m.group("val").rstrip("."), 16) else None
-    elif word == "authoriz":
-        if not _authorization(text, pos):
-            return None
-        return PASSWORD if "basic" in low[pos : pos + 40] else TOKEN
+    elif word == "auth":
+        return _auth_hit(text, low, pos)
+    elif word == "basic":
+        return _basic_hit(text, low, pos)
     elif word == "-u":
         # curl -u user:password / --user user:password
         m = _CURL_USER.match(text, pos, min(len(text), pos + 300))
@@ -1338,34 +1788,43 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
         ):
             return PASSWORD
         return None
+    elif word in ("-p", "-a"):
+        return PASSWORD if _cli_password(text, low, pos, word) else None
     elif word == "identified":
         if low.startswith("identified by", pos):
             m = _SQL_PASSWORD.match(text, pos + 10, min(len(text), pos + 300))
             if m and _value_ok(PASSWORD, m.group("val"), True, "assign", ""):
                 return PASSWORD
         return None
-
     elif word == "cookie":
         return TOKEN if _cookie_header(text, pos) else None
-    elif word in ("mysql", "mariadb", "docker", "podman", "helm"):
-        m = (_MYSQL_P if word in ("mysql", "mariadb") else _DOCKER_P).match(
-            text, pos, min(len(text), pos + 300)
-        )
-        if m and _value_ok(PASSWORD, m.group("val").strip("'\""), m.group("val")[:1] in "'\"", "assign", ""):
-            return PASSWORD  # mysql -u root -pS3cret, docker login -u bob -p S3cret
-        return None
+    elif word == "cod":
+        return _code_hit(text, low, pos)
     elif word in _PIN_NOUN_STARTS:
-        return _foreign_pin_hit(text, low, word, pos)
+        hit = _foreign_pin_hit(text, low, word, pos)
+        if hit is not None or word not in _PW_ROOTS:
+            return hit  # "clave" goes on as a password noun
+    return _secret_name_hit(text, low, word, pos, end)
 
-    if word == "mot de passe":
-        start, stop = pos, end
+
+def _secret_name_hit(text: str, low: str, word: str, pos: int, end: int) -> str | None:
+    """A name holding a secret word (password, DB_PASSWORD, contraseña, api_key, token...):
+    what its operator, its clause or its call gives it."""
+    root = _ROOT_SECRET.match(low, pos)
+    if root is not None and not root.group(0).replace("_", "").isalnum():
+        start, stop = pos, root.end()  # "mot de passe", "palavra-passe", "parola d'ordine"
     else:
         start, stop = _name_bounds(text, pos, end)
     # Where the keyword proper ends inside the name (password, passwd, secret, ...).
-    root = _ROOT_SECRET.match(low, pos)
     kw_end = root.end() if root else end
     if word != "key" and not _keyword_tail_ok(text, kw_end, stop):
         return None
+    if word == "mdp" and start < pos and text[pos - 1] not in "_-.":
+        return None  # cmdp
+    if text[max(0, start - 2) : start] == "${" or (
+        text[start - 1 : start] == "%" and text.startswith("%", stop)
+    ):
+        return None  # ${DB_PASSWORD:?must be set}, %DB_PASSWORD%: a reference to the variable
 
     # Is anything that could carry a value next to the name? (Most hits stop here.)
     operator = _OPERATOR_AHEAD.match(text, stop) is not None
@@ -1377,13 +1836,16 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     prose = bool(window) and any(op in window for op in _PROSE_OPS)
     pw_word = low.startswith(_PW_WORDS, pos)
     bare = pw_word and bare_name and low[stop : stop + 1] == " "
+    if pw_word and bare_name and _value_before(text, low, start, stop, PASSWORD):
+        return PASSWORD  # "Sommer2024! ist mein Passwort"
     if not (operator or flag or xml or sql or prose or bare):
         return None
 
     name = text[start:stop]
-    if _name_is_meta(name) or _PREV_META.search(low, max(0, start - 16), start):
-        return None
     family = _family(word, low[start:stop])
+    if _name_is_meta(name) or _PREV_META.search(low, max(0, start - 16), start):
+        # '#password-field' in a UI test, then .type("..."): the field's name, then its value.
+        return family if operator and _literal_argument(text, start, stop, family, meta=True) else None
 
     if flag:  # --password X / --api-key=X
         m = _CLI_FLAG.match(text, stop, min(len(text), stop + 300))
@@ -1402,6 +1864,8 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
             return family
         if (family == TOKEN or word == "key") and _own_token_value(text, stop, family):
             return family
+        if _literal_argument(text, start, stop, family, meta=False):
+            return family  # props.put("password", "..."), setPassword("...")
 
     if family == PASSWORD and pw_word:
         if xml:  # <password>hunter2</password>
@@ -1729,33 +2193,28 @@ _TOKEN_CLASS = _byte_table(
 _DIGIT_CLASS = _byte_table(b".", {b"0123456789": b"0", b" ": b" ", b"-": b"-"})
 _LONG_RUN = b"x" * _LONG_TOKEN
 _NUMBER_SEEDS = (b"00000000", b"0000 0000", b"0000-0000", b"000-00-0000", b"000 00 0000")
-_KEYWORDS = (
-    "pass",
-    "pw",
-    "pin",
-    "secret",
-    "key",
-    "token",
-    "bearer",
-    "authoriz",
-    "contrase",
-    "kennwort",
-    "mot de passe",
-    "senha",
-    "wachtwoord",
-    "lösenord",
-    "hasło",
-    "haslo",
-    "salasana",
-    "mysql",
-    "mariadb",
-    "docker",
-    "podman",
-    "helm",
-    "cookie",
-    *_PIN_NOUN_STARTS,
-    "identified",
-    "-u",
+_KEYWORDS = tuple(
+    dict.fromkeys(
+        (
+            "pass",
+            "pw",
+            "pin",
+            "secret",
+            "key",
+            "token",
+            "bearer",
+            "auth",  # Authorization headers, "auth": "<base64>", redis.auth("...")
+            "basic",
+            *_PW_ROOTS,  # the nouns for "password" the words above do not find
+            "cookie",
+            *_PIN_NOUN_STARTS,
+            "cod",  # code, codice, Türcode
+            "identified",
+            "-u",
+            "-p",  # mysql -pX, docker login -p X, sshpass -p X
+            "-a",  # redis-cli -a X
+        )
+    )
 )
 _SSN_WORDS = ("ssn", "soc", "ss#", "ss #")  # "soc" covers social, soc sec, soc. sec
 
@@ -1816,8 +2275,15 @@ def _scan(text: str) -> Iterator[str]:
 
     if "PRIVATE KEY" in text or "PuTTY-User-Key-File" in text:
         yield from _scan_private_key(text)
-    if "://" in text and "@" in text:
-        yield from _scan_url_credentials(text)
+    if "@" in text:
+        if "://" in text:
+            yield from _scan_url_credentials(text)
+        yield from _scan_bare_authority(text, low)
+    if "(" in text:
+        for found in positional_passwords(text):
+            if _positional_password(found):
+                yield PASSWORD
+                break
     if "aws" in low:
         yield from _scan_aws_secret(text)
 
