@@ -105,6 +105,7 @@ import os.path
 import re
 from collections.abc import Callable, Iterable, Iterator
 from re import Match, Pattern
+from typing import Any
 
 from detect_secrets.plugins import keyword as _ds_keyword
 from detect_secrets.plugins.aws import AWSKeyDetector
@@ -308,10 +309,14 @@ def _is_placeholder(value: str) -> bool:
         return False
     if any(part in low for part in _PLACEHOLDER_PARTS):
         return True
+    if _WORDY.fullmatch(low) is None:
+        return False  # digits or symbols: not a template made of words
     if low.startswith(_PLACEHOLDER_HEADS) or low.endswith(_PLACEHOLDER_TAILS):
         return True
-    segments = [seg for seg in _VALUE_SEGMENTS.split(low) if seg]
-    return bool(segments) and all(seg in _PLACEHOLDER_SEGMENTS for seg in segments)
+    return all(seg in _PLACEHOLDER_SEGMENTS for seg in _VALUE_SEGMENTS.split(low) if seg)
+
+
+_WORDY = re.compile(r"[^\W\d_]+(?:[\s_\-.:/'’]+[^\W\d_]+)*")
 
 
 def _not_a_variable(name: str) -> bool:
@@ -349,8 +354,9 @@ _SECRET_FILES = ("/run/secrets/", "/var/run/secrets/", "/etc/secrets/")
 
 
 def _is_env_reference(value: str) -> bool:
-    low = value[:40].lower()
-    return low.startswith(_REFERENCE_OPENERS) or any(path in value for path in _SECRET_FILES)
+    if "secrets/" in value and any(path in value for path in _SECRET_FILES):
+        return True
+    return value[:40].lower().startswith(_REFERENCE_OPENERS)
 
 
 def _is_reference(value: str) -> bool:
@@ -847,8 +853,8 @@ def _bare_credential_at(text: str, low: str, at: int) -> bool:
     lo = max(0, at - 130)
     while j > lo and text[j - 1] not in _PW_STOP:
         j -= 1
-    if j == at or j < 2 or text[j - 1] not in ":/":
-        return False
+    if j == at or j < 2 or text[j - 1] not in ":/" or text[at - 1] == "@":
+        return False  # "@@": a versioned symbol (_ZN...Ev@@GLIBCXX_3.4), not a password ending in "@"
     sep, password = text[j - 1], text[j:at]
     u = j - 1
     while u > max(0, j - 66) and (text[u - 1].isalnum() or text[u - 1] in "_.-$#"):
@@ -914,14 +920,40 @@ _SEGMENT_START = re.compile(r"(?:^|(?<=[_.\-]))\w|(?<=[a-z])[A-Z]")
 _OPERATOR_AHEAD = re.compile(r"""["'\]]{0,2}\s*(?:[=:!(]|=>|["'`])""")
 
 
+def _has_word(words: Pattern[str], s: str, lo: int = 0, hi: int | None = None) -> bool:
+    """`words` (an alternation ending in \\b) occurs in s[lo:hi] as a whole word. The pattern
+    has no leading \\b, which would keep the regex engine from skipping ahead by first letter."""
+    for m in words.finditer(s, lo, len(s) if hi is None else hi):
+        i = m.start()
+        if i == 0 or not (s[i - 1].isalnum() or s[i - 1] == "_"):
+            return True
+    return False
+
+
 def _alternation(words: Iterable[str]) -> str:
-    """A regex alternation of lexicon words, longest first: a space matches any run of
-    spaces, and either apostrophe matches both."""
-    out = []
-    for word in sorted(set(words), key=lambda w: (-len(w), w)):
-        pattern = re.escape(word).replace("\\ ", "\\s+")
-        out.append(re.sub("['’]", "['’]", pattern))
-    return "|".join(out)
+    """A regex alternation of lexicon words, as a prefix tree (the regex engine tries the
+    branches of a flat alternation one by one; a tree shares their beginnings). A longer word
+    is preferred to its prefix; a space matches any run of spaces; either apostrophe both."""
+    trie: dict[str, Any] = {}
+    for word in set(words):
+        node = trie
+        for ch in word.replace("’", "'"):
+            node = node.setdefault(ch, {})
+        node[""] = {}
+    return _trie_pattern(trie)
+
+
+def _trie_pattern(node: dict[str, Any]) -> str:
+    branches = [
+        _PIECES.get(ch, re.escape(ch)) + _trie_pattern(child) for ch, child in sorted(node.items()) if ch
+    ]
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+    return f"(?:{body})?" if "" in node else body
+
+
+_PIECES = {" ": r"\s+", "'": "['’]"}
 
 
 # The nouns for "password" in every language of the lexicon (its name in the text, or its root).
@@ -951,6 +983,7 @@ def _search_roots(nouns: Iterable[str]) -> tuple[str, ...]:
 
 
 _PW_ROOTS = _search_roots(_PW_WORDS)
+_PW_KEYWORDS = frozenset({"pass", "pw", *_PW_WORDS, *_PW_ROOTS})
 
 
 def _name_bounds(text: str, pos: int, end: int) -> tuple[int, int]:
@@ -981,7 +1014,7 @@ def _keyword_tail_ok(text: str, kw_end: int, stop: int) -> bool:
 
 
 def _family(word: str, name: str) -> str:
-    if word in ("pass", "pw") or word in _PW_WORDS or word in _PW_ROOTS or "pass" in name or "pwd" in name:
+    if word in _PW_KEYWORDS or "pass" in name or "pwd" in name:
         return PASSWORD
     if "token" in name:
         return TOKEN
@@ -1024,11 +1057,11 @@ def _value_ok(family: str, value: str, quoted: bool, op: str, rest: str) -> bool
     # Cheapest rejections first.
     if len(value) < _MIN_LEN[family] or (family == TOKEN and _classes(value) < 2):
         return False
+    if not quoted and _is_reference(value):
+        return False
     if _is_placeholder(value):
         return False
     if quoted and ("\n" in value or len(value) > 200):
-        return False
-    if not quoted and _is_reference(value):
         return False
     if _EMAIL.match(value) or _URLISH.match(value) or _PATHISH.match(value):
         return False
@@ -1102,12 +1135,17 @@ _COPULA_HEADS = tuple({w.split()[0] for w in _COPULAS})
 _CONTRACTED = tuple(w for w in WORDS.union("is_words") if "'" in w or "’" in w)  # c'est, that's
 _OPEN_QUOTES = "\"'`“‘„«‚"
 _ANY_QUOTE = "\"'`“”‘’„«»‚"
-# "password for the staging db is X", "**Password:** X", "Passwort lautet: X", "senha → X"
+_FILLERS = WORDS.union("fillers")  # "ist übrigens X", "is trouwens X", "c'est maintenant X"
+# "password for the staging db is X", "**Password:** X", "Passwort lautet: X", "senha → X",
+# "ich hab das Passwort geändert, es ist jetzt X". Words between the noun and the verb are
+# taken lazily, so the first verb whose value is not itself a verb or a filler is the one read.
 _PW_PROSE = re.compile(
-    rf"""(?P<mid>(?:\s+(?!(?:{_alternation(_COPULA_HEADS)})\b)[^\W\d_][\w@.'’-]*){{0,5}}?)
-        ,?[*_]{{0,2}}\s*(?P<op>=>|->|→|:|=|[–—](?=\s)|\b(?:{_alternation(_COPULAS + _CONTRACTED)})\b(?:\s*:)?)
-        [*_]{{0,2}}\s*(?P<q>[{_OPEN_QUOTES}]?)(?P<val>[^\s{_ANY_QUOTE}]{{1,200}})(?P<q2>[{_ANY_QUOTE}]?)""",
-    re.VERBOSE,
+    rf"""(?P<mid>(?:\s+[^\W\d_][\w@.'’-]*,?){{0,5}}?)
+        [*_]{{0,2}}\s*(?P<op>=>|->|→|:|=|[–—](?=\s)|\b(?:{_alternation(_COPULAS + _CONTRACTED)})\b(?:\s*:)?)
+        (?:\s+(?:{_alternation(_FILLERS)})\b,?)?
+        [*_]{{0,2}}\s*(?!(?:{_alternation(_COPULA_HEADS + _FILLERS)})\b)
+        (?P<q>[{_OPEN_QUOTES}]?)(?P<val>[^\s{_ANY_QUOTE}]{{1,200}})(?P<q2>[{_ANY_QUOTE}]?)""",
+    re.VERBOSE | re.IGNORECASE,
 )
 # `password Winter2021!`, `wachtwoord **89619361**`, `Passwort «Sommer!»`: no operator.
 _PW_BARE = re.compile(
@@ -1147,7 +1185,12 @@ def _bare_password(text: str, stop: int) -> bool:
             return False
     if _VERSION.match(value) or _name_is_meta(value) or _TECH_WORDS.match(value) or _YEAR.match(value):
         return False
+    if not quoted and _IMAGE_TAG.match(value):
+        return False  # "... POSTGRES_PASSWORD postgres:16": an image, not the value
     return _value_ok(PASSWORD, value, quoted, "assign", "")
+
+
+_IMAGE_TAG = re.compile(r"^[a-z][\w./-]*:[\w.-]+$")
 
 
 _VERSION = re.compile(r"^v?\d+(?:\.\d+)+")
@@ -1273,19 +1316,14 @@ def _authorization(text: str, pos: int) -> bool:
 # A PIN noun (English, German, French, Spanish, Italian, Portuguese, Dutch, Swedish, Polish),
 # words between it and its verb ("the PIN for the new card", "de mi tarjeta"), a separator or
 # a verb meaning "is", then the number.
-_PIN_VERB_WORDS = tuple(w for w in WORDS.union("is_words") if "'" not in w and "’" not in w)
+_PIN_VERB_WORDS = WORDS.union("is_words")
 _PIN_VERBS = _alternation(_PIN_VERB_WORDS)
 # A PIN noun other than "pin..." (geheimzahl, code PIN, código secreto, digicode), or a code
 # named by what it opens: glued (Türcode, deurcode) or not ("garage code", "alarm-code").
 _CODE_PLACES = WORDS.union("code_places")
-_PIN_KW = (
-    rf"pin|{_alternation(w for w in WORDS.union('pin') if not w.startswith('pin'))}"
-    rf"|(?:{_alternation(WORDS.union('code_prefixes'))})-?code|(?:{_alternation(_CODE_PLACES)})[\s-]+code"
-)
-_PIN = re.compile(
-    r"""(?P<kw>"""
-    + _PIN_KW
-    + r""")
+# After the PIN noun: words, then a separator or a verb meaning "is", then the number.
+_PIN_TAIL = (
+    r"""
         (?P<suffix>[ -]?(?:code|koden|kode|kod|number|nummer|numero|número|no\.?|nr\.?|zahl|\#))?(?:'s|’s)?(?![^\W\d_])
         (?P<mid>(?:\s+(?!(?:"""
     + _alternation(w for w in _PIN_VERB_WORDS if w != "to")
@@ -1295,9 +1333,15 @@ _PIN = re.compile(
     + r""")\b)?
         (?:\s+(?:el|la|le|il|lo|o|a|het|de|der|die|das)\b)?
         [\s*_`"'“‘(«:]*
-        (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
-    re.IGNORECASE | re.VERBOSE,
+        (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)"""
 )
+# A PIN noun other than "pin..." (geheimzahl, code PIN, código secreto, digicode).
+_PIN_KW = rf"pin|{_alternation(w for w in WORDS.union('pin') if not w.startswith('pin'))}"
+_PIN = re.compile(r"(?P<kw>" + _PIN_KW + ")" + _PIN_TAIL, re.IGNORECASE | re.VERBOSE)
+# A code named by what it opens, glued or not (Türcode, deurcode, garage code, alarm-code):
+# _code_hit has checked the word before "code".
+_PLACE_KW = r"[^\W\d_]+(?:-|[\s-]+)?code"
+_PLACE_PIN = re.compile(r"(?P<kw>" + _PLACE_KW + ")" + _PIN_TAIL, re.IGNORECASE | re.VERBOSE)
 _PIN_MID_VETO = frozenset(
     """
     count counts pitch spacing header headers out layout diameter length width size
@@ -1315,13 +1359,14 @@ _PIN_OWNER = re.compile(
         [
             *WORDS.union("owners"),
             *WORDS.languages["en"].code_places,
-            *("the", "bank", "new", "neue", "old", "sim", "phone", "default", "security", "account"),
+            *("the", "bank", "new", "neue", "old", "sim", "phone", "security", "account"),
             *("voicemail", "backup"),
         ]
     )
     + r")[\s'’s]*$",
     re.IGNORECASE,
 )
+_DEFAULT_NEAR = re.compile(r"(?:" + _alternation(WORDS.union("defaults")) + r")\b")
 _POSTAL_CTX = re.compile(
     r"address|\baddr\b|city|district|\bdist\b|\bstate\b|india|nagar|\broad\b|\brd\b|street|post office|"
     r"delivery|deliver|shipping|courier|locality|colony|village|taluk|tehsil|bangalore|bengaluru|mumbai|"
@@ -1339,8 +1384,8 @@ _ELECTRONICS = re.compile(
 )
 
 
-def _stated_pin(text: str, low: str, pos: int) -> bool:
-    m = _PIN.match(text, pos, min(len(text), pos + 200))
+def _stated_pin(text: str, low: str, pos: int, statement: Pattern[str] = _PIN) -> bool:
+    m = statement.match(text, pos, min(len(text), pos + 200))
     if m is None:
         return False
     mid = m.group("mid")
@@ -1367,7 +1412,8 @@ def _stated_pin(text: str, low: str, pos: int) -> bool:
             return False
         if _ELECTRONICS.search(low, max(0, pos - 40), pos):
             return False
-    return True
+    # "the default PIN is 0000", "el PIN por defecto es 0000": documented, not a secret.
+    return not _has_word(_DEFAULT_NEAR, low, max(0, pos - 24), m.start("num"))
 
 
 # Keywords that start a PIN noun other than "pin" and "code": (where the phrase starts,
@@ -1381,7 +1427,7 @@ _PIN_NOUN_STARTS: dict[str, tuple[int, tuple[str, ...]]] = {
 }
 # A PIN noun where it starts ("PIN-Code", "code PIN", "Türcode"): where the noun ends.
 _PIN_NOUN = re.compile(
-    rf"(?:{_PIN_KW}|n[úu]mero\s+secreto)(?:[ -]?(?:code|koden|kode|kod|number|nummer|numero|número|zahl))?",
+    rf"(?:{_PIN_KW}|{_PLACE_KW}|n[úu]mero\s+secreto)(?:[ -]?(?:code|koden|kode|kod|number|nummer|numero|número|zahl))?",
     re.IGNORECASE,
 )
 
@@ -1405,9 +1451,7 @@ _CODE_OWNER = re.compile(r"(?:^|\b)(?:" + _alternation(WORDS.without("owners", "
 _CODE_ARTICLE = re.compile(r"(?:^|\b)(?:le|der|den|de|het|el|o|il)\s+$")
 # What a code opens, in every language (a card, a door, a safe, an alarm).
 _CARD_WORDS = re.compile(
-    r"\b(?:"
-    + _alternation([*_CODE_PLACES, "geldautomaat", "débito", "debito", "crédito", "credito"])
-    + r")\b"
+    "(?:" + _alternation([*_CODE_PLACES, "geldautomaat", "débito", "debito", "crédito", "credito"]) + r")\b"
 )
 _CODE_VETO = re.compile(
     r"postal|promo|zip|error|erreur|fehler|errore|país|pais|barras|área|area|fiscal|verif|confirm|sms|"
@@ -1430,20 +1474,48 @@ def _foreign_pin_hit(text: str, low: str, word: str, pos: int) -> str | None:
     return _pin_noun_hit(text, low, start, end, word == "digo")
 
 
-def _pin_noun_hit(text: str, low: str, start: int, end: int, is_code: bool) -> str | None:
-    """A PIN noun at text[start:end]: its number after it, or before it ("4821 ist meine PIN")."""
-    if _DIGIT_RUN4.search(text, end, end + 140) is not None and (
-        _stated_pin(text, low, start) or (is_code and _stated_code(text, low, start))
+def _pin_noun_hit(
+    text: str, low: str, start: int, end: int, is_code: bool, place: bool = False
+) -> str | None:
+    """A PIN noun at text[start:end]: its number after it, or before it ("4821 ist meine PIN").
+    `is_code`: a bare "code" (its owner or what it opens may make it one); `place`: a code
+    named by what it opens (Türcode, garage code)."""
+    statement = _PLACE_PIN if place else _PIN
+    if _DIGIT_RUN4.search(text, end, end + 120) is not None and (
+        _stated_pin(text, low, start, statement) or (is_code and _stated_code(text, low, start))
     ):
         return PIN
-    if _DIGIT_RUN4.search(text, max(0, start - 100), start) is None:
-        return None
-    noun = _PIN_NOUN.match(low, start)
-    if noun is not None:
-        end = noun.end()
-    elif not (is_code and _CARD_WORDS.search(_clause(low, end))):
-        return None  # a bare "code" is too vague to take the number before it, unless it opens something
+    if (
+        _word_before(low, start) not in _BEFORE_NOUN
+        or _DIGIT_RUN4.search(text, max(0, start - 100), start) is None
+    ):
+        return None  # most mentions: no determiner or verb before the noun, or no number
+    if is_code and _CODE_VETO.search(_word_after(low, end)):
+        return None  # "el código postal", "le code d'erreur"
+    word_end = end
+    while word_end < len(low) and (low[word_end].isalnum() or low[word_end] == "-"):
+        word_end += 1  # PIN-Code, pincode
+    if _ends_clause(low, word_end):
+        end = word_end
+    else:
+        noun = _PIN_NOUN.match(low, start) if _word_after(low, word_end) in _NOUN_TAILS else None
+        if noun is not None and noun.end() > word_end:
+            end = noun.end()  # a noun of two words: code PIN, codice segreto, PIN code
+        elif not (is_code and _has_word(_CARD_WORDS, _clause(low, end))):
+            return None  # a bare "code" is too vague to take the number before it, unless it opens something
     return PIN if _value_before(text, low, start, end, PIN) else None
+
+
+# Second words of two-word PIN nouns ("code PIN", "PIN code", "número secreto").
+_NOUN_TAILS = frozenset(
+    [w.split()[-1] for w in WORDS.union("pin") if " " in w]
+    + ["code", "number", "nummer", "numero", "número", "zahl", "kod", "kode", "koden"]
+)
+
+
+def _word_after(low: str, end: int) -> str:
+    m = _NEXT_WORD.match(low, end + (low[end : end + 1] == "-"))
+    return (m.group("word") or "") if m else ""
 
 
 def _code_hit(text: str, low: str, pos: int) -> str | None:
@@ -1469,12 +1541,14 @@ def _code_hit(text: str, low: str, pos: int) -> str | None:
         word_start = max(before.rfind(" "), before.rfind("\n")) + 1
         if before[word_start:] in _CODE_GLUED:
             start = max(0, pos - 16) + word_start
-    return _pin_noun_hit(text, low, start, end, start == pos)
+    return _pin_noun_hit(text, low, start, end, start == pos, place=start != pos)
 
 
 def _stated_code(text: str, low: str, start: int) -> bool:
     m = _CODE_STATED.match(text, start, min(len(text), start + 160))
-    if m is None or "\n" in m.group("mid"):
+    if m is None:
+        return _code_number(text, low, start)
+    if "\n" in m.group("mid"):
         return False
     mid = low[m.start("mid") : m.end("mid")]
     if _CODE_VETO.search(mid) or _CODE_VETO.search(low, max(0, start - 16), start):
@@ -1483,8 +1557,8 @@ def _stated_code(text: str, low: str, start: int) -> bool:
         return False
     # English "my code is 1500" is usually about source code, so only the other languages' owners count.
     return (
-        _CARD_WORDS.search(mid) is not None
-        or _CARD_WORDS.search(low, max(0, start - 24), start) is not None  # "garage door code: ..."
+        _has_word(_CARD_WORDS, mid)
+        or _has_word(_CARD_WORDS, low, max(0, start - 24), start)  # "garage door code: ..."
         or _CODE_OWNER.search(low, max(0, start - 16), start) is not None
         or (
             not mid.strip()
@@ -1495,6 +1569,23 @@ def _stated_code(text: str, low: str, start: int) -> bool:
     )
 
 
+# "Die Alarmanlage hat den Code 7391": a code and its number, with what it opens in the sentence.
+_CODE_NUMBER = re.compile(
+    r"""(?:code|codice|c[óo]digo)\s+[*"'«]*(?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""", re.IGNORECASE
+)
+
+
+def _code_number(text: str, low: str, start: int) -> bool:
+    m = _CODE_NUMBER.match(text, start, start + 40)
+    if m is None or _YEAR.match(m.group("num")) or _UNIT_AFTER.match(low, m.end()):
+        return False
+    lo = max(0, start - 40)
+    lo = max(lo, low.rfind(". ", lo, start) + 1, low.rfind("\n", lo, start) + 1)
+    if _CODE_VETO.search(low, lo, start):
+        return False
+    return _has_word(_CARD_WORDS, low, lo, start) or _has_word(_CARD_WORDS, _clause(low, m.end()))
+
+
 def _is_word_at(low: str, pos: int, end: int) -> bool:
     return (pos == 0 or not low[pos - 1].isalpha()) and (end >= len(low) or not low[end].isalpha())
 
@@ -1502,10 +1593,12 @@ def _is_word_at(low: str, pos: int, end: int) -> bool:
 _PIN_WORDS = ("pincode", "pin-code", "pin_code", "pinkod", "pinnummer")
 # Cheap test that a clause after a password noun may state it: an operator, or "is" in a
 # language of the lexicon (ist/lautet, est, es/era, è/é, is/wordt, är...).
-_PROSE_OPS = (
-    *(":", "=", "->", "→", "–", "—", " be ", " to "),
-    *sorted({" " + w.split()[0] for w in _COPULAS + _CONTRACTED}),
-)
+_PROSE_MARKS = (":", "=", "→", "–", "—", "->")
+_PROSE_WORDS = frozenset({"be", "to", *(w.split()[0] for w in _COPULAS + _CONTRACTED)})
+
+
+def _may_state(window: str) -> bool:
+    return any(mark in window for mark in _PROSE_MARKS) or not _PROSE_WORDS.isdisjoint(window.split())
 
 
 def _clause(low: str, pos: int) -> str:
@@ -1538,18 +1631,15 @@ _YEAR = re.compile(r"^(?:19|20)\d\d$")
 _DASHES = ("-", "–", "—", "=", "->", "→", ":")
 
 
+_NEXT_WORD = re.compile(r"[ \t]*(?:(?P<word>[^\W\d_][^\W\d_'’]*)|(?P<other>.?))", re.DOTALL)
+
+
 def _ends_clause(low: str, end: int) -> bool:
     """What follows low[:end] ends its clause, or is a preposition ("... mein Passwort für das WLAN")."""
-    n = len(low)
-    j = end
-    while j < n and low[j] in " \t":
-        j += 1
-    if j >= n or low[j] in _CLAUSE_END:
-        return True
-    k = j
-    while k < n and k - j < 16 and (low[k].isalpha() or low[k] in "'’"):
-        k += 1
-    return low[j:k] in _PREPOSITIONS
+    m = _NEXT_WORD.match(low, end)
+    assert m is not None  # the pattern matches the empty string
+    word = m.group("word")
+    return word in _PREPOSITIONS if word else m.group("other") in _CLAUSE_END
 
 
 def _unquote(raw: str) -> tuple[str, bool]:
@@ -1559,10 +1649,22 @@ def _unquote(raw: str) -> tuple[str, bool]:
     return core.rstrip(_TRAILING_PUNCT).lstrip("*_`\"'“‘„«"), False
 
 
+_BEFORE_NOUN = _DETERMINERS | _IS_BEFORE | _AS_WORDS
+
+
+def _word_before(low: str, start: int) -> str:
+    """The token just before low[start] (after the space or line start before it)."""
+    j = start
+    while j > 0 and low[j - 1] == " ":
+        j -= 1
+    lo = max(0, j - 24)
+    return low[max(low.rfind(" ", lo, j), low.rfind("\n", lo, j), lo - 1) + 1 : j]
+
+
 def _value_before(text: str, low: str, start: int, end: int, kind: str) -> bool:
     """The noun at text[start:end] ends its clause, and before it stand a value, a verb
     meaning "is" (or "as") and at most three determiners."""
-    if not _ends_clause(low, end):
+    if _word_before(low, start) not in _BEFORE_NOUN or not _ends_clause(low, end):
         return False
     line_start = text.rfind("\n", max(0, start - 160), start) + 1
     words = text[max(line_start, start - 160) : start].split()
@@ -1599,7 +1701,7 @@ def _value_before(text: str, low: str, start: int, end: int, kind: str) -> bool:
 # "password", "S3cret" as a call's two arguments (props.put, setenv, a UI test's
 # page.fill('#password', ...)), a field then its value in a chained call
 # (find_element(By.ID, "password").send_keys("...")), or a setter's one argument (setPassword("...")).
-_PAIR_VALUE = re.compile(r"""(?:["']\])?["']\s*,\s*(?P<q>["'`])(?P<val>[^"'`\n]{1,200})(?P=q)""")
+_PAIR_VALUE = re.compile(r"""(?:["']\])?["']\s*,\s*(?P<q>["'`])(?P<val>[^"'`\n]{1,200})(?P=q)\s*[,)]""")
 _CHAINED_VALUE = re.compile(
     r"""(?:["']\])?["']\s*\)\s*\.\s*(?:type|fill|send_?keys|set_?value|val|input|press_?sequentially)\s*\(\s*"""
     r"""(?P<q>["'`])(?P<val>[^"'`\n]{1,200})(?P=q)""",
@@ -1614,6 +1716,19 @@ _GETTER_SEGMENTS = frozenset(
 )
 
 
+# The name is a call's first argument (or its second, after a literal), quoted or in a
+# selector: put("password", ...), setenv('PGPASSWORD', ...), config.set("db", "password", ...),
+# fill('#password', ...), fill('input[name="password"]', ...).
+_ARGUMENT_NAME = re.compile(
+    r"""\(\s*(?:[rbuf]?["'][^"'\n]{0,60}["']\s*,\s*)?[rbuf]?["'](?:[#.]|[^"'\n]{0,40}\[\w+=["']?)?"""
+)
+
+
+def _argument_name(text: str, start: int) -> bool:
+    paren = text.rfind("(", max(0, start - 120), start)
+    return paren >= 0 and _ARGUMENT_NAME.fullmatch(text, paren, start) is not None
+
+
 def _quoted_name(text: str, start: int) -> bool:
     """The name starts a quoted string or a selector in one ('password', '#password', [name="password"])."""
     before = text[max(0, start - 2) : start]
@@ -1621,11 +1736,12 @@ def _quoted_name(text: str, start: int) -> bool:
 
 
 def _literal_argument(text: str, start: int, stop: int, family: str, meta: bool) -> bool:
-    quoted_name = _quoted_name(text, start)
-    if quoted_name:
+    if _quoted_name(text, start):
         m = _CHAINED_VALUE.match(text, stop, stop + 260)
-        if m is None and not meta:
+        if m is None and not meta and _argument_name(text, start):
             m = _PAIR_VALUE.match(text, stop, stop + 260)
+            if m is not None and not _credential_look(m.group("val")):
+                return False  # ('user', 'password', 'host'): names in a tuple
     elif not meta and text.startswith("(", stop):
         name = text[start:stop]
         if any(seg.lower() in _GETTER_SEGMENTS for seg in _CAMEL_SPLIT.findall(name)):
@@ -1651,7 +1767,11 @@ def _positional_password(found: Candidate) -> bool:
 
 # ---- Authorization: Basic, and other base64 user:password pairs
 
-_BASIC_VALUE = re.compile(r"basic\s+(?P<val>[A-Za-z0-9+/_-]{8,}={0,2})(?![A-Za-z0-9+/=_-])", re.IGNORECASE)
+# "Basic <b64>", "basic auth string: <b64>": the decoding says whether it is a user:password pair.
+_BASIC_VALUE = re.compile(
+    r"""basic(?:[\s_-]+[A-Za-z]+){0,3}?\s*[:=]?\s*["'`]?(?P<val>[A-Za-z0-9+/_-]{8,}={0,2})(?![A-Za-z0-9+/=_-])""",
+    re.IGNORECASE,
+)
 # "auth": "<base64>" (a registry's config.json), _auth=<base64> (.npmrc)
 _AUTH_VALUE = re.compile(r"""["']?\s*[:=]\s*["']?(?P<val>[A-Za-z0-9+/_-]{8,}={0,2})(?![A-Za-z0-9+/=_-])""")
 
@@ -1685,7 +1805,7 @@ def _basic_hit(text: str, low: str, pos: int) -> str | None:
 # ---- command lines: mysql -pX, docker login -p X, sshpass -p X, redis-cli -a X
 
 _CLI_COMMAND = re.compile(
-    r"(?:^|[\s;&|`(])(?P<cmd>mysql\w*|mariadb\w*|docker|podman|nerdctl|helm|sshpass|redis-cli|mongo\w*)\b"
+    r"(?<![^\s;&|`(])(?P<cmd>mysql\w*|mariadb\w*|docker|podman|nerdctl|helm|sshpass|redis-cli|mongo\w*)\b"
 )
 # command -> (the flag, how its value follows it: glued, or after a space or "=")
 _CLI_FLAGS: dict[str, tuple[str, str]] = {
@@ -1825,6 +1945,8 @@ def _secret_name_hit(text: str, low: str, word: str, pos: int, end: int) -> str 
         text[start - 1 : start] == "%" and text.startswith("%", stop)
     ):
         return None  # ${DB_PASSWORD:?must be set}, %DB_PASSWORD%: a reference to the variable
+    if text[start - 1 : start] == "$" and _OPERATOR_AHEAD.match(text, stop) is None:
+        return None  # -e POSTGRES_PASSWORD=$POSTGRES_PASSWORD postgres:16: the variable used
 
     # Is anything that could carry a value next to the name? (Most hits stop here.)
     operator = _OPERATOR_AHEAD.match(text, stop) is not None
@@ -1833,7 +1955,7 @@ def _secret_name_hit(text: str, low: str, word: str, pos: int, end: int) -> str 
     sql = "'" in low[stop : stop + 3]
     bare_name = stop == kw_end or low[kw_end:stop] == "s"
     window = _clause(low, stop) if bare_name else ""
-    prose = bool(window) and any(op in window for op in _PROSE_OPS)
+    prose = bool(window) and _may_state(window)
     pw_word = low.startswith(_PW_WORDS, pos)
     bare = pw_word and bare_name and low[stop : stop + 1] == " "
     if pw_word and bare_name and _value_before(text, low, start, stop, PASSWORD):
@@ -1842,10 +1964,13 @@ def _secret_name_hit(text: str, low: str, word: str, pos: int, end: int) -> str 
         return None
 
     name = text[start:stop]
-    family = _family(word, low[start:stop])
     if _name_is_meta(name) or _PREV_META.search(low, max(0, start - 16), start):
         # '#password-field' in a UI test, then .type("..."): the field's name, then its value.
-        return family if operator and _literal_argument(text, start, stop, family, meta=True) else None
+        if operator and _quoted_name(text, start):
+            family = _family(word, low[start:stop])
+            return family if _literal_argument(text, start, stop, family, meta=True) else None
+        return None
+    family = _family(word, low[start:stop])
 
     if flag:  # --password X / --api-key=X
         m = _CLI_FLAG.match(text, stop, min(len(text), stop + 300))

@@ -30,7 +30,7 @@ class Arg:
 
 # A literal argument after a comma: the only place a positional password can be (save a
 # one-argument `auth('pw')`, which loom.sensitivity reaches from its "auth" keyword).
-_SITE = re.compile(r""",[ \t]*(?:new\s+)?[rbuf@]{0,2}["'`]""")
+_SITE = re.compile(r""",\s*(?:new\s+)?[rbuf@]{0,2}["'`]""")
 _MAX_SITES = 32
 _REACH = 400  # how far before a site its call may open
 _MAX_OPENS = 4  # opening parentheses tried per site

@@ -3,7 +3,8 @@
 The lists are data (sensitivity_words.json, beside this module): per language, the nouns
 for a password and a PIN, what a "code" opens, the verbs meaning "is", the determiners and
 possessives that sit between such a verb and the noun, the prepositions that may follow the
-noun, and the words a template value is made of (``your_password_here``,
+noun, the adverbs that may stand between the verb and the value, the words that call a PIN
+the documented default, and the words a template value is made of (``your_password_here``,
 ``tu_contraseña_aquí``). ``credential_calls`` names the calls that take a password as a
 positional argument, and where. Adding a language is adding a block there (and its tests in
 tests/test_sensitivity_languages.py); the rules in loom/sensitivity.py read the union.
@@ -37,6 +38,8 @@ class Language:
     owners: tuple[str, ...]
     placeholder: tuple[str, ...]
     prepositions: tuple[str, ...]
+    fillers: tuple[str, ...]
+    defaults: tuple[str, ...]
 
 
 _FIELDS = {
@@ -51,6 +54,8 @@ _FIELDS = {
     "owners": "owners",
     "placeholder": "placeholder",
     "prepositions": "prepositions",
+    "fillers": "fillers",
+    "defaults": "defaults",
 }
 
 

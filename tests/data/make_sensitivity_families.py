@@ -71,7 +71,7 @@ def password(lang: str = "en") -> str:
             rs(R.randint(9, 14), ALNUM + "!#$%&*"),
             rs(10),
             f"{rs(3)}{w.lower()}{R.randint(10, 99)}",
-            f"{w[0]}{rs(6, string.ascii_lowercase)}{R.randint(0, 9)}@",
+            f"{w[0]}{rs(6, string.ascii_lowercase)}@{R.randint(0, 9)}",
         ]
     )
 
