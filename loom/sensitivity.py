@@ -129,7 +129,7 @@ from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from stdnum import luhn
 from stdnum.us import ssn as us_ssn
 
-from loom.sensitivity_calls import Candidate, call_at, positional_passwords
+from loom.sensitivity_calls import Candidate, positional_passwords
 from loom.sensitivity_words import WORDS
 
 __all__ = ["KINDS", "high_reasons", "high_spans", "reads_as_high", "window_reads_as_high"]
@@ -1209,6 +1209,23 @@ def _own_token_value(text: str, stop: int, family: str) -> bool:
     return _value_ok(family, value, bool(m.group("q")), op, "")
 
 
+# "I changed the password to X", "set the wifi password to X": the verb before the noun.
+_CHANGED_TO = re.compile(r"""[ \t]+to[ \t]+[*_]{0,2}(?P<q>["'`“‘]?)(?P<val>[^\s"'`“”‘’]{4,200})""")
+_CHANGE_VERB = re.compile(r"\b(?:changed|change|set|reset|updated|update)\b")
+
+
+def _changed_to(text: str, low: str, start: int, stop: int) -> bool:
+    m = _CHANGED_TO.match(text, stop, stop + 220)
+    if m is None or not _CHANGE_VERB.search(low, max(0, start - 32), start):
+        return False
+    value = m.group("val")
+    if not m.group("q"):
+        value = value.rstrip(_TRAILING_PUNCT)
+        if not _credential_look(value):
+            return False
+    return _value_ok(PASSWORD, value, bool(m.group("q")), "assign", "")
+
+
 def _prose_password(text: str, kw_end: int) -> bool:
     m = _PW_PROSE.match(text, kw_end, min(len(text), kw_end + 300))
     if m is None or _crosses_line(text, kw_end, m.start("val")):
@@ -1646,7 +1663,7 @@ def _unquote(raw: str) -> tuple[str, bool]:
     core = raw.rstrip(",;").strip("*_")
     if len(core) > 2 and core[0] in _OPEN_QUOTES and core[-1] in _ANY_QUOTE:
         return core[1:-1], True
-    return core.rstrip(_TRAILING_PUNCT).lstrip("*_`\"'“‘„«"), False
+    return core.rstrip(_TRAILING_PUNCT).lstrip("*_`\"'“‘„«¿¡([{"), False
 
 
 _BEFORE_NOUN = _DETERMINERS | _IS_BEFORE | _AS_WORDS
@@ -1666,6 +1683,8 @@ def _value_before(text: str, low: str, start: int, end: int, kind: str) -> bool:
     meaning "is" (or "as") and at most three determiners."""
     if _word_before(low, start) not in _BEFORE_NOUN or not _ends_clause(low, end):
         return False
+    if _clause(low, end)[-1:] == "?" or low[end:].lstrip(" ")[:1] == "?":
+        return False  # "¿Cuál es la contraseña del wifi?": a question
     line_start = text.rfind("\n", max(0, start - 160), start) + 1
     words = text[max(line_start, start - 160) : start].split()
     i = len(words) - 1
@@ -1787,10 +1806,23 @@ def _auth_hit(text: str, low: str, pos: int) -> str | None:
     m = _AUTH_VALUE.match(text, end, end + 400)
     if m is not None and _basic_credentials(m.group("val")):
         return PASSWORD
-    opening = text.find("(", end, end + 3)
-    if opening >= 0 and not text[end:opening].strip():
-        found = call_at(text, opening)  # redis.auth("...")
-        if found is not None and _positional_password(found):
+    m = _AUTH_CALL.match(text, end, end + 220)  # redis.auth("..."): a password as the one argument
+    if m is not None:
+        return PASSWORD if _positional_password(Candidate(m.group("val"), None, strict=True)) else None
+    return None
+
+
+_AUTH_CALL = re.compile(r"""\s*\(\s*(?P<q>["'`])(?P<val>[^"'`\n]{1,200})(?P=q)\s*\)""")
+
+
+# "echo <b64> | base64 -d", base64.b64decode("<b64>"), Buffer.from("<b64>", "base64"): a blob
+# decoded next to the word, whose content is a user:password pair.
+_B64_NEAR = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/]{8,}={0,2}(?![A-Za-z0-9+/=_-])")
+
+
+def _base64_hit(text: str, pos: int) -> str | None:
+    for m in _B64_NEAR.finditer(text, max(0, pos - 120), min(len(text), pos + 126)):
+        if m.end() - m.start() <= 200 and _basic_credentials(m.group(0)):
             return PASSWORD
     return None
 
@@ -1898,6 +1930,8 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
         return _auth_hit(text, low, pos)
     elif word == "basic":
         return _basic_hit(text, low, pos)
+    elif word == "base64":
+        return _base64_hit(text, pos)
     elif word == "-u":
         # curl -u user:password / --user user:password
         m = _CURL_USER.match(text, pos, min(len(text), pos + 300))
@@ -1997,7 +2031,7 @@ def _secret_name_hit(text: str, low: str, word: str, pos: int, end: int) -> str 
             close = text.find("<", stop + 1, stop + 1 + 200)
             if close > 0 and _value_ok(PASSWORD, text[stop + 1 : close], True, "assign", ""):
                 return PASSWORD
-        if prose and _prose_password(text, stop):
+        if prose and (_prose_password(text, stop) or _changed_to(text, low, start, stop)):
             return PASSWORD
         if bare and _bare_password(text, stop):
             return PASSWORD  # "login admin / password Winter2021!"
@@ -2330,6 +2364,7 @@ _KEYWORDS = tuple(
             "bearer",
             "auth",  # Authorization headers, "auth": "<base64>", redis.auth("...")
             "basic",
+            "base64",
             *_PW_ROOTS,  # the nouns for "password" the words above do not find
             "cookie",
             *_PIN_NOUN_STARTS,

@@ -94,27 +94,19 @@ def call_rule(name: str) -> CallRule | None:
     return WORDS.calls.get(parts[-1])
 
 
-def _closing_quote(text: str, i: int, end: int) -> int:
-    """The index of the quote closing the literal opened at text[i] (-1: not closed by `end`)."""
-    q = text[i]
-    k = i + 1
-    while k < end:
-        c = text[k]
-        if c == "\\":
-            k += 2
-            continue
-        if c == q:
-            return k
-        if c == "\n" and q != "`":
-            return -1
-        k += 1
-    return -1
+# One token of an argument list: a string literal, a bracket, a comma, a quote left open, or
+# a run of anything else (read in one step, so long arguments cost little).
+_TOKEN = re.compile(
+    r"""(?P<str>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'|`(?:[^`\\]|\\.)*`)"""
+    r"""|(?P<open>[(\[{])|(?P<close>[)\]}])|(?P<comma>,)|(?P<quote>["'`])|[^"'`()\[\]{},]+""",
+    re.DOTALL,
+)
 
 
 def _classify(source: str) -> Arg:
     s = source.strip()
     m = _LITERAL_ARG.match(s)
-    if m and _closing_quote(s, m.start("q"), len(s)) == m.end("val"):
+    if m and _TOKEN.fullmatch(s, m.start("q"), m.end("val") + 1) is not None:
         return Arg(STR, m.group("val"))
     if _NUMBER.match(s):
         return Arg(NUM, s)
@@ -127,30 +119,25 @@ def positional_args(text: str, open_at: int) -> list[Arg] | None:
     end = min(len(text), open_at + _MAX_CALL)
     args: list[Arg] = []
     depth = 0
-    start = k = open_at + 1
-    while k < end:
-        c = text[k]
-        if c in "\"'`":
-            close = _closing_quote(text, k, end)
-            if close < 0:
-                return None
-            k = close + 1
-            continue
-        if c in "([{":
+    start = open_at + 1
+    for tok in _TOKEN.finditer(text, open_at + 1, end):
+        kind = tok.lastgroup
+        if kind == "quote":
+            return None  # a literal not closed on its line
+        if kind == "open":
             depth += 1
-        elif c in ")]}":
+        elif kind == "close":
             if depth == 0:
-                if text[start:k].strip():
-                    args.append(_classify(text[start:k]))
+                if text[start : tok.start()].strip():
+                    args.append(_classify(text[start : tok.start()]))
                 return args
             depth -= 1
-        elif c == "," and depth == 0:
-            source = text[start:k]
+        elif kind == "comma" and depth == 0:
+            source = text[start : tok.start()]
             if _KEYWORD_ARG.match(source.strip()) or len(args) >= _MAX_ARGS:
                 return args
             args.append(_classify(source))
-            start = k + 1
-        k += 1
+            start = tok.end()
     return None
 
 
