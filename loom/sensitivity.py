@@ -46,6 +46,12 @@ What it is built on:
   ``PASSWORD '...'`` / ``IDENTIFIED BY '...'``, ``mysql -pX`` / ``docker login -p X``, and
   stated PINs ("my PIN is 4821", "pin: 0000", "PIN code 123456").
 
+* Data beside the code: loom/sensitivity_words.json (read by loom/sensitivity_words.py) holds,
+  per language, the nouns for a password and a PIN, what a code opens, the verbs meaning
+  "is", determiners, owners, prepositions, filler adverbs, "default" words and placeholder
+  words; and which argument of which call is a password. loom/sensitivity_calls.py reads
+  call arguments. The rules below read the union of the languages.
+
 The shapes, stated as rules (tests/data/sensitivity_corpus.jsonl holds examples of each,
 and bench/sensitivity_bench.py scores them per kind):
 
@@ -57,15 +63,43 @@ and bench/sensitivity_bench.py scores them per kind):
   values and a SAS URL's ``sig=`` read as high at any length.
 * A telephony account SID (``AC`` + 32 hex) or API key SID (``SK`` + 32 hex) reads as high
   only with a 32-character secret in the same sentence; alone it is an identifier.
-* Passwords and PINs are recognised in English, German, French, Spanish, Italian,
-  Portuguese, Dutch, Swedish and Polish: the noun (password, Passwort, Kennwort, mot de
-  passe, contraseña, senha, wachtwoord; PIN, pincode, PIN-Nummer, Geheimzahl, code
-  PIN/secret/confidentiel, código PIN/secreto, codice PIN/segreto, NIP, clave), then a
-  separator or the language's "is" (ist, lautet, est, es, è, é, is, är, to), then the
-  value. A bare "code" counts as a PIN only with an owner in another language ("mon code
-  est ...") or a card, door, safe or alarm word before its number; a number followed by a
-  unit (bits, lines, digits...), a year-like number after "to", an Indian six-digit postal
-  "PIN code" in an address, and "code postal"/"error code"-style phrases do not count.
+* Passwords and PINs are recognised in every language of the lexicon (English, German,
+  Dutch, French, Spanish, Portuguese, Italian; Swedish, Polish, Finnish in part): the noun
+  (password, Passwort, Kennwort, wachtwoord, mot de passe, mdp, contraseña, clave, senha,
+  palavra-passe; PIN, pincode, Geheimzahl, code PIN, código secreto, digicode), then a
+  separator, an arrow or the language's "is" (ist, lautet, est, c'est, es, è, é, is, wordt;
+  "changed to" and its translations), a filler adverb at most (übrigens, trouwens,
+  maintenant), then the value; or the value first ("Sommer2024! ist mein Passwort", "4821 is
+  mijn pincode", "use X as the password") when the noun ends its clause or a preposition
+  follows it, with no preposition before the value ("seit 2020 ist das Passwort ...") and
+  not in a question. With no operator ("Passwort Sommer2024"), the value must be quoted or
+  emphasised, or look made up (letters and digits, or six digits or more). A bare "code"
+  counts as a PIN with an owner in another language ("mon code est ..."), a definite article
+  in another language and the number ending the clause ("le code est 4821"), or what it
+  opens named near it (Türcode, deurcode, garage code, "code de la porte", "die Alarmanlage
+  hat den Code 7391"); a number followed by a unit (bits, lines, digits...), a year-like
+  number, an Indian six-digit postal "PIN code" in an address, "code postal"/"error code"/
+  verification codes, and a PIN called the default one ("the default PIN is 0000") do not count.
+* Credentials passed positionally in code: a call the lexicon names (``new PDO(dsn, user,
+  pw)``, ``getConnection(url, user, pw)``, ``mysqli_connect``, ``MySQLdb``/``pymysql``
+  ``connect(host, user, pw, db)``, ``Sequelize``, ``cx_Oracle.connect(user, pw, dsn)``,
+  ``ftp.login``, ``smtp.login``, ``HTTPBasicAuth``, ``auth=(user, pw)``,
+  ``NetworkCredential``, ``simple_bind_s``, ``WiFi.begin``...) with a literal in its
+  password slot; a password name as a call's argument followed by a literal
+  (``props.put("password", ...)``, ``page.fill('#password', ...)``,
+  ``find_element(By.ID, "password").send_keys(...)``) or a setter's literal
+  (``setPassword("...")``). A reference, an empty string, a placeholder or the user again
+  (``"sa", "sa"``) is not a password.
+* Connection strings: key=value segments (``Password=``, ``Pwd=``, ``password=`` in a libpq
+  DSN), a URL's authority, ``user:pw@host`` without a scheme when the host is one word, an
+  IP or has a port or path after it (a Go ``user:pw@tcp(host)/db`` always), Oracle's
+  ``user/pw@db`` with an Oracle word on its line, and command lines (``mysql -pX``,
+  ``docker login -p X``, ``sshpass -p X``, ``redis-cli -a X``, ``mongo -p X``). The same
+  shapes inside stack traces and HTTP dumps (headers echoed in a traceback, a DSN in an
+  exception message) read as high like anywhere else.
+* HTTP Basic credentials are decoded wherever they appear (after "Basic", an ``auth`` key, or
+  next to the word base64): a ``user:password`` pair whose password is not a placeholder, a
+  default (``guest``, ``pass``...) or the user again, is a password.
 * A card number or SSN in a table (CSV, TSV, Markdown, or columns aligned with spaces)
   reads as high when its cell validates (Luhn and issuer prefix; SSN rules, or a Canadian
   SIN's Luhn) and the header of its column names it (``card``, ``card_number``, ``pan``,
@@ -75,7 +109,13 @@ and bench/sensitivity_bench.py scores them per kind):
 * Not a value: an empty assignment (``PASSWORD=`` at the end of a line never takes the next
   line as its value), a template slot (``<your-password>``, ``{{ secret }}``, ``${VAR}``,
   ``%s``), a mask (``****``, ``xxxx``, ``...``), a placeholder word (``changeme``,
-  ``example``, ``your_password_here``, ``REPLACE_ME``...), a reference (``os.environ[...]``).
+  ``example``, ``your_password_here``, ``REPLACE_ME``...), a value made of the lexicon's
+  placeholder words in any language (``tu_contraseña_aquí``, ``sua_senha_aqui``,
+  ``dein-passwort``, ``votre_mot_de_passe``), a reference (``os.environ[...]``), and a value
+  taken from the environment or a secret store: ``${DB_PASSWORD:?must be set}``,
+  ``${VAR:-default}``, ``%DB_PASSWORD%``, ``$(cat /run/secrets/...)``, backticks,
+  ``$env:X``, ``op://...``, ``!Ref``, ``@Microsoft.KeyVault(...)``, ``ENC(...)``; a variable
+  used rather than assigned (``-e POSTGRES_PASSWORD=$POSTGRES_PASSWORD``).
 * A private key reads as high when the PEM armour has key material under it: a closed block
   needs a line of 16+ base64 characters; a block whose body is ``<redacted>``, ``...``,
   ``MIIE...`` or ``xxxx`` does not. A header at the end of a text (a paste cut short) counts.
@@ -84,7 +124,10 @@ Speed: it runs on every append, so the common path avoids full-text regex passes
 costs tens of microseconds per 2,000 characters in CPython). Ordinary text costs one
 ``lower()``, one ``str.find`` loop per keyword, two ``bytes.translate`` calls (a digit-class
 and a token-class view of the text) searched with ``bytes.find``, and a few substring
-tests. Regexes then run only at those spots: plugin patterns on tokens of 16+ key
+tests. The lexicon's word lists are compiled as prefix trees (a flat alternation is tried
+branch by branch), and a searched word list has no leading ``\\b`` (it would keep the
+engine from skipping ahead by first letter). Call arguments are read only where a comma is
+followed by a quote, DSNs without a scheme only at "@" signs. Regexes then run only at those spots: plugin patterns on tokens of 16+ key
 characters holding a known prefix, keyword regexes where a keyword is followed by an
 operator, card/SSN patterns on digit groups that could be one, the table reader only on
 rows holding a 9+ digit number that validates (one walk up to the header per table), the
@@ -1862,8 +1905,8 @@ def _cli_password(text: str, low: str, pos: int, flag: str) -> bool:
         return False
     line_start = max(low.rfind("\n", 0, pos) + 1, pos - 300)
     command = None
-    for m in _CLI_COMMAND.finditer(low, line_start, pos):
-        command = m
+    for found in _CLI_COMMAND.finditer(low, line_start, pos):
+        command = found
     if command is None or any(c in low[command.end() : pos] for c in "|;&\n"):
         return False
     cmd = command.group("cmd")

@@ -183,8 +183,8 @@ def _candidate(rule: CallRule, args: list[Arg]) -> Candidate | None:
         pair = _after_user(args)
         if pair is None or pair[1].kind != STR:
             return None
-        user = pair[0]
-        return Candidate(pair[1].value, user.value if user and user.kind == STR else None, True)
+        first = pair[0]
+        return Candidate(pair[1].value, first.value if first and first.kind == STR else None, True)
     assert isinstance(rule, dict)
     index = rule.get(len(args))
     if index is None or args[index].kind != STR:

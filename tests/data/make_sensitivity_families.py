@@ -92,7 +92,9 @@ def quote(v: str) -> str:
 
 
 def host() -> str:
-    return R.choice(["db", "localhost", "127.0.0.1", "db.internal", "mysql-prod", "10.0.3.17", "pg01.corp.local"])
+    return R.choice(
+        ["db", "localhost", "127.0.0.1", "db.internal", "mysql-prod", "10.0.3.17", "pg01.corp.local"]
+    )
 
 
 def user() -> str:
@@ -176,7 +178,11 @@ PW_AFTER = {
     ],
 }
 PW_BEFORE = {
-    "de": ["{v} ist mein Passwort", "{v} – das ist das neue Passwort für den Router", "Nimm {v} als Passwort"],
+    "de": [
+        "{v} ist mein Passwort",
+        "{v} – das ist das neue Passwort für den Router",
+        "Nimm {v} als Passwort",
+    ],
     "nl": ["{v} is mijn wachtwoord", "{v} is het wachtwoord van de wifi", "Gebruik {v} als wachtwoord"],
     "fr": ["{v} c'est mon mot de passe", "{v} est le mot de passe du wifi", "Mets {v} comme mot de passe"],
     "es": ["{v} es mi contraseña", "{v} es la contraseña del wifi", "Usa {v} como contraseña"],
@@ -331,7 +337,16 @@ lo(
 
 # =============================================================== placeholders in other languages
 
-for name in ("password", "PASSWORD", "DB_PASSWORD", "passwort", "contraseña", "senha", "wachtwoord", "mot_de_passe"):
+for name in (
+    "password",
+    "PASSWORD",
+    "DB_PASSWORD",
+    "passwort",
+    "contraseña",
+    "senha",
+    "wachtwoord",
+    "mot_de_passe",
+):
     for value in R.sample(
         [
             "tu_contraseña_aquí",
@@ -389,7 +404,7 @@ for _ in range(3):
         f'$mysqli = new mysqli("{h}", "{u}", "{pw()}", "app");',
         f"const sequelize = new Sequelize('app', '{u}', '{pw()}', {{ host: '{h}', dialect: 'mysql' }});",
         f"con = cx_Oracle.connect('{u}', '{pw()}', '{h}/orcl')",
-        f"conn = oracledb.connect(\"{u}\", \"{pw()}\", \"{h}:1521/freepdb1\")",
+        f'conn = oracledb.connect("{u}", "{pw()}", "{h}:1521/freepdb1")',
         f"ftp = FTP('ftp.example.com', '{u}', '{pw()}')",
         f"ftp.login('{u}', '{pw()}')",
         f"server.login('{u}@example.com', '{pw()}')",
@@ -490,7 +505,7 @@ for _ in range(3):
         f"redis://default:{pw()}@cache.internal:6379/0",
         f"SQLALCHEMY_DATABASE_URI = 'postgresql+psycopg2://{u}:{pw()}@{h}/analytics'",
         f"spring.datasource.url=jdbc:postgresql://{h}:5432/app?user={u}&password={pw()}",
-        f"could not translate host name \"{u}:{pw()}@{h}\" to address",
+        f'could not translate host name "{u}:{pw()}@{h}" to address',
     )
 
 for _ in range(2):
@@ -498,7 +513,7 @@ for _ in range(2):
     lo(
         "env_reference_plain",
         f"DATABASE_URL=postgres://{u}:${{DB_PASSWORD:?DB_PASSWORD must be set}}@{h}:5432/app",
-        f"DB_PASSWORD=${{DB_PASSWORD:?DB_PASSWORD must be set}}",
+        "DB_PASSWORD=${DB_PASSWORD:?DB_PASSWORD must be set}",
         "POSTGRES_PASSWORD: ${POSTGRES_PASSWORD:?Set POSTGRES_PASSWORD in .env}",
         f"DATABASE_URL=postgres://{u}:${{DB_PASSWORD:-postgres}}@{h}/app",
         "MYSQL_ROOT_PASSWORD: ${MYSQL_ROOT_PASSWORD:-changeme}",
@@ -537,10 +552,10 @@ for _ in range(3):
         'Traceback (most recent call last):\n  File "/app/db.py", line 12, in connect\n'
         f"    engine = create_engine(URL)\nsqlalchemy.exc.OperationalError: (psycopg2.OperationalError) could not "
         f'connect to server\n(Background on this error at: https://sqlalche.me/e/14/e3q8)\nURL was "postgresql://{u}:{pw()}@{h}/app"',
-        f"psycopg2.OperationalError: invalid dsn: invalid connection option \"sslmod\"\nDSN: host={h} user={u} password={pw()} sslmod=require",
+        f'psycopg2.OperationalError: invalid dsn: invalid connection option "sslmod"\nDSN: host={h} user={u} password={pw()} sslmod=require',
         f"panic: dial tcp: lookup {u}:{pw()}@tcp({h}:3306)/shop: no such host\n\ngoroutine 1 [running]:\nmain.main()\n\t/app/main.go:23 +0x1a5",
         f"AxiosError: Request failed with status code 401\n    at settle (/app/node_modules/axios/lib/core/settle.js:19:12)\n  config: {{\n    headers: {{ Accept: 'application/json', Authorization: 'Basic {basic(u, pw())}' }},\n    auth: {{ username: '{u}', password: '{pw()}' }}\n  }}",
-        f"org.springframework.web.client.HttpClientErrorException$Unauthorized: 401 Unauthorized\n\tat org.springframework.web.client.DefaultResponseErrorHandler.handleError(DefaultResponseErrorHandler.java:186)\nRequest headers: [Authorization:\"Basic {basic(u, pw())}\", Accept:\"application/json\"]",
+        f'org.springframework.web.client.HttpClientErrorException$Unauthorized: 401 Unauthorized\n\tat org.springframework.web.client.DefaultResponseErrorHandler.handleError(DefaultResponseErrorHandler.java:186)\nRequest headers: [Authorization:"Basic {basic(u, pw())}", Accept:"application/json"]',
         f"> GET /api/v1/status HTTP/1.1\n> Host: {h}\n> Authorization: Basic {basic(u, pw())}\n> User-Agent: curl/8.4.0\n>\n< HTTP/1.1 403 Forbidden",
         f"send: b'POST /login HTTP/1.1\\r\\nHost: {h}\\r\\nAuthorization: Basic {basic(u, pw())}\\r\\n\\r\\n'\nreply: 'HTTP/1.1 401 Unauthorized\\r\\n'",
         f"ERROR [main] c.z.h.p.HikariPool - HikariPool-1 - Exception during pool initialization.\njava.sql.SQLException: Cannot create PoolableConnectionFactory (jdbc:mysql://{u}:{pw()}@{h}:3306/app)",
@@ -548,9 +563,9 @@ for _ in range(3):
         f"redis.exceptions.AuthenticationError: invalid username-password pair\nwhile connecting to redis://default:{pw()}@{h}:6379/0",
         f"Werkzeug Debugger\nFile \"/app/views.py\", line 88, in login\n    user = authenticate(username='{u}', password='{pw()}')\nAttributeError: 'NoneType' object has no attribute 'id'",
         f"kwargs = {{'host': '{h}', 'user': '{u}', 'passwd': '{pw()}', 'db': 'app'}}\npymysql.err.OperationalError: (2003, \"Can't connect to MySQL server on '{h}'\")",
-        f"HTTP/1.1 401 Unauthorized\nWWW-Authenticate: Basic realm=\"api\"\n\nRequest was:\nGET /v1/export HTTP/1.1\nProxy-Authorization: Basic {basic(u, pw())}",
+        f'HTTP/1.1 401 Unauthorized\nWWW-Authenticate: Basic realm="api"\n\nRequest was:\nGET /v1/export HTTP/1.1\nProxy-Authorization: Basic {basic(u, pw())}',
         f"DEBUG http.client: header: {{'authorization': b'Basic {basic(u, pw())}', 'accept': b'*/*'}}",
-        f"{{\"level\":\"error\",\"msg\":\"upstream 401\",\"req\":{{\"headers\":{{\"authorization\":\"Basic {basic(u, pw())}\"}}}}}}",
+        f'{{"level":"error","msg":"upstream 401","req":{{"headers":{{"authorization":"Basic {basic(u, pw())}"}}}}}}',
     )
 
 lo(
@@ -562,16 +577,16 @@ lo(
     "smtplib.SMTPAuthenticationError: (535, b'5.7.8 Username and Password not accepted. Learn more at\\n5.7.8 https://support.google.com/mail/?p=BadCredentials')",
     "System.Data.SqlClient.SqlException (0x80131904): Login failed for user 'sa'.\n   at System.Data.SqlClient.SqlInternalConnectionTds..ctor()",
     "requests.exceptions.HTTPError: 401 Client Error: Unauthorized for url: https://api.example.com/v2/items",
-    "HTTP/1.1 401 Unauthorized\nWWW-Authenticate: Basic realm=\"Restricted\", charset=\"UTF-8\"\nContent-Length: 0",
+    'HTTP/1.1 401 Unauthorized\nWWW-Authenticate: Basic realm="Restricted", charset="UTF-8"\nContent-Length: 0',
     "> GET / HTTP/1.1\n> Host: example.com\n> User-Agent: curl/8.4.0\n> Accept: */*\n>\n< HTTP/1.1 200 OK",
-    'Traceback (most recent call last):\n  File "app.py", line 5, in <module>\n    import numpy as np\nModuleNotFoundError: No module named \'numpy\'',
+    "Traceback (most recent call last):\n  File \"app.py\", line 5, in <module>\n    import numpy as np\nModuleNotFoundError: No module named 'numpy'",
     'Exception in thread "main" java.lang.NullPointerException\n\tat com.acme.App.main(App.java:14)',
     "panic: runtime error: index out of range [3] with length 3\n\ngoroutine 1 [running]:\nmain.main()\n\t/app/main.go:8 +0x1d",
     "AxiosError: Request failed with status code 404\n    at settle (/app/node_modules/axios/lib/core/settle.js:19:12)",
     "redis.exceptions.AuthenticationError: Authentication required.",
     "ERROR [main] c.z.h.p.HikariPool - HikariPool-1 - Exception during pool initialization.\njava.sql.SQLNonTransientConnectionException: Could not create connection to database server. Attempted reconnect 3 times.",
     "kwargs = {'host': 'db', 'user': 'app', 'passwd': os.environ['DB_PASSWORD'], 'db': 'app'}",
-    "psycopg.OperationalError: connection failed: connection to server at \"10.0.3.17\", port 5432 failed: Connection refused",
+    'psycopg.OperationalError: connection failed: connection to server at "10.0.3.17", port 5432 failed: Connection refused',
     "ldap.INVALID_CREDENTIALS: {'msgtype': 97, 'msgid': 1, 'result': 49, 'desc': 'Invalid credentials'}",
     "sqlalchemy.exc.ArgumentError: Could not parse SQLAlchemy URL from string 'postgresql://app@db/app'",
     "npm ERR! code E401\nnpm ERR! Unable to authenticate, your authentication token seems to be invalid.",
@@ -614,7 +629,7 @@ lo(
     "Authorization: Basic " + base64.b64encode("usuario:tu_contraseña".encode()).decode(),
     "Authorization: Basic ${BASIC_TOKEN}",
     "Authorization: Basic {{ basic_auth }}",
-    "WWW-Authenticate: Basic realm=\"staging\"",
+    'WWW-Authenticate: Basic realm="staging"',
     "HTTP Basic authentication sends base64(user:password) on every request.",
     "Use Basic authentication over TLS only.",
     "The basic plan costs 12 dollars per month.",
