@@ -343,6 +343,8 @@ def _is_placeholder(value: str) -> bool:
     v = value.strip()
     if not v or v.startswith(_TEMPLATE_OPENERS) or _is_env_reference(v):
         return True  # <your-password>, {{ secret }}, ${VAR}: a template slot, even when cut short
+    if v[:1] == "%" and _sigil_reference(v):
+        return True  # %DB_PASSWORD%
     if v.lower() in _PLACEHOLDER_WORDS:
         return True
     if _PLACEHOLDER_RE.match(v) is not None and not (v[:1] == "$" and _not_a_variable(v[1:])):
@@ -367,7 +369,7 @@ def _not_a_variable(name: str) -> bool:
     return not (name.isupper() or name.islower() or name.istitle() or _CAMEL_IDENT.match(name) or "." in name)
 
 
-_TEMPLATE_OPENERS = ("<", "{{", "${", "%(", "%", "[[")
+_TEMPLATE_OPENERS = ("<", "{{", "${", "%(", "[[")
 # Values that name where the secret is kept rather than hold it: a command substitution, a
 # shell/PowerShell/CI variable, a secret store's reference, an encrypted blob.
 _REFERENCE_OPENERS = (
@@ -402,14 +404,33 @@ def _is_env_reference(value: str) -> bool:
     return value[:40].lower().startswith(_REFERENCE_OPENERS)
 
 
-def _is_reference(value: str) -> bool:
-    """An unquoted value that is code, not a literal: a variable, a call, a lookup."""
-    if _CODE_CHARS.search(value) or value.startswith(("$", "!", "&", "*", "@", "%", "|", ">", "-")):
+def _is_reference(value: str, prose: bool = False) -> bool:
+    """An unquoted value that is code, not a literal: a variable, a call, a lookup. In prose
+    (`prose`) a camelCase word is a password, not a variable."""
+    if _CODE_CHARS.search(value) or value.startswith(("|", ">", "-")):
         return True
-    if _DOTTED_IDENT.match(value) or _CAMEL_IDENT.match(value) or _CONST_IDENT.match(value):
+    if value[:1] in _SIGILS:
+        return _sigil_reference(value)
+    if _DOTTED_IDENT.match(value) or (not prose and _CAMEL_IDENT.match(value)) or _CONST_IDENT.match(value):
         return True
     # password = user_password / db_pass / getpass: a variable named after the secret.
     return bool(_IDENT.match(value) and not any(c.isdigit() for c in value) and _KEYWORDISH.search(value))
+
+
+_SIGILS = "$!&*@%"
+_SIGIL_NAME = re.compile(r"[A-Za-z_]\w*(?:[.:][A-Za-z_]\w*)*%?")
+
+
+def _sigil_reference(value: str) -> bool:
+    """$DB_PASS, ${X}, $(cmd), %DB_PASSWORD%, !Ref, &cfg, @pw: a sigil before a variable's name.
+    $0!T1SaQ6d or %TKccbFcfJRfA is a password that starts with a symbol."""
+    rest = value[1:]
+    if rest[:1] in "{([":
+        return True
+    if _SIGIL_NAME.fullmatch(rest) is None:
+        return False
+    name = re.split(r"[.:%]", rest, maxsplit=1)[0]
+    return not _not_a_variable(name)
 
 
 def _credential_look(value: str) -> bool:
@@ -923,12 +944,13 @@ def _bare_credential_at(text: str, low: str, at: int) -> bool:
     host, after = m.group("host"), text[m.end() : m.end() + 2]
     # A mail address has a dotted domain and nothing after it; a DSN's host is one word, an
     # IP, or has a port or a path after it.
+    quoted = before in ("'", '"') and after[:1] == before  # "root:pw@pg01.corp.local" as one value
     hostlike = (
         "." not in host
         or _IPV4.match(host) is not None
         or after[:1] == "/"
-        or after[:1] == ":"
-        and after[1:].isdigit()
+        or (after[:1] == ":" and after[1:].isdigit())
+        or quoted
     )
     if not hostlike or len(password) < 4 or not _credential_look(password) or _VERSION.match(password):
         return False
@@ -1093,14 +1115,15 @@ def _short_name_password(text: str, low: str, start: int, pos: int, stop: int) -
     return _value_ok(PASSWORD, value, quoted, "assign", "")
 
 
-def _value_ok(family: str, value: str, quoted: bool, op: str, rest: str) -> bool:
-    """Is this literal value a secret? `rest` is the text after the value on its line."""
+def _value_ok(family: str, value: str, quoted: bool, op: str, rest: str, prose: bool = False) -> bool:
+    """Is this literal value a secret? `rest` is the text after the value on its line;
+    `prose`: read from a sentence, where a value is never a variable's name."""
     if not quoted:
         value = _clean_unquoted(value)
     # Cheapest rejections first.
     if len(value) < _MIN_LEN[family] or (family == TOKEN and _classes(value) < 2):
         return False
-    if not quoted and _is_reference(value):
+    if not quoted and _is_reference(value, prose):
         return False
     if _is_placeholder(value):
         return False
@@ -1183,7 +1206,7 @@ _FILLERS = WORDS.union("fillers")  # "ist übrigens X", "is trouwens X", "c'est 
 # "ich hab das Passwort geändert, es ist jetzt X". Words between the noun and the verb are
 # taken lazily, so the first verb whose value is not itself a verb or a filler is the one read.
 _PW_PROSE = re.compile(
-    rf"""(?P<mid>(?:\s+[^\W\d_][\w@.'’-]*,?){{0,5}}?)
+    rf"""(?P<mid>(?:\s+[^\W\d_][\w@.'’-]*,?){{0,5}}?)(?:\s*\([^()\n]{{1,24}}\))?
         [*_]{{0,2}}\s*(?P<op>=>|->|→|:|=|[–—](?=\s)|\b(?:{_alternation(_COPULAS + _CONTRACTED)})\b(?:\s*:)?)
         (?:\s+(?:{_alternation(_FILLERS)})\b,?)?
         [*_]{{0,2}}\s*(?!(?:{_alternation(_COPULA_HEADS + _FILLERS)})\b)
@@ -1230,7 +1253,7 @@ def _bare_password(text: str, stop: int) -> bool:
         return False
     if not quoted and _IMAGE_TAG.match(value):
         return False  # "... POSTGRES_PASSWORD postgres:16": an image, not the value
-    return _value_ok(PASSWORD, value, quoted, "assign", "")
+    return _value_ok(PASSWORD, value, quoted, "assign", "", prose=True)
 
 
 _IMAGE_TAG = re.compile(r"^[a-z][\w./-]*:[\w.-]+$")
@@ -1266,7 +1289,7 @@ def _changed_to(text: str, low: str, start: int, stop: int) -> bool:
         value = value.rstrip(_TRAILING_PUNCT)
         if not _credential_look(value):
             return False
-    return _value_ok(PASSWORD, value, bool(m.group("q")), "assign", "")
+    return _value_ok(PASSWORD, value, bool(m.group("q")), "assign", "", prose=True)
 
 
 def _prose_password(text: str, kw_end: int) -> bool:
@@ -1299,7 +1322,7 @@ def _prose_password(text: str, kw_end: int) -> bool:
         )
     ):
         return False  # "la clave es 2048 bits"
-    return _value_ok(PASSWORD, value, quoted, op if op != "prose" else "colon", rest)
+    return _value_ok(PASSWORD, value, quoted, op if op != "prose" else "colon", rest, prose=True)
 
 
 _ARROWS = (":", "->", "=>", "→", "–", "—")
@@ -1755,7 +1778,7 @@ def _value_before(text: str, low: str, start: int, end: int, kind: str) -> bool:
         return False
     if not quoted and not _credential_look(value):
         return False
-    return _value_ok(PASSWORD, value, quoted, "assign", "")
+    return _value_ok(PASSWORD, value, quoted, "assign", "", prose=True)
 
 
 # ---- code that hands a secret over without naming it in an assignment
@@ -1922,6 +1945,64 @@ def _cli_password(text: str, low: str, pos: int, flag: str) -> bool:
     return _value_ok(PASSWORD, raw.strip("'\""), raw[:1] in "'\"", "assign", "")
 
 
+# ---- a user and password pair: "Zugangsdaten: admin / Sommer2024!", "creds: deploy:Tr0ub4dor&3",
+# "Benutzername und Passwort: admin / Sommer2024!" (the noun then both values).
+_CRED_WORDS = frozenset(WORDS.union("credentials"))
+_CRED_ROOTS = ("cred", "daten", "gegevens", "identifiant")  # what the keyword loop finds them by
+_PAIR_AFTER = re.compile(
+    r"""[^\S\n]*(?:\([^()\n]{1,24}\))?[^\S\n]*(?:[:=]|->|→)[^\S\n]*[*_`]{0,2}(?P<user>[\w.@\\+-]{1,64})"""
+    r"""[^\S\n]*(?:/|\||,|:|[^\S\n]+(?:and|und|en|et|y|e|og|och)[^\S\n]+)[^\S\n]*[*_`"']{0,2}"""
+    r"""(?P<pw>[^\s"'`()\[\]{}<>,;=]{4,64})(?=$|[\s)\]}>"'`,;*_])"""
+)
+
+
+def _pair_value(text: str, end: int) -> bool:
+    m = _PAIR_AFTER.match(text, end, end + 200)
+    if m is None:
+        return False
+    user, password = m.group("user"), m.group("pw").rstrip(_TRAILING_PUNCT)
+    if password == user or _URLISH.match(user) or _EMAIL.match(password):
+        return False
+    if user.startswith(("$", "%", "{", "<", "(", "[")) or _is_env_reference(user):
+        return False  # ${POSTGRES_PASSWORD:?Set it}: a variable and its message, not a pair
+    # Made up, not words joined by symbols ("8-64 / letters+digits").
+    made_up = any(c.isdigit() for c in password) or (
+        password.lower() != password and password.upper() != password
+    )
+    return made_up and _value_ok(PASSWORD, password, False, "assign", "", prose=True)
+
+
+def _credentials_hit(text: str, low: str, pos: int) -> str | None:
+    start, end = pos, pos
+    while start > 0 and pos - start < 16 and low[start - 1].isalpha():
+        start -= 1  # Zugangsdaten, inloggegevens: found by their last part
+    while end < len(low) and end - pos < 16 and low[end].isalpha():
+        end += 1
+    if low[start:end] not in _CRED_WORDS:
+        return None
+    return PASSWORD if _pair_value(text, end) else None
+
+
+# ---- a Wi-Fi key: "WLAN-Schlüssel: K9xmP2qL7v", "la clé WiFi est K9x!mP2q", "wifi key = ..."
+_KEY_NOUNS = frozenset(WORDS.union("key"))
+
+
+def _wifi_hit(text: str, low: str, pos: int, end: int) -> str | None:
+    if pos > 0 and low[pos - 1].isalpha():
+        return None
+    after = _NEXT_WORD.match(low, end + (low[end : end + 1] == "-"))
+    if after is not None and after.group("word") in _KEY_NOUNS:
+        value_from = after.end()
+    elif _word_before(low, pos) in _KEY_NOUNS or (
+        _word_before(low, pos) in _PREPOSITIONS
+        and _word_before(low, pos - len(_word_before(low, pos)) - 1) in _KEY_NOUNS
+    ):
+        value_from = end  # "clé WiFi", "chave do wifi"
+    else:
+        return None  # "wifi: Home-5G" names the network, not its key
+    return PASSWORD if _prose_password(text, value_from) else None
+
+
 def _pass_phrase(low: str, pos: int) -> tuple[int, int] | None:
     """The noun holding the "pass" at pos further in ("mot de passe", "palavra-passe")."""
     for phrase, offset in _PASS_PHRASES:
@@ -1997,6 +2078,10 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
         return TOKEN if _cookie_header(text, pos) else None
     elif word == "cod":
         return _code_hit(text, low, pos)
+    elif word in _CRED_ROOTS:
+        return _credentials_hit(text, low, pos)
+    elif word in ("wifi", "wi-fi", "wlan"):
+        return _wifi_hit(text, low, pos, end)
     elif word in _PIN_NOUN_STARTS:
         hit = _foreign_pin_hit(text, low, word, pos)
         if hit is not None or word not in _PW_ROOTS:
@@ -2074,7 +2159,9 @@ def _secret_name_hit(text: str, low: str, word: str, pos: int, end: int) -> str 
             close = text.find("<", stop + 1, stop + 1 + 200)
             if close > 0 and _value_ok(PASSWORD, text[stop + 1 : close], True, "assign", ""):
                 return PASSWORD
-        if prose and (_prose_password(text, stop) or _changed_to(text, low, start, stop)):
+        if prose and (
+            _prose_password(text, stop) or _changed_to(text, low, start, stop) or _pair_value(text, stop)
+        ):
             return PASSWORD
         if bare and _bare_password(text, stop):
             return PASSWORD  # "login admin / password Winter2021!"
@@ -2091,9 +2178,9 @@ def _secret_name_hit(text: str, low: str, word: str, pos: int, end: int) -> str 
     elif (
         family == PASSWORD
         and low[pos:stop] in ("pass", "pw")
-        and _short_name_password(text, low, start, pos, stop)
+        and (_short_name_password(text, low, start, pos, stop) or _pair_value(text, stop))
     ):
-        return PASSWORD
+        return PASSWORD  # pw: X, "login/pw = root / X"
     return None
 
 
@@ -2412,6 +2499,10 @@ _KEYWORDS = tuple(
             "cookie",
             *_PIN_NOUN_STARTS,
             "cod",  # code, codice, Türcode
+            *_CRED_ROOTS,  # credentials, Zugangsdaten, inloggegevens, identifiants
+            "wifi",
+            "wi-fi",
+            "wlan",
             "identified",
             "-u",
             "-p",  # mysql -pX, docker login -p X, sshpass -p X
@@ -2419,6 +2510,8 @@ _KEYWORDS = tuple(
         )
     )
 )
+_ALL_KEYWORDS = tuple((w, len(w)) for w in _KEYWORDS)
+_ASCII_KEYWORDS = tuple((w, n) for w, n in _ALL_KEYWORDS if w.isascii())  # all a text of ASCII can hold
 _SSN_WORDS = ("ssn", "soc", "ss#", "ss #")  # "soc" covers social, soc sec, soc. sec
 
 
@@ -2451,8 +2544,7 @@ def _scan(text: str) -> Iterator[str]:
     low = _lower_same_length(text)
     raw = text.encode("ascii", "replace")  # one byte per character, offsets kept
 
-    for word in _KEYWORDS:
-        size = len(word)
+    for word, size in _ASCII_KEYWORDS if low.isascii() else _ALL_KEYWORDS:
         i = low.find(word)
         while i >= 0:
             kind = _keyword_hit(text, low, word, i, i + size)

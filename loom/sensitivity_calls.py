@@ -52,11 +52,6 @@ _HOST_NAMES = re.compile(
 _HOST_WORDS = frozenset(
     {"localhost", "db", "database", "mysql", "mariadb", "redis", "mongo", "mongodb", "sqlserver"}
 )
-_COMMON_USERS = frozenset(
-    """
-    root admin sa postgres mysql user sys system oracle guest dbo app service svc deploy ubuntu
-    """.split()  # noqa: SIM905
-)
 
 
 def _callee(text: str, open_at: int) -> str:
@@ -141,31 +136,25 @@ def positional_args(text: str, open_at: int) -> list[Arg] | None:
     return None
 
 
-def _host_like(arg: Arg) -> bool:
+_PORT = re.compile(r":\d{2,5}(?:/|$)")
+
+
+def _dsn_like(arg: Arg) -> bool:
+    """A host/service or a connection string ("localhost/orcl", "db:1521/pdb1", a variable named dsn)."""
     if arg.kind == EXPR:
         return _HOST_NAMES.search(arg.value) is not None
-    if arg.kind == NUM:
-        return False
     v = arg.value.lower()
-    return v in _HOST_WORDS or any(c in v for c in ".:/=;@\\")
+    return arg.kind == STR and (v in _HOST_WORDS or any(c in v for c in "/=;") or _PORT.search(v) is not None)
 
 
 def _after_user(args: list[Arg]) -> tuple[Arg | None, Arg] | None:
-    """(host[, port], user, password, ...) or (user, password, ...)."""
+    """(host[, port], user, password, ...) or (user, password[, dsn]): with three arguments or
+    more the first is the host, unless the third is (user, password, "host/service")."""
     if len(args) < 2:
         return None
-    i = 0
-    if _host_like(args[0]):
-        i = 1
-        if len(args) > i and args[i].kind == NUM:
-            i += 1  # paramiko: (host, port, user, password)
-    elif (
-        len(args) > 2
-        and args[1].kind == STR
-        and args[1].value.lower() in _COMMON_USERS
-        and args[0].value.lower() not in _COMMON_USERS
-    ):
-        i = 1  # ("db", "root", "pw"): a host by a short name
+    if len(args) == 2 or _dsn_like(args[2]):
+        return args[0], args[1]
+    i = 2 if args[1].kind == NUM else 1  # paramiko: (host, port, user, password)
     if i + 1 >= len(args):
         return None
     return args[i], args[i + 1]

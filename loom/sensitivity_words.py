@@ -4,7 +4,8 @@ The lists are data (sensitivity_words.json, beside this module): per language, t
 for a password and a PIN, what a "code" opens, the verbs meaning "is", the determiners and
 possessives that sit between such a verb and the noun, the prepositions that may follow the
 noun, the adverbs that may stand between the verb and the value, the words that call a PIN
-the documented default, and the words a template value is made of (``your_password_here``,
+the documented default, the nouns for a user and password pair and for a Wi-Fi key, and the
+words a template value is made of (``your_password_here``,
 ``tu_contraseña_aquí``). ``credential_calls`` names the calls that take a password as a
 positional argument, and where. Adding a language is adding a block there (and its tests in
 tests/test_sensitivity_languages.py); the rules in loom/sensitivity.py read the union.
@@ -40,6 +41,8 @@ class Language:
     prepositions: tuple[str, ...]
     fillers: tuple[str, ...]
     defaults: tuple[str, ...]
+    credentials: tuple[str, ...]
+    key: tuple[str, ...]
 
 
 _FIELDS = {
@@ -56,6 +59,8 @@ _FIELDS = {
     "prepositions": "prepositions",
     "fillers": "fillers",
     "defaults": "defaults",
+    "credentials": "credentials",
+    "key": "key",
 }
 
 

@@ -36,6 +36,8 @@ CASES: dict[str, Cases] = {
             ("I changed the password to Lantern!42", PW),
             ("4821 is my PIN", PIN),
             ("alarm code 7391", PIN),
+            ("credentials: admin / S3cret!pw", PW),
+            ("login/pw = root / Xq9pw2a!", PW),
         ),
         mentions=(
             "forgot your password? click the link",
@@ -43,6 +45,7 @@ CASES: dict[str, Cases] = {
             "The default PIN is 0000, change it after setup.",
             "Bitwarden is my password manager.",
             "What is my password?",
+            "credentials: see the 1Password vault",
         ),
         placeholders=("password: your_password_here", "PASSWORD=<your-password>"),
     ),
@@ -58,6 +61,8 @@ CASES: dict[str, Cases] = {
             ("4821 ist meine PIN", PIN),
             ("Zugangscode: 7734", PIN),
             ("Die Alarmanlage hat den Code 7391.", PIN),
+            ("Zugangsdaten: admin / Sommer2024!", PW),
+            ("WLAN-Schlüssel: K9xmP2qL7v", PW),
         ),
         mentions=(
             "Passwort vergessen? Hier klicken",
@@ -65,6 +70,8 @@ CASES: dict[str, Cases] = {
             "Mit Windows11 ist das Passwort optional.",
             "Ihre PIN besteht aus 4 Ziffern.",
             "Der Code ist 2023 entstanden.",
+            "Zugangsdaten: bekommst du per Signal",
+            "WLAN: FritzBox-7530, Kanal 11",
         ),
         placeholders=("Passwort: dein-passwort", "password = ihr_passwort_hier", "PASSWORT=<dein Passwort>"),
     ),
@@ -78,6 +85,7 @@ CASES: dict[str, Cases] = {
             ("mijn pincode is 4821", PIN),
             ("4821 is mijn pincode", PIN),
             ("De deurcode is 0718", PIN),
+            ("inloggegevens: pieter / Gouda_kaas7", PW),
         ),
         mentions=(
             "vergeten wachtwoord? klik op de link",
@@ -97,6 +105,8 @@ CASES: dict[str, Cases] = {
             ("mon code PIN est 8642", PIN),
             ("4821 c'est mon code PIN", PIN),
             ("Digicode : 4729", PIN),
+            ("Identifiants : jdupont / Soleil#2023", PW),
+            ("la clé WiFi est K9x!mP2q", PW),
         ),
         mentions=(
             "Mot de passe oublié ? Cliquez sur le lien.",
@@ -115,6 +125,7 @@ CASES: dict[str, Cases] = {
             ("mi PIN es 2468", PIN),
             ("4821 es mi PIN", PIN),
             ("el código de la puerta es 5521", PIN),
+            ("usuario y contraseña: admin / Verano2024!", PW),
         ),
         mentions=(
             "cambia tu contraseña cada 90 días",
@@ -137,6 +148,7 @@ CASES: dict[str, Cases] = {
             ("o meu PIN é 9323", PIN),
             ("4821 é o meu PIN", PIN),
             ("o código do cadeado é 3090", PIN),
+            ("credenciais: mariana / Ipanema!88", PW),
         ),
         mentions=(
             "Esqueceu a senha? Clique aqui.",
@@ -154,6 +166,7 @@ CASES: dict[str, Cases] = {
             ("il mio PIN è 5926", PIN),
             ("4821 è il mio PIN", PIN),
             ("Il codice della cassaforte è 90713", PIN),
+            ("credenziali: m.rossi / Tiramisu!9", PW),
         ),
         mentions=(
             "Hai dimenticato la password? Reimpostala qui.",

@@ -198,6 +198,23 @@ for lang in PW_AFTER:
         for _ in range(2):
             hi("pw_lang", "password_assignment", t.format(v=password(lang)))
 
+# A user and password pair after a "credentials" noun or after both nouns; a Wi-Fi key.
+PAIRS = {
+    "de": ["Zugangsdaten: {u} / {v}", "Benutzername und Passwort: {u} / {v}", "WLAN-Schlüssel: {v}"],
+    "nl": ["inloggegevens: {u} / {v}", "gebruikersnaam/wachtwoord: {u} / {v}", "wifi-sleutel: {v}"],
+    "fr": ["Identifiants : {u} / {v}", "identifiant et mot de passe : {u} / {v}", "la clé WiFi est {v}"],
+    "es": ["credenciales: {u} / {v}", "usuario y contraseña: {u} / {v}", "clave wifi: {v}"],
+    "pt": ["credenciais: {u} / {v}", "usuário e senha: {u} / {v}", "chave do wifi: {v}"],
+    "it": ["credenziali: {u} / {v}", "utente e password: {u} / {v}", "chiave wifi: {v}"],
+}
+for lang, templates in PAIRS.items():
+    for t in templates:
+        for _ in range(2):
+            v = R.choice(
+                [f"{R.choice(WORDS[lang])}{R.randint(10, 99)}!", rs(10), f"{rs(4)}#{R.randint(100, 999)}"]
+            )
+            hi("pw_lang", "password_assignment", t.format(u=user(), v=v))
+
 PIN_AFTER = {
     "de": [
         "Meine PIN ist {p}",
@@ -326,6 +343,15 @@ lo(
     "Il codice errore è 5003.",
     "Non condividere mai la tua password.",
     "La password è stata cambiata ieri.",
+    # pairs and Wi-Fi words without a secret
+    "Zugangsdaten: bekommst du per Signal",
+    "Benutzername und Passwort: siehe KeePass",
+    "credentials: see the 1Password vault 'Ops'",
+    "usuario y contraseña: los de siempre",
+    "identifiants : demande à Paul / Marie",
+    "WLAN: FritzBox-7530, Kanal 11",
+    "Der WLAN-Schlüssel steht auf dem Router.",
+    "la clé WiFi est sur l'étiquette de la box",
     # mixed: numbers near the words, not values
     "Das Passwort hat 16 Zeichen und wurde 2024 geändert.",
     "Het wachtwoord is 3 keer fout ingevoerd.",
