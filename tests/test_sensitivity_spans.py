@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loom.ops.conversation.redacting import splice
+from loom.ops.conversation.lifecycle.redacting import splice
 from loom.sensitivity import high_spans, reads_as_high
 
 DATA = Path(__file__).parent / "data"
