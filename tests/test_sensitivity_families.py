@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import random
-import string
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -208,43 +205,3 @@ def test_connection_credentials(text: str) -> None:
 )
 def test_references_and_look_alikes_are_not_credentials(text: str) -> None:
     assert not reads_as_high(text), (text, high_reasons(text))
-
-
-# --------------------------------------------------------------------------- robustness
-
-
-def test_never_raises_on_code_and_header_noise() -> None:
-    rng = random.Random(46)
-    frags = [
-        *("(", ")", ",", " ", "'", '"', "`", "\\", "\n", "=", ":", "@", "/", "$", "{", "}", "%", "-p", "-a"),
-        *("connect", "getConnection", "login", "auth", "PDO", "Basic ", "base64", "mysql", "sqlplus", "tcp("),
-        *("Passwort", "wachtwoord", "mot de passe", "código", "code", "PIN", "ist", "c'est", "è", "mijn"),
-        *(_b64("u:Pw1!x"), "Zm9v", "4821", "Xq9pw2a", "${A:?b}", "$(cat /run/secrets/x)", string.printable),
-    ]
-    for _ in range(3000):
-        text = "".join(rng.choice(frags) for _ in range(rng.randint(0, 30)))
-        assert all(r in KINDS for r in high_reasons(text))
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "f(" * 30000 + "'a', 'b'",
-        "connect('h', 'u', " * 5000,
-        ", '" * 30000,
-        "a:b@" * 30000,
-        "@" * 100000,
-        "Basic " * 20000,
-        "base64 " * 20000,
-        "auth(" * 20000,
-        "Passwort ist " * 10000,
-        "4821 ist meine PIN " * 5000,
-        "code " * 20000 + "4821",
-        "-p " * 30000,
-    ],
-    ids=lambda t: repr(t[:10]),
-)
-def test_new_readers_stay_bounded(text: str) -> None:
-    t0 = time.perf_counter()
-    high_reasons(text)
-    assert time.perf_counter() - t0 < 5.0

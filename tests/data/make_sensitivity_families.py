@@ -30,19 +30,15 @@ Every secret is random or made up for this file; none is real.
 from __future__ import annotations
 
 import base64
-import json
 import random
 import string
 from pathlib import Path
 
+from corpus_io import hi, lo, write_rows  # beside this script
+
 R = random.Random(46_2026)
 OUT = Path(__file__).with_name("sensitivity_families.jsonl")
 ALNUM = string.ascii_letters + string.digits
-rows: list[dict[str, str]] = []
-
-
-def add(kind: str, label: str, reason: str, text: str) -> None:
-    rows.append({"kind": kind, "label": label, "reason": reason, "text": text})
 
 
 def rs(n: int, alphabet: str = ALNUM) -> str:
@@ -99,16 +95,6 @@ def host() -> str:
 
 def user() -> str:
     return R.choice(["root", "admin", "app", "svc_backup", "deploy", "reporting", "jdoe", "sa", "webuser"])
-
-
-def hi(kind: str, reason: str, *texts: str) -> None:
-    for t in texts:
-        add(kind, "high", reason, t)
-
-
-def lo(kind: str, *texts: str) -> None:
-    for t in texts:
-        add(kind, "plain", "", t)
 
 
 # =============================================================== passwords and PINs in prose
@@ -667,7 +653,4 @@ lo(
     "auth: ${REGISTRY_AUTH}",
 )
 
-with OUT.open("w", encoding="utf-8") as f:
-    for row in rows:
-        f.write(json.dumps(row, ensure_ascii=False) + "\n")
-print(f"{len(rows)} rows ({sum(r['label'] == 'high' for r in rows)} high) -> {OUT}")
+write_rows(OUT)
