@@ -254,7 +254,7 @@ async def _vector_leg(
     """The vector leg's hits, or why it could not run (the caller falls back to lexical)."""
     if reads_as_high(query):
         return [], QUERY_HIGH  # never sent to the embedder
-    embedded = await api_inline_embedder.embed(svc, [query])
+    embedded = await api_inline_embedder.embed(svc, [query], query=True)
     if not embedded.ok or not embedded.vectors:
         return [], f"{EMBEDDER_UNAVAILABLE}: {embedded.error or 'no vector'}"[:500]
     hits = await svc.run(

@@ -289,7 +289,7 @@ async def search(
         return await _by_substring(svc, ask, query, QUERY_HIGH)
     # The planner's row counts do not need the vector: read them while the query is embedded.
     counting = _count_ahead(svc, ask)
-    embedded = await api_inline_embedder.embed(svc, [query])
+    embedded = await api_inline_embedder.embed(svc, [query], query=True)
     if not embedded.ok or not embedded.vectors:
         await _discard(counting)
         reason = (
@@ -660,7 +660,7 @@ async def _legs(
     vector_hits: list[Hit] = []
     if fallback is None:
         counting = _count_ahead(svc, ask)
-        embedded = await api_inline_embedder.embed(svc, [query])
+        embedded = await api_inline_embedder.embed(svc, [query], query=True)
         if embedded.ok and embedded.vectors:
             found = await _by_vector(svc, ask, embedded.vectors[0], counting, _trust(svc))
             vector_hits, plan = found.hits, [*found.plan, LEXICAL_PLAN]

@@ -340,7 +340,7 @@ async def _query_vector(
     """The query's embedding, or why there is none (the search then ranks by BM25 alone)."""
     if reads_as_high(query):
         return None, "query_high_sensitivity"  # never sent to the embedder
-    emb = await api_inline_embedder.embed(svc, [query])
+    emb = await api_inline_embedder.embed(svc, [query], query=True)
     if emb.ok and emb.vectors:
         return emb, None
     return None, f"embedder_unavailable: {emb.error or 'no vector'}"[:500]
