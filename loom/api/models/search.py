@@ -99,3 +99,9 @@ class SearchResponse(BaseModel):
         description="The namespaces searched: the one named, or every namespace the token grants."
     )
     hits: list[SearchHit]
+    embedding_model: str | None = Field(
+        None,
+        description="The model whose vectors the vector leg compared the query with (only vectors of the "
+        "query's own model are ever compared: a namespace being re-embedded with another model answers "
+        "from this one's); null when no vector leg ran.",
+    )

@@ -63,4 +63,5 @@ async def search(
         fallback_reason=result.fallback_reason,
         namespaces=result.namespaces,
         hits=[SearchHit(**asdict(h)) for h in result.hits],
+        embedding_model=result.model,
     )

@@ -150,6 +150,7 @@ class SearchResult:
     namespaces: list[str]
     hits: list[Hit]
     plan: list[str] = field(default_factory=list)  # strategies used, e.g. ["index"] or ["exact", "index"]
+    model: str | None = None  # the model whose vectors answered (None: no vector leg ran)
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ class _Ask:
     limit: int
     floor: float
     shown: int
+    model: str = ""  # the query vector's model: only vectors of this model are compared with it
 
     @property
     def window(self) -> int:
@@ -191,6 +193,7 @@ class _Trust:
         mark = marks.get((c.namespace, c.thread_id))
         return (
             mark is not None
+            and c.model != ""  # a row older than its model column: its embedding row names the model
             and 0 <= mark < c.version
             and c.key not in repeated
             and (self.expires_before is None or as_utc(c.ts) > self.expires_before)
@@ -282,6 +285,7 @@ async def search(
         limit,
         s.conversation_search_min_similarity,
         s.conversation_search_excerpt_chars,
+        _current_model(svc),
     )
     if search_mode != VECTOR:
         return await _by_words(svc, ask, query, search_mode, lexical_weight)
@@ -299,7 +303,18 @@ async def search(
         )
         log.warning("conversation.search fell back to substring", reason=reason)
         return await _by_substring(svc, ask, query, reason)
-    return await _by_vector(svc, ask, embedded.vectors[0], counting, _trust(svc))
+    return await _by_vector(
+        svc, replace(ask, model=embedded.model_id), embedded.vectors[0], counting, _trust(svc)
+    )
+
+
+def _current_model(svc: Services) -> str:
+    """The model id of this process's embedder, for the planner's counts read while the
+    query is embedded (the embedded query's own model id decides what is compared)."""
+    try:
+        return api_inline_embedder.current(svc).model_id
+    except Exception:  # noqa: BLE001 - a misconfigured embedder fails the embed, which falls back
+        return ""
 
 
 Counted = tuple[dict[str, int], int]
@@ -325,10 +340,10 @@ async def _count(svc: Services, table: str, ask: _Ask) -> Counted:
     fetches again, then scans), so a stale count costs speed, never a hit. A namespace
     counted empty is not searched at all, so that count is never reused: its first
     turns must be found at once."""
-    cache: dict[tuple[str, tuple[str, ...], Filters], tuple[float, Counted]] = svc.extras.setdefault(
+    cache: dict[tuple[str, tuple[str, ...], Filters, str], tuple[float, Counted]] = svc.extras.setdefault(
         _PLAN_COUNTS, {}
     )
-    key = (table, ask.namespaces, ask.filters)
+    key = (table, ask.namespaces, ask.filters, ask.model)
     now = time.monotonic()
     got = cache.get(key)
     if (
@@ -337,7 +352,7 @@ async def _count(svc: Services, table: str, ask: _Ask) -> Counted:
         and all(got[1][0].get(ns, 0) > 0 for ns in ask.namespaces)
     ):
         return got[1]
-    counted = await svc.run(store.counts, svc.ch, table, ask.namespaces, ask.filters)
+    counted = await svc.run(store.counts, svc.ch, table, ask.namespaces, ask.filters, ask.model)
     if len(cache) >= _PLAN_COUNTS_MAX:
         cache.clear()
     cache[key] = (now, counted)
@@ -371,7 +386,7 @@ async def _by_vector(
     if table is None:
         await _discard(counting)
         hits = await _unindexed(svc, ask, vector, trust)
-        return SearchResult(VECTOR, None, list(ask.namespaces), hits, [UNINDEXED])
+        return SearchResult(VECTOR, None, list(ask.namespaces), hits, [UNINDEXED], ask.model)
     per_ns, total = await _counts(svc, ask, table, counting)
     small, large = _split(ask.namespaces, per_ns, svc.settings.conversation_search_exact_max_rows)
     jobs: list[Awaitable[list[Hit]]] = []
@@ -384,7 +399,7 @@ async def _by_vector(
         jobs.append(_indexed(svc, ask, table, large, vector, trust, share=matched / max(1, total)))
         plan.append(INDEX)
     found = [h for group in await asyncio.gather(*jobs) for h in group]
-    return SearchResult(VECTOR, None, list(ask.namespaces), _best(found, ask.limit), plan)
+    return SearchResult(VECTOR, None, list(ask.namespaces), _best(found, ask.limit), plan, ask.model)
 
 
 def _split(
@@ -406,7 +421,7 @@ async def _exact(
     svc: Services, ask: _Ask, table: str, namespaces: tuple[str, ...], vector: np.ndarray, trust: _Trust
 ) -> list[Hit]:
     async def fetch(n: int, attempt: int) -> list[Candidate]:
-        return await svc.run(store.exact, svc.ch, table, namespaces, vector, ask.filters, n)
+        return await svc.run(store.exact, svc.ch, table, namespaces, vector, ask.filters, n, ask.model)
 
     hits, _ = await _collect(svc, ask, fetch, trust, cap=None)
     return hits
@@ -414,7 +429,7 @@ async def _exact(
 
 async def _unindexed(svc: Services, ask: _Ask, vector: np.ndarray, trust: _Trust) -> list[Hit]:
     async def fetch(n: int, attempt: int) -> list[Candidate]:
-        return await svc.run(store.exact_unindexed, svc.ch, ask.namespaces, vector, ask.filters, n)
+        return await svc.run(store.exact_unindexed, svc.ch, ask.namespaces, vector, ask.filters, n, ask.model)
 
     hits, _ = await _collect(svc, ask, fetch, trust, cap=None)
     return hits
@@ -436,7 +451,15 @@ async def _indexed(
 
     async def fetch(n: int, attempt: int) -> list[Candidate]:
         return await svc.run(
-            store.nearest, svc.ch, table, namespaces, vector, ask.filters, n, base * GROWTH**attempt
+            store.nearest,
+            svc.ch,
+            table,
+            namespaces,
+            vector,
+            ask.filters,
+            n,
+            base * GROWTH**attempt,
+            ask.model,
         )
 
     hits, complete = await _collect(svc, ask, fetch, trust, cap=store.MAX_FETCH)
@@ -525,6 +548,8 @@ async def _checked(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[_Ke
         now = emb.get(c.key)
         if now is None or not now.live or now.version != c.version:
             continue  # tombstoned, failed, or re-embedded since this vector
+        if (c.model or now.model) != ask.model:
+            continue  # another model's vector (a row older than the vector tables' model column)
         turn = turns.get((c.namespace, c.agent, c.thread_id, c.msg_id))
         if turn is None or not turn.live or turn.high or not turn.recorded:
             continue  # a saved-only row belongs to its user, not to search
@@ -662,6 +687,7 @@ async def _legs(
         counting = _count_ahead(svc, ask)
         embedded = await api_inline_embedder.embed(svc, [query], query=True)
         if embedded.ok and embedded.vectors:
+            ask = replace(ask, model=embedded.model_id)
             found = await _by_vector(svc, ask, embedded.vectors[0], counting, _trust(svc))
             vector_hits, plan = found.hits, [*found.plan, LEXICAL_PLAN]
         else:
@@ -675,7 +701,7 @@ async def _legs(
             LEXICAL, fallback, list(ask.namespaces), _best_lexical(lexical_hits, ask.limit), plan
         )
     fused = fuse(vector_hits, lexical_hits, lexical_weight)
-    return SearchResult(HYBRID, None, list(ask.namespaces), fused[: ask.limit], plan)
+    return SearchResult(HYBRID, None, list(ask.namespaces), fused[: ask.limit], plan, ask.model)
 
 
 def _best_lexical(hits: list[Hit], limit: int) -> list[Hit]:
