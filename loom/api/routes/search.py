@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Response
 
 from loom.api.deps import require, services
 from loom.api.models.errors import COMMON, error_responses
-from loom.api.models.search import SearchHit, SearchRequest, SearchResponse
+from loom.api.models.search import SearchHit, SearchRequest, SearchResponse, TimeWindowOut
 from loom.auth.principal import Principal, Role
 from loom.ops.conversation import searching
 from loom.ops.conversation.thread_ops import ALL_AGENTS
@@ -56,6 +56,7 @@ async def search(
         filters=Filters(thread_id=body.thread_id, run_id=body.run_id, role=body.role, agent=agent),
         search_mode=body.search_mode,
         lexical_weight=body.lexical_weight,
+        time_phrases=body.time_phrases,
     )
     response.headers[PLAN_HEADER] = ",".join(result.plan)
     return SearchResponse(
@@ -64,4 +65,5 @@ async def search(
         namespaces=result.namespaces,
         hits=[SearchHit(**asdict(h)) for h in result.hits],
         embedding_model=result.model,
+        time_window=TimeWindowOut(**asdict(result.time_window)) if result.time_window else None,
     )

@@ -75,7 +75,7 @@ from typing import Final, Literal, cast
 
 import numpy as np
 
-from loom import failures
+from loom import failures, query_time
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
@@ -94,6 +94,8 @@ from loom.store.search import Candidate, Filters
 log = loom_logging.get("loom.conversation.search")
 
 SCOPES = ("all_mine", "one")
+TIME_FILTER = "filter"  # time_phrases: a time phrase of the query bounds the turns' time
+TIME_PHRASES = (TIME_FILTER, "ignore")
 SCREEN_PAST = 1_024  # characters past the excerpt that must not read as high either
 
 VECTOR: Final = "vector"
@@ -151,6 +153,18 @@ class SearchResult:
     hits: list[Hit]
     plan: list[str] = field(default_factory=list)  # strategies used, e.g. ["index"] or ["exact", "index"]
     model: str | None = None  # the model whose vectors answered (None: no vector leg ran)
+    time_window: TimeFilter | None = None  # the query's time phrase, and whether it bounded the hits
+
+
+@dataclass(frozen=True)
+class TimeFilter:
+    """A time phrase of the query (loom.query_time) and what it did: `applied` False
+    when the window held no hit, and the search answered without it."""
+
+    phrase: str
+    since: datetime | None
+    until: datetime | None
+    applied: bool
 
 
 @dataclass(frozen=True)
@@ -271,11 +285,16 @@ async def search(
     filters: Filters | None = None,
     search_mode: str = VECTOR,
     lexical_weight: float = DEFAULT_LEXICAL_WEIGHT,
+    time_phrases: str = TIME_FILTER,
 ) -> SearchResult:
     """conversation.search (viewer)."""
     who.require_role(Role.viewer)
     namespaces = resolve_namespaces(who, namespace_scope, namespace)
     _check(query, limit, search_mode, lexical_weight)
+    if time_phrases not in TIME_PHRASES:
+        raise InvalidRequest(
+            f"time_phrases must be one of {', '.join(TIME_PHRASES)}", field="time_phrases", rule="one_of"
+        )
     if not namespaces:
         return SearchResult(cast(Mode, search_mode), None, [], [])
     s = svc.settings
@@ -287,6 +306,37 @@ async def search(
         s.conversation_search_excerpt_chars,
         _current_model(svc),
     )
+    window = await _time_window(svc, ask, query) if time_phrases == TIME_FILTER else None
+    if window is None:
+        return await _answer(svc, ask, query, search_mode, lexical_weight)
+    bounded = replace(ask, filters=replace(ask.filters, since=window.since, until=window.until))
+    result = await _answer(svc, bounded, query, search_mode, lexical_weight)
+    applied = bool(result.hits)
+    if not applied:  # nothing said in that window: the question may not have meant one
+        result = await _answer(svc, ask, query, search_mode, lexical_weight)
+    result.time_window = TimeFilter(window.phrase, window.since, window.until, applied)
+    return result
+
+
+async def _time_window(svc: Services, ask: _Ask, query: str) -> query_time.TimeWindow | None:
+    """The query's time window (loom.query_time), its anchor ("before the move")
+    resolved to the time of the anchor words' best lexical hit in the same scope."""
+    window = query_time.window(query, utcnow())
+    if window is None or not window.anchor:
+        return window
+    found = await _lexical(svc, replace(ask, limit=1), window.anchor)
+    if not found:
+        return None
+    at = found[0].ts
+    if window.anchor_side == "before":
+        return replace(window, until=at)
+    return replace(window, since=at + timedelta(microseconds=1))  # after it: the anchor turn itself is not
+
+
+async def _answer(
+    svc: Services, ask: _Ask, query: str, search_mode: str, lexical_weight: float
+) -> SearchResult:
+    """The search in its mode, with the fallbacks of the module docstring."""
     if search_mode != VECTOR:
         return await _by_words(svc, ask, query, search_mode, lexical_weight)
     if reads_as_high(query):
