@@ -127,6 +127,12 @@ class SearchResponse(BaseModel):
         "query's own model are ever compared: a namespace being re-embedded with another model answers "
         "from this one's); null when no vector leg ran.",
     )
+    rerank: str | None = Field(
+        None,
+        description='With `rerank: true`: "reranked", or why the hits kept the search\'s order: '
+        '"llm_not_configured", "model_calls_disabled", "query_high_sensitivity", "llm_failed", '
+        '"nothing_to_rerank"; null when not asked.',
+    )
     time_window: TimeWindowOut | None = Field(
         None, description="The query's time phrase and the window it set (see `time_phrases`); null: none."
     )

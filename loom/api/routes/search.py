@@ -57,6 +57,7 @@ async def search(
         search_mode=body.search_mode,
         lexical_weight=body.lexical_weight,
         time_phrases=body.time_phrases,
+        rerank=body.rerank,
     )
     response.headers[PLAN_HEADER] = ",".join(result.plan)
     return SearchResponse(
@@ -65,5 +66,6 @@ async def search(
         namespaces=result.namespaces,
         hits=[SearchHit(**asdict(h)) for h in result.hits],
         embedding_model=result.model,
+        rerank=result.rerank,
         time_window=TimeWindowOut(**asdict(result.time_window)) if result.time_window else None,
     )

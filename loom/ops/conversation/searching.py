@@ -82,7 +82,7 @@ from loom.clock import utcnow
 from loom.errors import ConflictingFields, InvalidRequest
 from loom.limits import DEFAULT_LEXICAL_WEIGHT, MAX_QUERY_CHARS
 from loom.limits import MAX_SEARCH_LIMIT as MAX_LIMIT
-from loom.ops.conversation import api_inline_embedder
+from loom.ops.conversation import api_inline_embedder, search_rerank
 from loom.ops.conversation.common import EMBED_CHARS, LEGACY_EMBED_CHARS, as_utc, check_lexical_weight
 from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
@@ -154,6 +154,7 @@ class SearchResult:
     plan: list[str] = field(default_factory=list)  # strategies used, e.g. ["index"] or ["exact", "index"]
     model: str | None = None  # the model whose vectors answered (None: no vector leg ran)
     time_window: TimeFilter | None = None  # the query's time phrase, and whether it bounded the hits
+    rerank: str | None = None  # asked to re-rank: "reranked", or why the hits kept their order
 
 
 @dataclass(frozen=True)
@@ -286,8 +287,45 @@ async def search(
     search_mode: str = VECTOR,
     lexical_weight: float = DEFAULT_LEXICAL_WEIGHT,
     time_phrases: str = TIME_FILTER,
+    rerank: bool = False,
 ) -> SearchResult:
-    """conversation.search (viewer)."""
+    """conversation.search (viewer); `rerank`: the configured LLM orders a deeper pool
+    of hits (loom.ops.conversation.search_rerank), the page is cut from its order."""
+    if not rerank:
+        return await _search(
+            svc,
+            who,
+            query,
+            namespace_scope,
+            namespace,
+            limit,
+            filters,
+            search_mode,
+            lexical_weight,
+            time_phrases,
+        )
+    _check(query, limit, search_mode, lexical_weight)
+    pool = max(limit, search_rerank.RERANK_DEPTH)
+    result = await _search(
+        svc, who, query, namespace_scope, namespace, pool, filters, search_mode, lexical_weight, time_phrases
+    )
+    hits, result.rerank = await search_rerank.rerank(svc, query, result.hits)
+    result.hits = hits[:limit]
+    return result
+
+
+async def _search(
+    svc: Services,
+    who: Principal,
+    query: str,
+    namespace_scope: str | None,
+    namespace: str | None,
+    limit: int,
+    filters: Filters | None,
+    search_mode: str,
+    lexical_weight: float,
+    time_phrases: str,
+) -> SearchResult:
     who.require_role(Role.viewer)
     namespaces = resolve_namespaces(who, namespace_scope, namespace)
     _check(query, limit, search_mode, lexical_weight)
