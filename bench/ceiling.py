@@ -393,7 +393,9 @@ async def run_loom(data: Data, calls: int, save_clients: int, save_seconds: floa
     from bench.targets import RunContext
     from loom.auth.principal import Principal, Role
     from loom.embedded.backends import clickhouse_dir
-    from loom.ops.conversation import appending, saved_reads, saving, searching
+    from loom.ops.conversation.reading import searching
+    from loom.ops.conversation.saved import saved_reads, saving
+    from loom.ops.conversation.writing import appending
     from loom.services import open_services
     from loom.settings import Settings
     from loom.store import clickhouse as ch_module
@@ -606,12 +608,12 @@ def datagen_namespaces() -> list[str]:
 
 async def embed_cost(svc: Any, texts: Sequence[str]) -> dict[str, float]:
     """The query embedding alone (MiniLM in this process): part of c and d, of no link a/b."""
-    from loom.ops.conversation import api_inline_embedder
+    from loom.ops.embedding import inline
 
     walls = []
     for q in texts[:20]:
         t0 = time.perf_counter()
-        await api_inline_embedder.embed(svc, [q])
+        await inline.embed(svc, [q])
         walls.append(time.perf_counter() - t0)
     p = percentiles(walls)
     return {"p50_ms": round(p["p50"], 2), "p95_ms": round(p["p95"], 2)}
@@ -622,14 +624,14 @@ class Steps:
     embedder, Redis commands; the rest is Python in the op."""
 
     def __init__(self, svc: Any):
-        from loom.ops.conversation import api_inline_embedder
+        from loom.ops.embedding import inline
 
         self.svc = svc
         self.op: str | None = None
         self.totals: dict[str, dict[str, list[float]]] = {}
         self.count: dict[str, int] = {}
         self.walls: dict[str, list[float]] = {}
-        self._embed = api_inline_embedder.embed
+        self._embed = inline.embed
         self._redis = svc.redis.execute_command
         steps = self
 
@@ -647,7 +649,7 @@ class Steps:
             finally:
                 steps.add(f"redis {a[0] if a else '?'}", time.perf_counter() - t0)
 
-        api_inline_embedder.embed = embed  # type: ignore[assignment]
+        inline.embed = embed  # type: ignore[assignment]
         svc.redis.execute_command = redis_cmd
         self.current: dict[str, float] = {}
 
@@ -825,7 +827,9 @@ async def run_chdb_client(run: LoomRun, data: Data) -> dict[str, Any]:
     from loom.auth.principal import Principal, Role
     from loom.embedded.clickhouse_endpoint import engine_server_settings
     from loom.embedded.redis_server import start_redis
-    from loom.ops.conversation import appending, saved_reads, saving, searching
+    from loom.ops.conversation.reading import searching
+    from loom.ops.conversation.saved import saved_reads, saving
+    from loom.ops.conversation.writing import appending
     from loom.services import Services, llm_from_settings, redis_settings
     from loom.settings import Settings
 

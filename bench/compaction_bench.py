@@ -158,8 +158,8 @@ def _union_s(spans: list[tuple[float, float]]) -> float:
 
 
 async def bench(svc: Any, worker: Any, args: argparse.Namespace) -> None:
-    from loom.ops.conversation import titling
-    from loom.ops.conversation.compaction_gate import CompactionGate
+    from loom.ops.conversation.lifecycle import titling
+    from loom.ops.conversation.lifecycle.compaction_gate import CompactionGate
     from workers.jobs import COMPACT_GATE
 
     ns = f"bench{secrets.token_hex(3)}"

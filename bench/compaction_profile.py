@@ -95,7 +95,7 @@ class Profiler:
         self.jobs: dict[str, dict[str, float]] = {}
 
     def install(self, worker_svc: Any) -> None:
-        from loom.ops.conversation import compacting
+        from loom.ops.conversation.lifecycle import compacting
         from loom.store import compaction as store
         from loom.store import conversations as conv_store
         from loom.store import embeddings as emb_store
@@ -203,9 +203,9 @@ async def previous_run(
     import contextlib
 
     from loom.clock import next_version
-    from loom.ops.conversation import compacting as c
     from loom.ops.conversation.common import EMBED_CHARS, embed_text, model_text
-    from loom.ops.conversation.deleting import ThreadState, with_vectors
+    from loom.ops.conversation.lifecycle import compacting as c
+    from loom.ops.conversation.lifecycle.deleting import ThreadState, with_vectors
     from loom.store import compaction as store
     from loom.store import conversations as conv_store
     from loom.store import deletion

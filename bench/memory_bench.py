@@ -42,7 +42,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version
 from loom.embedded.clickhouse_endpoint import start_endpoint
 from loom.embedded.redis_server import start_redis
-from loom.ops.conversation import api_inline_embedder
+from loom.ops.embedding import inline
 from loom.ops.memory import context, facts, large_scope, scan_cache
 from loom.ops.memory.common import large_scopes
 from loom.services import open_services
@@ -179,7 +179,7 @@ async def overlap(
         index = await large_scope.current(svc, scope) if scope in large_scopes(svc, "facts") else None
         if index is None:
             continue
-        emb = await api_inline_embedder.embed(svc, [q])
+        emb = await inline.embed(svc, [q])
         assert emb.vectors
         at_ms = int(time.time() * 1000)
         mine = memory_index.vector(
@@ -243,7 +243,7 @@ async def steps(
         scope = store.Scope(ns, f"u{rng.randrange(users)}")
         q = " ".join(rng.choice(WORDS) for _ in range(3))
         t0 = time.perf_counter()
-        emb = await api_inline_embedder.embed(svc, [q])
+        emb = await inline.embed(svc, [q])
         out["embed"].append((time.perf_counter() - t0) * 1000)
         assert emb.vectors
         # the one-read path: the scope's read, then both legs ranked here
@@ -341,7 +341,7 @@ async def main() -> None:
         prepare(settings, settings.clickhouse_url)
         svc = await open_services(settings, settings.clickhouse_url, settings.redis_url)
         print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-        probe = await api_inline_embedder.embed(svc, ["warm up the model"])
+        probe = await inline.embed(svc, ["warm up the model"])
         assert probe.ok and probe.vectors, probe.error
         model, dim = probe.model_id, len(probe.vectors[0])
         for label, ns, users, queries in (

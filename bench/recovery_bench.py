@@ -1,4 +1,4 @@
-"""What the embedding recovery pass costs at scale (loom.ops.conversation.recovery).
+"""What the embedding recovery pass costs at scale (loom.ops.embedding.recovery).
 
     .venv/bin/python -m bench.recovery_bench [--turns 200000] [--namespaces 50] [--repeat 5]
 
@@ -27,8 +27,8 @@ from typing import Any
 
 from bench.private_stack import private_services
 from loom.clock import next_version
-from loom.ops.conversation.recovery import recover
-from loom.ops.conversation.worker_embed_writer import model_from_embedder
+from loom.ops.embedding.recovery import recover
+from loom.ops.embedding.writer import model_from_embedder
 from loom.providers.embedders import FakeEmbedder
 from loom.store import conversations as conv_store
 from loom.store import embed_recovery

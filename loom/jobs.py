@@ -24,10 +24,10 @@ Who enqueues each job:
 
 | job (function)    | payload           | enqueued by                                   |
 |-------------------|-------------------|-----------------------------------------------|
-| embed_turns       | EmbedTurnsJob     | the append flush (loom.ops.conversation.api_insert_gate.EmbedClient) |
+| embed_turns       | EmbedTurnsJob     | the append flush (loom.ops.embedding.client.EmbedClient) |
 | reembed_rows      | ReembedRowsJob    | conversation.reembed (the same client)        |
 | erasure_remove    | ErasureRemoveJob  | erasure.request (loom.ops.erasure.requesting) |
-| compact_thread    | CompactThreadJob  | conversation.compact (loom.ops.conversation.compacting) |
+| compact_thread    | CompactThreadJob  | conversation.compact (loom.ops.conversation.lifecycle.compacting) |
 | memory_extract    | MemoryExtractJob  | memory.set_from_messages with defer (loom.ops.memory.extraction) |
 | webhook_deliver   | WebhookDeliverJob | an event's emitter, and a failed attempt's retry (loom.ops.webhooks) |
 | recover_embeddings| none (arq cron)   | every worker's cron                           |

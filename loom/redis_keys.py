@@ -56,7 +56,7 @@ QUEUE = "loom:queue"
 QUEUE_WAKE = f"{QUEUE}:wake"
 """List: one token per enqueued job; an idle worker blocks on it (loom.queue.wake_workers)."""
 
-# -- the append path (loom.ops.conversation.appending, loom.store.landed) -------------
+# -- the append path (loom.ops.conversation.writing.appending, loom.store.landed) -------------
 
 TURN_CLAIM = "loom:claim:turn:"
 """Prefix. String per turn: the flush id (or ``save:…``) of the one writer that claims it."""
@@ -84,7 +84,7 @@ TITLER_LEASE = "loom:lease:conversation_titler"
 """String: the token of the one worker running a conversation_titler pass."""
 TITLER_LAST_PASS = "loom:titler:last_pass"
 """String: the Unix time (seconds) the last conversation_titler pass started; the tick
-sets it and starts a pass only once the live interval has passed (loom.ops.conversation.titler_tick)."""
+sets it and starts a pass only once the live interval has passed (loom.ops.conversation.lifecycle.titler_tick)."""
 MEMORY_LEASE = "loom:lease:memory:"
 """Prefix. String per (namespace, user): the extraction deciding over that user's facts."""
 MEMORY_ERASING = "loom:erasing:memory:"
@@ -103,7 +103,7 @@ MEMORY_NS_VERSION = "loom:memory:nsversion:"
 """Prefix. String per namespace: the same, for the whole namespace (an erasure of the
 namespace deletes it, which retires every cached read of its users)."""
 
-# -- live settings (loom.ops.settings) ------------------------------------------------
+# -- live settings (loom.ops.platform.settings) ------------------------------------------------
 
 SETTINGS_VERSION = "loom:settings:version"
 """String (an integer): bumped by every settings.set; each process re-reads the stored
@@ -112,7 +112,7 @@ SETTINGS_APPLIED = "loom:settings:applied:"
 """Prefix. String (JSON) per process ("api:host:pid"): the version and the overrides its
 follower applied last (settings.get lists them)."""
 
-# -- compaction (loom.ops.conversation.compacting) ------------------------------------
+# -- compaction (loom.ops.conversation.lifecycle.compacting) ------------------------------------
 
 COMPACT_JOB = "loom:compact:job:"
 """Prefix. String per compaction job id: the namespace that queued it (only it may poll)."""
@@ -120,7 +120,7 @@ COMPACT_DONE = "loom:compact:done:"
 """Prefix. List per compaction job id: its answer (JSON), pushed by the worker for the
 API that awaits it (a blocking pop instead of polling arq's result)."""
 
-# -- the embedding job's channels (loom.ops.conversation.api_insert_gate, api_reply_channel)
+# -- the embedding job's channels (loom.ops.embedding.client, loom.replies)
 
 EMBED_GATE = "loom:gate:"
 """Prefix. String per gated job ("ok" or "fail"), plus a wake-up list beside it."""

@@ -34,7 +34,7 @@ class Services:
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(64, "loom-io"))
     extras: dict[str, Any] = field(default_factory=dict)
     # The settings the environment gave this process: `settings` is this with the live
-    # overrides an admin stored on top (loom.ops.live_settings), re-applied when they change.
+    # overrides an admin stored on top (loom.ops.platform.live_settings), re-applied when they change.
     base_settings: Settings = field(init=False)
 
     def __post_init__(self) -> None:

@@ -78,7 +78,7 @@ class Settings(BaseSettings):
     # Compactions whose store work (the window read, the retirement) runs at once in one
     # worker process; the others wait for a turn (their summarizer calls do not). The
     # embedding jobs of appends share the process and the engine: bounded, compactions
-    # cannot crowd them out (loom.ops.conversation.compaction_gate).
+    # cannot crowd them out (loom.ops.conversation.lifecycle.compaction_gate).
     compact_concurrency: int = Field(1, ge=1, le=256)
     # After a compaction's store step of t seconds the next one waits pace x t: a queue
     # of compactions keeps the engine at most 1 / (1 + pace) busy. 0: back to back.
@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     # "Summary: ..."); the rows keep the text as it was. Vectors written before a change
     # keep the old input until conversation.reembed (see docs/search.md).
     embed_speaker_prefix: bool = False
-    # The embedding recovery pass (loom.ops.conversation.recovery): a user or assistant
+    # The embedding recovery pass (loom.ops.embedding.recovery): a user or assistant
     # turn inserted this long ago with no embedding row at all is embedded by it (never
     # less than LOOM_EMBED_WAIT_SECONDS + 5 s: see recovery_grace_seconds); it runs at
     # worker start-up and every interval.
@@ -143,6 +143,9 @@ class Settings(BaseSettings):
     webhook_timeout_seconds: float = Field(5.0, gt=0, le=60)
 
     log_level: str = "INFO"
+    # The libraries' routine lines too (requests, job starts and ends, MCP sessions) and
+    # Loom's debug lines; `loom serve --verbose` sets it for every process it starts.
+    log_verbose: bool = False
 
     @field_validator("home")
     @classmethod
@@ -155,7 +158,7 @@ class Settings(BaseSettings):
     def recovery_grace_seconds(self) -> float:
         """The recovery pass's grace as applied. An append's job writes its vectors up to
         this less 5 s of clock skew (RECOVERY_CLOCK_MARGIN_S in
-        loom.ops.conversation.worker_embed_writer), which must not cut short the append's own
+        loom.ops.embedding.writer), which must not cut short the append's own
         wait for them."""
         return max(self.embed_recovery_grace_seconds, self.embed_wait_seconds + 5.0)
 

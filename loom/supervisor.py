@@ -134,7 +134,7 @@ class Supervisor:
         self.stop_requested = False
         self.gave_up: Child | None = None
         self._lock_fd: int | None = None
-        loom_logging.configure(settings.log_level)
+        loom_logging.configure(settings.log_level, verbose=settings.log_verbose)
         logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per health probe
 
     @property
@@ -206,6 +206,8 @@ class Supervisor:
         """Start the workers and the API before the backends: each imports its modules,
         then waits at its start gate (loom.start_gate) for release_services."""
         env = {**os.environ, "LOOM_HOME": str(self.settings.home)}
+        if self.settings.log_verbose:  # `loom serve --verbose`
+            env["LOOM_LOG_VERBOSE"] = "true"
         # workers.process: `loom worker` without the command line's own modules.
         worker_cmd = [sys.executable, "-m", "workers.process", start_gate.FLAG]
         for i in range(workers):

@@ -112,6 +112,16 @@ def api_url(schema: Settings) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def served(schema: Settings) -> Iterator[str]:
+    """`loom serve` itself on the suite's backends and database (one process for the
+    session: the dashboard's browser tests and the TypeScript client's tests share it)."""
+    from tests.platform.served import loom_serve
+
+    with loom_serve(schema) as url:
+        yield url
+
+
 @pytest.fixture
 def ns() -> str:
     """A namespace of this test's own."""
@@ -167,7 +177,7 @@ async def arq_worker(services: Any) -> AsyncIterator[Any]:
     settings: Settings = services.settings
     embed_jobs.set_embedder(None)  # built from settings (the fake) at start-up
     # No cron jobs: the embedding recovery pass would call whatever embedder a test has
-    # swapped in at that moment; its tests run it themselves (tests/conversation/test_recovery.py).
+    # swapped in at that moment; its tests run it themselves (tests/embedding/test_recovery.py).
     worker = build_worker(
         settings, settings.clickhouse_url, settings.redis_url, handle_signals=False, burst=False, cron_jobs=[]
     )

@@ -8,7 +8,7 @@ provider in :data:`PROVIDERS` for one test and fails it, at teardown, if any of 
 sent such a text; the test may also call :meth:`LeakSpy.assert_clean` itself.
 
 The providers are injected where Loom holds them (``Services.llm``, the inline
-embedder of ``loom.ops.conversation.api_inline_embedder``, the worker's
+embedder of ``loom.ops.embedding.inline``, the worker's
 ``workers.embed_jobs.set_embedder``), never patched.
 
 Adding a provider (a new feature's model): write a :class:`ProviderSlot` whose
@@ -115,13 +115,13 @@ class ProviderSlot:
 
 
 def _inline_embedder(env: Env, spy: LeakSpy) -> Undo:
-    from loom.ops.conversation import api_inline_embedder
+    from loom.ops.embedding import inline
 
     svc = env.services
-    previous = api_inline_embedder.install(svc, None)
-    inner = previous if previous is not None else api_inline_embedder.current(svc)
-    api_inline_embedder.install(svc, LeakSpyEmbedder(inner, spy, "embedder:api"))
-    return lambda: api_inline_embedder.install(svc, previous)
+    previous = inline.install(svc, None)
+    inner = previous if previous is not None else inline.current(svc)
+    inline.install(svc, LeakSpyEmbedder(inner, spy, "embedder:api"))
+    return lambda: inline.install(svc, previous)
 
 
 def _worker_embedder(env: Env, spy: LeakSpy) -> Undo:

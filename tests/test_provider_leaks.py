@@ -331,7 +331,7 @@ async def drive_compact(ctx: Ctx) -> None:
 
 async def drive_titler(ctx: Ctx) -> None:
     """The conversation_titler's model: the threads above hold high turns, titles and metadata."""
-    from loom.ops.conversation.titling import titler_pass
+    from loom.ops.conversation.lifecycle.titling import titler_pass
 
     report = await titler_pass(ctx.services, [ctx.ns])
     assert report.ran and report.titled > 0

@@ -12,7 +12,8 @@ import pytest
 from loom import queue, redis_keys
 from loom.leases import thread_lease_key
 from loom.ops.briefs.ops import lease_key as brief_lease_key
-from loom.ops.conversation import appending, recovery
+from loom.ops.conversation.writing import appending
+from loom.ops.embedding import recovery
 from loom.store import fences, landed, recording_cache, search_marks
 
 PINNED = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loom.ops.conversation.redacting import splice
+from loom.ops.conversation.lifecycle.redacting import splice
 from loom.sensitivity import high_spans, reads_as_high
 
 CORPUS = Path(__file__).parent / "data" / "sensitivity_corpus.jsonl"

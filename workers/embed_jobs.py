@@ -34,12 +34,12 @@ import numpy as np
 from loom import failures, jobs
 from loom import logging as loom_logging
 from loom.jobs import EmbedTurn
-from loom.ops.conversation.api_insert_gate import wait_gate
-from loom.ops.conversation.api_reply_channel import push_reply
-from loom.ops.conversation.recovery import recover
-from loom.ops.conversation.worker_embed_writer import EmbedPipeline, ModelResult, Outcome, write_deadline_ns
+from loom.ops.embedding.client import wait_gate
+from loom.ops.embedding.recovery import recover
+from loom.ops.embedding.writer import EmbedPipeline, ModelResult, Outcome, write_deadline_ns
 from loom.providers import embedders
 from loom.providers.embedders import Embedder, build_embedder
+from loom.replies import push_reply
 from loom.settings import Settings
 from workers.context import services
 
@@ -285,7 +285,7 @@ async def embed_turns(ctx: dict[str, Any], payload: dict[str, Any]) -> dict[str,
 
 
 async def recover_embeddings(ctx: dict[str, Any]) -> dict[str, Any]:
-    """One embedding recovery pass (loom.ops.conversation.recovery) through this
+    """One embedding recovery pass (loom.ops.embedding.recovery) through this
     worker's model batcher. A failure (a backend down) is logged; the next pass goes on
     from the position the last finished page saved."""
     pipeline: EmbedPipeline = ctx[PIPELINE]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from loom import jobs
-from loom.ops.conversation import compacting, titler_tick
-from loom.ops.conversation.compaction_gate import CompactionGate
+from loom.ops.conversation.lifecycle import compacting, titler_tick
+from loom.ops.conversation.lifecycle.compaction_gate import CompactionGate
 from loom.ops.erasure import requesting
 from loom.ops.memory import extraction
 from loom.ops.webhooks import delivery
@@ -63,7 +63,7 @@ COMPACT_GATE = "conversation.compact_gate"
 
 
 def compaction_gate(ctx: dict[str, Any]) -> CompactionGate:
-    """The process's compaction gate (loom.ops.conversation.compaction_gate), made at its
+    """The process's compaction gate (loom.ops.conversation.lifecycle.compaction_gate), made at its
     first compaction from LOOM_COMPACT_CONCURRENCY and LOOM_COMPACT_PACE. arq hands each
     job its own copy of the worker's ctx, so the gate lives on the process's Services,
     which every job shares (kept in the job's ctx, each job had a gate of its own: no

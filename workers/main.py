@@ -19,8 +19,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from loom import logging as loom_logging
 from loom import memtrace, replicas
 from loom.gc_tuning import calm_the_garbage_collector
-from loom.ops import live_settings
-from loom.ops.conversation.titler_tick import TICK_S
+from loom.ops.conversation.lifecycle.titler_tick import TICK_S
+from loom.ops.platform import live_settings
 from loom.queue import QUEUE, RESULTS_KEPT_S, WAKE_KEY
 from loom.services import open_services, redis_settings
 from loom.settings import Settings
@@ -141,7 +141,7 @@ def cron_jobs(settings: Settings) -> list[CronJob]:
     """The pool's periodic jobs: the embedding recovery pass, also once at start-up
     (each worker enqueues it; its lease lets one run at a time), and the
     conversation_titler's tick, every TICK_S seconds whatever the settings: the tick
-    reads the titler's switch and interval live (loom.ops.conversation.titler_tick), so
+    reads the titler's switch and interval live (loom.ops.conversation.lifecycle.titler_tick), so
     an admin's change applies without a restart."""
     second, minute = every(settings.embed_recovery_interval_seconds)
     return [
@@ -178,5 +178,5 @@ def build_worker(settings: Settings, clickhouse_url: str, redis_url: str, **over
 
 
 def run_worker(settings: Settings, clickhouse_url: str, redis_url: str) -> None:
-    loom_logging.configure(settings.log_level)
+    loom_logging.configure(settings.log_level, verbose=settings.log_verbose)
     build_worker(settings, clickhouse_url, redis_url).run()

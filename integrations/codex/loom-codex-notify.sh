@@ -8,7 +8,8 @@
 # Never blocks Codex: bounded by LOOM_HOOK_TIMEOUT_S (default 10), failures on stderr,
 # always exit 0; what failed is sent next time.
 # Environment: LOOM_URL, LOOM_TOKEN, LOOM_NAMESPACE (default "default"), LOOM_USER_ID,
-# LOOM_CAPTURE_CONVERSATIONS=false (off), LOOM_BIN (default: loom on PATH), CODEX_HOME
+# LOOM_CAPTURE_CONVERSATIONS=false (off), LOOM_BIN (default: loom on PATH, else the
+# clone's .venv/bin/loom), CODEX_HOME
 # (default ~/.codex).
 set -u
 [ "${LOOM_CAPTURE_CONVERSATIONS:-true}" = "false" ] && exit 0
@@ -34,6 +35,9 @@ fi
 args=(ingest-transcript --namespace "${LOOM_NAMESPACE:-default}" --file "$file" --format codex
       --thread-id "codex/${session:-$(basename "$file" .jsonl)}" --agent codex)
 [ -n "${LOOM_USER_ID:-}" ] && args+=(--user-id "$LOOM_USER_ID")
-timeout "${LOOM_HOOK_TIMEOUT_S:-10}" "${LOOM_BIN:-loom}" "${args[@]}" >&2 \
+# The loom command: LOOM_BIN, else `loom` on PATH, else the .venv of the clone this script is in.
+loom_bin=${LOOM_BIN:-$(command -v loom || echo "$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/loom")}
+[ -f "$loom_bin" ] && [ -x "$loom_bin" ] || { echo "loom: no loom command at $loom_bin: run make run in the clone, or set LOOM_BIN" >&2; exit 0; }
+timeout "${LOOM_HOOK_TIMEOUT_S:-10}" "$loom_bin" "${args[@]}" >&2 \
   || echo "loom: ingest did not finish; will retry next time" >&2
 exit 0

@@ -12,7 +12,10 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 from starlette.routing import Route
@@ -20,47 +23,40 @@ from starlette.routing import Route
 from loom import logging as loom_logging
 from loom import memtrace, replicas
 from loom.api import errors
-from loom.api.deps import authenticate
+from loom.api.deps import OP_PREFIX, authenticate, authorized
 from loom.api.gate import Gate
-from loom.api.observe import ObserveMiddleware
-from loom.api.routes import (
-    briefs,
-    compaction,
-    conversation,
-    deploy,
-    erasure,
-    health,
-    memory,
-    memory_answers,
-    namespaces,
-    saved,
-    search,
-    webhooks,
-)
+from loom.api.observe import ObserveMiddleware, flat_routes
+from loom.api.routes import erasure, health, memory, memory_answers, namespace, session, webhook
+from loom.api.routes import replicas as replicas_routes
 from loom.api.routes import settings as settings_routes
+from loom.api.routes.conversation import lifecycle, reading, saved, search
+from loom.auth import policy
 from loom.dashboard.app import install as install_dashboard
 from loom.embedded.backends import start_backends
 from loom.errors import BackendUnavailable
 from loom.gc_tuning import calm_the_garbage_collector
 from loom.mcp_server.http import PATH as MCP_PATH
 from loom.mcp_server.http import McpEndpoint
-from loom.ops import live_settings, rates
-from loom.ops.health import check
+from loom.mcp_server.tools import SPECS
+from loom.ops.platform import live_settings, rates
+from loom.ops.platform.health import check
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
 
+DOCS_STATIC = "/docs-static"  # Swagger UI's and ReDoc's files, as the package ships them
+
 ROUTERS = [
-    namespaces.router,
-    conversation.router,
-    compaction.router,
+    namespace.router,
+    reading.router,
+    lifecycle.router,
     search.router,
     saved.router,
-    briefs.router,
+    session.router,
     erasure.router,
     memory.router,
     memory_answers.router,
-    webhooks.router,
-    deploy.router,
+    webhook.router,
+    replicas_routes.router,
     health.router,
     settings_routes.router,
 ]
@@ -109,7 +105,7 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
             app.state.services = services
             yield
             return
-        loom_logging.configure(cfg.log_level)
+        loom_logging.configure(cfg.log_level, verbose=cfg.log_verbose)
         backends = start_backends(cfg)
         svc = await open_services(cfg, backends.clickhouse_url, backends.redis_url)
         app.state.services = svc
@@ -124,15 +120,22 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
             await svc.close()
             backends.stop()
 
-    app = FastAPI(
+    # /docs (Swagger UI) and /redoc load their scripts and styles from Loom itself
+    # (fastapi-offline ships them), not from a CDN: the docs work without internet.
+    app = FastAPIOffline(
         title="Loom",
         version="0.1.0",
         lifespan=lifespan,
         description="The memory store for AI agents: conversation plane, session briefs, memory.",
+        static_url=DOCS_STATIC,
+        favicon_url=f"{DOCS_STATIC}/favicon.png",
+        # No validator badge: Swagger UI would fetch it from validator.swagger.io.
+        swagger_ui_parameters={"validatorUrl": None},
     )
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    verify_policy(app)
     install_dashboard(app)
     # MCP over streamable HTTP (GET for the event stream, DELETE ends a session).
     app.router.routes.append(Route(MCP_PATH, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
@@ -179,6 +182,27 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
         return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def verify_policy(app: FastAPI) -> None:
+    """Every op served under /v1 has its entry in loom.auth.policy and is guarded by the
+    one authorization dependency, and every MCP tool names a served op: else the app
+    does not start (PolicyError says which op)."""
+    served = []
+    for found in flat_routes(list(app.routes)):
+        route = getattr(found, "original_route", found)
+        path = getattr(found, "path", None) or ""
+        if isinstance(route, APIRoute) and path.startswith(OP_PREFIX):
+            served.append((path.removeprefix(OP_PREFIX), _guarded(route.dependant)))
+    policy.verify_routes(served)
+    names = {op for op, _ in served}
+    for spec in SPECS:
+        if spec.op not in names:
+            raise policy.PolicyError(f"MCP tool {spec.name} calls {spec.op}, which no route serves")
+
+
+def _guarded(dependant: Dependant) -> bool:
+    return any(d.call is authorized or _guarded(d) for d in dependant.dependencies)
 
 
 async def _authenticated(svc: Services, authorization: str) -> bool:

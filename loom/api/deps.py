@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 
-from loom.auth import tokens
-from loom.auth.principal import Principal, Role
-from loom.errors import Forbidden, Unauthorized
+from loom.auth import policy, tokens
+from loom.auth.principal import Principal
+from loom.errors import Unauthorized
 from loom.services import Services
 
+OP_PREFIX = "/v1/"
 PRINCIPAL = "loom.principal"  # the scope key of the caller the gate (loom.api.gate) verified
 
 bearer = HTTPBearer(auto_error=False, description="A token from `loom token mint`.")
@@ -33,7 +34,7 @@ async def verified(svc: Services, credentials: str | None) -> Principal:
     if not hit:
         who = await svc.run(tokens.verify, svc.ch, credentials)
     if who is None:
-        raise Unauthorized("invalid or revoked token")
+        raise Unauthorized("invalid, revoked or expired token")
     return who
 
 
@@ -57,32 +58,28 @@ async def principal(
     return who
 
 
-def require(role: Role, *, bounded: str = "refuse") -> Callable[..., Awaitable[Principal]]:
-    """Role and scope, checked before the body is touched.
+def op_of(request: Request) -> str:
+    """The op a request calls: its route's path under /v1 (`/v1/memory.set` -> `memory.set`)."""
+    route = request.scope.get("route")
+    path: str = getattr(route, "path", "") or request.url.path
+    return path.removeprefix(OP_PREFIX)
 
-    `bounded` says what a token pinned to one user/session may do here: "refuse" (the
-    conversation ops: a thread has no user axis to bound), "user" (the saved-message
-    ops: own_user tokens act as their user, own_session tokens are refused), or "any"
-    (session briefs, which key bounded tokens' briefs by user and session).
 
-    The dependency resolves the bearer credentials itself instead of depending on
-    `principal`: every level of dependencies costs FastAPI's resolver a few tens of
-    microseconds per request, on the API's one event loop.
+async def authorized(
+    request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)
+) -> Principal:
+    """The caller, once loom.auth.policy allows it this op: the one authorization check of
+    every op (HTTP, MCP and dashboard alike), before the body is touched.
+
+    It resolves the bearer credentials itself instead of depending on `principal`:
+    every level of dependencies costs FastAPI's resolver a few tens of microseconds per
+    request, on the API's one event loop.
     """
+    who = await principal(request, creds)
+    policy.check(op_of(request), who)
+    return who
 
-    async def dep(
-        request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)
-    ) -> Principal:
-        who = await principal(request, creds)
-        who.require_role(role)
-        if who.bounded:
-            if bounded == "refuse":
-                raise Forbidden("a token bound to one user or session cannot call this op", rule="read_scope")
-            if bounded == "user" and who.read_scope != "own_user":
-                raise Forbidden(
-                    "an own_session token cannot call this op: conversation rows have no session",
-                    rule="read_scope",
-                )
-        return who
 
-    return dep
+# Named once (FastAPI's Annotated style): a route declares `who: Caller, svc: Svc`.
+Caller = Annotated[Principal, Depends(authorized)]
+Svc = Annotated[Services, Depends(services)]

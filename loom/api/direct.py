@@ -7,15 +7,15 @@ append, on a machine where the API and the ClickHouse engine share two cores.
 
 :class:`DirectRoute` keeps everything FastAPI builds from the declaration (OpenAPI,
 docs, response model) and serves the happy path directly: a JSON body, the caller's
-token resolved by the route's own ``require(...)`` dependency (same function, same
+token resolved and authorized by the route's own ``Caller`` dependency (same function, same
 errors, in FastAPI's order: malformed JSON, then the role, then the body; the token
 itself was checked by the gate before the body was read, see loom/api/gate.py), the body
 validated by its pydantic model. Anything else (another content type, malformed
 JSON, a body that does not validate) is handed to FastAPI's own handler, which then
 answers exactly as it always does; the body is read once (Starlette caches it).
 
-It serves endpoints declared as ``(body: Model, who: Principal = Depends(require(...)),
-svc: Services = Depends(services))``; any other shape is served by FastAPI as usual.
+It serves endpoints declared as ``(body: Model, who: Caller, svc: Svc)``; any other
+shape is served by FastAPI as usual.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 
 from loom.api.deps import bearer, services
+from loom.api.errors import is_json
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -45,7 +46,7 @@ class DirectRoute(APIRoute):
         endpoint = self.endpoint
 
         async def handler(request: Request) -> Response:
-            if not _is_json(request.headers.get("content-type")):
+            if not is_json(request.headers.get("content-type")):
                 return await standard(request)
             try:
                 data = json.loads(await request.body())
@@ -82,10 +83,3 @@ def _shape(route: APIRoute) -> tuple[type[BaseModel], Callable[..., Awaitable[An
     if not (isinstance(model, type) and issubclass(model, BaseModel)) or authorize is None:
         return None
     return model, authorize
-
-
-def _is_json(content_type: str | None) -> bool:
-    if not content_type:
-        return False
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))

@@ -10,19 +10,22 @@ namespace. The server log keeps the detail.
 
 from __future__ import annotations
 
+import difflib
+import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from clickhouse_connect.driver.exceptions import Error as ClickHouseError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException
 
 from loom import logging as loom_logging
-from loom.api.models.bounds import DEPTH_RULE
 from loom.errors import BackendUnavailable, LoomError
+from loom.models.bounds import DEPTH_RULE
 
 log = loom_logging.get("loom.api")
 
@@ -87,19 +90,123 @@ def invalid_body(errors: list[dict[str, Any]]) -> JSONResponse:
     )
 
 
+OP_PREFIX = "/v1/"
+
+
+def is_json(content_type: str | None) -> bool:
+    """application/json or application/<anything>+json (what FastAPI parses as JSON)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _not_json(exc: RequestValidationError) -> JSONResponse | None:
+    """The body did not parse: where (line and column), never a character offset
+    presented as a field, and never the body's text."""
+    cause = exc.__cause__
+    if not isinstance(cause, json.JSONDecodeError):
+        return None
+    rule = f"body is not valid JSON (line {cause.lineno}, column {cause.colno}): {cause.msg}"
+    return invalid_body([{"field": "body", "rule": rule, "type": "json_invalid"}])
+
+
+def _not_an_object(request: Request, exc: RequestValidationError) -> JSONResponse | None:
+    """The body parsed (or was taken as bytes) but is no JSON object: say what was sent."""
+    found = exc.errors()
+    if not found or tuple(found[0]["loc"]) != ("body",) or found[0]["type"] != "model_attributes_type":
+        return None
+    content_type = request.headers.get("content-type", "")
+    if is_json(content_type):
+        rule = f"the body must be a JSON object, not {_json_kind(found[0].get('input'))}"
+    else:
+        rule = (
+            f"the body must be a JSON object sent as content-type: application/json "
+            f"(this request's content-type is {content_type.split(';', 1)[0] or 'missing'})"
+        )
+    return invalid_body([{"field": "body", "rule": rule, "type": "model_attributes_type"}])
+
+
+def _json_kind(value: Any) -> str:
+    kinds = ((list, "an array"), (str, "a string"), (bool, "a boolean"), (int | float, "a number"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
+
+
+def op_names(app: FastAPI) -> list[str]:
+    """Every op the app documents (the `<op>` of each `POST /v1/<op>`; the schema is
+    built once and kept by FastAPI)."""
+    paths: dict[str, Any] = app.openapi()["paths"]
+    return sorted(p.removeprefix(OP_PREFIX) for p in paths if p.startswith(OP_PREFIX))
+
+
+def _unknown_op(request: Request) -> JSONResponse:
+    """404 on /v1: name the op that was asked for and the nearest ones that exist."""
+    op = request.url.path.removeprefix(OP_PREFIX)
+    near = difflib.get_close_matches(op, op_names(request.app), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(near)}?" if near else "GET /docs lists every op"
+    return JSONResponse(
+        {
+            "error": "not_found",
+            "message": f"no op named {op!r} (every op is POST /v1/<op name>); {hint}",
+            "field": "op",
+            "rule": "unknown_op",
+            "suggestions": near,
+        },
+        status_code=404,
+    )
+
+
+def _wrong_method(request: Request, exc: HTTPException) -> JSONResponse:
+    return JSONResponse(
+        {
+            "error": "method_not_allowed",
+            "message": f"{request.method} is not allowed here: every op is POST /v1/<op name> with a JSON body",
+            "rule": "post_only",
+        },
+        status_code=405,
+        headers=getattr(exc, "headers", None),
+    )
+
+
+NotFoundPage = Callable[[Request], Awaitable[Response]]
+
+
+def add_not_found_page(app: FastAPI, prefix: str, render: NotFoundPage) -> None:
+    """Paths under `prefix` that match no route answer `render`'s page (the dashboard's
+    own 404) instead of the API's JSON."""
+    pages: dict[str, NotFoundPage] | None = getattr(app.state, "not_found_pages", None)
+    if pages is None:
+        pages = app.state.not_found_pages = {}
+    pages[prefix.rstrip("/")] = render
+
+
+def _not_found_page(request: Request) -> NotFoundPage | None:
+    pages: dict[str, NotFoundPage] = getattr(request.app.state, "not_found_pages", {})
+    path = request.url.path
+    return next((r for p, r in pages.items() if path == p or path.startswith(p + "/")), None)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(LoomError)
     async def loom_error(_: Request, exc: LoomError) -> JSONResponse:
         return loom_response(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        plain = _not_json(exc) or _not_an_object(request, exc)
+        if plain is not None:
+            return plain
         return invalid_body(
             [{"field": _field(tuple(e["loc"])), "rule": e["msg"], "type": e["type"]} for e in exc.errors()]
         )
 
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: HTTPException) -> Any:
+        on_ops = request.url.path.startswith(OP_PREFIX)
+        if exc.status_code == 404 and on_ops:
+            return _unknown_op(request)
+        if exc.status_code == 405 and on_ops:
+            return _wrong_method(request, exc)
+        if exc.status_code == 404 and (page := _not_found_page(request)) is not None:
+            return await page(request)
         if isinstance(exc.__cause__, LoomError):
             # Raised while FastAPI read the body (e.g. the gate's 413 on a chunked body).
             return loom_response(exc.__cause__)

@@ -8,6 +8,11 @@
    sends. The verified caller is left in the scope for the route's own role and scope
    check (``loom.api.deps``), so the token is looked up once.
 3. The token lookup's backend failure is a 503 like any other (``loom.api.errors``).
+4. A ``/v1`` body is JSON whatever its declared type: a body sent with no content type,
+   or with the form type ``curl -d`` sends by default (or ``text/plain``), is read as
+   JSON. Every op takes JSON and authenticates by the bearer header, which a page of
+   another site cannot send without a CORS preflight, so the cross-site reason for
+   refusing such bodies does not apply to them.
 
 Why not FastAPI's dependencies: FastAPI reads and parses a route's body before it runs
 the route's dependencies, so the token check there comes after the body.
@@ -49,21 +54,34 @@ class Gate:
             self.limit = int(svc.settings.max_body_bytes)
         limit = self.limit
         # One pass over the headers (this runs on every request of the hot path).
-        length = authorization = b""
+        length = authorization = kind = b""
         for name, value in scope["headers"]:
             if name == b"content-length":
                 length = value
             elif name == b"authorization":
                 authorization = value
+            elif name == b"content-type":
+                kind = value
         refusal = None
         if length.isdigit() and int(length) > limit:
             refusal = errors.loom_response(too_large(limit))
         elif scope["path"].startswith("/v1/") and route_template(scope) is not None:
             refusal = await _authenticate(scope, svc, authorization.decode("latin-1"))
+            if kind.split(b";", 1)[0].strip().lower() in _READ_AS_JSON:
+                scope["headers"] = _as_json(scope["headers"])
         if refusal is not None:
             await refusal(scope, receive, send)
             return
         await self.app(scope, _counting(receive, limit), send)
+
+
+# Declared types a /v1 body is read as JSON under (see the module docstring, 4).
+_READ_AS_JSON = frozenset({b"", b"application/x-www-form-urlencoded", b"text/plain"})
+
+
+def _as_json(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    kept = [(name, value) for name, value in headers if name != b"content-type"]
+    return [*kept, (b"content-type", b"application/json")]
 
 
 async def _authenticate(scope: Scope, svc: Any, authorization: str) -> Any:

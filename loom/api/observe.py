@@ -67,7 +67,9 @@ class _RouteIndex:
         return None
 
 
-def _flat(routes: list[BaseRoute]) -> list[Any]:
+def flat_routes(routes: list[BaseRoute]) -> list[Any]:
+    """Every route of the app under its full path (each with `.path` and `.original_route`
+    on FastAPI 0.16x, the route itself before)."""
     # FastAPI from 0.16x keeps an included router as one entry of app.routes; its
     # iter_route_contexts yields each route under its full path.
     try:
@@ -85,7 +87,7 @@ def route_template(scope: Scope) -> str | None:
     router = scope["app"].router
     index: _RouteIndex | None = getattr(router, "_loom_route_index", None)
     if index is None:
-        index = _RouteIndex(_flat(list(router.routes)))
+        index = _RouteIndex(flat_routes(list(router.routes)))
         router._loom_route_index = index
     found = scope[_TEMPLATE] = index.template(scope)
     return found

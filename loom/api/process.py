@@ -1,6 +1,7 @@
 """The API process `loom serve` starts: `python -m loom.api.process --host H --port P`.
 
-uvicorn as its command line would run it (httptools and uvloop, no access log), with a
+uvicorn as its command line would run it (httptools and uvloop; its lines through Loom's
+log setup, led by their time; a request line each only with LOOM_LOG_VERBOSE), with a
 bound on answering the requests in flight once told to stop (SIGTERM/SIGINT), and no
 interpreter teardown after that: tearing down the API's modules took seconds on a busy
 machine, and the supervisor waits for this process to exit before it stops the workers.
@@ -16,7 +17,9 @@ import sys
 
 import uvicorn
 
+from loom import logging as loom_logging
 from loom import start_gate
+from loom.settings import load_settings
 
 STARTUP_FAILURE = 3  # uvicorn's own exit code when the app did not start
 
@@ -32,12 +35,15 @@ def main(argv: list[str] | None = None) -> None:
 
     if args.await_start:
         start_gate.await_start()
+    settings = load_settings()
+    loom_logging.configure(settings.log_level, verbose=settings.log_verbose)
     config = uvicorn.Config(
         app,
         host=args.host,
         port=args.port,
-        access_log=False,
-        log_level="warning",
+        access_log=settings.log_verbose,
+        log_config=None,  # uvicorn's lines go through Loom's handler (with their time)
+        log_level="info" if settings.log_verbose else "warning",
         timeout_graceful_shutdown=args.drain_seconds,
     )
     server = uvicorn.Server(config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import IntEnum
 
 from loom.errors import Forbidden
@@ -26,6 +27,10 @@ class Principal:
     read_scope: str = "all"
     read_user_id: str = ""
     read_session_id: str = ""
+    expires_at: datetime | None = None  # None: the token never expires
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
     @property
     def bounded(self) -> bool:

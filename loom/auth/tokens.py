@@ -10,6 +10,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, timedelta
 
 from clickhouse_connect.driver.client import Client
 
@@ -40,6 +41,7 @@ def mint(
     read_user_id: str = "",
     read_session_id: str = "",
     label: str = "",
+    expires_in: timedelta | None = None,
 ) -> Minted:
     if not namespaces:
         raise InvalidRequest("at least one namespace is needed", field="namespace")
@@ -54,6 +56,8 @@ def mint(
         raise InvalidRequest("--read-scope own_user needs --read-user-id", field="read_user_id")
     if read_scope == "own_session" and not read_session_id:
         raise InvalidRequest("--read-scope own_session needs --read-session-id", field="read_session_id")
+    if expires_in is not None and expires_in <= timedelta(0):
+        raise InvalidRequest("a token's lifetime must be positive", field="expires_in")
     token_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     store.insert(
@@ -69,6 +73,7 @@ def mint(
             label=label,
             created_at=utcnow(),
             revoked=False,
+            expires_at=utcnow() + expires_in if expires_in is not None else None,
         ),
     )
     return Minted(f"loom_{token_id}_{secret}", token_id)
@@ -97,7 +102,9 @@ class _Cache:
         with self._lock:
             hit = self._items.get(token)
         if hit and hit[0] > time.monotonic():
-            return True, hit[1]
+            who = hit[1]
+            # A token verified a moment ago may have expired since.
+            return True, None if who is not None and who.expired(utcnow()) else who
         return False, None
 
     def put(self, token: str, principal: Principal | None) -> None:
@@ -136,11 +143,28 @@ def _lookup(ch: Client, token: str) -> Principal | None:
     row = store.get(ch, m.group(1))
     if row is None or row.revoked or not hmac.compare_digest(row.token_hash, _hash(m.group(2))):
         return None
-    return Principal(
+    who = Principal(
         row.token_id,
         tuple(row.namespaces),
         Role[row.role],
         row.read_scope,
         row.read_user_id,
         row.read_session_id,
+        row.expires_at.replace(tzinfo=UTC) if row.expires_at is not None else None,
     )
+    return None if who.expired(utcnow()) else who
+
+
+_LIFETIME = re.compile(r"^(\d+)([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_lifetime(text: str) -> timedelta:
+    """`30d`, `12h`, `90m` or `3600s` as a timedelta; InvalidRequest otherwise."""
+    m = _LIFETIME.match(text.strip())
+    if not m or int(m.group(1)) == 0:
+        raise InvalidRequest(
+            f"a lifetime is a positive number and a unit (s, m, h, d), such as 30d, not {text!r}",
+            field="expires_in",
+        )
+    return timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})

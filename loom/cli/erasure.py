@@ -66,7 +66,7 @@ def show(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = 
     from rich.table import Table
 
     from loom.cli.main import _admin_client, _settings
-    from loom.ops.retention import report
+    from loom.ops.erasure.retention import report
 
     settings = _settings()
     with _admin_client(settings) as ch:

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from loom import logging as loom_logging
 from loom.cli.erasure import erasure_app, retention_app
 from loom.cli.ingest import ingest_transcript
 from loom.cli.mcp import mcp_stdio
@@ -86,6 +87,14 @@ def serve(
     port: Annotated[
         int | None, typer.Option(help="Port the API listens on (default LOOM_PORT).", min=1, max=65535)
     ] = None,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            help="Every line: each request, each job's start and end, MCP sessions, debug lines "
+            "(default: start-up steps, warnings and errors; LOOM_LOG_VERBOSE).",
+        ),
+    ] = False,
 ) -> None:
     """Run Loom: with no configuration, the embedded ClickHouse endpoint and Redis,
     migrations, an arq worker and the API on 127.0.0.1:7777, each restarted if it dies
@@ -94,22 +103,24 @@ def serve(
     from loom.supervisor import HomeInUse, Supervisor
 
     settings = _settings()
-    overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    overrides: dict[str, object] = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    if verbose:
+        overrides["log_verbose"] = True
     settings = settings.model_copy(update=overrides) if overrides else settings
     started = time.monotonic()
     sup = Supervisor(settings)
     sup.install_signal_handlers()
     try:
-        sup.take_home(console.print)
+        sup.take_home(say)
     except (HomeInUse, BackendInUse) as exc:
-        console.print(f"[red]{exc}[/red]")
+        say(f"[red]{exc}[/red]")
         raise typer.Exit(1) from None
     failure = "the start-up failed"
     try:
         failure = _serve_until_stopped(sup, settings, workers, started)
     finally:
         sup.stop()
-        console.print(f"[red]Loom stopped: {failure}[/red]" if failure else "Loom stopped.")
+        say(f"[red]Loom stopped: {failure}[/red]" if failure else "Loom stopped.")
     # Every child is stopped and nothing is left to flush: skip the interpreter's
     # teardown of its modules, which takes seconds on a busy machine.
     sys.stdout.flush()
@@ -125,19 +136,21 @@ def _serve_until_stopped(sup: Supervisor, settings: Settings, workers: int, star
     # The API and the workers import their modules meanwhile (loom.start_gate).
     sup.start_services(workers if settings.clickhouse_embedded or settings.redis_embedded else 0)
     clickhouse_url, redis_url = sup.start_backends()
+    say(
+        f"backends ready: ClickHouse ({_where(settings.clickhouse_embedded)}), Redis ({_where(settings.redis_embedded)})"
+    )
     try:
         report = prepare(settings, clickhouse_url, redis_url=redis_url)
     except (MigrationBlocked, SchemaTooNew) as exc:
         return str(exc)
-    if report.applied:
-        console.print(f"migrations applied: {', '.join(report.applied)}")
+    say(f"migrations applied: {_span(report.applied)}" if report.applied else "schema current")
     if settings.tiering_conversations_warm_days:
-        console.print(f"tiering: {report.storage.tiering}")
+        say(f"tiering: {report.storage.tiering}")
     sup.release_services(clickhouse_url, redis_url)
     base = f"http://{settings.host}:{settings.port}"
     if (why := sup.wait_healthy(f"{base}/healthz")) is not None:
         return "" if sup.stop_requested else f"the API did not come up ({why}); see the log above"
-    console.print(
+    say(
         f"[green]Loom is up[/green] in {time.monotonic() - started:.1f}s\n"
         f"  API        {base}/v1/<op>\n  OpenAPI    {base}/docs\n"
         f"  Dashboard  {base}/dashboard\n"
@@ -146,6 +159,22 @@ def _serve_until_stopped(sup: Supervisor, settings: Settings, workers: int, star
     )
     sup.supervise()
     return sup.give_up_message()
+
+
+def say(text: str) -> None:
+    """One line of `loom serve`'s own on the console, led by its UTC time as every log
+    line is, never wrapped."""
+    stamp = time.strftime(loom_logging.TIME_FORMAT, time.gmtime())
+    console.print(f"{stamp} {text}", soft_wrap=True, highlight=False)
+
+
+def _where(embedded: bool) -> str:
+    return "embedded" if embedded else "external"
+
+
+def _span(names: list[str]) -> str:
+    """A list of migrations on one line: all of a few, the count and ends of many."""
+    return ", ".join(names) if len(names) <= 3 else f"{len(names)} ({names[0]} … {names[-1]})"
 
 
 @app.command()
@@ -178,8 +207,8 @@ def reembed(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from loom.embedded.backends import start_backends
-    from loom.ops.conversation.reembedding import reembed_to_model, reembed_with
-    from loom.ops.conversation.worker_embed_writer import model_from_embedder
+    from loom.ops.conversation.lifecycle.reembedding import reembed_to_model, reembed_with
+    from loom.ops.embedding.writer import model_from_embedder
     from loom.providers.embedders import build_embedder
     from loom.services import open_services
     from loom.store import embeddings
@@ -247,16 +276,22 @@ def token_mint(
     read_user_id: Annotated[str, typer.Option(help="The user an own_user token acts as.")] = "",
     read_session_id: Annotated[str, typer.Option(help="The session an own_session token acts in.")] = "",
     label: Annotated[str, typer.Option(help="A note for `loom token list`.")] = "",
+    expires_in: Annotated[
+        str, typer.Option(help="Lifetime, such as 30d, 12h, 90m or 3600s (default: never expires).")
+    ] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Mint a token. It is printed once and stored only as a hash."""
-    from loom.auth.tokens import mint
+    from loom.auth.tokens import mint, parse_lifetime
     from loom.errors import LoomError
 
     settings = _settings()
     with _admin_client(settings) as ch:
         try:
-            minted = mint(ch, namespace, role, read_scope, read_user_id, read_session_id, label)
+            lifetime = parse_lifetime(expires_in) if expires_in else None
+            minted = mint(
+                ch, namespace, role, read_scope, read_user_id, read_session_id, label, expires_in=lifetime
+            )
         except LoomError as exc:
             console.print(f"[red]{exc.message}[/red]")
             raise typer.Exit(2) from None

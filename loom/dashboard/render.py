@@ -13,6 +13,7 @@ from fastapi.templating import Jinja2Templates
 
 from loom.dashboard.visit import PATH, Visit
 from loom.errors import Forbidden
+from loom.models.session import AUTHOR_LABELS
 from loom.sdk.transport import LoomError
 
 HERE = Path(__file__).parent
@@ -28,6 +29,8 @@ def _when(value: datetime | str | None) -> str:
 
 
 templates.env.filters["when"] = _when
+# A brief revision's author as words ("model" alone reads as a server-side model).
+templates.env.globals["author_label"] = lambda author: AUTHOR_LABELS.get(author, author)
 # Security headers every page carries: no framing, no sniffing, scripts only from Loom.
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "

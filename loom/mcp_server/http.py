@@ -19,7 +19,9 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
 from loom.api import errors
-from loom.api.deps import authenticate
+from loom.api.deps import PRINCIPAL, authenticate
+from loom.auth import policy
+from loom.auth.principal import Principal
 from loom.errors import InvalidRequest
 from loom.errors import LoomError as ApiError
 from loom.mcp_server import server
@@ -38,6 +40,12 @@ def _session(context: Any) -> str:
     return str(_request(context).headers.get(SESSION_HEADER, "")) or "no-session"
 
 
+def _may(context: Any, op: str) -> bool:
+    """Whether the caller the endpoint verified may call `op` (loom.auth.policy)."""
+    who: Principal | None = _request(context).scope.get(PRINCIPAL)
+    return who is not None and policy.rule_for(op).allows(who)
+
+
 class McpEndpoint:
     """The ASGI app at `/mcp`; `running()` is entered by the API's lifespan."""
 
@@ -45,7 +53,7 @@ class McpEndpoint:
         self.runs = runs = server.Runs(idle_s=1800.0)  # the setting's value once running
         self._client: httpx.AsyncClient | None = None  # to the API itself, made on the first call
         self.managers: dict[Toolset, StreamableHTTPSessionManager] = {
-            t: StreamableHTTPSessionManager(app=server.build(t, self._call_api, runs, _session))
+            t: StreamableHTTPSessionManager(app=server.build(t, self._call_api, runs, _session, _may))
             for t in TOOLSETS
         }
 
@@ -78,7 +86,7 @@ class McpEndpoint:
         headers = dict(scope["headers"])
         svc = scope["app"].state.services
         try:
-            await authenticate(svc, headers.get(b"authorization", b"").decode("latin-1"))
+            scope[PRINCIPAL] = await authenticate(svc, headers.get(b"authorization", b"").decode("latin-1"))
         except ApiError as exc:
             await errors.loom_response(exc)(scope, receive, send)
             return

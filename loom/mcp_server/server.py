@@ -30,6 +30,14 @@ from loom.sdk.transport import LoomError
 Caller = Callable[[str, dict[str, Any], Any], Awaitable[dict[str, Any]]]
 # The MCP request's context -> the key of its session (for its run).
 SessionKey = Callable[[Any], str]
+# (the MCP request's context, op) -> whether the caller may call it (loom.auth.policy):
+# the listing shows only the tools its token may call.
+May = Callable[[Any, str], bool]
+
+
+def may_call_any(_context: Any, _op: str) -> bool:
+    """For a transport that cannot see the caller: the API refuses what it must."""
+    return True
 
 
 @dataclass
@@ -69,14 +77,18 @@ def with_run(spec: ToolSpec, args: dict[str, Any], run_id: str) -> dict[str, Any
     return body
 
 
-def build(toolset: Toolset, call: Caller, runs: Runs, session_key: SessionKey) -> Server[Any, Any]:
+def build(
+    toolset: Toolset, call: Caller, runs: Runs, session_key: SessionKey, may: May = may_call_any
+) -> Server[Any, Any]:
     server: Server[Any, Any] = Server("loom", instructions="Loom: durable memory, session briefs and search.")
 
     @server.list_tools()  # type: ignore[no-untyped-call, untyped-decorator]
     async def list_tools() -> list[types.Tool]:
+        context = server.request_context
         return [
             types.Tool(name=t.name, description=t.description, inputSchema=t.input_schema())
             for t in listed(toolset)
+            if may(context, t.op)
         ]
 
     @server.call_tool(validate_input=False)  # type: ignore[untyped-decorator]

@@ -1,11 +1,15 @@
 """The MCP tools: each is one op, its input schema the op's own request model.
 
 Two listings. The default **core** one holds what an agent needs to remember and
-resume: the unified search (`loom_search`: memory, briefs' names and conversations;
-the only way the core listing reaches conversation.search), memory, context and briefs.
-It does not hold conversation.append, and no description asks a model to log turns:
-turns are captured by a client's transcript hook. **all** (`?toolset=all`, or
-`loom mcp --toolset all`) lists every op, `loom_conversation_append` included.
+resume: the unified search (`loom_search`: the user's memory and the namespace's
+recorded conversations), memory, context and briefs. It does not hold
+conversation.append, and no description asks a model to log turns: turns are captured
+by a client's transcript hook. **all** (`?toolset=all`, or `loom mcp --toolset all`)
+lists every other op, `loom_conversation_append` included.
+
+conversation.search is on no listing: agents get its results as the conversation
+section of `loom_search`. Over HTTP a listing holds only the tools the caller's token
+may call (loom.auth.policy).
 """
 
 from __future__ import annotations
@@ -15,16 +19,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from loom.api.models import briefs as b
-from loom.api.models import compaction as k
-from loom.api.models import conversation as c
-from loom.api.models import deploy as d
-from loom.api.models import erasure as e
-from loom.api.models import memory as m
-from loom.api.models import memory_answers as ma
-from loom.api.models import namespaces as n
-from loom.api.models import saved as s
-from loom.api.models import search as q
+from loom.models import erasure as e
+from loom.models import memory as m
+from loom.models import memory_answers as ma
+from loom.models import namespace as n
+from loom.models import replicas as d
+from loom.models import session as b
+from loom.models.conversation import lifecycle as k
+from loom.models.conversation import reading as c
+from loom.models.conversation import saved as s
 
 Toolset = Literal["core", "all"]
 TOOLSETS: tuple[Toolset, ...] = ("core", "all")
@@ -58,8 +61,8 @@ SPECS: tuple[ToolSpec, ...] = (
     _spec(
         "search",
         m.UnifiedSearchRequest,
-        "Search what Loom holds for a question: the user's memory, the names of saved briefs and "
-        "the namespace's recorded conversations, in one answer.",
+        "Search what Loom holds for a question: the user's memory and the namespace's recorded "
+        "conversations, in one answer.",
         core=True,
     ),
     _spec(
@@ -97,11 +100,6 @@ SPECS: tuple[ToolSpec, ...] = (
     ),
     # all
     _spec("conversation.append", c.AppendRequest, "Append a turn (or a batch) to a thread's transcript."),
-    _spec(
-        "conversation.search",
-        q.SearchRequest,
-        "Search recorded conversation turns by meaning, by their words, or both (search_mode).",
-    ),
     _spec("conversation.create", c.CreateRequest, "Create a thread."),
     _spec("conversation.update", c.UpdateRequest, "Change a thread's title, metadata or run."),
     _spec("conversation.threads", c.ThreadsRequest, "List threads, newest first."),

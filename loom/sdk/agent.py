@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from loom.api.models.conversation import AppendBatchResponse
-from loom.api.models.memory import ContextPackResponse, SetFromMessagesResponse
+from loom.models.conversation.reading import AppendBatchResponse
+from loom.models.memory import ContextPackResponse, SetFromMessagesResponse
 from loom.sdk.ops import Briefs, Conversation, Erasure, Memory, Namespace, Ops, Saved, Settings, Webhooks
 from loom.sdk.transport import Retry, Transport
 
@@ -110,7 +110,7 @@ class Session:
         """context.pack for this scope: the user's relevant facts, this thread's transcript
         tail (when recorded), evidence hits; a brief only when `brief_key` names one."""
         return await self.agent.memory.context_pack(
-            **self._user(),
+            user_id=self.user_id or None,
             session_id=self.session_id,
             thread_id=self.thread_id,
             query=query,
@@ -138,7 +138,7 @@ class Session:
         messages, self._buffer = self._buffer, []
         try:
             return await self.agent.memory.set_from_messages(
-                **self._user(), session_id=self.session_id, messages=messages, defer=True
+                user_id=self.user_id or None, session_id=self.session_id, messages=messages, defer=True
             )
         except BaseException:
             self._buffer = messages + self._buffer  # nothing lost: the next flush sends them
@@ -165,9 +165,6 @@ class Session:
             out.setdefault("user_id", self.user_id)
         out["metadata"] = {"environment": self.agent.environment, **dict(turn.get("metadata") or {})}
         return out
-
-    def _user(self) -> dict[str, str]:
-        return {"user_id": self.user_id} if self.user_id else {}
 
     def _check_open(self) -> None:
         if self._closed:

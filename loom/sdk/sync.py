@@ -1,5 +1,6 @@
-"""A blocking facade for scripts: `SyncAgent` has the Agent's methods, each called
-without `await`.
+"""A blocking facade for scripts: `SyncAgent` has the Agent's groups and methods, each
+called without `await` (their signatures and docstrings are the Agent's:
+loom/sdk/sync_ops.py, generated with loom/sdk/ops.py).
 
     from loom import SyncAgent
 
@@ -15,13 +16,15 @@ waited for. An async iterator (erasure.export) becomes a plain iterator.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-from loom.sdk.agent import Agent
+from loom.models.conversation.reading import AppendBatchResponse
+from loom.models.memory import ContextPackResponse, SetFromMessagesResponse
+from loom.sdk.agent import FLUSH_EVERY, Agent, Session
+from loom.sdk.sync_ops import Groups
 
 T = TypeVar("T")
 
@@ -51,40 +54,28 @@ class _Loop:
         self.loop.close()
 
 
-class _Blocking:
-    """`target`'s coroutine methods as blocking ones; its other attributes wrapped the
-    same way (the Agent's op groups, a Session)."""
+class SyncAgent(Groups):
+    """`Agent(namespace, environment, name, **options)` (loom.sdk.agent), blocking."""
 
-    def __init__(self, target: Any, runner: _Loop) -> None:
-        self._target, self._runner = target, runner
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._target, name)
-        if inspect.isasyncgenfunction(value):
-            return lambda *a, **kw: self._runner.iterate(value(*a, **kw))
-        if inspect.iscoroutinefunction(value):
-            return self._blocking(value)
-        if callable(value):  # e.g. Agent.session: a plain method answering an object to wrap
-            return lambda *a, **kw: _Blocking(value(*a, **kw), self._runner)
-        if isinstance(value, str | int | float | bool | type(None)):
-            return value
-        return _Blocking(value, self._runner)
-
-    def _blocking(self, fn: Callable[..., Awaitable[T]]) -> Callable[..., T]:
-        return lambda *a, **kw: self._runner.run(fn(*a, **kw))
-
-
-class SyncAgent(_Blocking):
     def __init__(self, namespace: str, environment: str, name: str, **options: Any) -> None:
-        runner = _Loop()
+        self._runner = _Loop()
 
         async def build() -> Agent:  # the Agent's HTTP client belongs to the runner's loop
             return Agent(namespace, environment, name, **options)
 
-        super().__init__(runner.run(build()), runner)
+        self.agent = self._runner.run(build())
+        self.namespace, self.environment, self.name = namespace, environment, name
+        super().__init__(self.agent, self._runner)
+
+    def session(
+        self, thread_id: str, *, user_id: str = "", session_id: str = "", flush_every: int = FLUSH_EVERY
+    ) -> SyncSession:
+        """This agent in thread `thread_id` for `user_id` (Agent.session), blocking."""
+        made = self.agent.session(thread_id, user_id=user_id, session_id=session_id, flush_every=flush_every)
+        return SyncSession(made, self._runner)
 
     def close(self) -> None:
-        self._runner.run(self._target.aclose())
+        self._runner.run(self.agent.aclose())
         self._runner.stop()
 
     def __enter__(self) -> SyncAgent:
@@ -94,3 +85,40 @@ class SyncAgent(_Blocking):
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+class SyncSession:
+    """A Session (loom.sdk.agent), blocking."""
+
+    def __init__(self, session: Session, runner: _Loop) -> None:
+        self.session, self._runner = session, runner
+
+    @property
+    def transcript_stored(self) -> bool | None:
+        return self.session.transcript_stored
+
+    def resume(
+        self, query: str = "", *, token_budget: int = 4000, brief_key: str = ""
+    ) -> ContextPackResponse:
+        """context.pack for this scope (Session.resume)."""
+        return self._runner.run(self.session.resume(query, token_budget=token_budget, brief_key=brief_key))
+
+    def append(self, *turns: Mapping[str, Any]) -> AppendBatchResponse:
+        """Write `turns` to the thread (Session.append)."""
+        return self._runner.run(self.session.append(*turns))
+
+    def flush(self) -> SetFromMessagesResponse | None:
+        """Hand the buffered turns to extraction now (Session.flush)."""
+        return self._runner.run(self.session.flush())
+
+    def close(self) -> SetFromMessagesResponse | None:
+        """Flush; the session takes no more appends (Session.close)."""
+        return self._runner.run(self.session.close())
+
+    def __enter__(self) -> SyncSession:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._runner.run(self.session.__aexit__(kind, exc, tb))  # closes it unless closed

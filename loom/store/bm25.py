@@ -46,7 +46,7 @@ MAX_QUERY_TERMS = 64
 # "billing_ledger_v2", a host name), a few Unicode quotes and dashes read as spaces.
 # Byte-range classes on purpose: Unicode property classes (\p{L}) cost the engine
 # ~20 ms to compile per query and per insert. 003_saved.sql spells the same expression
-# out for `content` (tests/conversation/test_saved_index.py checks they match).
+# out for `content` (tests/conversation/saved/test_saved_index.py checks they match).
 _WORD = r"[^\\x00-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7f]+"
 _NORMALISED = "translateUTF8(lowerUTF8({x}), '“”‘’«»—–…•·', '           ')"
 TERMS = (
@@ -142,9 +142,9 @@ def stop_words_param() -> list[str]:
 # Tokenising a short query in SQL costs the engine ~11 ms of CPU (its regular
 # expressions; measured on the 100k-turn bench set), a fifth of a lexical search. The
 # transcript's lexical leg therefore computes a query's terms here, by the same rules;
-# tests/conversation/test_search_modes.py checks both give the same terms on a varied
+# tests/conversation/reading/test_search_modes.py checks both give the same terms on a varied
 # text. The transcript's postings are written with these too (loom.store.transcript_postings),
-# and tests/conversation/test_transcript_postings.py holds them equal to the engine's.
+# and tests/conversation/writing/test_transcript_postings.py holds them equal to the engine's.
 _PY_CLASS = r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]+"
 _PY_WORD = re.compile(_PY_CLASS)
 _PY_COMPOUND = re.compile(f"{_PY_CLASS}(?:[-_./:@#]{_PY_CLASS})+")

@@ -166,6 +166,17 @@ def write(ch: Client, brief: BriefRow, revision: RevisionRow) -> None:
     BRIEFS.insert(ch, [brief], version=version)
 
 
+def writers(ch: Client, namespace: str, brief_key: str) -> set[str]:
+    """The tokens that wrote a revision of the brief."""
+    got = scalar(
+        ch,
+        "SELECT groupUniqArray(token_id) FROM session_brief_revisions "
+        "WHERE namespace = {ns:String} AND brief_key = {key:String}",
+        {"ns": namespace, "key": brief_key},
+    )
+    return {str(t) for t in got or ()}
+
+
 def delete(ch: Client, current: BriefRow) -> None:
     """Forget a brief: a tombstone row (revision count kept, content emptied), then every
     older row of it and all its revisions removed."""

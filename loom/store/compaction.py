@@ -4,7 +4,7 @@ retirement writes the summary and the replaced turns' tombstoned versions throug
 loom.store.conversations.insert).
 
 The rules (which turns a summary replaces, how shared embedding rows are settled) are
-the op's (loom.ops.conversation.compacting).
+the op's (loom.ops.conversation.lifecycle.compacting).
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ class Landed:
     # transcript row).
     elsewhere: set[tuple[str, str, str]]
     # Landed for this agent as a saved-only row (its newest version): an append of the
-    # turn while the namespace records makes it recorded (loom.ops.conversation.origin).
+    # turn while the namespace records makes it recorded (loom.ops.conversation.writing.origin).
     saved_only: set[TurnKey] = field(default_factory=set)
 
 

@@ -2,7 +2,7 @@
 and settling the thread's shared embedding rows.
 
 The rules that decide what becomes of the thread's shared embedding rows are the op's
-(loom.ops.conversation.deleting); this module reads what they need and writes rows.
+(loom.ops.conversation.lifecycle.deleting); this module reads what they need and writes rows.
 """
 
 from __future__ import annotations

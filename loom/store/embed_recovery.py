@@ -1,4 +1,4 @@
-"""SQL of the embedding recovery pass (loom.ops.conversation.recovery): the transcript
+"""SQL of the embedding recovery pass (loom.ops.embedding.recovery): the transcript
 rows that landed in a window of insert times, in a stable order, and the position the
 pass reached (table embed_recovery, migration 008).
 

@@ -18,7 +18,7 @@ Redis may lose the last second of writes when it crashes (AOF, everysec). The re
 mark holds the ``run_id`` of the Redis process that completed the notes, and a restart
 changes it, so after a restart every namespace is read from ClickHouse again until
 its notes are rebuilt (the first flush in the namespace starts that:
-loom.ops.conversation.appending).
+loom.ops.conversation.writing.appending).
 
 Layout: 4,096 hashes per namespace (``loom:landed:{ns}:{bucket}``), 6-byte fields from a
 BLAKE2b digest of the key, two per turn (this agent's copy, and any agent's: the latter
@@ -86,7 +86,7 @@ end
 return out
 """
 
-# The value a save's claim on a turn starts with (loom.ops.conversation.saving): the
+# The value a save's claim on a turn starts with (loom.ops.conversation.saved.saving): the
 # script above tells an append that a save, not another append, holds the turn. A save
 # claims through the same script, live under the same marks as a flush (its claim
 # value is its writer id): a save that died between its claim and its insert is taken

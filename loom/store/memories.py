@@ -69,17 +69,31 @@ class Scope:
     user_id: str
     session_id: str = ""
     run_id: str = ""
+    # A session's scope that also holds the user's durable facts (those set with no
+    # session): what a session resumes with (context.pack) knows its user.
+    with_user_facts: bool = False
 
     def where(self, alias: str = "") -> str:
         """The scope's condition (params from :meth:`params`); an empty session or run
         does not narrow."""
         p = f"{alias}." if alias else ""
         parts = [f"{p}namespace = {{ns:String}}", f"{p}user_id = {{u:String}}"]
-        if self.session_id:
+        if self.session_id and self.with_user_facts:
+            parts.append(f"{p}session_id IN ('', {{sess:String}})")
+        elif self.session_id:
             parts.append(f"{p}session_id = {{sess:String}}")
         if self.run_id:
             parts.append(f"{p}run_id = {{run:String}}")
         return " AND ".join(parts)
+
+    def admits(self, session_id: str, run_id: str) -> bool:
+        """Whether a row of this session and run is in the scope (as :meth:`where` says)."""
+        session_ok = (
+            not self.session_id
+            or session_id == self.session_id
+            or (self.with_user_facts and session_id == "")
+        )
+        return session_ok and (not self.run_id or run_id == self.run_id)
 
     def params(self) -> dict[str, Any]:
         return {"ns": self.namespace, "u": self.user_id, "sess": self.session_id, "run": self.run_id}

@@ -3,7 +3,7 @@ cached in Redis for append's flush, which reads them for every batch.
 
 ClickHouse stays the truth; the cache only saves the flush a ClickHouse read (~6 ms of
 its ~19, measured 2026-12-01). It cannot answer with a switch older than the last
-change that completed, because every writer of a namespace's row (loom.ops.namespaces)
+change that completed, because every writer of a namespace's row (loom.ops.platform.namespaces)
 deletes the cached value *before* writing ClickHouse and sets the new one after, while a
 reader that missed caches what it read with SET NX: whatever the interleaving, a reader's
 older value either lands before the writer's SET (which overwrites it) or not at all.

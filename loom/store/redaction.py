@@ -9,7 +9,7 @@ them. A mutation is durable once submitted (it survives a restart and runs to it
 the op waits for it, bounded (:func:`unfinished`). Each removal names the rows it takes by their key and a version bound below the
 version the op just wrote, so the newest version (the tombstone or the redacted text)
 stays and a retry names the same rows. The rules (what is removed, what is rewritten)
-are the ops' (loom.ops.conversation.message_removal).
+are the ops' (loom.ops.conversation.lifecycle.message_removal).
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def prepare(
 
 
 def _with_stored_overrides(settings: Settings, ch: Client) -> Settings:
-    from loom.ops import live_settings  # the live settings' own validation (ops layer)
+    from loom.ops.platform import live_settings  # the live settings' own validation (ops layer)
 
     if not ch.command(f"EXISTS TABLE {overrides.TABLE.name}"):  # a run that stops short of 011 (tests)
         return settings

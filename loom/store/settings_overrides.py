@@ -1,4 +1,4 @@
-"""SQL of loom.settings_overrides: the live settings an admin stored (loom.ops.settings).
+"""SQL of loom.settings_overrides: the live settings an admin stored (loom.ops.platform.settings).
 
 A change is a new row per setting; the newest row of a name (by ``version``) is its
 state, and a cleared row means "no override: the environment's value applies".

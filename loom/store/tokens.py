@@ -23,6 +23,7 @@ class TokenRow:
     label: str = column("String")
     created_at: datetime = column("DateTime64(3, 'UTC')", write=False)  # the server's clock, at the insert
     revoked: bool = column("Bool")
+    expires_at: datetime | None = column("Nullable(DateTime64(3, 'UTC'))", default=None)
 
 
 TABLE = table("tokens", TokenRow, extra=[Column("version", "UInt64")])

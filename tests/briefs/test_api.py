@@ -64,8 +64,11 @@ async def test_key_addressing_under_each_token_kind(call, mint, ns):
     r = await call("session.brief_get", sess, namespace=ns, from_session="s1")
     assert r.json()["brief_key"] == "session/s1"
 
-    # Delete: the namespace-wide token by the prefix; the bounded token by its own key.
+    # Delete: a namespace-wide writer may not delete an end-user's brief (it did not
+    # write it); an admin may, by the prefix; the bounded token by its own key.
     r = await call("session.brief_delete", wide, namespace=ns, brief_key="~u1~plan")
+    assert r.status_code == 403 and r.json()["rule"] == "written_by"
+    r = await call("session.brief_delete", mint(ns, "admin"), namespace=ns, brief_key="~u1~plan")
     assert r.json()["deleted"] is True
     assert (await call("session.brief_get", user, namespace=ns, brief_key="plan")).status_code == 404
     r = await call("session.brief_delete", sess, namespace=ns, brief_key="plan")

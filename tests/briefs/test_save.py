@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from loom.errors import Conflict, InvalidRequest, NotFound, Unavailable
+from loom.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
 from loom.ops import briefs as ops
 from loom.providers.llm import LLMError, ScriptedLLM
 from loom.store import namespaces as ns_store
@@ -343,8 +343,12 @@ async def test_get_by_session_and_project_list_and_delete(services, ns, who):
     by_token = await ops.brief_list(services, other, ns, mine_only=True)
     assert [i.brief_key for i in by_token] == ["auto/p1/dev"]
 
-    assert await ops.brief_delete(services, w, ns, brief_key="auto/p1/dev") is True
-    assert await ops.brief_delete(services, w, ns, brief_key="auto/p1/dev") is False
+    # A writer deletes only a brief its own token wrote; an admin any.
+    with pytest.raises(Forbidden) as refused:
+        await ops.brief_delete(services, w, ns, brief_key="auto/p1/dev")
+    assert refused.value.rule == "written_by"
+    assert await ops.brief_delete(services, other, ns, brief_key="auto/p1/dev") is True
+    assert await ops.brief_delete(services, other, ns, brief_key="auto/p1/dev") is False
     with pytest.raises(NotFound):
         await ops.brief_get(services, w, ns, brief_key="auto/p1/dev")
     assert (await ops.brief_get(services, w, ns, project="p1")).brief_key == "auto/p1/main"
@@ -352,6 +356,12 @@ async def test_get_by_session_and_project_list_and_delete(services, ns, who):
     assert again.revision == 2  # numbering continues; the forgotten revision is gone
     with pytest.raises(NotFound):
         await ops.brief_get(services, w, ns, brief_key="auto/p1/dev", revision=1)
+    # Once another token revised auto/p1/main, its first writer may no longer delete
+    # it alone; an admin may.
+    await ops.brief_save(services, other, ns, brief_key="auto/p1/main", sections={"goal": "shared"})
+    with pytest.raises(Forbidden):
+        await ops.brief_delete(services, w, ns, brief_key="auto/p1/main")
+    assert await ops.brief_delete(services, who(ns, role="admin"), ns, brief_key="auto/p1/main") is True
 
 
 async def test_unchanged_save_writes_nothing(services, ns, who):

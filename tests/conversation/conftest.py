@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
+
+from loom.providers.llm import OpenAICompatLLM
+from tests.providers.standin import StandInServer
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -77,15 +80,37 @@ async def wait_for(
 def api_embedder(services: Any) -> Any:
     """install(embedder) -> embedder: swap the API process's inline embedder (search
     queries, saved messages) for this test; the fake from settings comes back after."""
-    from loom.ops.conversation import api_inline_embedder
+    from loom.ops.embedding import inline
 
-    previous = api_inline_embedder.install(services, None)
+    previous = inline.install(services, None)
     installed: list[Any] = []
 
     def install(embedder: Any) -> Any:
-        api_inline_embedder.install(services, embedder)
+        inline.install(services, embedder)
         installed.append(embedder)
         return embedder
 
     yield install
-    api_inline_embedder.install(services, previous)
+    inline.install(services, previous)
+
+
+SUMMARY = "They planned the storage cluster migration and agreed on a Friday cutover."
+
+
+@pytest.fixture
+def standin() -> Iterator[StandInServer]:
+    with StandInServer() as srv:
+        srv.set_handler(srv.CHAT, lambda req: srv.chat_ok(SUMMARY))
+        yield srv
+
+
+@pytest.fixture
+def summarizer(standin: StandInServer, services: Any, arq_worker: Any) -> Iterator[StandInServer]:
+    """The API's and the worker's LLM: the real OpenAI-compatible provider, served by
+    the stand-in."""
+    worker = arq_worker.ctx["loom"]
+    before = services.llm, worker.llm
+    llm = OpenAICompatLLM(base_url=standin.url, model="stand-in", timeout=5.0)
+    services.llm = worker.llm = llm
+    yield standin
+    services.llm, worker.llm = before

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from loom.ops import rates
+from loom.ops.platform import rates
 from loom.providers.embedders import FakeEmbedder
 
 

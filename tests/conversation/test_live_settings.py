@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from loom.auth.principal import Principal, Role
-from loom.ops import live_settings
-from loom.ops import settings as ops
-from loom.ops.conversation import titler_tick
+from loom.ops.conversation.lifecycle import titler_tick
+from loom.ops.platform import live_settings
+from loom.ops.platform import settings as ops
 from loom.settings import Settings
 from loom.store import settings_overrides as store
 from tests.conversation.conftest import wait_for

@@ -26,8 +26,8 @@ import httpx
 import pytest
 
 from loom.auth.principal import Principal, Role
-from loom.ops import live_settings
-from loom.ops import settings as ops
+from loom.ops.platform import live_settings
+from loom.ops.platform import settings as ops
 from tests.conversation.conftest import wait_for
 from tests.faults.harness import free_port, short_home
 from tests.platform.served import suite_env

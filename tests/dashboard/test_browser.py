@@ -131,8 +131,8 @@ async def test_high_turn_stays_masked_until_an_admin_reveals_it(desktop, mint, n
 async def test_saved_panel_with_an_end_user_token(desktop, mint, ns, shots):
     page = desktop
     await sign_in(page, mint(ns, "writer", read_scope="own_user", read_user_id="u-ann"))
-    assert page.url.endswith("/dashboard/saved")  # an end-user token sees only its Saved panel
-    assert await page.locator("nav[aria-label=Pages] a").all_inner_texts() == ["Saved"]
+    assert page.url.endswith("/dashboard/saved")  # an end-user token sees only its own Saved and Memory
+    assert await page.locator("nav[aria-label=Pages] a").all_inner_texts() == ["Saved", "Memory"]
     for conv, msg, text in (
         ("c1", "m1", "The invoice export runs nightly at 02:00 from the ledger."),
         ("c1", "m2", "Ticket OPS-4312 tracks the flaky deploy."),
@@ -179,9 +179,15 @@ async def test_load_a_brief(desktop, mint, ns, call, shots):
     key = r.json()["brief_key"]
     page = desktop
     await sign_in(page, token)
+    listed = await page.locator("#briefs li").filter(has_text=key).inner_text()
+    assert (
+        listed.count(key) == 1 and "Move invoices to the new ledger" in listed
+    )  # the key once, then the goal
     await page.click(f"#briefs >> text={key}")
     await page.wait_for_load_state()
     assert "Move invoices to the new ledger" in await page.locator("dl.sections").inner_text()
+    # Sections saved by hand: written by the caller, not by a model on the server.
+    assert await page.locator("#brief-author").inner_text() == "written by the calling agent"
     await page.click("#load-full")
     await page.wait_for_load_state()
     loaded = await page.locator("#brief-text").inner_text()
@@ -212,6 +218,11 @@ async def test_excerpt_length_changes_search_hits_live(desktop, mint, ns, call, 
         assert await page.locator("#settings-saved").count() == 1
         row = page.locator("tr", has=page.locator("#loom-conversation-search-excerpt-chars"))
         assert "override" in await row.inner_text()
+        label = row.locator("th")
+        assert (
+            await label.locator("label").inner_text()
+        ) == "Search: excerpt length"  # a name, the variable beside it
+        assert (await label.locator("code").inner_text()) == "LOOM_CONVERSATION_SEARCH_EXCERPT_CHARS"
         await page.screenshot(path=shots / "settings.png", full_page=True)
         await page.goto(f"/dashboard/conversations?ns={ns}&q=invoices+ledger+migration")
         first = await page.locator("#search-hits .excerpt").first.inner_text()
@@ -226,8 +237,14 @@ async def test_retention_and_health_pages(desktop, mint, ns, shots):
     await page.click("nav[aria-label=Pages] >> text=Retention")
     await page.wait_for_load_state()
     assert await page.locator("#retention-days").inner_text() == "keep forever (0)"
-    assert "conversations" in await page.locator("#tables").inner_text()
+    shown = await page.locator("#tables").inner_text()
+    assert "Transcript turns" in shown and "Memory facts" in shown and "search_marks" not in shown
+    assert "live settings" in await page.locator("main > p.muted").first.inner_text()  # as Settings says
+    internal = page.locator("#internal")
+    assert not await internal.is_visible()  # the internal tables behind a toggle
     await page.screenshot(path=shots / "retention.png", full_page=True)
+    await page.click("#internal-tables summary")
+    assert "search_marks" in await internal.inner_text()
     await page.click("nav[aria-label=Pages] >> text=Health")
     await page.wait_for_load_state()
     text = await page.locator("main").inner_text()
@@ -245,6 +262,7 @@ async def test_phone_width_has_no_sideways_scroll(phone, mint, ns, call, shots):
         "/dashboard/conversations",
         "/dashboard/thread?agent=default&thread=th-phone",
         "/dashboard/settings",
+        "/dashboard/memory?user=u-phone",
     ):
         await page.goto(path)
         wide = await page.evaluate("document.documentElement.scrollWidth")

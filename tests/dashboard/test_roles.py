@@ -60,7 +60,13 @@ async def test_pages_follow_the_token(kind, signed_in, ns, thread):
         assert saved.status_code == 200 and ">Conversations<" not in saved.text
         for path in ADMIN_PAGES:
             assert (await client.get(path)).status_code == 303
+        memory = await client.get("/dashboard/memory")  # its own memory, no user to name
+        assert (
+            memory.status_code == 200 and 'id="facts-h"' in memory.text and 'id="m-user"' not in memory.text
+        )
         return
+    memory = await client.get("/dashboard/memory?user=u-1")  # memory.list is the writer's
+    assert memory.status_code == (403 if kind == "viewer" else 200)
     assert conv.status_code == 200 and thr.status_code == 200
     assert ('id="record-switch"' in conv.text) == (kind == "admin")
     assert 'id="record-state"' in conv.text  # everyone sees the state, honestly

@@ -1,16 +1,18 @@
 """The Claude Code capture hook (integrations/claude-code/hooks/loom-conversation.mjs)
 run by Node as Claude Code runs it (the hook's JSON on stdin), on transcripts written
 here in Claude Code's JSONL shape, against the API on a real HTTP port with the suite's
-worker."""
+worker. Node.js is required: `make test` installs it, and without it these tests fail."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,14 +20,15 @@ from typing import Any
 import pytest
 
 from tests.conftest import bearer
+from tests.platform.served import serve
+from tests.providers.standin import StandInServer
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO / "integrations" / "claude-code"
 HOOK = PLUGIN / "hooks" / "loom-conversation.mjs"
 NODE = shutil.which("node") or shutil.which("nodejs")
 SECRET = "my prod login is password=Tr0ub4dor&3xq"
-
-pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js is not installed (apt-get install nodejs)")
+LESSON = "The export tests fail after the exporter edit"
 
 
 class Transcript:
@@ -98,6 +101,8 @@ class Hook:
 
 @pytest.fixture
 def hook(api_url: str, arq_worker: Any, ns: str, mint: Any, tmp_path: Path) -> Hook:
+    if NODE is None:
+        pytest.fail("Node.js is not installed: `apt-get install nodejs` (make test installs it)")
     cwd = tmp_path / "billing-service"
     (cwd / ".git").mkdir(parents=True)
     (cwd / ".git" / "HEAD").write_text("ref: refs/heads/ledger-move\n")
@@ -191,9 +196,28 @@ async def test_a_down_loom_costs_a_short_timeout_and_nothing_is_lost(
     assert [m["msg_id"] for m in await _listed(api, hook, "s6")] == t.uuids
 
 
+@pytest.fixture
+def with_a_model(schema: Any) -> Iterator[tuple[str, StandInServer]]:
+    """(url, stand-in): an API on a real port whose chat model is the stand-in (the
+    briefs keep the deterministic builder), for what only runs with a model: the session
+    end's crystallize. The stand-in draws one fact from the run's observations."""
+
+    def reply(req: Any) -> Any:
+        said = req.json["messages"][-1]["content"]
+        return srv.chat_ok(json.dumps({"facts": [LESSON] if "test_export" in said else []}))
+
+    with StandInServer() as srv:
+        srv.set_handler(srv.CHAT, reply)
+        cfg = {"llm": "openai", "llm_url": srv.url, "llm_model": "stand-in", "session_brief_llm": False}
+        with serve(schema.model_copy(update=cfg)) as url:
+            yield url, srv
+
+
 async def test_compaction_and_session_end_save_the_brief_and_hand_turns_to_memory(
-    hook: Hook, call, api, mint, tmp_path: Path
+    hook: Hook, with_a_model, call, api, mint, tmp_path: Path
 ) -> None:
+    url, model = with_a_model
+    hook = dataclasses.replace(hook, api_url=url)
     await _record(call, hook, mint)
     t = Transcript(tmp_path / "s7.jsonl", "s7")
     t.user("Move invoices to the new ledger.")
@@ -217,6 +241,7 @@ async def test_compaction_and_session_end_save_the_brief_and_hand_turns_to_memor
         api, hook.token, "memory.recall", namespace=hook.namespace, user_id="u-7", query="pytest"
     )
     assert any("test_export" in h["content"] for h in seen["hits"]), seen
+    assert not model.requests_to(model.CHAT)  # compaction crystallizes nothing
 
     t.assistant("The exporter now writes to the new ledger.")
     code, _, err, _ = await hook.run("SessionEnd", t)
@@ -226,10 +251,17 @@ async def test_compaction_and_session_end_save_the_brief_and_hand_turns_to_memor
     )
     assert "The exporter now writes to the new ledger." in [h["content"] for h in recalled["hits"]]
     assert "Tr0ub4dor" not in json.dumps(recalled)
+    # The session's end revises the brief with what came after the compaction.
     again = await _op(
         api, hook.token, "session.brief_get", namespace=hook.namespace, project="billing-service"
     )
-    assert again["revision"] >= brief["revision"]
+    assert again["revision"] == brief["revision"] + 1, again
+    assert "The exporter now writes to the new ledger." in again["sections"]["status"], again
+    assert "src/export.py" in again["sections"]["key_files"]
+    # ... and crystallizes the run's observations into the user's facts.
+    facts = await _op(api, hook.token, "memory.list", namespace=hook.namespace, user_id="u-7")
+    assert [(f["text"], f["source"]) for f in facts["facts"]] == [(LESSON, "crystallize")], facts
+    assert all("Tr0ub4dor" not in r.body.decode() for r in model.requests_to(model.CHAT))
 
 
 async def test_session_start_names_the_briefs_only(hook: Hook, api) -> None:

@@ -5,11 +5,13 @@ API), both listings, tool calls, the API's refusals, and the sessions' implicit 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import logging
 import os
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
@@ -17,6 +19,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from loom import logging as loom_logging
 from loom.mcp_server.server import Runs, with_run
 from loom.mcp_server.tools import SPECS, find, listed
 
@@ -67,17 +70,56 @@ async def _record(call: Any, ns: str, token: str) -> None:
     assert r.status_code == 200, r.text
 
 
+@contextmanager
+def console(verbose: bool) -> Iterator[io.StringIO]:
+    """What `loom serve`'s console would show (loom.logging's handler), meanwhile."""
+    out = io.StringIO()
+    handler = loom_logging.console_handler(verbose, out)
+    logging.getLogger().addHandler(handler)
+    try:
+        yield out
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
 async def test_the_core_listing_has_no_append_and_asks_no_model_to_log(api_url, arq_worker, ns, mint) -> None:
-    async with over_http(api_url, mint(ns, "writer")) as mcp:
-        tools = (await mcp.list_tools()).tools
+    with console(verbose=False) as quiet, console(verbose=True) as verbose:
+        async with over_http(api_url, mint(ns, "writer")) as mcp:
+            tools = (await mcp.list_tools()).tools
+        # The client closed its session: one debug line when verbose, nothing otherwise.
+        for _ in range(100):
+            if "the client closed its stream" in verbose.getvalue():
+                break
+            await asyncio.sleep(0.05)
+    closed = [line for line in verbose.getvalue().splitlines() if "closed its stream" in line]
+    assert len(closed) == 1 and " DEBUG mcp." in closed[0], verbose.getvalue()
+    assert "Traceback" not in verbose.getvalue() and "mcp." not in quiet.getvalue(), quiet.getvalue()
     assert {t.name for t in tools} == CORE
     for t in tools:
         words = (t.description or "").lower()
         assert not any(w in words for w in ("log ", "append", "record every", "after each")), t
-    async with over_http(api_url, mint(ns, "writer"), "all") as mcp:
+    async with over_http(api_url, mint(ns, "admin"), "all") as mcp:
         every = {t.name for t in (await mcp.list_tools()).tools}
     assert every == {s.name for s in SPECS} and "loom_conversation_append" in every
-    assert "loom_conversation_search" in every and "loom_conversation_search" not in CORE
+    # conversation.search is hidden from MCP: agents get the conversation section of loom_search.
+    assert "loom_conversation_search" not in every and all(s.op != "conversation.search" for s in SPECS)
+
+
+async def test_a_listing_holds_only_what_the_token_may_call(api_url, arq_worker, ns, mint) -> None:
+    async with over_http(api_url, mint(ns, "viewer")) as mcp:
+        viewer_core = {t.name for t in (await mcp.list_tools()).tools}
+    assert viewer_core == CORE - {
+        "loom_memory_set",
+        "loom_memory_list",
+        "loom_memory_delete",
+        "loom_session_brief_save",
+    }
+    end_user = mint(ns, "writer", read_scope="own_user", read_user_id="alice")
+    async with over_http(api_url, end_user, "all") as mcp:
+        names = {t.name for t in (await mcp.list_tools()).tools}
+    assert "loom_conversation_save_message" in names and "loom_memory_set" in names
+    assert not {"loom_conversation_append", "loom_conversation_list", "loom_conversation_get"} & names
+    assert "loom_erasure_request" not in names
 
 
 async def test_calls_over_http_answer_as_the_api_and_writes_join_the_sessions_run(
@@ -93,7 +135,9 @@ async def test_calls_over_http_answer_as_the_api_and_writes_join_the_sessions_ru
         assert not (await mcp.call_tool("loom_memory_set", fact)).isError
         found = await mcp.call_tool("loom_search", {"namespace": ns, "user_id": "u1", "query": "invoices"})
         assert not found.isError and found.structuredContent is not None
-        bad = await mcp.call_tool("loom_conversation_search", {"namespace": ns, "query": "x", "limit": 0})
+        bad = await mcp.call_tool(
+            "loom_memory_search", {"namespace": ns, "user_id": "u1", "query": "x", "limit": 0}
+        )
         assert bad.isError and _answer(bad)["field"] == "limit"
     listed_turns = await call("conversation.list", admin, namespace=ns, thread_id="t")
     facts = await call("memory.list", admin, namespace=ns, user_id="u1")

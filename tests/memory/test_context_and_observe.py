@@ -87,6 +87,51 @@ async def test_pack_without_recording_has_no_transcript(call, ns, mint):
     assert [i["text"] for i in _section(body, "facts")["items"]] == ["Prefers short answers"]
 
 
+async def test_an_end_user_tokens_pack_holds_no_transcript_and_a_sessions_pack_knows_its_user(
+    call, ns, mint, services, arq_worker
+):
+    w = mint(ns, "writer")
+    namespaces.update(services.ch, ns, conversation_logging_enabled=True)
+    await services.redis.delete(recording_cache.key(ns))
+    turns = [
+        {"thread_id": "t", "msg_id": "a", "role": "user", "user_id": "alice", "content": "alice asks"},
+        {"thread_id": "t", "msg_id": "b", "role": "assistant", "user_id": "bob", "content": "to bob"},
+        {"thread_id": "t", "msg_id": "c", "role": "user", "content": "nobody's turn"},
+    ]
+    assert (await call("conversation.append", w, namespace=ns, turns=turns)).status_code == 200
+    await call("memory.set", w, namespace=ns, user_id="alice", facts=[{"text": "Lives in Ghent"}])
+    await call(
+        "memory.set",
+        w,
+        namespace=ns,
+        user_id="alice",
+        session_id="s1",
+        facts=[{"text": "Debugging the import"}],
+    )
+    await call(
+        "memory.set", w, namespace=ns, user_id="alice", session_id="s2", facts=[{"text": "Another session"}]
+    )
+    alice = mint(ns, "writer", read_scope="own_user", read_user_id="alice")
+    # A thread mixes users: an end-user token's pack has no transcript at all.
+    body = (await call("context.pack", alice, namespace="@me", thread_id="t")).json()
+    transcript = _section(body, "transcript")
+    assert transcript["items"] == [] and transcript["note"] == "bounded_token"
+    assert "to bob" not in json.dumps(body) and "nobody's turn" not in json.dumps(body)
+    # A session's pack: the user's durable facts and the session's, never another session's.
+    for token, user in ((w, {"user_id": "alice"}), (alice, {})):
+        body = (await call("context.pack", token, namespace=ns, session_id="s1", **user)).json()
+        facts = {i["text"] for i in _section(body, "facts")["items"]}
+        assert facts == {"Lives in Ghent", "Debugging the import"}, facts
+        queried = (
+            await call("context.pack", token, namespace=ns, session_id="s1", query="Ghent", **user)
+        ).json()
+        assert "Lives in Ghent" in {i["text"] for i in _section(queried, "facts")["items"]}
+    # A token pinned to one session keeps to that session's facts.
+    pinned = mint(ns, "writer", read_scope="own_session", read_user_id="alice", read_session_id="s1")
+    body = (await call("context.pack", pinned, namespace="@me")).json()
+    assert {i["text"] for i in _section(body, "facts")["items"]} == {"Debugging the import"}
+
+
 async def test_observations_are_evidence_and_crystallize_makes_facts(make_svc, ns, mint):
     w = mint(ns, "writer")
     llm = ScriptedLLM([json.dumps({"facts": ["The repo's tests run with make test"]})])

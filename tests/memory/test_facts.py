@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from loom.clock import utcnow
-from loom.ops.conversation import api_inline_embedder
+from loom.ops.embedding import inline
 from loom.providers.embedders import FakeEmbedder
 from loom.store import bm25
 
@@ -79,11 +79,11 @@ async def test_an_embed_failure_stores_the_fact_for_bm25_only(call, ns, mint, se
             raise RuntimeError("model down")
 
     w = mint(ns, "writer")
-    previous = api_inline_embedder.install(services, Broken())
+    previous = inline.install(services, Broken())
     try:
         out = await _set(call, w, ns, {"text": "Takes the 7:40 train to work"}, user_id="u1")
     finally:
-        api_inline_embedder.install(services, previous)
+        inline.install(services, previous)
     assert out[0]["stored"] and not out[0]["indexed"] and out[0]["reason"] == "embed_failed"
     row = services.ch.query(
         "SELECT embed_error, length(embedding) FROM memories FINAL WHERE namespace = {ns:String}",
@@ -227,7 +227,7 @@ async def test_bm25_ranks_as_the_sql_reference_does(call, ns, mint, services):
             _same_lexical(
                 memory_scan.lexical(found, limit=50), store.bm25(services.ch, scope, query, limit=50)
             )
-            emb = await api_inline_embedder.embed(services, [query])
+            emb = await inline.embed(services, [query])
             assert emb.vectors
             for floor in (-1.0, 0.0, 0.2):
                 got_v = memory_scan.vector(found, emb.vectors[0], emb.model_id, limit=3, min_similarity=floor)

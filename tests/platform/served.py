@@ -1,20 +1,30 @@
-"""The API under uvicorn on a free port, for tests that need a real HTTP server."""
+"""The API on a free port, for tests that need a real HTTP server: under uvicorn in a
+thread of the test process (`serve`), or as `loom serve` itself (`loom_serve`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
 import uvicorn
 
 from loom.api.app import create_app
 from loom.services import open_services
 from loom.settings import Settings
+from tests.faults.harness import free_port
 
 
 @contextlib.contextmanager
@@ -71,3 +81,47 @@ def suite_env(settings: Settings, home: Path, port: int, **extra: str) -> dict[s
         **extra,
     )
     return env
+
+
+@contextlib.contextmanager
+def loom_serve(settings: Settings) -> Iterator[str]:
+    """`loom serve` as a user runs it, on the suite's backends and database (so tests can
+    mint tokens and append through the suite's fixtures); its base URL. With external
+    backends it runs no worker: the `arq_worker` fixture's worker serves its jobs while
+    an async test runs."""
+    home = Path(tempfile.mkdtemp(prefix="loomd-", dir="/tmp"))
+    port = free_port()
+    env = suite_env(settings, home, port, LOOM_EMBED_WAIT_SECONDS="5")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loom.cli.main", "serve"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(proc, base)
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _wait_healthy(proc: subprocess.Popen[bytes], base: str) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+            pytest.fail(f"loom serve exited {proc.returncode}:\n{out[-3000:]}")
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    pytest.fail("loom serve did not become healthy within 120 s")

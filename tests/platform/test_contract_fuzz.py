@@ -98,8 +98,8 @@ async def _clear_live_settings(svc: Any) -> None:
     """settings.set was fuzzed with valid values too: the overrides it stored would reach
     every later test's processes (their followers), so they are cleared here."""
     from loom.auth.principal import Principal, Role
-    from loom.ops import live_settings
-    from loom.ops import settings as settings_ops
+    from loom.ops.platform import live_settings
+    from loom.ops.platform import settings as settings_ops
 
     admin = Principal("contract-fuzz", ("-",), Role.admin)
     await settings_ops.update(

@@ -542,6 +542,65 @@ def _setting_is_used(name: str) -> bool:
     return _read_outside_settings(name) or any(_read_outside_settings(p) for p in _derived_in_settings(name))
 
 
+def _path_without_loom() -> str:
+    """PATH as a user's who never put `loom` on it: the hooks must find the clone's own."""
+    dirs = os.environ.get("PATH", "").split(os.pathsep)
+    return os.pathsep.join(d for d in dirs if d and not (Path(d) / "loom").is_file())
+
+
+def _threads_listed(out: str) -> None:
+    threads = {t["thread_id"]: t for t in _json(out)["threads"]}
+    hooks = {
+        "try-generic",
+        "cursor/try-cursor",
+        "codex/0199a0c2-4b8e-7d21-9f3a-6c5e1b2d3f40",
+        "claude-code/try-claude",
+    }
+    assert hooks <= set(threads), threads
+    assert all(threads[t]["excerpt"] == "To the new ledger." for t in hooks), threads
+
+
+# integrations/README.md's "Trying each hook by hand", in order: a phrase of each block
+# and the check of what it prints (the scripts' own reports go to standard error).
+HOOK_STEPS: list[tuple[str, Callable[[str], None]]] = [
+    ("export LOOM_URL=http://127.0.0.1:7777", _silent),
+    ("integrations/generic/ingest.sh /tmp/loom-try.md try-generic", lambda out: _expect(out, "stored 2")),
+    ("integrations/cursor/cursor-session-hook.sh", lambda out: _expect(out, "{}")),
+    ("integrations/codex/loom-codex-notify.sh", _silent),
+    ("integrations/claude-code/hooks/loom-conversation.mjs", _silent),
+    ("/v1/conversation.threads", _threads_listed),
+]
+
+
+def _expect(out: str, last_line: str) -> None:
+    assert out.splitlines()[-1] == last_line, out
+
+
+def test_each_hook_runs_by_hand_as_written(served: Served, tmp_path: Path) -> None:
+    """After the README's first session (namespace acme records), from the clone, with
+    no `loom` on PATH: the hooks find the clone's .venv/bin/loom."""
+    _need_up(served)
+    text = (REPO / "integrations" / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == len(HOOK_STEPS), blocks
+    script = f"export PATH={shlex.quote(_path_without_loom())}\n"
+    for block, (phrase, _) in zip(blocks, HOOK_STEPS, strict=True):
+        assert phrase in block, (phrase, block)
+        # The changes: this suite's port, and files in this test's own directory.
+        block = block.replace("127.0.0.1:7777", f"127.0.0.1:{served.port}").replace("/tmp/", f"{tmp_path}/")
+        script += f"printf '%s\\n' '{MARK}'\n{block}\n"
+    ran = served.run("bash", "-c", script, timeout=300)
+    assert ran.returncode == 0 and "no loom command" not in ran.stderr, (ran.stdout, ran.stderr)
+    parts = [p.strip() for p in ran.stdout.split(MARK + "\n")[1:]]
+    for out, (phrase, check) in zip(parts, HOOK_STEPS, strict=True):
+        try:
+            check(out)
+        except (AssertionError, ValueError, KeyError, IndexError) as exc:
+            raise AssertionError(
+                f"hook block {phrase!r} printed {out!r}; stderr {ran.stderr[-2000:]!r}"
+            ) from exc
+
+
 def test_every_setting_the_readme_names_is_read_and_used() -> None:
     from loom.settings import Settings
 
@@ -594,6 +653,23 @@ def test_embedded_redis_starts_on_a_relative_dir(monkeypatch: pytest.MonkeyPatch
 # -- Ctrl-C (last: it stops the module's server) -------------------------------------------
 
 
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ")
+# The lines under "Loom is up": where each URL is, and how to stop.
+_UP_BLOCK = re.compile(r"^(  [A-Za-z]+ +\S|Press Ctrl-C to stop\.$)")
+
+
+def _untimed_or_routine(output: str) -> list[str]:
+    """The console's lines that carry no time, or that only --verbose should show (a
+    request, a job's start or end, an MCP session's routine, a traceback)."""
+    bad = []
+    for line in output.splitlines():
+        timed = bool(_STAMP.match(line)) or (line.startswith("{") and '"timestamp": "' in line)
+        routine = any(w in line for w in ("HTTP Request:", " → ", " ← ", "Traceback", "uvicorn.access"))
+        if routine or not (timed or _UP_BLOCK.match(line)):
+            bad.append(line)
+    return bad
+
+
 def test_ctrl_c_leaves_no_process_behind(served: Served) -> None:
     _need_up(served)
     seen = {_cmdline(pid) for pid in served.children}
@@ -608,6 +684,7 @@ def test_ctrl_c_leaves_no_process_behind(served: Served) -> None:
     output = served.interrupt()
     assert served.process.returncode == 0, output[-3000:]
     assert "Loom stopped." in output
+    assert _untimed_or_routine(output) == [], output[-3000:]
     left = {pid: _cmdline(pid) for pid, start in served.children.items() if _running(pid, start)}
     assert left == {}, left
     assert _processes_in(served.root) == []

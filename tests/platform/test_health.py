@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from loom.api.app import create_app
 from loom.auth.principal import Principal, Role
 from loom.errors import Forbidden
-from loom.ops import health, rates
+from loom.ops.platform import health, rates
 from loom.providers.llm import build_llm
 from loom.services import Services, redis_settings
 from loom.store import queue_state

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
-from loom.api.models.bounds import MAX_JSON_DEPTH
+from loom.models.bounds import MAX_JSON_DEPTH
 from tests.platform.served import serve
 
 APPEND = "/v1/conversation.append"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from loom.auth.principal import Principal, Role
-from loom.ops import live_settings
-from loom.ops import settings as ops
+from loom.ops.platform import live_settings
+from loom.ops.platform import settings as ops
 from loom.store.schema import prepare
 
 RETENTION = "LOOM_RETENTION_CONVERSATIONS_DAYS"

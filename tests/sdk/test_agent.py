@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from loom import Agent, LoomError, SyncAgent
-from loom.api.models.search import SearchResponse
+from loom.models.conversation.search import SearchResponse
 
 
 @pytest.fixture

@@ -23,9 +23,10 @@
 // appends; briefs and memory still work), LOOM_HOOK_STATE_DIR (default
 // ~/.loom/claude-code), LOOM_HOOK_TIMEOUT_MS (default 3000).
 
-import { readFileSync, writeFileSync, mkdirSync, existsSync, renameSync } from "node:fs";
+import { readFileSync, writeFileSync, mkdirSync, existsSync, renameSync, realpathSync } from "node:fs";
 import { homedir } from "node:os";
 import { basename, join } from "node:path";
+import { pathToFileURL } from "node:url";
 
 const env = process.env;
 const CONFIG = {
@@ -291,7 +292,8 @@ async function main() {
   }
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+// Run as a program (by any path: relative, or through a link), not imported by a test.
+if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
   main().catch((err) => {
     process.stderr.write(`loom: ${err.message}; will retry next time\n`);
   });

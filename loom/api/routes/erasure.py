@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from loom.api.deps import require, services
-from loom.api.models.erasure import (
+from loom.api.deps import Caller, Svc
+from loom.models.erasure import (
     DeleteMessageRequest,
     DeleteMessageResponse,
     DeleteRequest,
@@ -23,13 +23,11 @@ from loom.api.models.erasure import (
     RetentionShowRequest,
     RetentionShowResponse,
 )
-from loom.api.models.errors import COMMON, error_responses
-from loom.auth.principal import Principal, Role
+from loom.models.errors import COMMON, error_responses
 from loom.ops import erasure as ops
-from loom.ops import retention
-from loom.ops.conversation import deleting, deleting_message, redacting
-from loom.ops.conversation.message_removal import Receipt
-from loom.services import Services
+from loom.ops.conversation.lifecycle import deleting, deleting_message, redacting
+from loom.ops.conversation.lifecycle.message_removal import Receipt
+from loom.ops.erasure import retention
 from loom.store.erasure import Request
 
 router = APIRouter(prefix="/v1", tags=["deletion and erasure"], responses=error_responses(*COMMON))
@@ -50,9 +48,7 @@ def _erasure(req: Request) -> ErasureResponse:
 
 
 @router.post("/conversation.delete", response_model=DeleteResponse)
-async def delete(
-    body: DeleteRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
-) -> DeleteResponse:
+async def delete(body: DeleteRequest, who: Caller, svc: Svc) -> DeleteResponse:
     """Tombstone one thread (this agent's turns, its thread row, their embeddings).
     `confirm_thread_id` must equal `thread_id` (else 422, nothing written). An embedding
     row another agent's live copy of the turn shares passes to that copy."""
@@ -73,14 +69,16 @@ def _receipt(r: Receipt) -> dict[str, object]:
 )
 async def delete_message(
     body: DeleteMessageRequest,
-    who: Principal = Depends(require(Role.writer, bounded="user")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> DeleteMessageResponse:
     """Remove one turn, its embedding row and every copy derived from it (saved index,
     vector tables, memory evidence; a summary built from it is tombstoned and its turns
     come back); every older version leaves the disk before the answer, a receipt.
-    Admin; a writer for a turn its token appended; an end-user token for its own saved
-    message. Idempotent: asked again, `found` and `deleted` are false."""
+    Admin; a writer for a turn its token appended. An end-user token never removes a
+    recorded turn: on its own saved message it does what conversation.unsave_message
+    does (`unsaved: true`), and on anything else answers `found: false`. Idempotent:
+    asked again, `found` and `deleted` are false."""
     r = await deleting_message.delete_message(
         svc, who, body.namespace, body.agent, body.thread_id, body.msg_id
     )
@@ -88,9 +86,7 @@ async def delete_message(
 
 
 @router.post("/conversation.redact", response_model=RedactResponse, responses=error_responses(404))
-async def redact(
-    body: RedactRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
-) -> RedactResponse:
+async def redact(body: RedactRequest, who: Caller, svc: Svc) -> RedactResponse:
     """Replace spans of one turn (exact `spans`, character `ranges`, or `high: true`) with
     a placeholder, keeping the turn in place; the old text leaves the disk and every
     derived copy; the turn is screened and embedded again. A receipt, never the text."""
@@ -110,9 +106,7 @@ async def redact(
 
 
 @router.post("/erasure.request", response_model=ErasureResponse)
-async def erasure_request(
-    body: ErasureRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
-) -> ErasureResponse:
+async def erasure_request(body: ErasureRequest, who: Caller, svc: Svc) -> ErasureResponse:
     """Erase a user (`user_id`, in the token's namespaces or those listed) or whole
     namespaces (`namespace_list`, with `purge: true`). Answers once nothing of the
     subject is readable, with a receipt; the removal from disk runs on the worker pool
@@ -131,8 +125,8 @@ async def erasure_request(
 @router.post("/erasure.status", response_model=ErasureResponse, responses=error_responses(404))
 async def erasure_status(
     body: ErasureStatusRequest,
-    who: Principal = Depends(require(Role.admin)),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> ErasureResponse:
     """An erasure's progress (`steps_done` of `steps_total`, `state`) and its receipt."""
     return _erasure(await ops.status(svc, who, body.erasure_id))
@@ -143,9 +137,7 @@ async def erasure_status(
     response_class=StreamingResponse,
     responses={200: {"content": {"application/x-ndjson": {}}}},
 )
-async def erasure_export(
-    body: ExportRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
-) -> StreamingResponse:
+async def erasure_export(body: ExportRequest, who: Caller, svc: Svc) -> StreamingResponse:
     """A user's rows as NDJSON, streamed: a header line, transcript rows (`kind: "turn"`,
     tombstoned included unless `include_tombstoned: false`), briefs and their revisions,
     and an `end` line with the row count. Never embedding rows."""
@@ -156,8 +148,8 @@ async def erasure_export(
 @router.post("/retention.show", response_model=RetentionShowResponse)
 async def retention_show(
     body: RetentionShowRequest,
-    who: Principal = Depends(require(Role.admin)),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> RetentionShowResponse:
     """Each table's TTL and storage policy as the server reports them, and whether
     tiering applies."""

@@ -4,22 +4,18 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from loom.api.deps import require, services
-from loom.api.models.errors import COMMON, error_responses
-from loom.api.models.health import HealthShowRequest, HealthShowResponse
-from loom.auth.principal import Principal, Role
-from loom.ops import health
-from loom.services import Services
+from loom.api.deps import Caller, Svc
+from loom.models.errors import COMMON, error_responses
+from loom.models.health import HealthShowRequest, HealthShowResponse
+from loom.ops.platform import health
 
 router = APIRouter(prefix="/v1", tags=["ops"], responses=error_responses(*COMMON))
 
 
 @router.post("/health.show", response_model=HealthShowResponse)
-async def health_show(
-    body: HealthShowRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
-) -> HealthShowResponse:
+async def health_show(body: HealthShowRequest, who: Caller, svc: Svc) -> HealthShowResponse:
     """The backends, the job queue, the embedding outcomes and the append and search
     rates. A backend that is down is reported (`status: degraded`), not answered with a
     503; only the token's check needs the store."""

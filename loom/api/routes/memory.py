@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from loom.api.deps import require, services
-from loom.api.models.errors import COMMON, error_responses
-from loom.api.models.memory import (
+from loom.api.deps import Caller, Svc
+from loom.clock import utcnow
+from loom.models.errors import COMMON, error_responses
+from loom.models.memory import (
     ContextPackRequest,
     ContextPackResponse,
     ConversationHitOut,
@@ -44,10 +45,7 @@ from loom.api.models.memory import (
     UnifiedSearchRequest,
     UnifiedSearchResponse,
 )
-from loom.auth.principal import Principal, Role
-from loom.clock import utcnow
 from loom.ops.memory import context, extraction, facts, observe, profile, recall, unified, validity
-from loom.services import Services
 from loom.store.memories import Fact
 
 router = APIRouter(prefix="/v1", tags=["memory"], responses=error_responses(*COMMON))
@@ -106,8 +104,8 @@ def _extraction_response(out: extraction.Extraction) -> SetFromMessagesResponse:
 @router.post("/memory.set", response_model=MemorySetResponse)
 async def memory_set(
     body: MemorySetRequest,
-    who: Principal = Depends(require(Role.writer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> MemorySetResponse:
     """Store facts for a user (optionally a session and run). A `key` names one chain: a
     different text supersedes its current fact (kept, closed). A fact that reads as high
@@ -140,8 +138,8 @@ async def memory_set(
 @router.post("/memory.search", response_model=MemorySearchResponse)
 async def memory_search(
     body: MemorySearchRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> MemorySearchResponse:
     """The user's current facts for `query` (or those valid at `as_of`): vector and BM25
     legs fused by reciprocal rank, each hit with its score, legs, source, validity and
@@ -173,8 +171,8 @@ async def memory_search(
 @router.post("/memory.list", response_model=MemoryListResponse)
 async def memory_list(
     body: MemoryListRequest,
-    who: Principal = Depends(require(Role.writer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> MemoryListResponse:
     """Page through the user's current facts (or those valid at `as_of`), most recently
     updated first."""
@@ -199,8 +197,8 @@ async def memory_list(
 @router.post("/memory.delete", response_model=MemoryDeleteResponse)
 async def memory_delete(
     body: MemoryDeleteRequest,
-    who: Principal = Depends(require(Role.writer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> MemoryDeleteResponse:
     """Forget facts, each with its whole chain (history included). Unknown or already
     forgotten ids are not an error."""
@@ -211,8 +209,8 @@ async def memory_delete(
 @router.post("/memory.history", response_model=MemoryHistoryResponse, responses=error_responses(404))
 async def memory_history(
     body: MemoryHistoryRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> MemoryHistoryResponse:
     """One fact's chain, oldest to newest: each version's text, validity, source and the
     evidence it came from. A forgotten fact has none (404)."""
@@ -227,8 +225,8 @@ async def memory_history(
 @router.post("/memory.profile", response_model=MemoryProfileResponse)
 async def memory_profile(
     body: MemoryProfileRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> MemoryProfileResponse:
     """The user's profile: a short summary in sections, built from their current facts
     (by the model, or from the facts alone: `basis`), rebuilt first when stale."""
@@ -248,8 +246,8 @@ async def memory_profile(
 @router.post("/memory.set_from_messages", response_model=SetFromMessagesResponse)
 async def set_from_messages(
     body: SetFromMessagesRequest,
-    who: Principal = Depends(require(Role.writer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> SetFromMessagesResponse:
     """Store the messages as evidence (whether or not the namespace records
     conversations), then extract facts and decide add / update / delete / leave against
@@ -272,8 +270,8 @@ async def set_from_messages(
 @router.post("/memory.recall", response_model=RecallResponse)
 async def memory_recall(
     body: RecallRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> RecallResponse:
     """BM25 (with `query`) and time-window (`since`, `until`) reads over the user's
     evidence: what extractions read, recorded or not. Never the transcript."""
@@ -295,8 +293,8 @@ async def memory_recall(
 @router.post("/observe.record", response_model=ObserveRecordResponse)
 async def observe_record(
     body: ObserveRecordRequest,
-    who: Principal = Depends(require(Role.writer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> ObserveRecordResponse:
     """Keep an episodic observation of a tool action (run, tool, input summary, outcome)
     as evidence. It never becomes a fact by itself: see observe.crystallize."""
@@ -319,8 +317,8 @@ async def observe_record(
 @router.post("/observe.crystallize", response_model=SetFromMessagesResponse)
 async def observe_crystallize(
     body: ObserveCrystallizeRequest,
-    who: Principal = Depends(require(Role.writer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> SetFromMessagesResponse:
     """Extract facts from a run's observations (source `crystallize`), with the same
     add / update / delete / leave decisions as memory.set_from_messages."""
@@ -331,8 +329,8 @@ async def observe_crystallize(
 @router.post("/context.pack", response_model=ContextPackResponse, responses=error_responses(404))
 async def context_pack(
     body: ContextPackRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> ContextPackResponse:
     """What an agent needs to resume a (user, session/thread) scope within a token budget:
     the relevant facts, the transcript tail (when recorded), evidence hits, each labelled
@@ -368,8 +366,8 @@ async def context_pack(
 @router.post("/search", response_model=UnifiedSearchResponse)
 async def search(
     body: UnifiedSearchRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> UnifiedSearchResponse:
     """One query over the planes the caller may read, in sections: `memory` (the user's
     facts) and `conversation` (recorded turns; not for a token pinned to one user)."""

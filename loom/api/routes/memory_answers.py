@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from loom.api.deps import require, services
-from loom.api.models.errors import COMMON, error_responses
-from loom.api.models.memory import FactHitOut
-from loom.api.models.memory_answers import (
+from loom.api.deps import Caller, Svc
+from loom.api.routes.memory import _fact, evidence_out
+from loom.models.errors import COMMON, error_responses
+from loom.models.memory import FactHitOut
+from loom.models.memory_answers import (
     CitationOut,
     JobStatusRequest,
     JobStatusResponse,
@@ -19,10 +20,7 @@ from loom.api.models.memory_answers import (
     ProfileSectionOut,
     TimeBasisOut,
 )
-from loom.api.routes.memory import _fact, evidence_out
-from loom.auth.principal import Principal, Role
 from loom.ops.memory import asking, job_status
-from loom.services import Services
 
 router = APIRouter(prefix="/v1", tags=["memory"], responses=error_responses(*COMMON))
 
@@ -30,8 +28,8 @@ router = APIRouter(prefix="/v1", tags=["memory"], responses=error_responses(*COM
 @router.post("/memory.ask", response_model=MemoryAskResponse)
 async def memory_ask(
     body: MemoryAskRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> MemoryAskResponse:
     """A plain-language question about the user, answered by the LLM from the user's facts,
     profile and evidence, with citations and the time basis. With no model configured (or a
@@ -67,8 +65,8 @@ async def memory_ask(
 @router.post("/memory.job_status", response_model=JobStatusResponse, responses=error_responses(404))
 async def memory_job_status(
     body: JobStatusRequest,
-    who: Principal = Depends(require(Role.viewer, bounded="any")),
-    svc: Services = Depends(services),
+    who: Caller,
+    svc: Svc,
 ) -> JobStatusResponse:
     """The state of a deferred extraction (memory.set_from_messages with defer): queued,
     running, done (with counts) or failed (with a stable reason). A job of another

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
-from loom.api.deps import require, services
-from loom.api.models.errors import COMMON, error_responses
-from loom.api.models.settings import (
+from loom.api.deps import Caller, Svc
+from loom.models.errors import COMMON, error_responses
+from loom.models.settings import (
     ChangeOut,
     ProcessOut,
     SettingOut,
@@ -17,10 +17,8 @@ from loom.api.models.settings import (
     SettingsResponse,
     SettingsSetRequest,
 )
-from loom.auth.principal import Principal, Role
-from loom.ops import settings as ops
-from loom.ops.settings import SettingsReport
-from loom.services import Services
+from loom.ops.platform import settings as ops
+from loom.ops.platform.settings import SettingsReport
 
 router = APIRouter(prefix="/v1", tags=["settings"], responses=error_responses(*COMMON))
 
@@ -35,18 +33,14 @@ def _answer(report: SettingsReport) -> SettingsResponse:
 
 
 @router.post("/settings.get", response_model=SettingsResponse)
-async def settings_get(
-    body: SettingsGetRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
-) -> SettingsResponse:
+async def settings_get(body: SettingsGetRequest, who: Caller, svc: Svc) -> SettingsResponse:
     """Every live setting: the value in force, the default, and where it comes from
     (`default`, `environment` or `override`)."""
     return _answer(await ops.show(svc, who))
 
 
 @router.post("/settings.set", response_model=SettingsResponse)
-async def settings_set(
-    body: SettingsSetRequest, who: Principal = Depends(require(Role.admin)), svc: Services = Depends(services)
-) -> SettingsResponse:
+async def settings_set(body: SettingsSetRequest, who: Caller, svc: Svc) -> SettingsResponse:
     """Store overrides (null clears one); every API and worker process applies them
     within a few seconds, without a restart. A retention or tiering change is applied to
     the tables' TTL at once (a shorter retention needs `confirm_shorter_retention`). Every

@@ -79,6 +79,7 @@ async def _render(
         problem=problem,
         error_for=error_field.removeprefix("values."),
         entered=entered or {},
+        labels={s.name: s.label for s in shown.value.settings} if shown.value else {},
     )
 
 

@@ -12,6 +12,19 @@ from loom.dashboard.visit import open_visit
 
 router = APIRouter()
 
+# The tables that hold what people and agents wrote, as the Retention page names them;
+# the rest (indexes derived from these, bookkeeping) are listed behind a toggle.
+USER_TABLES = {
+    "conversations": "Transcript turns",
+    "conversation_embeddings": "Turn embeddings",
+    "threads": "Threads (titles, metadata)",
+    "memories": "Memory facts",
+    "memory_evidence": "Messages memory was drawn from",
+    "memory_profiles": "User profiles",
+    "session_briefs": "Session briefs",
+    "session_brief_revisions": "Brief revisions",
+}
+
 
 @router.get("/retention", response_model=None)
 async def retention(request: Request, ns: str | None = None) -> HTMLResponse | RedirectResponse:
@@ -20,8 +33,16 @@ async def retention(request: Request, ns: str | None = None) -> HTMLResponse | R
         return back("/saved")
     async with visit.api() as api:
         shown = await attempt(api.erasure.retention())
+    tables = shown.value.tables if shown.value else []
     return page(
-        visit, request, "retention.html", status=status_of(shown), title="Retention and tiering", shown=shown
+        visit,
+        request,
+        "retention.html",
+        status=status_of(shown),
+        title="Retention and tiering",
+        shown=shown,
+        user_tables=[(label, t) for name, label in USER_TABLES.items() for t in tables if t.table == name],
+        internal_tables=[("", t) for t in tables if t.table not in USER_TABLES],
     )
 
 

@@ -5,7 +5,7 @@ narrows as the user types; save and unsave. An end-user token sees only its own
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
@@ -89,14 +89,14 @@ async def save(
 ) -> HTMLResponse | RedirectResponse:
     visit = await open_visit(request, ns)
     # Content only for a message not in the transcript yet (the op's rule).
-    new = {"role": role, "content": content} if content else {}
     async with visit.api() as api:
         done = await attempt(
             api.saved.save(
                 conversation_id=conversation_id,
                 message_id=message_id,
                 agent=agent,
-                **new,
+                role=cast(Any, role) if content else None,  # the op's model checks it
+                content=content or None,
                 **_user(visit, user),
             )
         )

@@ -87,6 +87,7 @@ class ListItem:
     author: str
     updated_at: datetime
     line: str
+    headline: str
 
 
 @dataclass
@@ -549,12 +550,16 @@ async def brief_list(
         line = f"{shown} · r{row.revision} · {row.updated_at:%Y-%m-%d %H:%M}Z · {row.author}"
         if head:
             line += f" · {head}"
-        items.append(ListItem(shown, row.project, row.branch, row.revision, row.author, row.updated_at, line))
+        items.append(
+            ListItem(shown, row.project, row.branch, row.revision, row.author, row.updated_at, line, head)
+        )
     return items
 
 
 async def brief_delete(svc: Services, who: Principal, namespace: str, *, brief_key: str) -> bool:
-    """session.brief_delete (writer): forget a brief and every revision of it."""
+    """session.brief_delete: forget a brief and every revision of it. An admin deletes any
+    brief; a token bound to one user (or session) only its own (its key prefix says so);
+    a namespace-wide writer only a brief its own token wrote every revision of."""
     who.require_role(Role.writer)
     ns = who.namespace(namespace)
     if not brief_key:
@@ -565,7 +570,19 @@ async def brief_delete(svc: Services, who: Principal, namespace: str, *, brief_k
             row = await svc.run(store.get, svc.ch, ns, stored)
             if row is None:
                 return False
+            if who.role < Role.admin and not who.bounded:
+                await _check_wrote(svc, who, ns, stored)
             await svc.run(store.delete, svc.ch, row)
     except LeaseTimeout as exc:
         raise Unavailable("a save of this brief holds it; send the delete again", rule="lease") from exc
     return True
+
+
+async def _check_wrote(svc: Services, who: Principal, ns: str, stored: str) -> None:
+    writers = await svc.run(store.writers, svc.ch, ns, stored)
+    if writers != {who.token_id}:
+        raise Forbidden(
+            "a writer may delete only a brief its own token wrote; ask an admin",
+            field="brief_key",
+            rule="written_by",
+        )

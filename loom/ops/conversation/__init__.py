@@ -5,12 +5,20 @@ and the saved-message ops (save, unsave, list, status, search of saved messages)
 Each op checks role and namespace first (``who.require_role``, ``who.namespace``).
 """
 
-from loom.ops.conversation.appending import AppendResult, TurnInput, append, close_pipeline, pipeline
-from loom.ops.conversation.reembedding import ReembedReport, reembed, reembed_namespace
-from loom.ops.conversation.saved_reads import list_saved_messages, saved_status, search_saved_messages
-from loom.ops.conversation.saving import save_message, unsave_message
-from loom.ops.conversation.searching import SearchResult, search
-from loom.ops.conversation.thread_ops import ALL_AGENTS, create, get, high_turns, list_turns, threads, update
+from loom.ops.conversation.lifecycle.reembedding import ReembedReport, reembed, reembed_namespace
+from loom.ops.conversation.reading.searching import SearchResult, search
+from loom.ops.conversation.reading.threads import (
+    ALL_AGENTS,
+    create,
+    get,
+    high_turns,
+    list_turns,
+    threads,
+    update,
+)
+from loom.ops.conversation.saved.saved_reads import list_saved_messages, saved_status, search_saved_messages
+from loom.ops.conversation.saved.saving import save_message, unsave_message
+from loom.ops.conversation.writing.appending import AppendResult, TurnInput, append, close_pipeline, pipeline
 
 __all__ = [
     "ALL_AGENTS",

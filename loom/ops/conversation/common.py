@@ -107,3 +107,13 @@ def check_lexical_weight(lexical_weight: float) -> None:
             field="lexical_weight",
             rule="range",
         )
+
+
+RRF_K = 60  # reciprocal rank fusion's k
+
+
+def rrf_score(vector_rank: int | None, lexical_rank: int | None, lexical_weight: float) -> float:
+    """Hybrid mode's fused score (both conversation searches): the lexical leg's
+    1 / (k + rank) weighted by lexical_weight, the vector leg's by 1 - lexical_weight."""
+    score = (1.0 - lexical_weight) / (RRF_K + vector_rank) if vector_rank else 0.0
+    return score + (lexical_weight / (RRF_K + lexical_rank) if lexical_rank else 0.0)

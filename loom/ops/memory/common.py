@@ -81,17 +81,13 @@ class LargeScopes:
     again. A hint only: both paths answer the same."""
 
     def __init__(self) -> None:
-        self._seen: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
-
-    @staticmethod
-    def key(scope: Scope) -> tuple[str, str, str, str]:
-        return (scope.namespace, scope.user_id, scope.session_id, scope.run_id)
+        self._seen: OrderedDict[Scope, None] = OrderedDict()
 
     def __contains__(self, scope: Scope) -> bool:
-        return self.key(scope) in self._seen
+        return scope in self._seen
 
     def add(self, scope: Scope) -> None:
-        self._seen[self.key(scope)] = None
+        self._seen[scope] = None
         while len(self._seen) > LARGE_SCOPES_KEPT:
             self._seen.popitem(last=False)
 

@@ -9,10 +9,13 @@ best first; an item that does not fit is skipped, a smaller later one may still 
    section an item; the stored one when fresh, else built from the current facts alone
    (no model call at read time; loom.ops.memory.profile).
 2. `facts`: with a `query`, the user's facts ranked as memory.search ranks them;
-   without one, the most recently updated.
+   without one, the most recently updated. A pack for a session holds the user's
+   durable facts (set with no session) and the session's own, never another
+   session's; a token pinned to one session keeps to that session's facts.
 3. `transcript`: the tail of `thread_id` (the agent's copy) when the namespace records
-   conversations; turns that read as high are left out. A token pinned to one user
-   sees only that user's turns and the assistant's.
+   conversations; turns that read as high are left out. A token bound to one user or
+   session gets none (note `bounded_token`): a thread mixes users, and an end-user
+   token never reads another user's words or a turn no user owns.
 4. `evidence`: with a `query`, memory.recall's BM25 hits; without one, the newest.
 
 Every item names its source (a memory_id, msg_id or evidence_id) and time. Tokens are
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from loom.auth.principal import Principal, Role
@@ -100,6 +103,8 @@ async def pack(
 ) -> Pack:
     who.require_role(Role.viewer)
     scope = scope_for(who, namespace, user_id, session_id)
+    if scope.session_id and who.read_scope != "own_session":
+        scope = replace(scope, with_user_facts=True)
     budget = _Budget(token_budget)
     sections: list[Section] = []
     profile_job = (
@@ -161,6 +166,9 @@ async def _transcript(
 ) -> tuple[Section, list[Item]]:
     """The thread's newest readable turns, newest first."""
     s = Section("transcript")
+    if who.bounded:
+        s.note = "bounded_token"
+        return s, []
     if not thread_id:
         s.note = "no_thread"
         return s, []
@@ -174,8 +182,6 @@ async def _transcript(
     items: list[Item] = []
     for m in turns:
         if m.high_sensitivity or reads_as_high(m.content) or m.role not in ("user", "assistant", "system"):
-            continue
-        if who.bounded and m.user_id not in ("", scope.user_id) and m.role == "user":
             continue
         items.append(Item(f"{m.role}: {m.content}", f"turn:{m.msg_id}", m.ts))
     return s, items

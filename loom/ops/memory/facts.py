@@ -33,8 +33,8 @@ from datetime import datetime
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
-from loom.ops.conversation import api_inline_embedder
 from loom.ops.conversation.common import decode_cursor, encode_cursor
+from loom.ops.embedding import inline
 from loom.ops.memory import erasing, large_scope, scan_cache, validity
 from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, large_scopes, new_memory_id, scope_for
 from loom.sensitivity import reads_as_high
@@ -72,7 +72,7 @@ async def embed_into(svc: Services, facts: list[Fact]) -> None:
     texts were screened: none reads as high."""
     if not facts:
         return
-    result = await api_inline_embedder.embed(svc, [f.text for f in facts])
+    result = await inline.embed(svc, [f.text for f in facts])
     for i, f in enumerate(facts):
         if result.ok and result.vectors is not None:
             f.embedding, f.model, f.embed_error = [float(x) for x in result.vectors[i]], result.model_id, ""
@@ -315,7 +315,7 @@ async def _from_index(
 async def _vector_leg(
     svc: Services,
     scope: Scope,
-    emb: api_inline_embedder.InlineResult | None,
+    emb: inline.InlineResult | None,
     depth: int,
     as_of: datetime | None = None,
 ) -> list[store.VectorHit]:
@@ -334,13 +334,11 @@ async def _vector_leg(
     )
 
 
-async def _query_vector(
-    svc: Services, query: str
-) -> tuple[api_inline_embedder.InlineResult | None, str | None]:
+async def _query_vector(svc: Services, query: str) -> tuple[inline.InlineResult | None, str | None]:
     """The query's embedding, or why there is none (the search then ranks by BM25 alone)."""
     if reads_as_high(query):
         return None, "query_high_sensitivity"  # never sent to the embedder
-    emb = await api_inline_embedder.embed(svc, [query], query=True)
+    emb = await inline.embed(svc, [query], query=True)
     if emb.ok and emb.vectors:
         return emb, None
     return None, f"embedder_unavailable: {emb.error or 'no vector'}"[:500]
@@ -370,18 +368,12 @@ def _fuse(vec: list[store.VectorHit], lex: list[store.LexicalHit], scope: Scope,
     for h in _rrf([(v.memory_id, v.similarity) for v in vec], [(lh.id, lh.score) for lh in lex]):
         f = rows[h.memory_id]
         # Both legs read the newest live version; the screen stays as a second guard.
-        if f.tombstoned or reads_as_high(f.text) or not _in_scope(f, scope):
+        if f.tombstoned or reads_as_high(f.text) or not scope.admits(f.session_id, f.run_id):
             continue
         hits.append(FactHit(f, round(h.score, 6), h.legs, h.similarity, h.bm25))
         if len(hits) == limit:
             break
     return hits
-
-
-def _in_scope(f: Fact, scope: Scope) -> bool:
-    return (not scope.session_id or f.session_id == scope.session_id) and (
-        not scope.run_id or f.run_id == scope.run_id
-    )
 
 
 async def search(

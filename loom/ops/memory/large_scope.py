@@ -164,6 +164,5 @@ def _current(f: Fact, scope: Scope, at: datetime) -> bool:
         and not reads_as_high(f.text)  # refused when set: a second guard
         and not f.superseded_by
         and f.valid_at(at)
-        and (not scope.session_id or f.session_id == scope.session_id)
-        and (not scope.run_id or f.run_id == scope.run_id)
+        and scope.admits(f.session_id, f.run_id)
     )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from loom.auth.principal import Principal, Role
 from loom.errors import InvalidRequest
-from loom.ops.conversation import searching
+from loom.ops.conversation.reading import searching
 from loom.ops.memory import facts as fact_ops
 from loom.ops.memory.common import scope_for
 from loom.services import Services

@@ -34,7 +34,7 @@ from loom.ops.memory.common import _digest, scope_for
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import memories as store
-from loom.store.memories import Fact, Scope
+from loom.store.memories import Fact
 
 _ISO = r"(\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?(?:Z|[+-]\d{2}:?\d{2})?)"
 _FROM = re.compile(r"\b(?:since|as of|starting(?: on| from)?|effective(?: from)?|valid from)\s+" + _ISO, re.I)
@@ -126,12 +126,6 @@ def ordered(members: list[Fact]) -> list[Fact]:
     return out + rest
 
 
-def _in_scope(f: Fact, scope: Scope) -> bool:
-    return (not scope.session_id or f.session_id == scope.session_id) and (
-        not scope.run_id or f.run_id == scope.run_id
-    )
-
-
 async def history(
     svc: Services, who: Principal, namespace: str, user_id: str | None, memory_id: str
 ) -> list[Fact]:
@@ -140,7 +134,11 @@ async def history(
     who.require_role(Role.viewer)
     scope = scope_for(who, namespace, user_id)
     found = await svc.run(store.chains, svc.ch, scope.namespace, scope.user_id, [memory_id])
-    members = [f for f in found if not f.tombstoned and _in_scope(f, scope) and not reads_as_high(f.text)]
+    members = [
+        f
+        for f in found
+        if not f.tombstoned and scope.admits(f.session_id, f.run_id) and not reads_as_high(f.text)
+    ]
     if memory_id not in {f.memory_id for f in members}:
         raise NotFound("no such fact for this user (or it was forgotten)", field="memory_id", rule="exists")
     return ordered(members)

@@ -1,0 +1,134 @@
+"""Routes of the saved-message ops. Unlike the rest of the conversation plane they take
+a token pinned to one user (own_user), which acts as that user only; an own_session
+token is refused (conversation rows have no session)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from fastapi import APIRouter
+
+from loom.api.deps import Caller, Svc
+from loom.models.conversation.saved import (
+    ListSavedRequest,
+    ListSavedResponse,
+    SavedMessageOut,
+    SavedStatusRequest,
+    SavedStatusResponse,
+    SaveRequest,
+    SaveResponse,
+    SearchSavedRequest,
+    SearchSavedResponse,
+    UnsaveRequest,
+    UnsaveResponse,
+)
+from loom.models.errors import COMMON, error_responses
+from loom.ops.conversation.saved import saved_reads, saving
+
+router = APIRouter(prefix="/v1", tags=["saved messages"], responses=error_responses(*COMMON))
+
+
+@router.post("/conversation.save_message", response_model=SaveResponse)
+async def save_message(
+    body: SaveRequest,
+    who: Caller,
+    svc: Svc,
+) -> SaveResponse:
+    """Save one message for a user, for conversation.search_saved_messages. Works whether
+    or not the namespace records conversations (and does not turn recording on). A
+    message the transcript holds is flagged in place (its run_id and content stay);
+    send `role` and `content` to save one it does not hold. Ownership, deletion, role
+    and sensitivity are checked on every save (`reason`); saving again is safe and
+    repairs what an interrupted save left (a failed embed is retried)."""
+    result = await saving.save_message(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        body.conversation_id,
+        body.message_id,
+        agent=body.agent,
+        new=body.new_message(),
+    )
+    return SaveResponse(**asdict(result))
+
+
+@router.post("/conversation.unsave_message", response_model=UnsaveResponse)
+async def unsave_message(
+    body: UnsaveRequest,
+    who: Caller,
+    svc: Svc,
+) -> UnsaveResponse:
+    """Withdraw a saved message from its owner's search. Where the namespace records,
+    the turn stays in the transcript with the flag cleared; where it does not, it is
+    removed (`removed: true`). Idempotent; saving again restores it."""
+    result = await saving.unsave_message(
+        svc, who, body.namespace, body.user_id, body.conversation_id, body.message_id, agent=body.agent
+    )
+    return UnsaveResponse(**asdict(result))
+
+
+@router.post("/conversation.list_saved_messages", response_model=ListSavedResponse)
+async def list_saved_messages(
+    body: ListSavedRequest,
+    who: Caller,
+    svc: Svc,
+) -> ListSavedResponse:
+    """One user's saved messages, most recently saved first (`ts` is when the user
+    saved it), in pages of `limit`; pass `next_cursor` back as `cursor`."""
+    page = await saved_reads.list_saved_messages(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        limit=body.limit,
+        cursor=body.cursor,
+        conversation_id=body.conversation_id,
+    )
+    return ListSavedResponse(
+        messages=[SavedMessageOut(**asdict(m)) for m in page.messages], next_cursor=page.next_cursor
+    )
+
+
+@router.post("/conversation.saved_status", response_model=SavedStatusResponse)
+async def saved_status(
+    body: SavedStatusRequest,
+    who: Caller,
+    svc: Svc,
+) -> SavedStatusResponse:
+    """Which of up to 500 messages of one conversation this user has saved."""
+    saved = await saved_reads.saved_status(
+        svc, who, body.namespace, body.user_id, body.conversation_id, body.message_ids
+    )
+    return SavedStatusResponse(saved=saved)
+
+
+@router.post("/conversation.search_saved_messages", response_model=SearchSavedResponse)
+async def search_saved_messages(
+    body: SearchSavedRequest,
+    who: Caller,
+    svc: Svc,
+) -> SearchSavedResponse:
+    """Search one user's saved messages in one namespace. `hybrid` (default) fuses a
+    vector leg (the first 2,048 characters' embedding) and a BM25 leg (the whole text)
+    by reciprocal rank, `lexical_weight` scaling the BM25 leg; `semantic` and `lexical`
+    run one leg. When the query cannot be embedded the answer is lexical, with
+    `fallback_reason`."""
+    found = await saved_reads.search_saved_messages(
+        svc,
+        who,
+        body.namespace,
+        body.user_id,
+        body.query,
+        limit=body.limit,
+        search_mode=body.search_mode,
+        lexical_weight=body.lexical_weight,
+        conversation_id=body.conversation_id,
+    )
+    return SearchSavedResponse.model_validate(
+        {
+            "search_mode": found.search_mode,
+            "fallback_reason": found.fallback_reason,
+            "hits": [asdict(h) for h in found.hits],
+        }
+    )
