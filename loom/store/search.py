@@ -105,27 +105,22 @@ def _of_model(model: str, params: dict[str, Any]) -> str:
 def filter_conditions(
     filters: Filters, params: dict[str, Any], *, key: Callable[[str], str] = str
 ) -> list[str]:
-    """The conditions of a search's optional filters (thread, run, role, agent), their
-    values added to `params`; `key` wraps a primary-key column (see :func:`_where`)."""
+    """The conditions of a search's optional filters (thread, run, role, agent, time),
+    their values added to `params`; `key` wraps a primary-key column (see :func:`_where`)."""
     out = []
     if filters.thread_id is not None:
         out.append(f"{key('thread_id')} = {{th:String}}")
         params["th"] = filters.thread_id
-    if filters.run_id is not None:
-        out.append("run_id = {run:String}")
-        params["run"] = filters.run_id
-    if filters.role is not None:
-        out.append("role = {role:String}")
-        params["role"] = filters.role
-    if filters.agent is not None:
-        out.append("agent = {ag:String}")
-        params["ag"] = filters.agent
-    if filters.since is not None:
-        out.append("ts >= {since:DateTime64(6, 'UTC')}")
-        params["since"] = filters.since
-    if filters.until is not None:
-        out.append("ts < {until:DateTime64(6, 'UTC')}")
-        params["until"] = filters.until
+    for value, condition, name in (
+        (filters.run_id, "run_id = {run:String}", "run"),
+        (filters.role, "role = {role:String}", "role"),
+        (filters.agent, "agent = {ag:String}", "ag"),
+        (filters.since, "ts >= {since:DateTime64(6, 'UTC')}", "since"),
+        (filters.until, "ts < {until:DateTime64(6, 'UTC')}", "until"),
+    ):
+        if value is not None:
+            out.append(condition)
+            params[name] = value
     return out
 
 
