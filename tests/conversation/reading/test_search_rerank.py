@@ -39,8 +39,8 @@ async def test_the_llm_orders_the_hits_and_sees_only_the_query_and_excerpts(call
 
     plain = await search()
     assert plain["rerank"] is None
-    # A re-rank gathers the 20 best; kept in the search's order, the page is their first 3.
-    pool = (await search(limit=20))["hits"]
+    # A re-rank gathers the 50 best; kept in the search's order, the page is their first 3.
+    pool = (await search(limit=50))["hits"]
     first = pool[:3]
     # No model configured (the suite's stock fake): the order stays, and says why.
     unranked = await search(rerank=True)

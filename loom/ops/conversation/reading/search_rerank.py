@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 log = loom_logging.get("loom.conversation.search.rerank")
 _PROMPT = Path(__file__).parent / "prompts" / "rerank_system.txt"
 
-RERANK_DEPTH = 20  # hits gathered for the model to order
-EXCERPT_CHARS = 500  # of each hit's excerpt in the prompt
+RERANK_DEPTH = 50  # hits gathered for the model to order (why 50, not 20: docs/search.md)
+EXCERPT_CHARS = 400  # of each hit's excerpt in the prompt (50 of them: about 5,000 tokens)
 
 RERANKED = "reranked"
 NOT_CONFIGURED = "llm_not_configured"
