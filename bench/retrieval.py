@@ -320,13 +320,11 @@ async def score(
         first = len(lines)
         lines.append(
             f"{model:<14} {mode:<18} all{'':<12} n={len(every):<5} {_recalls(every)}  p50 {pct(times, 50):6.1f} ms  "
-            f"p95 {pct(times, 95):6.1f} ms  CPU/query {cpu:6.1f} ms"
+            f"p95 {pct(times, 95):6.1f} ms  CPU/query {cpu:6.1f} ms  [{load_avg()}]"
         )
         for qtype, xs in sorted(by_type.items()):
             lines.append(f"{'':<14} {'':<18} {qtype:<15} n={len(xs):<5} {_recalls(xs)}")
-        print(
-            "\n".join(lines[first:]), f"[{load_avg()}]", flush=True
-        )  # a mode's figures as soon as they are in
+        print("\n".join(lines[first:]), flush=True)  # a mode's figures as soon as they are in
     return lines
 
 
