@@ -72,6 +72,11 @@ async def test_answers_match_fastapis_own_handler(api, reference, ns, writer, mi
     for name, headers, body in cases:
         got = await api.post(PATH, content=body, headers=headers)
         want = await reference.post(PATH, content=body, headers=headers)
+        if got.status_code == want.status_code == 200:
+            # JSON without a JSON content type is accepted: the second handler's turn is then
+            # the first one's duplicate; the answers' shapes are what must match.
+            assert set(got.json()) == set(want.json()) and want.json()["reason"] == "duplicate", name
+            continue
         assert (got.status_code, got.json()) == (want.status_code, want.json()), name
 
 
