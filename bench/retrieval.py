@@ -1,7 +1,7 @@
 """What conversation.search finds: recall of the turns that answer a question, per mode.
 
     .venv/bin/python -m bench.retrieval [--data locomo10|longmemeval_oracle|PATH] [--limit N] [--embedder minilm]
-        [--modes vector,hybrid,hybrid:10,lexical] [--speaker-names off|on|both] [--latency-turns 100000]
+        [--modes vector,hybrid,hybrid:10,lexical,hybrid+rerank] [--speaker-names off|on|both] [--latency-turns 100000]
         [--out bench/results]
 
 A mode is ``vector``, ``lexical`` or ``hybrid``, the last optionally with its
@@ -73,7 +73,8 @@ from bench.datasets import MEMBERS, dataset_path  # noqa: E402
 
 SAMPLE = ROOT / "bench" / "data" / "longmemeval_sample.json"
 MODES = ("vector", "hybrid", "lexical")
-KS = (5, 10)
+KS = (1, 5, 10)
+RERANK = "+rerank"  # a mode's suffix: ask with rerank: true (needs the stack's LLM)
 BATCH = 500
 
 
@@ -253,8 +254,9 @@ def _auth(token: str) -> dict[str, str]:
 
 
 def mode_spec(spec: str) -> tuple[str, float | None]:
-    """``hybrid:10`` -> ("hybrid", 10.0); ``lexical`` -> ("lexical", None)."""
-    mode, _, weight = spec.partition(":")
+    """``hybrid:10`` -> ("hybrid", 10.0); ``lexical`` -> ("lexical", None); a ``+rerank``
+    suffix is read by :func:`ask`."""
+    mode, _, weight = spec.removesuffix(RERANK).partition(":")
     if mode not in MODES:
         raise SystemExit(f"unknown mode {spec!r}: one of {', '.join(MODES)}, hybrid with :WEIGHT")
     return mode, float(weight) if weight else None
@@ -268,6 +270,8 @@ async def ask(
     body["search_mode"] = name
     if weight is not None:
         body["lexical_weight"] = weight
+    if mode.endswith(RERANK):
+        body["rerank"] = True
     t0 = time.perf_counter()
     r = await http.post("/v1/conversation.search", json=body, headers=_auth(token))
     took = (time.perf_counter() - t0) * 1000
@@ -284,33 +288,43 @@ def pct(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))] if s else float("nan")
 
 
+def _recalls(xs: list[tuple[float, ...]]) -> str:
+    return "  ".join(f"recall@{k} {statistics.fmean(x[i] for x in xs):.3f}" for i, k in enumerate(KS))
+
+
 async def score(
-    http: httpx.AsyncClient, token: str, data: Dataset, modes: list[str], suffix: str = ""
+    http: httpx.AsyncClient,
+    token: str,
+    data: Dataset,
+    modes: list[str],
+    suffix: str = "",
+    pids: list[int] | None = None,
+    model: str = "",
 ) -> list[str]:
+    """Each mode's recall@1/5/10 (overall and per question type), latency p50/p95 as the
+    client sees it, and the CPU the stack's processes spent per question (`pids`)."""
+    from bench.search_bench import cpu_seconds
+
     lines: list[str] = []
     asked = [q for q in data.questions if q.answers]
     for mode in modes:
-        by_type: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        by_type: dict[str, list[tuple[float, ...]]] = defaultdict(list)
         times: list[float] = []
+        cpu0 = cpu_seconds(pids or [])
         for q in asked:
             found, took = await ask(http, token, q, mode, suffix=suffix)
             times.append(took)
-            by_type[q.qtype].append((recall_at(found, q.answers, 5), recall_at(found, q.answers, 10)))
+            by_type[q.qtype].append(tuple(recall_at(found, q.answers, k) for k in KS))
+        cpu = (cpu_seconds(pids or []) - cpu0) * 1000 / max(1, len(asked))
         every = [x for xs in by_type.values() for x in xs]
         first = len(lines)
         lines.append(
-            f"{mode:<10} all{'':<24} n={len(every):<5} recall@5 {statistics.fmean(r5 for r5, _ in every):.3f}  "
-            f"recall@10 {statistics.fmean(r10 for _, r10 in every):.3f}  p50 {pct(times, 50):6.1f} ms  "
-            f"p95 {pct(times, 95):6.1f} ms"
+            f"{model:<14} {mode:<18} all{'':<12} n={len(every):<5} {_recalls(every)}  p50 {pct(times, 50):6.1f} ms  "
+            f"p95 {pct(times, 95):6.1f} ms  CPU/query {cpu:6.1f} ms  [{load_avg()}]"
         )
         for qtype, xs in sorted(by_type.items()):
-            lines.append(
-                f"{'':<10} {qtype:<27} n={len(xs):<5} recall@5 {statistics.fmean(a for a, _ in xs):.3f}  "
-                f"recall@10 {statistics.fmean(b for _, b in xs):.3f}"
-            )
-        print(
-            "\n".join(lines[first:]), f"[{load_avg()}]", flush=True
-        )  # a mode's figures as soon as they are in
+            lines.append(f"{'':<14} {'':<18} {qtype:<15} n={len(xs):<5} {_recalls(xs)}")
+        print("\n".join(lines[first:]), flush=True)  # a mode's figures as soon as they are in
     return lines
 
 
@@ -396,7 +410,10 @@ async def run(args: argparse.Namespace) -> list[str]:
                 # would repeat the copy without them exactly.
                 same = names and not args.speaker_prefix and len(copies) > 1
                 asked = [m for m in modes if not (same and m == "vector")]
-                scored = await score(http, token, data, asked, suffix)
+                from bench.search_bench import descendants
+
+                pids = descendants(stack.proc.pid) if stack.proc else []
+                scored = await score(http, token, data, asked, suffix, pids, args.embedder)
                 log("\n".join(scored))
                 lines += scored
         if args.latency_turns:
@@ -426,7 +443,7 @@ def main() -> None:
     ap.add_argument(
         "--limit", type=int, default=0, help="the first N questions (LongMemEval) or conversations"
     )
-    ap.add_argument("--embedder", default="minilm")
+    ap.add_argument("--embedder", default="minilm", help="the stack's LOOM_EMBEDDER: minilm or e5-small")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--latency-turns", type=int, default=0, help="also time searches at this many turns")
     ap.add_argument("--latency-queries", type=int, default=200)

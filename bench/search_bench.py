@@ -274,10 +274,10 @@ def strategies(ch: Any, data: Data, scale: int, n: int = 30) -> list[dict[str, A
         (f"{MAIN}, one thread", MAIN, store.Filters(thread_id=data.turns[MAIN][0]["thread_id"]), 0),
         (f"{MAIN}, role=user", MAIN, store.Filters(role="user"), 0),
     ]
-    per_ns, total = store.counts(ch, TABLE, [MAIN, *NOISE], store.Filters())
+    per_ns, total = store.counts(ch, TABLE, [MAIN, *NOISE], store.Filters(), MODEL_ID)
     out = []
     for name, ns, filters, _ in cases:
-        counted, _t = store.counts(ch, TABLE, [ns], filters)
+        counted, _t = store.counts(ch, TABLE, [ns], filters, MODEL_ID)
         rows = counted.get(ns, 0)
         share = rows / max(1, total)
         row: dict[str, Any] = {"case": name, "rows": rows}
@@ -286,9 +286,9 @@ def strategies(ch: Any, data: Data, scale: int, n: int = 30) -> list[dict[str, A
             for q in data.query_vectors[:n]:
                 t0 = time.perf_counter()
                 if way == "exact":
-                    store.exact(ch, TABLE, [ns], q, filters, 30)
+                    store.exact(ch, TABLE, [ns], q, filters, 30, MODEL_ID)
                 else:
-                    store.nearest(ch, TABLE, [ns], q, filters, 30, 1.5 / max(share, 1e-6))
+                    store.nearest(ch, TABLE, [ns], q, filters, 30, 1.5 / max(share, 1e-6), MODEL_ID)
                 lat.append(time.perf_counter() - t0)
             row[way] = percentiles(lat[3:])
         out.append(row)
@@ -300,19 +300,19 @@ def breakdown(ch: Any, data: Data, scale: int, n: int = 40) -> dict[str, Any]:
     from loom.settings import Settings
     from loom.store import search as store
 
-    plan_rows = store.counts(ch, TABLE, [MAIN], store.Filters())[0].get(MAIN, 0)
+    plan_rows = store.counts(ch, TABLE, [MAIN], store.Filters(), MODEL_ID)[0].get(MAIN, 0)
     by_index = plan_rows > Settings().conversation_search_exact_max_rows
     steps: dict[str, list[float]] = {"counts": [], "candidates": [], "verify": []}
     for q in data.query_vectors[:n]:
         t0 = time.perf_counter()
-        per_ns, total = store.counts(ch, TABLE, [MAIN], store.Filters())
+        per_ns, total = store.counts(ch, TABLE, [MAIN], store.Filters(), MODEL_ID)
         t1 = time.perf_counter()
         if by_index:
             cands = store.nearest(
-                ch, TABLE, [MAIN], q, store.Filters(), 30, 1.5 * total / max(1, per_ns[MAIN])
+                ch, TABLE, [MAIN], q, store.Filters(), 30, 1.5 * total / max(1, per_ns[MAIN]), MODEL_ID
             )
         else:
-            cands = store.exact(ch, TABLE, [MAIN], q, store.Filters(), 30)
+            cands = store.exact(ch, TABLE, [MAIN], q, store.Filters(), 30, MODEL_ID)
         t2 = time.perf_counter()
         keys = [c.key for c in cands if c.similarity >= 0.3][:13]  # the limit + VERIFY_SPARE first verified
         store.verify_embeddings(ch, keys)

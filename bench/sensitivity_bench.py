@@ -1,7 +1,8 @@
 """The sensitivity screen: recall and false-positive rate per kind, and its cost per turn.
 
 Run: ``.venv/bin/python bench/sensitivity_bench.py [--corpus tests/data/sensitivity_corpus.jsonl]
-[--rounds 2000] [--out bench/results] [--baseline old_sensitivity.py]``
+[--rounds 2000] [--out bench/results] [--baseline old_sensitivity.py]`` (the families of
+tests/data/sensitivity_families.jsonl: ``--corpus`` that file).
 
 ``--baseline`` times another version of the module (e.g. ``git show <rev>:loom/sensitivity.py``)
 on the same texts in the same run and prints the CPU-time ratio, which stays meaningful on a
@@ -87,7 +88,7 @@ def quality(corpus: Path) -> dict[str, dict[str, float]]:
                     wrong[row["kind"]].append(lineno)
     total = {"high": 0, "hit": 0, "plain": 0, "fp": 0}
     out: dict[str, dict[str, float]] = {}
-    print(f"quality on {corpus.relative_to(ROOT)}")
+    print(f"quality on {os.path.relpath(corpus.resolve(), ROOT)}")
     print(f"  {'kind':<18} {'high':>5} {'recall':>7} {'plain':>6} {'FPR':>6}  lines wrong")
     for kind in sorted(per, key=lambda k: (per[k]["high"] == 0, k)):
         c = per[kind]

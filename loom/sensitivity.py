@@ -46,6 +46,12 @@ What it is built on:
   ``PASSWORD '...'`` / ``IDENTIFIED BY '...'``, ``mysql -pX`` / ``docker login -p X``, and
   stated PINs ("my PIN is 4821", "pin: 0000", "PIN code 123456").
 
+* Data beside the code: loom/sensitivity_words.json (read by loom/sensitivity_words.py) holds,
+  per language, the nouns for a password and a PIN, what a code opens, the verbs meaning
+  "is", determiners, owners, prepositions, filler adverbs, "default" words and placeholder
+  words; and which argument of which call is a password. loom/sensitivity_calls.py reads
+  call arguments. The rules below read the union of the languages.
+
 The shapes, stated as rules (tests/data/sensitivity_corpus.jsonl holds examples of each,
 and bench/sensitivity_bench.py scores them per kind):
 
@@ -57,15 +63,43 @@ and bench/sensitivity_bench.py scores them per kind):
   values and a SAS URL's ``sig=`` read as high at any length.
 * A telephony account SID (``AC`` + 32 hex) or API key SID (``SK`` + 32 hex) reads as high
   only with a 32-character secret in the same sentence; alone it is an identifier.
-* Passwords and PINs are recognised in English, German, French, Spanish, Italian,
-  Portuguese, Dutch, Swedish and Polish: the noun (password, Passwort, Kennwort, mot de
-  passe, contraseña, senha, wachtwoord; PIN, pincode, PIN-Nummer, Geheimzahl, code
-  PIN/secret/confidentiel, código PIN/secreto, codice PIN/segreto, NIP, clave), then a
-  separator or the language's "is" (ist, lautet, est, es, è, é, is, är, to), then the
-  value. A bare "code" counts as a PIN only with an owner in another language ("mon code
-  est ...") or a card, door, safe or alarm word before its number; a number followed by a
-  unit (bits, lines, digits...), a year-like number after "to", an Indian six-digit postal
-  "PIN code" in an address, and "code postal"/"error code"-style phrases do not count.
+* Passwords and PINs are recognised in every language of the lexicon (English, German,
+  Dutch, French, Spanish, Portuguese, Italian; Swedish, Polish, Finnish in part): the noun
+  (password, Passwort, Kennwort, wachtwoord, mot de passe, mdp, contraseña, clave, senha,
+  palavra-passe; PIN, pincode, Geheimzahl, code PIN, código secreto, digicode), then a
+  separator, an arrow or the language's "is" (ist, lautet, est, c'est, es, è, é, is, wordt;
+  "changed to" and its translations), a filler adverb at most (übrigens, trouwens,
+  maintenant), then the value; or the value first ("Sommer2024! ist mein Passwort", "4821 is
+  mijn pincode", "use X as the password") when the noun ends its clause or a preposition
+  follows it, with no preposition before the value ("seit 2020 ist das Passwort ...") and
+  not in a question. With no operator ("Passwort Sommer2024"), the value must be quoted or
+  emphasised, or look made up (letters and digits, or six digits or more). A bare "code"
+  counts as a PIN with an owner in another language ("mon code est ..."), a definite article
+  in another language and the number ending the clause ("le code est 4821"), or what it
+  opens named near it (Türcode, deurcode, garage code, "code de la porte", "die Alarmanlage
+  hat den Code 7391"); a number followed by a unit (bits, lines, digits...), a year-like
+  number, an Indian six-digit postal "PIN code" in an address, "code postal"/"error code"/
+  verification codes, and a PIN called the default one ("the default PIN is 0000") do not count.
+* Credentials passed positionally in code: a call the lexicon names (``new PDO(dsn, user,
+  pw)``, ``getConnection(url, user, pw)``, ``mysqli_connect``, ``MySQLdb``/``pymysql``
+  ``connect(host, user, pw, db)``, ``Sequelize``, ``cx_Oracle.connect(user, pw, dsn)``,
+  ``ftp.login``, ``smtp.login``, ``HTTPBasicAuth``, ``auth=(user, pw)``,
+  ``NetworkCredential``, ``simple_bind_s``, ``WiFi.begin``...) with a literal in its
+  password slot; a password name as a call's argument followed by a literal
+  (``props.put("password", ...)``, ``page.fill('#password', ...)``,
+  ``find_element(By.ID, "password").send_keys(...)``) or a setter's literal
+  (``setPassword("...")``). A reference, an empty string, a placeholder or the user again
+  (``"sa", "sa"``) is not a password.
+* Connection strings: key=value segments (``Password=``, ``Pwd=``, ``password=`` in a libpq
+  DSN), a URL's authority, ``user:pw@host`` without a scheme when the host is one word, an
+  IP or has a port or path after it (a Go ``user:pw@tcp(host)/db`` always), Oracle's
+  ``user/pw@db`` with an Oracle word on its line, and command lines (``mysql -pX``,
+  ``docker login -p X``, ``sshpass -p X``, ``redis-cli -a X``, ``mongo -p X``). The same
+  shapes inside stack traces and HTTP dumps (headers echoed in a traceback, a DSN in an
+  exception message) read as high like anywhere else.
+* HTTP Basic credentials are decoded wherever they appear (after "Basic", an ``auth`` key, or
+  next to the word base64): a ``user:password`` pair whose password is not a placeholder, a
+  default (``guest``, ``pass``...) or the user again, is a password.
 * A card number or SSN in a table (CSV, TSV, Markdown, or columns aligned with spaces)
   reads as high when its cell validates (Luhn and issuer prefix; SSN rules, or a Canadian
   SIN's Luhn) and the header of its column names it (``card``, ``card_number``, ``pan``,
@@ -75,7 +109,13 @@ and bench/sensitivity_bench.py scores them per kind):
 * Not a value: an empty assignment (``PASSWORD=`` at the end of a line never takes the next
   line as its value), a template slot (``<your-password>``, ``{{ secret }}``, ``${VAR}``,
   ``%s``), a mask (``****``, ``xxxx``, ``...``), a placeholder word (``changeme``,
-  ``example``, ``your_password_here``, ``REPLACE_ME``...), a reference (``os.environ[...]``).
+  ``example``, ``your_password_here``, ``REPLACE_ME``...), a value made of the lexicon's
+  placeholder words in any language (``tu_contraseña_aquí``, ``sua_senha_aqui``,
+  ``dein-passwort``, ``votre_mot_de_passe``), a reference (``os.environ[...]``), and a value
+  taken from the environment or a secret store: ``${DB_PASSWORD:?must be set}``,
+  ``${VAR:-default}``, ``%DB_PASSWORD%``, ``$(cat /run/secrets/...)``, backticks,
+  ``$env:X``, ``op://...``, ``!Ref``, ``@Microsoft.KeyVault(...)``, ``ENC(...)``; a variable
+  used rather than assigned (``-e POSTGRES_PASSWORD=$POSTGRES_PASSWORD``).
 * A private key reads as high when the PEM armour has key material under it: a closed block
   needs a line of 16+ base64 characters; a block whose body is ``<redacted>``, ``...``,
   ``MIIE...`` or ``xxxx`` does not. A header at the end of a text (a paste cut short) counts.
@@ -84,7 +124,10 @@ Speed: it runs on every append, so the common path avoids full-text regex passes
 costs tens of microseconds per 2,000 characters in CPython). Ordinary text costs one
 ``lower()``, one ``str.find`` loop per keyword, two ``bytes.translate`` calls (a digit-class
 and a token-class view of the text) searched with ``bytes.find``, and a few substring
-tests. Regexes then run only at those spots: plugin patterns on tokens of 16+ key
+tests. The lexicon's word lists are compiled as prefix trees (a flat alternation is tried
+branch by branch), and a searched word list has no leading ``\\b`` (it would keep the
+engine from skipping ahead by first letter). Call arguments are read only where a comma is
+followed by a quote, DSNs without a scheme only at "@" signs. Regexes then run only at those spots: plugin patterns on tokens of 16+ key
 characters holding a known prefix, keyword regexes where a keyword is followed by an
 operator, card/SSN patterns on digit groups that could be one, the table reader only on
 rows holding a 9+ digit number that validates (one walk up to the header per table), the
@@ -101,9 +144,11 @@ from __future__ import annotations
 import base64
 import binascii
 import csv
+import os.path
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from re import Match, Pattern
+from typing import Any
 
 from detect_secrets.plugins import keyword as _ds_keyword
 from detect_secrets.plugins.aws import AWSKeyDetector
@@ -126,6 +171,9 @@ from detect_secrets.plugins.stripe import StripeDetector
 from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from stdnum import luhn
 from stdnum.us import ssn as us_ssn
+
+from loom.sensitivity_calls import Candidate, positional_passwords
+from loom.sensitivity_words import WORDS
 
 __all__ = ["KINDS", "high_reasons", "high_spans", "reads_as_high", "window_reads_as_high"]
 
@@ -266,34 +314,123 @@ _DOTTED_IDENT = re.compile(r"^[A-Za-z_$][\w$]*(?:\??\.[A-Za-z_$][\w$]*)+(?:\(\))
 _CAMEL_IDENT = re.compile(r"^[a-z]{2,}(?:[A-Z][a-z]{2,}[0-9]*)+$")
 _CONST_IDENT = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
-_KEYWORDISH = re.compile(r"pass|pwd|secret|token|key|cred|auth", re.IGNORECASE)
+_KEYWORDISH = re.compile(
+    "|".join(
+        ["pass", "pwd", "secret", "token", "key", "cred", "auth", *map(re.escape, WORDS.union("password"))]
+    ),
+    re.IGNORECASE,
+)
 _CODE_CHARS = re.compile(r"[()\[\]{}]")
 _EMAIL = re.compile(r"^[\w.+-]+@[\w-]+(?:\.[\w-]+)+$")
 _URLISH = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|www\.)", re.IGNORECASE)
 _PATHISH = re.compile(r"^(?:~?/|\.\.?/|[A-Za-z]:\\)")
 
 
+# A value made only of these words is a template, in any language the lexicon knows:
+# your_password_here, tu_contraseña_aquí, sua_senha_aqui, dein-passwort, votre_mot_de_passe.
+_PLACEHOLDER_SEGMENTS = _PLACEHOLDER_WORDS | frozenset(WORDS.union("placeholder"))
+_VALUE_SEGMENTS = re.compile(r"[\s_\-.:/'’]+")
+# ... or starts with a possessive, or ends with "here", glued with "_" or "-" (tu_clave_segura).
+_PLACEHOLDER_HEADS = tuple(
+    f"{w}{sep}" for w in WORDS.union("owners") if " " not in w and w not in ("je", "sa", "ma") for sep in "_-"
+)
+_PLACEHOLDER_TAILS = tuple(
+    f"{sep}{w}" for w in ("here", "hier", "ici", "aqui", "aquí", "qui", "qua", "här") for sep in "_-"
+)
+
+
 def _is_placeholder(value: str) -> bool:
     v = value.strip()
-    if not v or v.startswith(_TEMPLATE_OPENERS):
+    if not v or v.startswith(_TEMPLATE_OPENERS) or _is_env_reference(v):
         return True  # <your-password>, {{ secret }}, ${VAR}: a template slot, even when cut short
-    if v.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_RE.match(v) is not None:
+    if v[:1] == "%" and _sigil_reference(v):
+        return True  # %DB_PASSWORD%
+    if v.lower() in _PLACEHOLDER_WORDS:
+        return True
+    if _PLACEHOLDER_RE.match(v) is not None and not (v[:1] == "$" and _not_a_variable(v[1:])):
         return True
     low = v[:128].lower()
-    return "\n" not in v and any(part in low for part in _PLACEHOLDER_PARTS)
-
-
-_TEMPLATE_OPENERS = ("<", "{{", "${", "%(", "%", "[[")
-
-
-def _is_reference(value: str) -> bool:
-    """An unquoted value that is code, not a literal: a variable, a call, a lookup."""
-    if _CODE_CHARS.search(value) or value.startswith(("$", "!", "&", "*", "@", "%", "|", ">", "-")):
+    if "\n" in v:
+        return False
+    if any(part in low for part in _PLACEHOLDER_PARTS):
         return True
-    if _DOTTED_IDENT.match(value) or _CAMEL_IDENT.match(value) or _CONST_IDENT.match(value):
+    if _WORDY.fullmatch(low) is None:
+        return False  # digits or symbols: not a template made of words
+    if low.startswith(_PLACEHOLDER_HEADS) or low.endswith(_PLACEHOLDER_TAILS):
+        return True
+    return all(seg in _PLACEHOLDER_SEGMENTS for seg in _VALUE_SEGMENTS.split(low) if seg)
+
+
+_WORDY = re.compile(r"[^\W\d_]+(?:[\s_\-.:/'’]+[^\W\d_]+)*")
+
+
+def _not_a_variable(name: str) -> bool:
+    """$sRTJWYLjauEYn is a password that starts with "$"; $DB_PASS, $dbPassword are variables."""
+    return not (name.isupper() or name.islower() or name.istitle() or _CAMEL_IDENT.match(name) or "." in name)
+
+
+_TEMPLATE_OPENERS = ("<", "{{", "${", "%(", "[[")
+# Values that name where the secret is kept rather than hold it: a command substitution, a
+# shell/PowerShell/CI variable, a secret store's reference, an encrypted blob.
+_REFERENCE_OPENERS = (
+    "$(",
+    "`",
+    "$env:",
+    "${env:",
+    "env:",
+    "((",
+    "#{",
+    "@microsoft.keyvault(",
+    "op://",
+    "vault:",
+    "secret://",
+    "sm://",
+    "!ref",
+    "!sub",
+    "!getatt",
+    "arn:aws:secretsmanager",
+    "arn:aws:ssm",
+    "$__file{",
+    "$__env{",
+    "enc(",
+    "file:",
+)
+_SECRET_FILES = ("/run/secrets/", "/var/run/secrets/", "/etc/secrets/")
+
+
+def _is_env_reference(value: str) -> bool:
+    if "secrets/" in value and any(path in value for path in _SECRET_FILES):
+        return True
+    return value[:40].lower().startswith(_REFERENCE_OPENERS)
+
+
+def _is_reference(value: str, prose: bool = False) -> bool:
+    """An unquoted value that is code, not a literal: a variable, a call, a lookup. In prose
+    (`prose`) a camelCase word is a password, not a variable."""
+    if _CODE_CHARS.search(value) or value.startswith(("|", ">", "-")):
+        return True
+    if value[:1] in _SIGILS:
+        return _sigil_reference(value)
+    if _DOTTED_IDENT.match(value) or (not prose and _CAMEL_IDENT.match(value)) or _CONST_IDENT.match(value):
         return True
     # password = user_password / db_pass / getpass: a variable named after the secret.
     return bool(_IDENT.match(value) and not any(c.isdigit() for c in value) and _KEYWORDISH.search(value))
+
+
+_SIGILS = "$!&*@%"
+_SIGIL_NAME = re.compile(r"[A-Za-z_]\w*(?:[.:][A-Za-z_]\w*)*%?")
+
+
+def _sigil_reference(value: str) -> bool:
+    """$DB_PASS, ${X}, $(cmd), %DB_PASSWORD%, !Ref, &cfg, @pw: a sigil before a variable's name.
+    $0!T1SaQ6d or %TKccbFcfJRfA is a password that starts with a symbol."""
+    rest = value[1:]
+    if rest[:1] in "{([":
+        return True
+    if _SIGIL_NAME.fullmatch(rest) is None:
+        return False
+    name = re.split(r"[.:%]", rest, maxsplit=1)[0]
+    return not _not_a_variable(name)
 
 
 def _credential_look(value: str) -> bool:
@@ -755,6 +892,82 @@ def _scan_url_credentials(text: str) -> Iterator[str]:
         return
 
 
+# user:password@host without a scheme: a Go/MySQL DSN ("app:pw@tcp(db:3306)/shop"), a URL
+# pasted without it, an error message quoting one; and Oracle's user/password@db
+# (sqlplus, jdbc:oracle:thin:, cx_Oracle.connect("...")).
+_BARE_HOST = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][\w.\-]*)")
+_IPV4 = re.compile(r"^\d{1,3}(?:\.\d{1,3}){3}$")
+_PW_STOP = frozenset(" \t\n\r/:\"'`<>()[]{}\\,;|=")  # "@" may be in it: the last "@" ends it
+# URI schemes without "//" and header names that come before "x:y@z" in mail and chat.
+_NOT_USERS = frozenset(
+    """
+    mailto sip sips tel xmpp im skype callto urn git npm pkg docker file http https ssh ftp news geo data
+    about cc bcc to from re fw fwd sender mail email contact
+    """.split()  # noqa: SIM905
+)
+_DIGEST_HOSTS = frozenset({"sha1", "sha224", "sha256", "sha384", "sha512", "md5", "blake2b", "blake3"})
+_ORACLE_CONTEXT = re.compile(
+    r"sqlplus|sqlldr|expdp|impdp|\brman\b|dgmgrl|oracle|oracledb|jdbc:oracle|tnsnames|^\s*(?:sql>\s*)?conn(?:ect)?\b"
+)
+_MAX_ATS = 64  # "@" signs looked at per text
+
+
+def _bare_credential_at(text: str, low: str, at: int) -> bool:
+    j = at
+    lo = max(0, at - 130)
+    while j > lo and text[j - 1] not in _PW_STOP:
+        j -= 1
+    if j == at or j < 2 or text[j - 1] not in ":/" or text[at - 1] == "@":
+        return False  # "@@": a versioned symbol (_ZN...Ev@@GLIBCXX_3.4), not a password ending in "@"
+    sep, password = text[j - 1], text[j:at]
+    u = j - 1
+    while u > max(0, j - 66) and (text[u - 1].isalnum() or text[u - 1] in "_.-$#"):
+        u -= 1
+    user = text[u : j - 1]
+    before = text[u - 1 : u]
+    if not user or not user[0].isalpha() or before in ("/", "@", ".", "\\", "%", "+", "-"):
+        return False  # scheme://user:pw@ is read by _scan_url_credentials; a path; a longer token
+    if _is_placeholder(password) or password.lower() in _URL_DEFAULTS or password == user:
+        return False
+    if sep == "/":
+        line_start = text.rfind("\n", 0, u) + 1
+        line_end = text.find("\n", at)
+        line = low[line_start : line_end if line_end >= 0 else len(low)]
+        return _ORACLE_CONTEXT.search(line) is not None and _value_ok(PASSWORD, password, True, "assign", "")
+    if before == ":" or user.lower() in _NOT_USERS:
+        return False
+    if text.startswith(("tcp(", "unix("), at + 1):
+        return _value_ok(PASSWORD, password, True, "assign", "")  # Go DSN
+    m = _BARE_HOST.match(text, at + 1)
+    if m is None or m.group("host").lower() in _DIGEST_HOSTS:
+        return False
+    host, after = m.group("host"), text[m.end() : m.end() + 2]
+    # A mail address has a dotted domain and nothing after it; a DSN's host is one word, an
+    # IP, or has a port or a path after it.
+    quoted = before in ("'", '"') and after[:1] == before  # "root:pw@pg01.corp.local" as one value
+    hostlike = (
+        "." not in host
+        or _IPV4.match(host) is not None
+        or after[:1] == "/"
+        or (after[:1] == ":" and after[1:].isdigit())
+        or quoted
+    )
+    if not hostlike or len(password) < 4 or not _credential_look(password) or _VERSION.match(password):
+        return False
+    return _value_ok(PASSWORD, password, True, "assign", "")
+
+
+def _scan_bare_authority(text: str, low: str) -> Iterator[str]:
+    at = text.find("@", 1)
+    for _ in range(_MAX_ATS):
+        if at < 0:
+            return
+        if _bare_credential_at(text, low, at):
+            yield PASSWORD
+            return
+        at = text.find("@", at + 1)
+
+
 # --------------------------------------------------------------------------- keyword rules
 
 # detect-secrets KeywordDetector regexes: (pattern, quote group, value group, operator kind).
@@ -771,26 +984,71 @@ _SEGMENT_START = re.compile(r"(?:^|(?<=[_.\-]))\w|(?<=[a-z])[A-Z]")
 # After a name: something that can start an assignment.
 _OPERATOR_AHEAD = re.compile(r"""["'\]]{0,2}\s*(?:[=:!(]|=>|["'`])""")
 
-# The word for "password" in the languages Loom sees most (its name in the text, or its root).
-_PW_WORDS = (
-    "password",
-    "passwd",
-    "passphrase",
-    "passwort",
-    "kennwort",
-    "contrase",
-    "mot de passe",
-    "senha",
-    "wachtwoord",
-    "lösenord",
-    "hasło",
-    "haslo",
-    "salasana",
-)
-_ROOT_SECRET = re.compile(
-    r"(?:passwort|pass(?:word|wd|phrase)?|pwd|secret|contraseña|contrasena|token|apikey|kennwort|"
-    r"mot de passe|senha|wachtwoord|lösenord|hasło|haslo|salasana)"
-)
+
+def _has_word(words: Pattern[str], s: str, lo: int = 0, hi: int | None = None) -> bool:
+    """`words` (an alternation ending in \\b) occurs in s[lo:hi] as a whole word. The pattern
+    has no leading \\b, which would keep the regex engine from skipping ahead by first letter."""
+    for m in words.finditer(s, lo, len(s) if hi is None else hi):
+        i = m.start()
+        if i == 0 or not (s[i - 1].isalnum() or s[i - 1] == "_"):
+            return True
+    return False
+
+
+def _alternation(words: Iterable[str]) -> str:
+    """A regex alternation of lexicon words, as a prefix tree (the regex engine tries the
+    branches of a flat alternation one by one; a tree shares their beginnings). A longer word
+    is preferred to its prefix; a space matches any run of spaces; either apostrophe both."""
+    trie: dict[str, Any] = {}
+    for word in set(words):
+        node = trie
+        for ch in word.replace("’", "'"):
+            node = node.setdefault(ch, {})
+        node[""] = {}
+    return _trie_pattern(trie)
+
+
+def _trie_pattern(node: dict[str, Any]) -> str:
+    branches = [
+        _PIECES.get(ch, re.escape(ch)) + _trie_pattern(child) for ch, child in sorted(node.items()) if ch
+    ]
+    if not branches:
+        return ""
+    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+    return f"(?:{body})?" if "" in node else body
+
+
+_PIECES = {" ": r"\s+", "'": "['’]"}
+
+
+# The nouns for "password" in every language of the lexicon (its name in the text, or its root).
+_PW_WORDS = WORDS.union("password")
+_ROOT_SECRET = re.compile(f"(?:{_alternation(_PW_WORDS)}|pass(?:word|wd|phrase)?|pwd|secret|token|apikey)")
+# Nouns holding "pass" further in ("mot de passe", "palavra-passe"): the "pass" keyword finds
+# them, and they are read from their first word. (noun, offset of "pass" in it)
+_PASS_PHRASES = tuple((w, w.index("pass")) for w in _PW_WORDS if w.find("pass") > 0)
+_PASS_NOUNS = tuple(w for w in _PW_WORDS if w.startswith("pass"))
+
+
+def _search_roots(nouns: Iterable[str]) -> tuple[str, ...]:
+    """What the keyword loop looks for to find these nouns: each noun, unless "pass" finds it,
+    and forms sharing a 6-character beginning merged into it (contraseña / contrasena)."""
+    roots: list[str] = []
+    for noun in sorted(nouns, key=len):
+        if "pass" in noun or any(r in noun for r in roots):
+            continue
+        for i, root in enumerate(roots):
+            common = len(os.path.commonprefix([root, noun]))
+            if common >= 6:
+                roots[i] = noun[:common]
+                break
+        else:
+            roots.append(noun)
+    return tuple(roots)
+
+
+_PW_ROOTS = _search_roots(_PW_WORDS)
+_PW_KEYWORDS = frozenset({"pass", "pw", *_PW_WORDS, *_PW_ROOTS})
 
 
 def _name_bounds(text: str, pos: int, end: int) -> tuple[int, int]:
@@ -821,7 +1079,7 @@ def _keyword_tail_ok(text: str, kw_end: int, stop: int) -> bool:
 
 
 def _family(word: str, name: str) -> str:
-    if word in ("pass", "pw") or word in _PW_WORDS or "pass" in name or "pwd" in name:
+    if word in _PW_KEYWORDS or "pass" in name or "pwd" in name:
         return PASSWORD
     if "token" in name:
         return TOKEN
@@ -857,18 +1115,19 @@ def _short_name_password(text: str, low: str, start: int, pos: int, stop: int) -
     return _value_ok(PASSWORD, value, quoted, "assign", "")
 
 
-def _value_ok(family: str, value: str, quoted: bool, op: str, rest: str) -> bool:
-    """Is this literal value a secret? `rest` is the text after the value on its line."""
+def _value_ok(family: str, value: str, quoted: bool, op: str, rest: str, prose: bool = False) -> bool:
+    """Is this literal value a secret? `rest` is the text after the value on its line;
+    `prose`: read from a sentence, where a value is never a variable's name."""
     if not quoted:
         value = _clean_unquoted(value)
     # Cheapest rejections first.
     if len(value) < _MIN_LEN[family] or (family == TOKEN and _classes(value) < 2):
         return False
+    if not quoted and _is_reference(value, prose):
+        return False
     if _is_placeholder(value):
         return False
     if quoted and ("\n" in value or len(value) > 200):
-        return False
-    if not quoted and _is_reference(value):
         return False
     if _EMAIL.match(value) or _URLISH.match(value) or _PATHISH.match(value):
         return False
@@ -935,15 +1194,36 @@ _OWN_VALUE = re.compile(
         [*_]{0,2}\s*(?P<q>["'`]?)(?P<val>[^\s"'`,;&<>(){}\[\]]{1,512})(?P=q)""",
     re.VERBOSE,
 )
-# "password for the staging db is X", "**Password:** X"
+# The verbs meaning "is" (lexicon), as the operator of a statement: "das Passwort lautet: X".
+# "to" is one only in PIN statements ("I changed my PIN to 8642"; Polish "mój PIN to 4821").
+_COPULAS = tuple(w for w in WORDS.union("is_words") if w != "to" and "'" not in w and "’" not in w)
+_COPULA_HEADS = tuple({w.split()[0] for w in _COPULAS})
+_CONTRACTED = tuple(w for w in WORDS.union("is_words") if "'" in w or "’" in w)  # c'est, that's
+_OPEN_QUOTES = "\"'`“‘„«‚"
+_ANY_QUOTE = "\"'`“”‘’„«»‚"
+_FILLERS = WORDS.union("fillers")  # "ist übrigens X", "is trouwens X", "c'est maintenant X"
+# "password for the staging db is X", "**Password:** X", "Passwort lautet: X", "senha → X",
+# "ich hab das Passwort geändert, es ist jetzt X". Words between the noun and the verb are
+# taken lazily, so the first verb whose value is not itself a verb or a filler is the one read.
 _PW_PROSE = re.compile(
-    r"""(?P<mid>(?:\s+(?!(?:is|was|will|ist|lautet|war|est|es|era|è|é|är|jest)\b)[^\W\d_][\w@.'’-]*){0,5}?)
-        [*_]{0,2}\s*(?P<op>:|=|\bis\b|\bwas\b|\bwill\s+be\b|\bis\s+now\b|\bset\s+to\b|\bchanged\s+to\b
-            |\bist\b|\blautet\b|\bwar\b|\best\b|\bes\b|\bera\b|\bè|\bé|\bär\b|\bjest\b)
-        [*_]{0,2}\s*(?P<q>["'`“‘]?)(?P<val>[^\s"'`“”‘’]{1,200})(?P<q2>["'`”’]?)""",
-    re.VERBOSE,
+    rf"""(?P<mid>(?:\s+[^\W\d_][\w@.'’-]*,?){{0,5}}?)(?:\s*\([^()\n]{{1,24}}\))?
+        [*_]{{0,2}}\s*(?P<op>=>|->|→|:|=|[–—](?=\s)|\b(?:{_alternation(_COPULAS + _CONTRACTED)})\b(?:\s*:)?)
+        (?:\s+(?:{_alternation(_FILLERS)})\b,?)?
+        [*_]{{0,2}}\s*(?!(?:{_alternation(_COPULA_HEADS + _FILLERS)})\b)
+        (?P<q>[{_OPEN_QUOTES}]?)(?P<val>[^\s{_ANY_QUOTE}]{{1,200}})(?P<q2>[{_ANY_QUOTE}]?)""",
+    re.VERBOSE | re.IGNORECASE,
 )
-_PW_BARE = re.compile(r"[ \t]+(?P<val>[^\s\"'`]{8,64})(?=\s|$)")
+# `password Winter2021!`, `wachtwoord **89619361**`, `Passwort «Sommer!»`: no operator.
+_PW_BARE = re.compile(
+    rf"""[ \t]+(?P<md>[*_]{{0,2}})(?P<q>[{_OPEN_QUOTES}]?)(?P<val>[^\s{_ANY_QUOTE}]{{4,64}})(?P<q2>[{_ANY_QUOTE}]?)(?P=md)"""
+    r"""(?=[\s.,;:!?)]|$)"""
+)
+# Words that follow "password" as a term, not as its value: "hash the password sha256".
+_TECH_WORDS = re.compile(
+    r"^(?:sha-?\d+|md5|utf-?\d+|base\d+|bcrypt|argon2\w*|pbkdf2\w*|scrypt|aes-?\d+|rsa-?\d+|x509|oauth2|"
+    r"ipv[46]|http[s2]?|tls\d*|fido2|totp|hotp|2fa|mfa)$",
+    re.IGNORECASE,
+)
 _COOKIE = re.compile(r"""cookie["']?\s*:\s*(?P<pairs>[^\n]{1,1000})""", re.IGNORECASE)
 _COOKIE_PAIR = re.compile(r"""[\w.\-]+=(?P<val>[^;,\s"']{20,})""")
 
@@ -956,24 +1236,27 @@ def _cookie_header(text: str, pos: int) -> bool:
     return any(_looks_random(p.group("val"), 20) for p in _COOKIE_PAIR.finditer(m.group("pairs")))
 
 
-_DOCKER_P = re.compile(
-    r"""(?:docker|podman|helm|nerdctl)\s+(?:registry\s+)?login\b[^\n|;&]{0,200}?\s(?:-p|--password)(?:\s+|=)"""
-    r"""(?P<val>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)"""
-)
-_MYSQL_P = re.compile(r"""(?:mysql|mariadb)\w*\b[^\n|;&]{0,200}?\s-p(?P<val>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)""")
-
-
 def _bare_password(text: str, stop: int) -> bool:
-    """`password Winter2021!`: no operator, so only a value that looks made up (letters and digits)."""
+    """`password Winter2021!`: no operator, so only a value that is quoted or emphasised, or
+    looks made up (letters and digits, or six digits or more)."""
     m = _PW_BARE.match(text, stop, min(len(text), stop + 80))
     if m is None:
         return False
-    value = m.group("val").rstrip(_TRAILING_PUNCT)
-    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)) or len(value) < 8:
+    value = m.group("val")
+    quoted = bool(m.group("md")) or (bool(m.group("q")) and bool(m.group("q2")))
+    if not quoted:
+        value = value.rstrip(_TRAILING_PUNCT)
+        mixed = any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+        if len(value) < 6 or not (mixed or value.isdigit()):
+            return False
+    if _VERSION.match(value) or _name_is_meta(value) or _TECH_WORDS.match(value) or _YEAR.match(value):
         return False
-    if _VERSION.match(value) or _name_is_meta(value):
-        return False
-    return _value_ok(PASSWORD, value, False, "assign", "")
+    if not quoted and _IMAGE_TAG.match(value):
+        return False  # "... POSTGRES_PASSWORD postgres:16": an image, not the value
+    return _value_ok(PASSWORD, value, quoted, "assign", "", prose=True)
+
+
+_IMAGE_TAG = re.compile(r"^[a-z][\w./-]*:[\w.-]+$")
 
 
 _VERSION = re.compile(r"^v?\d+(?:\.\d+)+")
@@ -992,6 +1275,23 @@ def _own_token_value(text: str, stop: int, family: str) -> bool:
     return _value_ok(family, value, bool(m.group("q")), op, "")
 
 
+# "I changed the password to X", "set the wifi password to X": the verb before the noun.
+_CHANGED_TO = re.compile(r"""[ \t]+to[ \t]+[*_]{0,2}(?P<q>["'`“‘]?)(?P<val>[^\s"'`“”‘’]{4,200})""")
+_CHANGE_VERB = re.compile(r"\b(?:changed|change|set|reset|updated|update)\b")
+
+
+def _changed_to(text: str, low: str, start: int, stop: int) -> bool:
+    m = _CHANGED_TO.match(text, stop, stop + 220)
+    if m is None or not _CHANGE_VERB.search(low, max(0, start - 32), start):
+        return False
+    value = m.group("val")
+    if not m.group("q"):
+        value = value.rstrip(_TRAILING_PUNCT)
+        if not _credential_look(value):
+            return False
+    return _value_ok(PASSWORD, value, bool(m.group("q")), "assign", "", prose=True)
+
+
 def _prose_password(text: str, kw_end: int) -> bool:
     m = _PW_PROSE.match(text, kw_end, min(len(text), kw_end + 300))
     if m is None or _crosses_line(text, kw_end, m.start("val")):
@@ -1001,24 +1301,31 @@ def _prose_password(text: str, kw_end: int) -> bool:
         return False
     if "\n" in m.group("mid"):
         return False
-    quoted = bool(m.group("q")) and bool(m.group("q2"))
     value = m.group("val")
-    if not quoted:
+    emphasised = len(value) > 4 and value[:2] in ("**", "__") and value.endswith(value[:2])
+    quoted = (bool(m.group("q")) and bool(m.group("q2"))) or emphasised
+    if emphasised:
+        value = value[2:-2]
+    elif not quoted:
         value = value.rstrip(_TRAILING_PUNCT).lstrip("*_`\"'“‘")
     op_word = m.group("op").strip().lower()
-    op = "colon" if op_word == ":" else ("assign" if op_word == "=" else "prose")
+    op = "colon" if op_word in _ARROWS else ("assign" if op_word == "=" else "prose")
     rest = _line_rest(text, m.end())
     if op == "prose" and not quoted and not _credential_look(value):
         return False
     if (
         op == "prose"
         and rest[:1] == " "
-        and re.match(r"\s+(?:characters?|chars?|digits?|letters?|long)\b", rest)
+        and (
+            re.match(r"\s+(?:characters?|chars?|digits?|letters?|long)\b", rest)
+            or _UNIT_AFTER.match(rest.lower())
+        )
     ):
-        return False
-    return _value_ok(PASSWORD, value, quoted, op if op != "prose" else "colon", rest)
+        return False  # "la clave es 2048 bits"
+    return _value_ok(PASSWORD, value, quoted, op if op != "prose" else "colon", rest, prose=True)
 
 
+_ARROWS = (":", "->", "=>", "→", "–", "—")
 _PROSE_MID_VETO = _META_SEGMENTS | frozenset(
     """
     must should cannot can can't needs need requires require has have does doesn't isn't
@@ -1029,7 +1336,7 @@ _PROSE_MID_VETO = _META_SEGMENTS | frozenset(
 _CURL_USER = re.compile(r"""-u(?:ser)?(?:\s+|=)(?P<q>["']?)[^\s:"']+:(?P<pw>[^\s"']+)(?P=q)""", re.IGNORECASE)
 _BEARER = re.compile(r"bearer\s+(?P<val>[A-Za-z0-9_\-.+/=~]{16,})", re.IGNORECASE)
 _AUTHZ = re.compile(
-    r"""authorization["']?\s*[:=]\s*["']?(?:(?P<scheme>basic|bearer|token|apikey|api-key|key|digest)\s+)?"""
+    r"""authorization["'\]]?\s*(?:=>|[:=])\s*[\[("'b]{0,3}\s*(?:(?P<scheme>basic|bearer|token|apikey|api-key|key|digest)\s+)?"""
     r"""(?P<val>[A-Za-z0-9_\-.+/=~]{8,})""",
     re.IGNORECASE,
 )
@@ -1058,15 +1365,22 @@ _KEY_PROSE_PREFIXES = tuple(p + sep for p in ("api", "access", "secret") for sep
 
 
 def _basic_credentials(b64: str) -> bool:
+    """Base64 of "user:password" (HTTP Basic, a registry's auth) whose password is a secret."""
     try:
-        raw = base64.b64decode(b64 + "=" * (-len(b64) % 4), validate=True)
-        decoded = raw.decode("utf-8")
+        altchars = b"-_" if "-" in b64 or "_" in b64 else None
+        raw = base64.b64decode(b64 + "=" * (-len(b64) % 4), altchars=altchars, validate=True)
+        decoded = raw.decode("utf-8").rstrip("\r\n")  # `echo "user:pw" | base64` keeps the newline
     except (binascii.Error, ValueError, UnicodeDecodeError):
         return False
     user, sep, password = decoded.partition(":")
     if not sep or not user or not password or not decoded.isprintable():
         return False
-    return not _is_placeholder(password) and password.lower() not in _URL_DEFAULTS
+    if password == user or password.lower() in _URL_DEFAULTS or password in _RFC_EXAMPLES:
+        return False
+    return _value_ok(PASSWORD, password, True, "assign", "")
+
+
+_RFC_EXAMPLES = frozenset({"open sesame"})  # RFC 7617's Aladdin:open sesame
 
 
 def _authorization(text: str, pos: int) -> bool:
@@ -1085,26 +1399,32 @@ def _authorization(text: str, pos: int) -> bool:
 # A PIN noun (English, German, French, Spanish, Italian, Portuguese, Dutch, Swedish, Polish),
 # words between it and its verb ("the PIN for the new card", "de mi tarjeta"), a separator or
 # a verb meaning "is", then the number.
-_PIN_VERBS = (
-    r"is(?:\s+now)?|was|will\s+be|would\s+be|set\s+to|changed\s+to|to|ist|lautet|war|est|était|es|era|"
-    r"è|é|är|jest|wynosi"
-)
-_PIN = re.compile(
-    r"""(?P<kw>pin|passcode|geheimzahl|geheimnummer|geheimcode|nip|clave
-            |code\s+(?:pin|secret|confidentiel|personnel)|codice\s+(?:pin|segreto|personale)
-            |c[óo]digo\s+(?:pin|secreto|personal)|n[úu]mero\s+secreto)
+_PIN_VERB_WORDS = WORDS.union("is_words")
+_PIN_VERBS = _alternation(_PIN_VERB_WORDS)
+# A PIN noun other than "pin..." (geheimzahl, code PIN, código secreto, digicode), or a code
+# named by what it opens: glued (Türcode, deurcode) or not ("garage code", "alarm-code").
+_CODE_PLACES = WORDS.union("code_places")
+# After the PIN noun: words, then a separator or a verb meaning "is", then the number.
+_PIN_TAIL = (
+    r"""
         (?P<suffix>[ -]?(?:code|koden|kode|kod|number|nummer|numero|número|no\.?|nr\.?|zahl|\#))?(?:'s|’s)?(?![^\W\d_])
         (?P<mid>(?:\s+(?!(?:"""
-    + _PIN_VERBS.replace("|to|", "|")
+    + _alternation(w for w in _PIN_VERB_WORDS if w != "to")
     + r""")\b)[^\W\d_][\w'’-]*){0,6}?)
         \s*(?P<sep>:|=|\#|[-–—]\s|->|→|\b(?:"""
     + _PIN_VERBS
     + r""")\b)?
         (?:\s+(?:el|la|le|il|lo|o|a|het|de|der|die|das)\b)?
         [\s*_`"'“‘(«:]*
-        (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
-    re.IGNORECASE | re.VERBOSE,
+        (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)"""
 )
+# A PIN noun other than "pin..." (geheimzahl, code PIN, código secreto, digicode).
+_PIN_KW = rf"pin|{_alternation(w for w in WORDS.union('pin') if not w.startswith('pin'))}"
+_PIN = re.compile(r"(?P<kw>" + _PIN_KW + ")" + _PIN_TAIL, re.IGNORECASE | re.VERBOSE)
+# A code named by what it opens, glued or not (Türcode, deurcode, garage code, alarm-code):
+# _code_hit has checked the word before "code".
+_PLACE_KW = r"[^\W\d_]+(?:-|[\s-]+)?code"
+_PLACE_PIN = re.compile(r"(?P<kw>" + _PLACE_KW + ")" + _PIN_TAIL, re.IGNORECASE | re.VERBOSE)
 _PIN_MID_VETO = frozenset(
     """
     count counts pitch spacing header headers out layout diameter length width size
@@ -1117,11 +1437,19 @@ _PIN_MID_VETO = frozenset(
     """.split()  # noqa: SIM905
 )
 _PIN_OWNER = re.compile(
-    r"(?:^|\b)(?:my|your|his|her|our|their|the|atm|card|debit|credit|bank|new|old|sim|phone|default|"
-    r"security|account|voicemail|alarm|door|garage|safe|lock|unlock|backup|"
-    r"meine?|ihre?|deine?|neue|mon|ma|ton|votre|mi|tu|su|mio|mia|meu|minha|mijn|je|uw|min|mitt|mój|moj)[\s'’s]*$",
+    r"(?:^|\b)(?:"
+    + _alternation(
+        [
+            *WORDS.union("owners"),
+            *WORDS.languages["en"].code_places,
+            *("the", "bank", "new", "neue", "old", "sim", "phone", "security", "account"),
+            *("voicemail", "backup"),
+        ]
+    )
+    + r")[\s'’s]*$",
     re.IGNORECASE,
 )
+_DEFAULT_NEAR = re.compile(r"(?:" + _alternation(WORDS.union("defaults")) + r")\b")
 _POSTAL_CTX = re.compile(
     r"address|\baddr\b|city|district|\bdist\b|\bstate\b|india|nagar|\broad\b|\brd\b|street|post office|"
     r"delivery|deliver|shipping|courier|locality|colony|village|taluk|tehsil|bangalore|bengaluru|mumbai|"
@@ -1139,8 +1467,8 @@ _ELECTRONICS = re.compile(
 )
 
 
-def _stated_pin(text: str, low: str, pos: int) -> bool:
-    m = _PIN.match(text, pos, min(len(text), pos + 200))
+def _stated_pin(text: str, low: str, pos: int, statement: Pattern[str] = _PIN) -> bool:
+    m = statement.match(text, pos, min(len(text), pos + 200))
     if m is None:
         return False
     mid = m.group("mid")
@@ -1167,27 +1495,32 @@ def _stated_pin(text: str, low: str, pos: int) -> bool:
             return False
         if _ELECTRONICS.search(low, max(0, pos - 40), pos):
             return False
-    return True
+    # "the default PIN is 0000", "el PIN por defecto es 0000": documented, not a secret.
+    return not _has_word(_DEFAULT_NEAR, low, max(0, pos - 24), m.start("num"))
 
 
-# Keywords that start a PIN noun other than "pin": (where the phrase starts, relative to
-# the hit; what must follow for it to be one).
+# Keywords that start a PIN noun other than "pin" and "code": (where the phrase starts,
+# relative to the hit; what must follow for it to be one). "número secreto" is reached from
+# the "secret" keyword, "code" and "codice" from "cod".
 _PIN_NOUN_STARTS: dict[str, tuple[int, tuple[str, ...]]] = {
     "geheim": (0, ("geheimzahl", "geheimnummer", "geheimcode")),
     "nip": (0, ("nip",)),
     "clave": (0, ("clave",)),
-    "mero secreto": (-2, ("número secreto", "numero secreto")),
-    "code": (0, ("code",)),
-    "codic": (0, ("codice",)),
     "digo": (-2, ("código", "codigo")),
 }
+# A PIN noun where it starts ("PIN-Code", "code PIN", "Türcode"): where the noun ends.
+_PIN_NOUN = re.compile(
+    rf"(?:{_PIN_KW}|{_PLACE_KW}|n[úu]mero\s+secreto)(?:[ -]?(?:code|koden|kode|kod|number|nummer|numero|número|zahl))?",
+    re.IGNORECASE,
+)
 
 # "mon code est 4821", "code de la carte bleue : 4821": a bare "code" is a PIN only when its
 # owner is named just before it or a card word sits between it and the number.
+_PIN_VERBS_NOT_TO = _alternation(w for w in _PIN_VERB_WORDS if w != "to")
 _CODE_STATED = re.compile(
     r"""(?:code|codice|c[óo]digo)(?![^\W\d_])
         (?P<mid>(?:\s+(?!(?:"""
-    + _PIN_VERBS.replace("|to|", "|")
+    + _PIN_VERBS_NOT_TO
     + r""")\b)[^\W\d_][\w'’-]*){0,5}?)
         \s*(?::|=|\b(?:"""
     + _PIN_VERBS
@@ -1195,21 +1528,20 @@ _CODE_STATED = re.compile(
         (?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""",
     re.IGNORECASE | re.VERBOSE,
 )
-_CODE_OWNER = re.compile(
-    r"(?:^|\b)(?:meine?|mon|ma|ton|votre|mi|tu|su|mio|il mio|meu|o meu|mijn|je|uw|min|mitt)\s+$"
-)
+_CODE_OWNER = re.compile(r"(?:^|\b)(?:" + _alternation(WORDS.without("owners", "en")) + r")\s+$")
+# "le code est 4821", "der Code ist 4821", "o código é 4821": the code, in another language,
+# stated as the clause's last word. (English "the code is ..." is too often source code.)
+_CODE_ARTICLE = re.compile(r"(?:^|\b)(?:le|der|den|de|het|el|o|il)\s+$")
+# What a code opens, in every language (a card, a door, a safe, an alarm).
 _CARD_WORDS = re.compile(
-    r"\b(?:carte|cb|card|carta|tarjeta|cartão|cartao|karte|bankpas|pas|cajero|bancomat|multibanco|atm|"
-    r"guichet|geldautomaat|débito|debito|crédito|credito|"
-    # places a code opens: a door, a safe, an alarm
-    r"door|garage|gate|alarm|safe|lock|keypad|locker|padlock|lockbox|tür|haustür|tresor|porte|portail|cadenas|"
-    r"coffre|alarme|puerta|candado|caja fuerte|alarma|porta|lucchetto|cassaforte|allarme|portão|cofre|deur|kluis)\b"
+    "(?:" + _alternation([*_CODE_PLACES, "geldautomaat", "débito", "debito", "crédito", "credito"]) + r")\b"
 )
 _CODE_VETO = re.compile(
     r"postal|promo|zip|error|erreur|fehler|errore|país|pais|barras|área|area|fiscal|verif|confirm|sms|"
     r"activation|activación|réduction|descuento|sconto|rabatt|source|status|http|exit|retour|produit|"
     r"product|produto|producto|article|artículo|cliente|client|commande|pedido|ordine|order"
 )
+_CODE_GLUED = frozenset(WORDS.union("code_prefixes")) | frozenset(w for w in _CODE_PLACES if " " not in w)
 
 
 def _foreign_pin_hit(text: str, low: str, word: str, pos: int) -> str | None:
@@ -1222,18 +1554,84 @@ def _foreign_pin_hit(text: str, low: str, word: str, pos: int) -> str | None:
     end = start + len(word) - shift
     if word in ("nip", "clave") and end < len(low) and low[end].isalpha():
         return None
-    if _DIGIT_RUN4.search(text, end, end + 140) is None:
-        return None
-    if _stated_pin(text, low, start):
+    return _pin_noun_hit(text, low, start, end, word == "digo")
+
+
+def _pin_noun_hit(
+    text: str, low: str, start: int, end: int, is_code: bool, place: bool = False
+) -> str | None:
+    """A PIN noun at text[start:end]: its number after it, or before it ("4821 ist meine PIN").
+    `is_code`: a bare "code" (its owner or what it opens may make it one); `place`: a code
+    named by what it opens (Türcode, garage code)."""
+    statement = _PLACE_PIN if place else _PIN
+    if _DIGIT_RUN4.search(text, end, end + 120) is not None and (
+        _stated_pin(text, low, start, statement) or (is_code and _stated_code(text, low, start))
+    ):
         return PIN
-    if word in ("code", "codic", "digo") and _stated_code(text, low, start):
-        return PIN
-    return None
+    if (
+        _word_before(low, start) not in _BEFORE_NOUN
+        or _DIGIT_RUN4.search(text, max(0, start - 100), start) is None
+    ):
+        return None  # most mentions: no determiner or verb before the noun, or no number
+    if is_code and _CODE_VETO.search(_word_after(low, end)):
+        return None  # "el código postal", "le code d'erreur"
+    word_end = end
+    while word_end < len(low) and (low[word_end].isalnum() or low[word_end] == "-"):
+        word_end += 1  # PIN-Code, pincode
+    if _ends_clause(low, word_end):
+        end = word_end
+    else:
+        noun = _PIN_NOUN.match(low, start) if _word_after(low, word_end) in _NOUN_TAILS else None
+        if noun is not None and noun.end() > word_end:
+            end = noun.end()  # a noun of two words: code PIN, codice segreto, PIN code
+        elif not (is_code and _has_word(_CARD_WORDS, _clause(low, end))):
+            return None  # a bare "code" is too vague to take the number before it, unless it opens something
+    return PIN if _value_before(text, low, start, end, PIN) else None
+
+
+# Second words of two-word PIN nouns ("code PIN", "PIN code", "número secreto").
+_NOUN_TAILS = frozenset(
+    [w.split()[-1] for w in WORDS.union("pin") if " " in w]
+    + ["code", "number", "nummer", "numero", "número", "zahl", "kod", "kode", "koden"]
+)
+
+
+def _word_after(low: str, end: int) -> str:
+    m = _NEXT_WORD.match(low, end + (low[end : end + 1] == "-"))
+    return (m.group("word") or "") if m else ""
+
+
+def _code_hit(text: str, low: str, pos: int) -> str | None:
+    """ "code" / "codice": a PIN when named so (code PIN, codice segreto), by what it opens
+    (Türcode, deurcode, garage code, code de la porte) or by its owner (mon code est ...)."""
+    size = 6 if low.startswith("codice", pos) else 4
+    if size == 4 and not low.startswith("code", pos):
+        return None  # codigo: the "digo" keyword reads it; codec, codex
+    end = pos + size
+    if end < len(low) and low[end].isalpha() and low[end] != "s":
+        return None  # coded, coder, codename
+    start = pos
+    if pos > 0 and (low[pos - 1].isalpha() or low[pos - 1] == "-"):
+        # Glued: Türcode, toegangscode, alarm-code; barcode, encode, postcode are not PINs.
+        start = pos - 1 if low[pos - 1] == "-" else pos
+        while start > 0 and pos - start < 24 and low[start - 1].isalpha():
+            start -= 1
+        if low[start:pos].rstrip("-") not in _CODE_GLUED:
+            return None
+    else:
+        # "garage code", "alarm code": a place word just before.
+        before = low[max(0, pos - 16) : pos].rstrip(" -")
+        word_start = max(before.rfind(" "), before.rfind("\n")) + 1
+        if before[word_start:] in _CODE_GLUED:
+            start = max(0, pos - 16) + word_start
+    return _pin_noun_hit(text, low, start, end, start == pos, place=start != pos)
 
 
 def _stated_code(text: str, low: str, start: int) -> bool:
     m = _CODE_STATED.match(text, start, min(len(text), start + 160))
-    if m is None or "\n" in m.group("mid"):
+    if m is None:
+        return _code_number(text, low, start)
+    if "\n" in m.group("mid"):
         return False
     mid = low[m.start("mid") : m.end("mid")]
     if _CODE_VETO.search(mid) or _CODE_VETO.search(low, max(0, start - 16), start):
@@ -1242,10 +1640,33 @@ def _stated_code(text: str, low: str, start: int) -> bool:
         return False
     # English "my code is 1500" is usually about source code, so only the other languages' owners count.
     return (
-        _CARD_WORDS.search(mid) is not None
-        or _CARD_WORDS.search(low, max(0, start - 24), start) is not None  # "garage door code: ..."
+        _has_word(_CARD_WORDS, mid)
+        or _has_word(_CARD_WORDS, low, max(0, start - 24), start)  # "garage door code: ..."
         or _CODE_OWNER.search(low, max(0, start - 16), start) is not None
+        or (
+            not mid.strip()
+            and _CODE_ARTICLE.search(low, max(0, start - 6), start) is not None
+            and _YEAR.match(m.group("num")) is None
+            and _ends_clause(low, m.end())
+        )
     )
+
+
+# "Die Alarmanlage hat den Code 7391": a code and its number, with what it opens in the sentence.
+_CODE_NUMBER = re.compile(
+    r"""(?:code|codice|c[óo]digo)\s+[*"'«]*(?P<num>\d{4,8})(?![\w]|[.,:/\-]\d)""", re.IGNORECASE
+)
+
+
+def _code_number(text: str, low: str, start: int) -> bool:
+    m = _CODE_NUMBER.match(text, start, start + 40)
+    if m is None or _YEAR.match(m.group("num")) or _UNIT_AFTER.match(low, m.end()):
+        return False
+    lo = max(0, start - 40)
+    lo = max(lo, low.rfind(". ", lo, start) + 1, low.rfind("\n", lo, start) + 1)
+    if _CODE_VETO.search(low, lo, start):
+        return False
+    return _has_word(_CARD_WORDS, low, lo, start) or _has_word(_CARD_WORDS, _clause(low, m.end()))
 
 
 def _is_word_at(low: str, pos: int, end: int) -> bool:
@@ -1253,24 +1674,14 @@ def _is_word_at(low: str, pos: int, end: int) -> bool:
 
 
 _PIN_WORDS = ("pincode", "pin-code", "pin_code", "pinkod", "pinnummer")
-# "is" in the languages of _PW_WORDS: ist/lautet (de), est (fr), es/era (es, it), è/é (it, pt), är (sv).
-_PROSE_OPS = (
-    ":",
-    "=",
-    " is",
-    " was",
-    " be ",
-    " to ",
-    " ist",
-    " lautet",
-    " est",
-    " es ",
-    " era ",
-    " è",
-    " é",
-    " är",
-    " jest",
-)
+# Cheap test that a clause after a password noun may state it: an operator, or "is" in a
+# language of the lexicon (ist/lautet, est, es/era, è/é, is/wordt, är...).
+_PROSE_MARKS = (":", "=", "→", "–", "—", "->")
+_PROSE_WORDS = frozenset({"be", "to", *(w.split()[0] for w in _COPULAS + _CONTRACTED)})
+
+
+def _may_state(window: str) -> bool:
+    return any(mark in window for mark in _PROSE_MARKS) or not _PROSE_WORDS.isdisjoint(window.split())
 
 
 def _clause(low: str, pos: int) -> str:
@@ -1286,9 +1697,319 @@ def _clause(low: str, pos: int) -> str:
 def _pin_hit(text: str, low: str, pos: int, kw_end: int) -> str | None:
     if not (_is_word_at(low, pos, kw_end) or low.startswith(_PIN_WORDS, pos)):
         return None
-    if _DIGIT_RUN4.search(text, kw_end, kw_end + 120) is None:
+    return _pin_noun_hit(text, low, pos, kw_end, False)
+
+
+# ---- the value before its noun: "Sommer2024! ist mein Passwort", "4821 is mijn pincode",
+# "Ete2024! c'est mon mot de passe", "use Kq7#mZ2p as the password".
+
+_IS_BEFORE = frozenset(w for w in WORDS.union("is_words") if " " not in w and w != "to")
+_AS_WORDS = frozenset(WORDS.union("as_words"))
+_THIS_WORDS = frozenset(WORDS.union("this_words"))
+_DETERMINERS = frozenset(WORDS.union("determiners"))
+_PREPOSITIONS = frozenset(WORDS.union("prepositions"))
+_CLAUSE_END = ".,;:!?)]}\n»\"'”’…"
+_DATE_OR_TIME = re.compile(r"^\d{1,4}[-/.:]\d")
+_YEAR = re.compile(r"^(?:19|20)\d\d$")
+_DASHES = ("-", "–", "—", "=", "->", "→", ":")
+
+
+_NEXT_WORD = re.compile(r"[ \t]*(?:(?P<word>[^\W\d_][^\W\d_'’]*)|(?P<other>.?))", re.DOTALL)
+
+
+def _ends_clause(low: str, end: int) -> bool:
+    """What follows low[:end] ends its clause, or is a preposition ("... mein Passwort für das WLAN")."""
+    m = _NEXT_WORD.match(low, end)
+    assert m is not None  # the pattern matches the empty string
+    word = m.group("word")
+    return word in _PREPOSITIONS if word else m.group("other") in _CLAUSE_END
+
+
+def _unquote(raw: str) -> tuple[str, bool]:
+    core = raw.rstrip(",;").strip("*_")
+    if len(core) > 2 and core[0] in _OPEN_QUOTES and core[-1] in _ANY_QUOTE:
+        return core[1:-1], True
+    return core.rstrip(_TRAILING_PUNCT).lstrip("*_`\"'“‘„«¿¡([{"), False
+
+
+_BEFORE_NOUN = _DETERMINERS | _IS_BEFORE | _AS_WORDS
+
+
+def _word_before(low: str, start: int) -> str:
+    """The token just before low[start] (after the space or line start before it)."""
+    j = start
+    while j > 0 and low[j - 1] == " ":
+        j -= 1
+    lo = max(0, j - 24)
+    return low[max(low.rfind(" ", lo, j), low.rfind("\n", lo, j), lo - 1) + 1 : j]
+
+
+def _value_before(text: str, low: str, start: int, end: int, kind: str) -> bool:
+    """The noun at text[start:end] ends its clause, and before it stand a value, a verb
+    meaning "is" (or "as") and at most three determiners."""
+    if _word_before(low, start) not in _BEFORE_NOUN or not _ends_clause(low, end):
+        return False
+    if _clause(low, end)[-1:] == "?" or low[end:].lstrip(" ")[:1] == "?":
+        return False  # "¿Cuál es la contraseña del wifi?": a question
+    line_start = text.rfind("\n", max(0, start - 160), start) + 1
+    words = text[max(line_start, start - 160) : start].split()
+    i = len(words) - 1
+    skipped = 0
+    while i >= 0 and skipped < 3 and words[i].lower() in _DETERMINERS:
+        i -= 1
+        skipped += 1
+    if i < 1:
+        return False
+    verb = words[i].lower()
+    as_form = verb in _AS_WORDS
+    if not as_form and verb not in _IS_BEFORE:
+        return False
+    i -= 1
+    if i >= 1 and words[i].lower().rstrip(",") in _THIS_WORDS:
+        i -= 1  # "X, das ist mein Passwort"
+    if i >= 1 and words[i] in _DASHES:
+        i -= 1
+    if not as_form and i >= 1 and words[i - 1].lower() in _PREPOSITIONS:
+        return False  # "seit 2020 ist das Passwort ...", "in 2019 was het wachtwoord ..."
+    value, quoted = _unquote(words[i])
+    if kind == PIN:
+        return value.isdigit() and 4 <= len(value) <= 8 and _YEAR.match(value) is None
+    if not 4 <= len(value) <= 64 or _YEAR.match(value) or _DATE_OR_TIME.match(value) or _VERSION.match(value):
+        return False
+    if not quoted and not _credential_look(value):
+        return False
+    return _value_ok(PASSWORD, value, quoted, "assign", "", prose=True)
+
+
+# ---- code that hands a secret over without naming it in an assignment
+
+# "password", "S3cret" as a call's two arguments (props.put, setenv, a UI test's
+# page.fill('#password', ...)), a field then its value in a chained call
+# (find_element(By.ID, "password").send_keys("...")), or a setter's one argument (setPassword("...")).
+_PAIR_VALUE = re.compile(r"""(?:["']\])?["']\s*,\s*(?P<q>["'`])(?P<val>[^"'`\n]{1,200})(?P=q)\s*[,)]""")
+_CHAINED_VALUE = re.compile(
+    r"""(?:["']\])?["']\s*\)\s*\.\s*(?:type|fill|send_?keys|set_?value|val|input|press_?sequentially)\s*\(\s*"""
+    r"""(?P<q>["'`])(?P<val>[^"'`\n]{1,200})(?P=q)""",
+    re.IGNORECASE,
+)
+_SETTER_VALUE = re.compile(r"""\(\s*(?P<q>["'`])(?P<val>[^"'`\n]{1,200})(?P=q)\s*\)""")
+_GETTER_SEGMENTS = frozenset(
+    """
+    get read load fetch lookup find retrieve resolve prompt ask input getpass has is remove delete del
+    clear forget unset show print log
+    """.split()  # noqa: SIM905
+)
+
+
+# The name is a call's first argument (or its second, after a literal), quoted or in a
+# selector: put("password", ...), setenv('PGPASSWORD', ...), config.set("db", "password", ...),
+# fill('#password', ...), fill('input[name="password"]', ...).
+_ARGUMENT_NAME = re.compile(
+    r"""\(\s*(?:[rbuf]?["'][^"'\n]{0,60}["']\s*,\s*)?[rbuf]?["'](?:[#.]|[^"'\n]{0,40}\[\w+=["']?)?"""
+)
+
+
+def _argument_name(text: str, start: int) -> bool:
+    paren = text.rfind("(", max(0, start - 120), start)
+    return paren >= 0 and _ARGUMENT_NAME.fullmatch(text, paren, start) is not None
+
+
+def _quoted_name(text: str, start: int) -> bool:
+    """The name starts a quoted string or a selector in one ('password', '#password', [name="password"])."""
+    before = text[max(0, start - 2) : start]
+    return before[-1:] in ("'", '"') or (before[-1:] in "#." and before[:1] in ("'", '"'))
+
+
+def _literal_argument(text: str, start: int, stop: int, family: str, meta: bool) -> bool:
+    if _quoted_name(text, start):
+        m = _CHAINED_VALUE.match(text, stop, stop + 260)
+        if m is None and not meta and _argument_name(text, start):
+            m = _PAIR_VALUE.match(text, stop, stop + 260)
+            if m is not None and not _credential_look(m.group("val")):
+                return False  # ('user', 'password', 'host'): names in a tuple
+    elif not meta and text.startswith("(", stop):
+        name = text[start:stop]
+        if any(seg.lower() in _GETTER_SEGMENTS for seg in _CAMEL_SPLIT.findall(name)):
+            return False  # get_password("svc", "user"): a lookup, not the value
+        m = _SETTER_VALUE.match(text, stop, stop + 260)
+    else:
+        return False
+    if m is None or any(c.isspace() for c in m.group("val")):
+        return False
+    return _value_ok(family, m.group("val"), True, "assign", "")
+
+
+def _positional_password(found: Candidate) -> bool:
+    value = found.password
+    if found.user is not None and value == found.user:
+        return False  # ("test", "test"), ("sa", "sa"): a default pair
+    if found.strict and not _credential_look(value):
+        return False
+    if len(value.split()) > (1 if found.strict else 4):
+        return False  # a sentence; an app password may come in four groups ("abcd efgh ijkl mnop")
+    return _value_ok(PASSWORD, value, True, "assign", "")
+
+
+# ---- Authorization: Basic, and other base64 user:password pairs
+
+# "Basic <b64>", "basic auth string: <b64>": the decoding says whether it is a user:password pair.
+_BASIC_VALUE = re.compile(
+    r"""basic(?:[\s_-]+[A-Za-z]+){0,3}?\s*[:=]?\s*["'`]?(?P<val>[A-Za-z0-9+/_-]{8,}={0,2})(?![A-Za-z0-9+/=_-])""",
+    re.IGNORECASE,
+)
+# "auth": "<base64>" (a registry's config.json), _auth=<base64> (.npmrc)
+_AUTH_VALUE = re.compile(r"""["']?\s*[:=]\s*["']?(?P<val>[A-Za-z0-9+/_-]{8,}={0,2})(?![A-Za-z0-9+/=_-])""")
+
+
+def _auth_hit(text: str, low: str, pos: int) -> str | None:
+    if low.startswith("authoriz", pos):
+        if not _authorization(text, pos):
+            return None
+        return PASSWORD if "basic" in low[pos : pos + 40] else TOKEN
+    end = pos + 4
+    if end < len(low) and low[end].isalpha():
+        return None  # author, authenticate
+    m = _AUTH_VALUE.match(text, end, end + 400)
+    if m is not None and _basic_credentials(m.group("val")):
+        return PASSWORD
+    m = _AUTH_CALL.match(text, end, end + 220)  # redis.auth("..."): a password as the one argument
+    if m is not None:
+        return PASSWORD if _positional_password(Candidate(m.group("val"), None, strict=True)) else None
+    return None
+
+
+_AUTH_CALL = re.compile(r"""\s*\(\s*(?P<q>["'`])(?P<val>[^"'`\n]{1,200})(?P=q)\s*\)""")
+
+
+# "echo <b64> | base64 -d", base64.b64decode("<b64>"), Buffer.from("<b64>", "base64"): a blob
+# decoded next to the word, whose content is a user:password pair.
+_B64_NEAR = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/]{8,}={0,2}(?![A-Za-z0-9+/=_-])")
+
+
+def _base64_hit(text: str, pos: int) -> str | None:
+    for m in _B64_NEAR.finditer(text, max(0, pos - 120), min(len(text), pos + 126)):
+        if m.end() - m.start() <= 200 and _basic_credentials(m.group(0)):
+            return PASSWORD
+    return None
+
+
+def _basic_hit(text: str, low: str, pos: int) -> str | None:
+    if pos > 0 and low[pos - 1].isalpha():
+        return None  # VisualBasic
+    m = _BASIC_VALUE.match(text, pos, pos + 600)
+    return PASSWORD if m is not None and _basic_credentials(m.group("val")) else None
+
+
+# ---- command lines: mysql -pX, docker login -p X, sshpass -p X, redis-cli -a X
+
+_CLI_COMMAND = re.compile(
+    r"(?<![^\s;&|`(])(?P<cmd>mysql\w*|mariadb\w*|docker|podman|nerdctl|helm|sshpass|redis-cli|mongo\w*)\b"
+)
+# command -> (the flag, how its value follows it: glued, or after a space or "=")
+_CLI_FLAGS: dict[str, tuple[str, str]] = {
+    "mysql": ("-p", r""),
+    "mariadb": ("-p", r""),
+    "docker": ("-p", r"(?:\s+|=)"),
+    "podman": ("-p", r"(?:\s+|=)"),
+    "nerdctl": ("-p", r"(?:\s+|=)"),
+    "helm": ("-p", r"(?:\s+|=)"),
+    "sshpass": ("-p", r"\s*"),
+    "redis-cli": ("-a", r"\s+"),
+    "mongo": ("-p", r"\s+"),
+}
+_CLI_VALUE = {
+    sep: re.compile(sep + r"""(?P<val>'[^'\n]+'|"[^"\n]+"|[^\s'"]+)""")
+    for sep in {s for _, s in _CLI_FLAGS.values()}
+}
+
+
+def _cli_password(text: str, low: str, pos: int, flag: str) -> bool:
+    if pos == 0 or low[pos - 1] not in " \t":
+        return False
+    line_start = max(low.rfind("\n", 0, pos) + 1, pos - 300)
+    command = None
+    for found in _CLI_COMMAND.finditer(low, line_start, pos):
+        command = found
+    if command is None or any(c in low[command.end() : pos] for c in "|;&\n"):
+        return False
+    cmd = command.group("cmd")
+    family = next((k for k in _CLI_FLAGS if cmd.startswith(k)), None)
+    if family is None or _CLI_FLAGS[family][0] != flag:
+        return False
+    if family in ("docker", "podman", "nerdctl", "helm") and "login" not in low[command.end() : pos]:
+        return False  # docker run -p 8080:80
+    m = _CLI_VALUE[_CLI_FLAGS[family][1]].match(text, pos + 2, pos + 300)
+    if m is None:
+        return False
+    raw = m.group("val")
+    return _value_ok(PASSWORD, raw.strip("'\""), raw[:1] in "'\"", "assign", "")
+
+
+# ---- a user and password pair: "Zugangsdaten: admin / Sommer2024!", "creds: deploy:Tr0ub4dor&3",
+# "Benutzername und Passwort: admin / Sommer2024!" (the noun then both values).
+_CRED_WORDS = frozenset(WORDS.union("credentials"))
+_CRED_ROOTS = ("cred", "daten", "gegevens", "identifiant")  # what the keyword loop finds them by
+_PAIR_AFTER = re.compile(
+    r"""[^\S\n]*(?:\([^()\n]{1,24}\))?[^\S\n]*(?:[:=]|->|→)[^\S\n]*[*_`]{0,2}(?P<user>[\w.@\\+-]{1,64})"""
+    r"""[^\S\n]*(?:/|\||,|:|[^\S\n]+(?:and|und|en|et|y|e|og|och)[^\S\n]+)[^\S\n]*[*_`"']{0,2}"""
+    r"""(?P<pw>[^\s"'`()\[\]{}<>,;=]{4,64})(?=$|[\s)\]}>"'`,;*_])"""
+)
+
+
+def _pair_value(text: str, end: int) -> bool:
+    m = _PAIR_AFTER.match(text, end, end + 200)
+    if m is None:
+        return False
+    user, password = m.group("user"), m.group("pw").rstrip(_TRAILING_PUNCT)
+    if password == user or _URLISH.match(user) or _EMAIL.match(password):
+        return False
+    if user.startswith(("$", "%", "{", "<", "(", "[")) or _is_env_reference(user):
+        return False  # ${POSTGRES_PASSWORD:?Set it}: a variable and its message, not a pair
+    # Made up, not words joined by symbols ("8-64 / letters+digits").
+    made_up = any(c.isdigit() for c in password) or (
+        password.lower() != password and password.upper() != password
+    )
+    return made_up and _value_ok(PASSWORD, password, False, "assign", "", prose=True)
+
+
+def _credentials_hit(text: str, low: str, pos: int) -> str | None:
+    start, end = pos, pos
+    while start > 0 and pos - start < 16 and low[start - 1].isalpha():
+        start -= 1  # Zugangsdaten, inloggegevens: found by their last part
+    while end < len(low) and end - pos < 16 and low[end].isalpha():
+        end += 1
+    if low[start:end] not in _CRED_WORDS:
         return None
-    return PIN if _stated_pin(text, low, pos) else None
+    return PASSWORD if _pair_value(text, end) else None
+
+
+# ---- a Wi-Fi key: "WLAN-Schlüssel: K9xmP2qL7v", "la clé WiFi est K9x!mP2q", "wifi key = ..."
+_KEY_NOUNS = frozenset(WORDS.union("key"))
+
+
+def _wifi_hit(text: str, low: str, pos: int, end: int) -> str | None:
+    if pos > 0 and low[pos - 1].isalpha():
+        return None
+    after = _NEXT_WORD.match(low, end + (low[end : end + 1] == "-"))
+    if after is not None and after.group("word") in _KEY_NOUNS:
+        value_from = after.end()
+    elif _word_before(low, pos) in _KEY_NOUNS or (
+        _word_before(low, pos) in _PREPOSITIONS
+        and _word_before(low, pos - len(_word_before(low, pos)) - 1) in _KEY_NOUNS
+    ):
+        value_from = end  # "clé WiFi", "chave do wifi"
+    else:
+        return None  # "wifi: Home-5G" names the network, not its key
+    return PASSWORD if _prose_password(text, value_from) else None
+
+
+def _pass_phrase(low: str, pos: int) -> tuple[int, int] | None:
+    """The noun holding the "pass" at pos further in ("mot de passe", "palavra-passe")."""
+    for phrase, offset in _PASS_PHRASES:
+        start = pos - offset
+        if start >= 0 and low.startswith(phrase, start) and (start == 0 or not low[start - 1].isalpha()):
+            return start, start + len(phrase)
+    return None
 
 
 def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | None:
@@ -1299,7 +2020,10 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     if word == "pass":
         if low.startswith("passcode", pos):
             return _pin_hit(text, low, pos, pos + 8)
-        if nxt.isalpha() and not low.startswith(("password", "passwd", "passphrase", "passwort"), pos):
+        phrase = _pass_phrase(low, pos)
+        if phrase is not None:
+            pos, end = phrase  # "mot de passe" is read from "mot"
+        elif nxt.isalpha() and not low.startswith(_PASS_NOUNS, pos):
             return None  # passed, passenger, passport
     elif word == "key":
         prev = low[pos - 1 : pos]
@@ -1316,6 +2040,8 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
         if nxt.isalpha() and nxt != "s":
             return None  # tokenizer
     elif word == "secret":
+        if low.startswith("secreto", pos) and low.endswith(("número ", "numero "), max(0, pos - 7), pos):
+            return _pin_noun_hit(text, low, pos - 7, pos + 7, False)  # número secreto
         if nxt.isalpha() and nxt not in "sk":
             return None  # secretary
     elif word == "pw":
@@ -1324,10 +2050,12 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     elif word == "bearer":
         m = _BEARER.match(text, pos, min(len(text), pos + _MAX_VALUE))
         return TOKEN if m and _looks_random(m.group("val").rstrip("."), 16) else None
-    elif word == "authoriz":
-        if not _authorization(text, pos):
-            return None
-        return PASSWORD if "basic" in low[pos : pos + 40] else TOKEN
+    elif word == "auth":
+        return _auth_hit(text, low, pos)
+    elif word == "basic":
+        return _basic_hit(text, low, pos)
+    elif word == "base64":
+        return _base64_hit(text, pos)
     elif word == "-u":
         # curl -u user:password / --user user:password
         m = _CURL_USER.match(text, pos, min(len(text), pos + 300))
@@ -1338,34 +2066,49 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
         ):
             return PASSWORD
         return None
+    elif word in ("-p", "-a"):
+        return PASSWORD if _cli_password(text, low, pos, word) else None
     elif word == "identified":
         if low.startswith("identified by", pos):
             m = _SQL_PASSWORD.match(text, pos + 10, min(len(text), pos + 300))
             if m and _value_ok(PASSWORD, m.group("val"), True, "assign", ""):
                 return PASSWORD
         return None
-
     elif word == "cookie":
         return TOKEN if _cookie_header(text, pos) else None
-    elif word in ("mysql", "mariadb", "docker", "podman", "helm"):
-        m = (_MYSQL_P if word in ("mysql", "mariadb") else _DOCKER_P).match(
-            text, pos, min(len(text), pos + 300)
-        )
-        if m and _value_ok(PASSWORD, m.group("val").strip("'\""), m.group("val")[:1] in "'\"", "assign", ""):
-            return PASSWORD  # mysql -u root -pS3cret, docker login -u bob -p S3cret
-        return None
+    elif word == "cod":
+        return _code_hit(text, low, pos)
+    elif word in _CRED_ROOTS:
+        return _credentials_hit(text, low, pos)
+    elif word in ("wifi", "wi-fi", "wlan"):
+        return _wifi_hit(text, low, pos, end)
     elif word in _PIN_NOUN_STARTS:
-        return _foreign_pin_hit(text, low, word, pos)
+        hit = _foreign_pin_hit(text, low, word, pos)
+        if hit is not None or word not in _PW_ROOTS:
+            return hit  # "clave" goes on as a password noun
+    return _secret_name_hit(text, low, word, pos, end)
 
-    if word == "mot de passe":
-        start, stop = pos, end
+
+def _secret_name_hit(text: str, low: str, word: str, pos: int, end: int) -> str | None:
+    """A name holding a secret word (password, DB_PASSWORD, contraseña, api_key, token...):
+    what its operator, its clause or its call gives it."""
+    root = _ROOT_SECRET.match(low, pos)
+    if root is not None and not root.group(0).replace("_", "").isalnum():
+        start, stop = pos, root.end()  # "mot de passe", "palavra-passe", "parola d'ordine"
     else:
         start, stop = _name_bounds(text, pos, end)
     # Where the keyword proper ends inside the name (password, passwd, secret, ...).
-    root = _ROOT_SECRET.match(low, pos)
     kw_end = root.end() if root else end
     if word != "key" and not _keyword_tail_ok(text, kw_end, stop):
         return None
+    if word == "mdp" and start < pos and text[pos - 1] not in "_-.":
+        return None  # cmdp
+    if text[max(0, start - 2) : start] == "${" or (
+        text[start - 1 : start] == "%" and text.startswith("%", stop)
+    ):
+        return None  # ${DB_PASSWORD:?must be set}, %DB_PASSWORD%: a reference to the variable
+    if text[start - 1 : start] == "$" and _OPERATOR_AHEAD.match(text, stop) is None:
+        return None  # -e POSTGRES_PASSWORD=$POSTGRES_PASSWORD postgres:16: the variable used
 
     # Is anything that could carry a value next to the name? (Most hits stop here.)
     operator = _OPERATOR_AHEAD.match(text, stop) is not None
@@ -1374,14 +2117,20 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     sql = "'" in low[stop : stop + 3]
     bare_name = stop == kw_end or low[kw_end:stop] == "s"
     window = _clause(low, stop) if bare_name else ""
-    prose = bool(window) and any(op in window for op in _PROSE_OPS)
+    prose = bool(window) and _may_state(window)
     pw_word = low.startswith(_PW_WORDS, pos)
     bare = pw_word and bare_name and low[stop : stop + 1] == " "
+    if pw_word and bare_name and _value_before(text, low, start, stop, PASSWORD):
+        return PASSWORD  # "Sommer2024! ist mein Passwort"
     if not (operator or flag or xml or sql or prose or bare):
         return None
 
     name = text[start:stop]
     if _name_is_meta(name) or _PREV_META.search(low, max(0, start - 16), start):
+        # '#password-field' in a UI test, then .type("..."): the field's name, then its value.
+        if operator and _quoted_name(text, start):
+            family = _family(word, low[start:stop])
+            return family if _literal_argument(text, start, stop, family, meta=True) else None
         return None
     family = _family(word, low[start:stop])
 
@@ -1402,13 +2151,17 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
             return family
         if (family == TOKEN or word == "key") and _own_token_value(text, stop, family):
             return family
+        if _literal_argument(text, start, stop, family, meta=False):
+            return family  # props.put("password", "..."), setPassword("...")
 
     if family == PASSWORD and pw_word:
         if xml:  # <password>hunter2</password>
             close = text.find("<", stop + 1, stop + 1 + 200)
             if close > 0 and _value_ok(PASSWORD, text[stop + 1 : close], True, "assign", ""):
                 return PASSWORD
-        if prose and _prose_password(text, stop):
+        if prose and (
+            _prose_password(text, stop) or _changed_to(text, low, start, stop) or _pair_value(text, stop)
+        ):
             return PASSWORD
         if bare and _bare_password(text, stop):
             return PASSWORD  # "login admin / password Winter2021!"
@@ -1425,9 +2178,9 @@ def _keyword_hit(text: str, low: str, word: str, pos: int, end: int) -> str | No
     elif (
         family == PASSWORD
         and low[pos:stop] in ("pass", "pw")
-        and _short_name_password(text, low, start, pos, stop)
+        and (_short_name_password(text, low, start, pos, stop) or _pair_value(text, stop))
     ):
-        return PASSWORD
+        return PASSWORD  # pw: X, "login/pw = root / X"
     return None
 
 
@@ -1729,34 +2482,36 @@ _TOKEN_CLASS = _byte_table(
 _DIGIT_CLASS = _byte_table(b".", {b"0123456789": b"0", b" ": b" ", b"-": b"-"})
 _LONG_RUN = b"x" * _LONG_TOKEN
 _NUMBER_SEEDS = (b"00000000", b"0000 0000", b"0000-0000", b"000-00-0000", b"000 00 0000")
-_KEYWORDS = (
-    "pass",
-    "pw",
-    "pin",
-    "secret",
-    "key",
-    "token",
-    "bearer",
-    "authoriz",
-    "contrase",
-    "kennwort",
-    "mot de passe",
-    "senha",
-    "wachtwoord",
-    "lösenord",
-    "hasło",
-    "haslo",
-    "salasana",
-    "mysql",
-    "mariadb",
-    "docker",
-    "podman",
-    "helm",
-    "cookie",
-    *_PIN_NOUN_STARTS,
-    "identified",
-    "-u",
+_KEYWORDS = tuple(
+    dict.fromkeys(
+        (
+            "pass",
+            "pw",
+            "pin",
+            "secret",
+            "key",
+            "token",
+            "bearer",
+            "auth",  # Authorization headers, "auth": "<base64>", redis.auth("...")
+            "basic",
+            "base64",
+            *_PW_ROOTS,  # the nouns for "password" the words above do not find
+            "cookie",
+            *_PIN_NOUN_STARTS,
+            "cod",  # code, codice, Türcode
+            *_CRED_ROOTS,  # credentials, Zugangsdaten, inloggegevens, identifiants
+            "wifi",
+            "wi-fi",
+            "wlan",
+            "identified",
+            "-u",
+            "-p",  # mysql -pX, docker login -p X, sshpass -p X
+            "-a",  # redis-cli -a X
+        )
+    )
 )
+_ALL_KEYWORDS = tuple((w, len(w)) for w in _KEYWORDS)
+_ASCII_KEYWORDS = tuple((w, n) for w, n in _ALL_KEYWORDS if w.isascii())  # all a text of ASCII can hold
 _SSN_WORDS = ("ssn", "soc", "ss#", "ss #")  # "soc" covers social, soc sec, soc. sec
 
 
@@ -1789,8 +2544,7 @@ def _scan(text: str) -> Iterator[str]:
     low = _lower_same_length(text)
     raw = text.encode("ascii", "replace")  # one byte per character, offsets kept
 
-    for word in _KEYWORDS:
-        size = len(word)
+    for word, size in _ASCII_KEYWORDS if low.isascii() else _ALL_KEYWORDS:
         i = low.find(word)
         while i >= 0:
             kind = _keyword_hit(text, low, word, i, i + size)
@@ -1816,8 +2570,15 @@ def _scan(text: str) -> Iterator[str]:
 
     if "PRIVATE KEY" in text or "PuTTY-User-Key-File" in text:
         yield from _scan_private_key(text)
-    if "://" in text and "@" in text:
-        yield from _scan_url_credentials(text)
+    if "@" in text:
+        if "://" in text:
+            yield from _scan_url_credentials(text)
+        yield from _scan_bare_authority(text, low)
+    if "(" in text:
+        for found in positional_passwords(text):
+            if _positional_password(found):
+                yield PASSWORD
+                break
     if "aws" in low:
         yield from _scan_aws_secret(text)
 

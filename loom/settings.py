@@ -108,8 +108,8 @@ class Settings(BaseSettings):
 
     mcp_session_run_idle_seconds: int = Field(1800, ge=1)
 
-    # Providers: embedder (minilm | openai | fake) and LLM (fake | openai).
-    embedder: Literal["minilm", "openai", "fake"] = "minilm"
+    # Providers: embedder (minilm | e5-small | openai | fake) and LLM (fake | openai).
+    embedder: Literal["minilm", "e5-small", "openai", "fake"] = "minilm"
     embedder_url: str = ""
     embedder_model: str = ""
     embedder_api_key: str = ""

@@ -67,6 +67,12 @@ class LeakSpyEmbedder:
         self.spy.check(self.provider, list(texts))
         return self.inner.embed(texts)
 
+    def embed_query(self, texts: Sequence[str]) -> Any:
+        from loom.providers.embedders import query_vectors
+
+        self.spy.check(self.provider, list(texts))
+        return query_vectors(self.inner, texts)
+
 
 class LeakSpyLLM:
     """An LLM that shows the spy every message before its inner LLM answers. A test that

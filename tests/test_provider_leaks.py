@@ -165,6 +165,25 @@ async def drive_search(ctx: Ctx) -> None:
             )
 
 
+async def drive_search_rerank(ctx: Ctx) -> None:
+    """A re-rank sends the query and the hits' excerpts to the LLM: never a high query
+    (nor a hit that reads as high), in any mode; a clean query is sent (the spy sees it)."""
+    before = ctx.spy.seen.get("llm:api", 0)
+    for text in [*HIGH.values(), CLEAN, "storage capacity plan " + HIGH["card"]]:
+        for search_mode in ("vector", "hybrid", "lexical"):
+            got = await ctx.ok(
+                "conversation.search",
+                ctx.writer,
+                query=text,
+                namespace=ctx.ns,
+                search_mode=search_mode,
+                rerank=True,
+                limit=50,
+            )
+            assert got["rerank"] in ("reranked", "query_high_sensitivity", "nothing_to_rerank"), got["rerank"]
+    assert ctx.spy.seen.get("llm:api", 0) > before  # the clean query's hits were re-ranked
+
+
 async def drive_threads(ctx: Ctx) -> None:
     for kind, text in HIGH.items():
         await ctx.ok(
@@ -506,6 +525,7 @@ DRIVERS: list[tuple[str, Driver]] = [
     ("conversation.append", drive_append),
     ("conversation.save_message", drive_save),
     ("conversation.search + search_saved_messages", drive_search),
+    ("conversation.search's LLM re-rank", drive_search_rerank),
     ("conversation.create + update", drive_threads),
     ("conversation.reembed", drive_reembed),
     ("session.brief_save", drive_briefs),
@@ -527,6 +547,9 @@ def _brief_model(messages: list[ChatMessage]) -> str:
     if "living profile" in messages[0].content:  # the profile (it writes a high section too)
         return json.dumps({"sections": {"work": CLEAN, "other": HIGH["card"]}})
 
+    if "You rank the turns" in messages[0].content:  # conversation.search's re-rank
+        turns = json.loads(messages[-1].content)["turns"]
+        return json.dumps({"ranking": [t["id"] for t in reversed(turns)]})
     if "answer a question about one user" in messages[0].content:  # memory.ask
         return json.dumps({"answer": "They plan storage capacity quarterly.", "citations": ["F1", "E1"]})
     return json.dumps({"status": "revised", "new_done": ["a step"]})

@@ -371,7 +371,7 @@ def test_window_sees_a_table_header_above_the_shown_part() -> None:
 # --------------------------------------------------------------------------- robustness of the new readers
 
 
-def test_never_raises_on_table_and_language_noise() -> None:
+def test_never_raises_on_table_language_and_code_noise() -> None:
     rng = random.Random(5)
     frags = [
         *("password", "PIN", "code", "código", "geheim", "nip", "clave", "ist", "est", "è", "mon", "mi"),
@@ -379,6 +379,10 @@ def test_never_raises_on_table_and_language_noise() -> None:
         *("AC", "SK", "0123456789abcdef" * 2, "4111111111111111", "536-90-4399", "536904399"),
         *("ssn", "card", "pan", "==", "A" * 86, "-----BEGIN PRIVATE KEY-----", "-----END"),
         *("docker login -p", "mysql -p", "Cookie: a=", "://u:p@", "İ", "🙂", string.printable),
+        # positional calls, DSNs, Basic credentials, the multilingual lexicon, env references
+        *("(", ")", "`", "\\", "@", "/", "$", "{", "}", "%", "-p", "-a", "connect", "getConnection", "login"),
+        *("auth", "PDO", "Basic ", "base64", "sqlplus", "tcp(", "Passwort", "wachtwoord", "mot de passe"),
+        *("c'est", "mijn", "Zugangsdaten", "wifi", "4821", "Xq9pw2a", "dTp4OTlQdzI=", "${A:?b}", "$(cat x)"),
     ]
     for _ in range(3000):
         text = "".join(rng.choice(frags) for _ in range(rng.randint(0, 30)))
@@ -394,8 +398,31 @@ def test_never_raises_on_table_and_language_noise() -> None:
         ("AC" + "0" * 32 + " ") * 2000,
         "code " * 20000 + "4821",
         "-----BEGIN PRIVATE KEY-----\n" * 2000,
+        "f(" * 30000 + "'a', 'b'",
+        "connect('h', 'u', " * 5000,
+        ", '" * 30000,
+        "a:b@" * 30000,
+        "@" * 100000,
+        "Basic " * 20000,
+        "base64 " * 20000,
+        "auth(" * 20000,
+        "Passwort ist " * 10000,
+        "4821 ist meine PIN " * 5000,
+        "-p " * 30000,
     ],
-    ids=["rows", "deep_table", "pipes", "sids", "codes", "pem_headers"],
+    ids=[
+        *("rows", "deep_table", "pipes", "sids", "codes", "pem_headers", "calls", "connects", "commas"),
+        *(
+            "authorities",
+            "ats",
+            "basic",
+            "base64",
+            "auth_calls",
+            "foreign_prose",
+            "values_before",
+            "cli_flags",
+        ),
+    ],
 )
 def test_new_readers_stay_bounded(text: str) -> None:
     t0 = time.perf_counter()

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from loom.ops.conversation.lifecycle.redacting import splice
 from loom.sensitivity import high_spans, reads_as_high
 
-CORPUS = Path(__file__).parent / "data" / "sensitivity_corpus.jsonl"
+DATA = Path(__file__).parent / "data"
+CORPORA = [DATA / "sensitivity_corpus.jsonl", DATA / "sensitivity_families.jsonl"]
 
 
 def test_spans_are_the_secrets_and_nothing_around_them():
@@ -20,8 +23,9 @@ def test_spans_are_the_secrets_and_nothing_around_them():
     assert high_spans("nothing here but otters") == []
 
 
-def test_every_high_example_of_the_corpus_no_longer_reads_as_high_once_its_spans_are_replaced():
-    rows = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
+@pytest.mark.parametrize("corpus", CORPORA, ids=lambda p: p.stem)
+def test_every_high_example_of_the_corpus_no_longer_reads_as_high_once_its_spans_are_replaced(corpus: Path):
+    rows = [json.loads(line) for line in corpus.read_text().splitlines() if line.strip()]
     high = [r["text"] for r in rows if r["label"] == "high"]
     assert len(high) > 100
     long_whole = 0

@@ -37,6 +37,7 @@ from loom.jobs import EmbedTurn
 from loom.ops.embedding.client import wait_gate
 from loom.ops.embedding.recovery import recover
 from loom.ops.embedding.writer import EmbedPipeline, ModelResult, Outcome, write_deadline_ns
+from loom.providers import embedders
 from loom.providers.embedders import Embedder, build_embedder
 from loom.replies import push_reply
 from loom.settings import Settings
@@ -76,9 +77,7 @@ def embedder_from_settings(settings: Settings, *, single_threaded: bool = True) 
     """The embedder LOOM_EMBEDDER names. A worker runs MiniLM single-threaded and makes
     several calls at once (see ModelBatcher): two independent threads lose less than
     one call split over two threads when another process takes a core for a moment."""
-    extra: dict[str, Any] = (
-        {"intra_op_num_threads": 1} if settings.embedder == "minilm" and single_threaded else {}
-    )
+    extra = embedders.single_threaded(settings.embedder) if single_threaded else {}
     return build_embedder(
         settings.embedder,
         url=settings.embedder_url,

@@ -187,18 +187,32 @@ def reembed(
     ],
     thread_id: Annotated[str, typer.Option("--thread-id", help="Only this thread's rows.")] = "",
     page_size: Annotated[int, typer.Option(help="Rows per model call.", min=1, max=4096)] = 256,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="Build the vectors of this bundled model (minilm, e5-small) beside the ones search uses "
+            "now, instead of rewriting them with LOOM_EMBEDDER's.",
+        ),
+    ] = "",
 ) -> None:
     """Re-embed a namespace's conversation turns from the text each embedding row keeps
     (2,048 characters, or 240 for rows of earlier builds), e.g. after a model change.
     Skips tombstoned rows and rows whose text reads as high. Uses LOOM_EMBEDDER here,
-    in this process; runs with or without `loom serve`."""
+    in this process; runs with or without `loom serve`.
+
+    With --model, the namespace's vectors of that model are built beside the current
+    ones while `loom serve` keeps answering from its own model's (a search never
+    compares vectors of two models); switch LOOM_EMBEDDER to it when this is done, then
+    run it once more to catch up with the turns appended meanwhile."""
     import asyncio
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from loom.embedded.backends import start_backends
-    from loom.ops.conversation.lifecycle.reembedding import reembed_with
+    from loom.ops.conversation.lifecycle.reembedding import reembed_to_model, reembed_with
     from loom.ops.embedding.writer import model_from_embedder
+    from loom.providers.embedders import build_embedder
     from loom.services import open_services
     from loom.store import embeddings
     from loom.store.schema import prepare
@@ -210,7 +224,9 @@ def reembed(
     async def run() -> object:
         svc = await open_services(settings, backends.clickhouse_url, backends.redis_url)
         try:
-            embedder = embedder_from_settings(settings, single_threaded=False)
+            embedder = (
+                build_embedder(model) if model else embedder_from_settings(settings, single_threaded=False)
+            )
             total = await svc.run(embeddings.count, svc.ch, namespace, thread_id or None)
             columns = (
                 TextColumn("[bold]re-embedding[/bold] {task.description}"),
@@ -220,6 +236,15 @@ def reembed(
             )
             with Progress(*columns, console=console) as progress:
                 task = progress.add_task(f"{namespace} ({embedder.model_id})", total=total)
+                if model:
+                    return await reembed_to_model(
+                        svc,
+                        namespace,
+                        embedder,
+                        thread_id=thread_id or None,
+                        page_size=page_size,
+                        progress=lambda n: progress.advance(task, n),
+                    )
                 return await reembed_with(
                     svc,
                     namespace,

@@ -255,6 +255,9 @@ class ReadIndex:
                 missing.append(ns)
                 self.want(ns)
                 continue
+            if wanted.model is not None and not held.vectors.made_only_by(wanted.model):
+                missing.append(ns)  # another model's vectors: the engine compares by model
+                continue
             self.held.move_to_end(ns)
             rows, _ = held.vectors.search(query, wanted, limit)
             found += [(ns, f) for f in rows]

@@ -121,6 +121,22 @@ class NamespaceVectors:
         vec = sum(m.vectors.nbytes for m in self.matrices.values())
         return vec + self.text_bytes + _ROW_OVERHEAD * len(self.versions)
 
+    def made_only_by(self, model: str) -> bool:
+        """Whether every live vector held was made by `model` (or none is held): only then
+        may a query of that model be answered from here. A namespace part-way through a
+        change of model (its other vectors staged in the engine's tables, never fed here)
+        is read from the engine."""
+        code = self.codes["model"].of.get(model)
+        if code is not None and len(self.codes["model"].names) == 1:
+            return True
+        for m in self.matrices.values():
+            live = m.live[: m.n]
+            if code is None and live.any():
+                return False
+            if code is not None and (live & (m.cols["model"][: m.n] != code)).any():
+                return False
+        return True
+
     def apply(self, row: Row) -> bool:
         """Add, replace or remove the row's key by its version (False: older than held)."""
         key = row.key

@@ -130,6 +130,8 @@ class Conversation(SyncGroup):
         agent: str | None = None,
         search_mode: Literal["vector", "hybrid", "lexical"] = "vector",
         lexical_weight: float = 0.9,
+        time_phrases: Literal["filter", "ignore"] = "filter",
+        rerank: bool = False,
     ) -> q.SearchResponse:
         """`conversation.search`: Vector search over the embedded turns (user and assistant turns, compaction
         summaries) of one namespace (`namespace`), or of every namespace the token grants when the body
@@ -162,6 +164,14 @@ class Conversation(SyncGroup):
                 enters without it).
             lexical_weight: The lexical (BM25) leg's share of the fusion in hybrid mode, the vector leg
                 taking the rest (0 to 1: 0 the vector leg alone, 1 the lexical leg alone). 0.0 to 1.0.
+            time_phrases: "filter": a time phrase of the query ("last week", "in May", "in 2024", "before
+                3 March 2024", "before the move": until the time of the turn the words "the move" find
+                best) keeps the hits to that window of the turns' time, and the search answers without it
+                when the window holds no hit (`time_window` says which); "ignore": the words only rank. A
+                question asking for a time ("when did ...") sets no window.
+            rerank: Re-order the best candidates with the configured LLM (the namespace must allow model
+                calls; a turn that reads as high is never sent). Without an LLM the hits come as ranked,
+                and `rerank` in the answer says why not.
         """
         return self._runner.run(
             self._group.search(
@@ -175,6 +185,8 @@ class Conversation(SyncGroup):
                 agent=agent,
                 search_mode=search_mode,
                 lexical_weight=lexical_weight,
+                time_phrases=time_phrases,
+                rerank=rerank,
             )
         )
 

@@ -52,12 +52,15 @@ SEARCHED_ROLES = ("user", "assistant")  # plus compaction summaries (system, is_
 
 @dataclass(frozen=True)
 class Filters:
-    """The optional filters of a search; None means "any"."""
+    """The optional filters of a search; None means "any". `since` and `until` bound the
+    turn's time (``since <= ts < until``: time phrases of the query, loom.query_time)."""
 
     thread_id: str | None = None
     run_id: str | None = None
     role: str | None = None
     agent: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class Candidate:
     ts: datetime  # '' and 1970 in rows written before it)
     text: str
     similarity: float
+    model: str = ""  # the model that made the vector ('' in rows written before migration 022)
     # From the read index: whether it may be answered as held (loom.read_index.state);
     # None: the search marks decide, read after the candidates.
     trusted: bool | None = None
@@ -94,24 +98,32 @@ def _where(filters: Filters, params: dict[str, Any], *, hide_key: bool) -> list[
     return [f"{key('namespace')} IN {{ns:Array(String)}}", *filter_conditions(filters, params, key=key)]
 
 
+def _of_model(model: str, params: dict[str, Any]) -> str:
+    """Vectors of `model`, and rows older than the model column ('': their embedding row
+    names the model, and verification checks it there)."""
+    params["model"] = model
+    return "model IN ({model:String}, '')"
+
+
 def filter_conditions(
     filters: Filters, params: dict[str, Any], *, key: Callable[[str], str] = str
 ) -> list[str]:
-    """The conditions of a search's optional filters (thread, run, role, agent), their
-    values added to `params`; `key` wraps a primary-key column (see :func:`_where`)."""
+    """The conditions of a search's optional filters (thread, run, role, agent, time),
+    their values added to `params`; `key` wraps a primary-key column (see :func:`_where`)."""
     out = []
     if filters.thread_id is not None:
         out.append(f"{key('thread_id')} = {{th:String}}")
         params["th"] = filters.thread_id
-    if filters.run_id is not None:
-        out.append("run_id = {run:String}")
-        params["run"] = filters.run_id
-    if filters.role is not None:
-        out.append("role = {role:String}")
-        params["role"] = filters.role
-    if filters.agent is not None:
-        out.append("agent = {ag:String}")
-        params["ag"] = filters.agent
+    for value, condition, name in (
+        (filters.run_id, "run_id = {run:String}", "run"),
+        (filters.role, "role = {role:String}", "role"),
+        (filters.agent, "agent = {ag:String}", "ag"),
+        (filters.since, "ts >= {since:DateTime64(6, 'UTC')}", "since"),
+        (filters.until, "ts < {until:DateTime64(6, 'UTC')}", "until"),
+    ):
+        if value is not None:
+            out.append(condition)
+            params[name] = value
     return out
 
 
@@ -125,11 +137,14 @@ def _vector_param(vector: np.ndarray) -> str:
     return np.asarray(vector, dtype="<f4").tobytes().hex()
 
 
-def counts(ch: Client, table: str, namespaces: Sequence[str], filters: Filters) -> tuple[dict[str, int], int]:
-    """Rows of each namespace that pass the filters (stale versions included: a planning
-    estimate), and the rows of the whole table (the index post-filters against those)."""
+def counts(
+    ch: Client, table: str, namespaces: Sequence[str], filters: Filters, model: str
+) -> tuple[dict[str, int], int]:
+    """Rows of `model` of each namespace that pass the filters (stale versions included:
+    a planning estimate), and the rows of the whole table (the index post-filters
+    against those)."""
     params: dict[str, Any] = {"ns": list(namespaces)}
-    where = " AND ".join(_where(filters, params, hide_key=False))
+    where = " AND ".join([*_where(filters, params, hide_key=False), _of_model(model, params)])
     rows = ch.query(
         f"SELECT toString(namespace) AS ns, count() AS n FROM {table} WHERE {where} GROUP BY namespace "
         f"UNION ALL SELECT '' AS ns, count() AS n FROM {table}",
@@ -152,7 +167,7 @@ _SIMILARITY = f"ifNotFinite(1 - cosineDistance(embedding, {QUERY_VECTOR}), 0)"
 # for it in the WHERE too.
 _CANDIDATE_COLUMNS = (
     "toString(namespace) AS ns, thread_id, msg_id, version, toString(agent) AS ag, "
-    f"toString(role) AS role_name, run_id, user_id, ts, text, {_SIMILARITY} AS sim"
+    f"toString(role) AS role_name, run_id, user_id, ts, text, {_SIMILARITY} AS sim, toString(model) AS vmodel"
 )
 
 
@@ -170,6 +185,7 @@ def _candidates(result: QueryResult) -> list[Candidate]:
             ts=r["ts"],
             text=r["text"],
             similarity=float(r["sim"]),
+            model=r.get("vmodel", ""),
         )
         for r in named(result)
     ]
@@ -178,11 +194,17 @@ def _candidates(result: QueryResult) -> list[Candidate]:
 
 
 def exact(
-    ch: Client, table: str, namespaces: Sequence[str], vector: np.ndarray, filters: Filters, fetch: int
+    ch: Client,
+    table: str,
+    namespaces: Sequence[str],
+    vector: np.ndarray,
+    filters: Filters,
+    fetch: int,
+    model: str,
 ) -> list[Candidate]:
-    """The `fetch` nearest rows by an exact scan of the namespaces' (or thread's) rows."""
+    """The `fetch` nearest rows of `model` by an exact scan of the namespaces' (or thread's) rows."""
     params: dict[str, Any] = {"ns": list(namespaces), "qv": _vector_param(vector), "n": fetch}
-    where = " AND ".join(_where(filters, params, hide_key=False))
+    where = " AND ".join([*_where(filters, params, hide_key=False), _of_model(model, params)])
     rows = ch.query(
         f"SELECT {_CANDIDATE_COLUMNS} FROM {table} WHERE {where} "
         f"ORDER BY cosineDistance(embedding, {QUERY_VECTOR}) LIMIT {{n:UInt32}} "
@@ -200,13 +222,15 @@ def nearest(
     filters: Filters,
     fetch: int,
     multiplier: float,
+    model: str,
 ) -> list[Candidate]:
-    """The `fetch` nearest rows by the HNSW index, post-filtered to the namespaces and
-    filters; the index fetches `multiplier` times more from each part to make up for
-    the rows of other namespaces (and filtered out) among its neighbours."""
+    """The `fetch` nearest rows of `model` by the HNSW index, post-filtered to the
+    namespaces and filters; the index fetches `multiplier` times more from each part to
+    make up for the rows of other namespaces (and models, and filtered out) among its
+    neighbours."""
     fetch = min(fetch, MAX_FETCH)
     params: dict[str, Any] = {"ns": list(namespaces), "qv": _vector_param(vector), "n": fetch}
-    where = " AND ".join(_where(filters, params, hide_key=True))
+    where = " AND ".join([*_where(filters, params, hide_key=True), _of_model(model, params)])
     mult = min(1000.0, max(1.0, float(multiplier)))
     rows = ch.query(
         f"SELECT {_CANDIDATE_COLUMNS} FROM {table} WHERE {where} "
@@ -219,21 +243,23 @@ def nearest(
 
 
 def exact_unindexed(
-    ch: Client, namespaces: Sequence[str], vector: np.ndarray, filters: Filters, fetch: int
+    ch: Client, namespaces: Sequence[str], vector: np.ndarray, filters: Filters, fetch: int, model: str
 ) -> list[Candidate]:
     """For a dimension with no vector table: an exact scan of conversation_embeddings
-    (newest versions, live vectors of the query's length, of recorded turns only: the
-    vector tables' feeds take no other, migration 007)."""
+    (newest versions, live vectors of the query's model and length, of recorded turns
+    only: the vector tables' feeds take no other, migration 007)."""
     params: dict[str, Any] = {
         "ns": list(namespaces),
         "qv": _vector_param(vector),
         "n": fetch,
         "dim": int(np.asarray(vector).shape[0]),
+        "model": model,
     }
     where = " AND ".join(_where(filters, params, hide_key=False))
     rows = ch.query(
         f"SELECT {_CANDIDATE_COLUMNS} FROM conversation_embeddings FINAL WHERE {where} "
-        "AND length(embedding) = {dim:UInt32} AND error = '' AND NOT tombstoned AND origin = 'recorded' "
+        "AND length(embedding) = {dim:UInt32} AND model = {model:String} AND error = '' AND NOT tombstoned "
+        "AND origin = 'recorded' "
         f"ORDER BY cosineDistance(embedding, {QUERY_VECTOR}) LIMIT {{n:UInt32}}",
         parameters=params,
     )
@@ -246,6 +272,7 @@ class EmbeddingNow:
 
     version: int
     live: bool  # not tombstoned, no error, has a vector
+    model: str = ""  # the model of its vector
 
 
 @dataclass(frozen=True)
@@ -279,7 +306,7 @@ def verify_embeddings(
     rows = ch.query(
         # embedding.size0, not length(embedding): under FINAL the latter reads every vector.
         "SELECT toString(namespace) AS ns, thread_id, msg_id, version, "
-        "toUInt8(NOT tombstoned AND error = '' AND embedding.size0 > 0) AS live "
+        "toUInt8(NOT tombstoned AND error = '' AND embedding.size0 > 0) AS live, toString(model) AS emodel "
         "FROM conversation_embeddings FINAL WHERE namespace IN {ns:Array(String)} "
         "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
         parameters=key_sets(keys, ns=0, th=1, ids=2),
@@ -289,7 +316,7 @@ def verify_embeddings(
     for r in named(rows):
         key = (r["ns"], r["thread_id"], r["msg_id"])
         if key in wanted:
-            out[key] = EmbeddingNow(version=int(r["version"]), live=bool(r["live"]))
+            out[key] = EmbeddingNow(version=int(r["version"]), live=bool(r["live"]), model=r["emodel"])
     return out
 
 

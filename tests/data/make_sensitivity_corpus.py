@@ -15,11 +15,11 @@ and the look-alikes that sit next to them (ids, digests, dates, versions, templa
 from __future__ import annotations
 
 import base64
-import json
 import random
 import string
 from pathlib import Path
 
+from corpus_io import hi, lo, write_rows  # beside this script
 from stdnum import luhn
 
 R = random.Random(20261201)
@@ -134,23 +134,6 @@ NAMES = [
     "Gustavo Lima",
 ]
 CITIES = ["Lyon", "Berlin", "Austin", "Porto", "Utrecht", "Milan", "Sevilla"]
-
-rows: list[dict[str, str]] = []
-
-
-def add(kind: str, label: str, reason: str, text: str) -> None:
-    rows.append({"kind": kind, "label": label, "reason": reason, "text": text})
-
-
-def hi(kind: str, reason: str, *texts: str) -> None:
-    for t in texts:
-        add(kind, "high", reason, t)
-
-
-def lo(kind: str, *texts: str) -> None:
-    for t in texts:
-        add(kind, "plain", "", t)
-
 
 # =============================================================== positives
 
@@ -921,7 +904,4 @@ lo(
     "UUIDs like 3f2504e0-4f89-11d3-9a0c-0305e82c3301 are not secret",
 )
 
-with OUT.open("w", encoding="utf-8") as f:
-    for row in rows:
-        f.write(json.dumps(row, ensure_ascii=False) + "\n")
-print(f"{len(rows)} rows ({sum(r['label'] == 'high' for r in rows)} high) -> {OUT}")
+write_rows(OUT)

@@ -70,6 +70,9 @@ async def test_a_namespace_with_no_rows_when_listed_is_held_from_its_first_event
     assert index.search(["new"], Q, Wanted(), 10) == ([], [])  # nothing anywhere: nothing missing
     index.apply_rows([_row("new", "t", "a", 1)], 0)
     assert _ids(index, "new") == ["a"]
+    # A query of another model than the one that made the held vectors: the engine's.
+    assert index.search(["new"], Q, Wanted(model="another"), 10) == ([], ["new"])
+    assert [f.msg_id for _, f in index.search(["new"], Q, Wanted(model="m"), 10)[0]] == ["a"]
 
 
 async def test_a_raised_mark_makes_the_thread_doubted_until_the_hold_passes_and_it_was_read_again():

@@ -21,7 +21,7 @@ def _row(thread: str, msg: str, version: int, vec: list[float] | None, **kw: str
         "",
         0,
         f"text {msg}",
-        "m",
+        kw.get("model", "m"),
         v,
     )
 
@@ -54,6 +54,19 @@ def test_ranking_is_exact_cosine_with_filters():
     assert n == len(only)
     assert [f.msg_id for f in found] == [f"m{i}" for i in sorted(only, key=lambda i: -sims[i])[:3]]
     assert v.search(q, Wanted(agent="nobody"), 3) == ([], 0)
+
+
+def test_a_namespace_is_served_to_a_query_only_when_its_model_made_every_live_vector():
+    v = NamespaceVectors()
+    assert v.made_only_by("m") and v.made_only_by("other")  # nothing held: nothing to miss
+    v.apply(_row("t", "a", 1, [1, 0]))
+    v.apply(_row("t", "b", 1, [0, 1], model="e5"))
+    assert not v.made_only_by("m") and not v.made_only_by("e5") and not v.made_only_by("x")
+    v.apply(_row("t", "b", 2, [0, 1]))  # re-embedded by m: the namespace is m's again
+    assert v.made_only_by("m") and not v.made_only_by("e5")
+    v.apply(_row("t", "a", 2, None))
+    v.apply(_row("t", "b", 3, None))  # nothing live: any model may be answered (with nothing)
+    assert v.made_only_by("e5")
 
 
 def test_a_thread_read_again_drops_what_the_store_no_longer_holds():

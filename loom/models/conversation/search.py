@@ -58,6 +58,28 @@ class SearchRequest(RequestBody):
         "leg alone).",
     )
 
+    time_phrases: Literal["filter", "ignore"] = Field(
+        "filter",
+        description='"filter": a time phrase of the query ("last week", "in May", "in 2024", "before 3 March '
+        '2024", "before the move": until the time of the turn the words "the move" find best) keeps the '
+        "hits to that window of the turns' time, and the search answers without it when the window holds "
+        'no hit (`time_window` says which); "ignore": the words only rank. A question asking for a time '
+        '("when did ...") sets no window.',
+    )
+    rerank: bool = Field(
+        False,
+        description="Re-order the best candidates with the configured LLM (the namespace must allow model "
+        "calls; a turn that reads as high is never sent). Without an LLM the hits come as ranked, and "
+        "`rerank` in the answer says why not.",
+    )
+
+
+class TimeWindowOut(BaseModel):
+    phrase: str = Field(description="The words of the query that set the window.")
+    since: Timestamp | None = Field(description="Turns at or after this time (null: open).")
+    until: Timestamp | None = Field(description="Turns before this time (null: open).")
+    applied: bool = Field(description="False when the window held no hit and the search answered without it.")
+
 
 class SearchHit(BaseModel):
     namespace: str
@@ -100,3 +122,18 @@ class SearchResponse(BaseModel):
         description="The namespaces searched: the one named, or every namespace the token grants."
     )
     hits: list[SearchHit]
+    embedding_model: str | None = Field(
+        None,
+        description="The model whose vectors the vector leg compared the query with (only vectors of the "
+        "query's own model are ever compared: a namespace being re-embedded with another model answers "
+        "from this one's); null when no vector leg ran.",
+    )
+    rerank: str | None = Field(
+        None,
+        description='With `rerank: true`: "reranked", or why the hits kept the search\'s order: '
+        '"llm_not_configured", "model_calls_disabled", "query_high_sensitivity", "llm_failed", '
+        '"nothing_to_rerank"; null when not asked.',
+    )
+    time_window: TimeWindowOut | None = Field(
+        None, description="The query's time phrase and the window it set (see `time_phrases`); null: none."
+    )

@@ -17,13 +17,12 @@ import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from loom import failures
 from loom import logging as loom_logging
-from loom.providers.embedders import Embedder, build_embedder
+from loom.providers.embedders import Embedder, build_embedder, query_vectors, single_threaded
 from loom.services import Services
 
 _KEY = "conversation.inline_embedder"
@@ -55,7 +54,7 @@ class _Holder:
         with self.lock:
             if self.embedder is None:
                 s = self.svc.settings
-                extra: dict[str, Any] = {"intra_op_num_threads": 1} if s.embedder == "minilm" else {}
+                extra = single_threaded(s.embedder)
                 self.embedder = build_embedder(
                     s.embedder,
                     url=s.embedder_url,
@@ -66,9 +65,9 @@ class _Holder:
                 )
             return self.embedder
 
-    def embed(self, texts: list[str]) -> tuple[list[np.ndarray], str]:
+    def embed(self, texts: list[str], query: bool = False) -> tuple[list[np.ndarray], str]:
         embedder = self.get()
-        vectors = embedder.embed(texts)
+        vectors = query_vectors(embedder, texts) if query else embedder.embed(texts)
         if len(vectors) != len(texts):
             raise RuntimeError(f"embedder returned {len(vectors)} vectors for {len(texts)} texts")
         return [np.asarray(v, dtype=np.float32) for v in vectors], embedder.model_id
@@ -94,8 +93,11 @@ def current(svc: Services) -> Embedder:
     return _holder(svc).get()
 
 
-async def embed(svc: Services, texts: list[str], *, timeout: float | None = None) -> InlineResult:
-    """Embed `texts` (already screened for sensitivity). Never raises for a provider
+async def embed(
+    svc: Services, texts: list[str], *, timeout: float | None = None, query: bool = False
+) -> InlineResult:
+    """Embed `texts` (already screened for sensitivity); `query`: they are search queries
+    (an asymmetric model embeds those its own way, loom.providers.embedders.query_vectors). Never raises for a provider
     failure or a timeout (LOOM_EMBEDDER_TIMEOUT_SECONDS by default): the result carries
     the error (a code, loom.failures) so the caller can fall back (search) or fail open
     (save)."""
@@ -104,7 +106,7 @@ async def embed(svc: Services, texts: list[str], *, timeout: float | None = None
     loop = asyncio.get_running_loop()
     try:
         vectors, model_id = await asyncio.wait_for(
-            loop.run_in_executor(holder.executor, holder.embed, texts), wait
+            loop.run_in_executor(holder.executor, holder.embed, texts, query), wait
         )
     except TimeoutError:
         return InlineResult(None, "", failures.text(failures.EMBEDDER_TIMEOUT))

@@ -279,13 +279,19 @@ def _who(found: tuple[str, bool, str] | None) -> tuple[str, bool, bool, str]:
     return role, is_summary, True, speaker
 
 
-async def reembed_items(svc: Services, model: ModelFn, items: Sequence[ReembedItem]) -> dict[str, int]:
-    """Embed each item's kept text and write the vectors (see write_reembedded)."""
+async def model_texts(svc: Services, items: Sequence[ReembedItem]) -> list[str]:
+    """What the model reads of each item's kept text (behind its speaker with
+    LOOM_EMBED_SPEAKER_PREFIX on)."""
     texts = [it.text for it in items]
     if svc.settings.embed_speaker_prefix:
         who = await svc.run(emb_store.speakers, svc.ch, [it.key for it in items])
         texts = [model_text(it.text, *_who(who.get(it.key))) for it in items]
-    result = await model(texts)
+    return texts
+
+
+async def reembed_items(svc: Services, model: ModelFn, items: Sequence[ReembedItem]) -> dict[str, int]:
+    """Embed each item's kept text and write the vectors (see write_reembedded)."""
+    result = await model(await model_texts(svc, items))
     done = [_Reembed(it, result.vectors[j], result.model_id, result.errors[j]) for j, it in enumerate(items)]
     return await write_reembedded(svc, done)
 

@@ -338,7 +338,7 @@ async def _query_vector(svc: Services, query: str) -> tuple[inline.InlineResult 
     """The query's embedding, or why there is none (the search then ranks by BM25 alone)."""
     if reads_as_high(query):
         return None, "query_high_sensitivity"  # never sent to the embedder
-    emb = await inline.embed(svc, [query])
+    emb = await inline.embed(svc, [query], query=True)
     if emb.ok and emb.vectors:
         return emb, None
     return None, f"embedder_unavailable: {emb.error or 'no vector'}"[:500]

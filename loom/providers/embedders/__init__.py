@@ -1,8 +1,9 @@
-"""Embedding providers (design §4): MiniLM (default), OpenAI-compatible HTTP, and test fakes.
+"""Embedding providers (design §4): MiniLM (default), e5-small, OpenAI-compatible HTTP, and test fakes.
 
 ``build_embedder(kind, **opts)`` makes one from settings::
 
     build_embedder("minilm")                                  # local all-MiniLM-L6-v2 int8
+    build_embedder("e5-small")                                # local multilingual-e5-small 4-bit
     build_embedder("openai", url=..., model=..., api_key=..., timeout_seconds=10)
     build_embedder("fake")                                    # deterministic hashing fake
 """
@@ -12,13 +13,15 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from loom.providers.embedders.base import Embedder, EmbedderError, Vectors, l2_normalise
+from loom.providers.embedders.base import Embedder, EmbedderError, Vectors, l2_normalise, query_vectors
+from loom.providers.embedders.e5small import E5SmallEmbedder
 from loom.providers.embedders.fake import FakeEmbedder, SpyEmbedder
 from loom.providers.embedders.minilm import MiniLMEmbedder
 from loom.providers.embedders.openai_compat import OpenAICompatEmbedder
 
 __all__ = [
     "EMBEDDER_KINDS",
+    "E5SmallEmbedder",
     "Embedder",
     "EmbedderError",
     "FakeEmbedder",
@@ -28,11 +31,18 @@ __all__ = [
     "Vectors",
     "build_embedder",
     "l2_normalise",
+    "query_vectors",
+    "single_threaded",
 ]
 
-EMBEDDER_KINDS = ("minilm", "openai", "fake")
+EMBEDDER_KINDS = ("minilm", "e5-small", "openai", "fake")
 
-_CLASSES: dict[str, type] = {"minilm": MiniLMEmbedder, "openai": OpenAICompatEmbedder, "fake": FakeEmbedder}
+_CLASSES: dict[str, type] = {
+    "minilm": MiniLMEmbedder,
+    "e5-small": E5SmallEmbedder,
+    "openai": OpenAICompatEmbedder,
+    "fake": FakeEmbedder,
+}
 # Settings-style names accepted for the constructor's own.
 _ALIASES = {"url": "base_url", "timeout_seconds": "timeout"}
 # Connection options only the HTTP provider uses; the local kinds ignore them, so the
@@ -62,7 +72,7 @@ def _options(cls: type, kind: str, opts: dict[str, Any], ignorable: set[str]) ->
 
 
 def build_embedder(kind: str, **opts: Any) -> Embedder:
-    """An embedder of ``kind`` ("minilm", "openai" or "fake") built from keyword options.
+    """An embedder of ``kind`` ("minilm", "e5-small", "openai" or "fake") built from keyword options.
 
     Options set to ``None`` or ``""`` count as unset (settings use "" for unset). The
     connection options (``url``/``base_url``, ``model``, ``api_key``,
@@ -83,3 +93,9 @@ def build_embedder(kind: str, **opts: Any) -> Embedder:
         args = _options(cls, key, opts, _REMOTE_ONLY)
     embedder: Embedder = cls(**args)
     return embedder
+
+
+def single_threaded(kind: str) -> dict[str, Any]:
+    """The options that make a local embedder of ``kind`` run its model on one thread
+    (the API's inline embedder and the worker's parallel calls); none for the others."""
+    return {"minilm": {"intra_op_num_threads": 1}, "e5-small": {"num_threads": 1}}.get(kind, {})

@@ -66,3 +66,11 @@ def l2_normalise(vectors: npt.NDArray[np.floating], *, what: str = "embedding") 
     if arr.shape[0] and float(norms.min()) <= 0.0:
         raise EmbedderError(f"{what}: zero-length vector cannot be normalised")
     return np.ascontiguousarray(arr / norms, dtype=np.float32)
+
+
+def query_vectors(embedder: Embedder, texts: Sequence[str]) -> Vectors:
+    """Vectors of search queries. An asymmetric model (e5: ``query: `` against
+    ``passage: ``) embeds queries by its own ``embed_query``; the others embed a query as
+    any text."""
+    embed_query = getattr(embedder, "embed_query", None)
+    return embed_query(texts) if callable(embed_query) else embedder.embed(texts)

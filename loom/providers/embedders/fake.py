@@ -119,6 +119,14 @@ class SpyEmbedder:
             self.calls.append(list(items))
         return self.inner.embed(items)
 
+    def embed_query(self, texts: Sequence[str]) -> Vectors:
+        from loom.providers.embedders.base import query_vectors
+
+        items = check_texts(texts)
+        with self._lock:
+            self.calls.append(list(items))
+        return query_vectors(self.inner, items)
+
     def reset(self) -> None:
         with self._lock:
             self.calls.clear()

@@ -60,19 +60,19 @@ def verify_model_file(path: Path, *, size: int, sha256: str) -> None:
     try:
         st = path.stat()
     except OSError as exc:
-        raise EmbedderError(f"MiniLM model file {path} is unreadable: {exc}") from exc
+        raise EmbedderError(f"model file {path} is unreadable: {exc}") from exc
     key = (str(path), st.st_size, st.st_mtime)
     with _verify_lock:
         if key in _verified:
             return
         if st.st_size != size:
-            raise EmbedderError(f"MiniLM model file {path} is {st.st_size} bytes, expected {size}")
+            raise EmbedderError(f"model file {path} is {st.st_size} bytes, expected {size}")
         h = hashlib.sha256()
         with path.open("rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
         if h.hexdigest() != sha256:
-            raise EmbedderError(f"MiniLM model file {path} has sha256 {h.hexdigest()}, expected {sha256}")
+            raise EmbedderError(f"model file {path} has sha256 {h.hexdigest()}, expected {sha256}")
         _verified.add(key)
 
 

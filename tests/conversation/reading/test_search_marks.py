@@ -202,8 +202,8 @@ async def test_a_change_that_ends_before_the_marks_are_read_is_seen(
     assert reads == 1 and verifications and result.hits == []
 
 
-def _candidate(version: int, ts: datetime, msg_id: str = "m") -> Candidate:
-    return Candidate("ns", "t", msg_id, version, "default", "user", "", "", ts, "text", 0.9)
+def _candidate(version: int, ts: datetime, msg_id: str = "m", model: str = "fake-hash-384") -> Candidate:
+    return Candidate("ns", "t", msg_id, version, "default", "user", "", "", ts, "text", 0.9, model)
 
 
 def test_trust_covers_only_fresh_single_rows_not_due_to_the_ttl():
@@ -218,3 +218,5 @@ def test_trust_covers_only_fresh_single_rows_not_due_to_the_ttl():
     assert not trust.covers(_candidate(101, now - timedelta(days=31)), marks, set())  # the TTL may have run
     assert not trust.covers(_candidate(101, now), {}, set())  # no mark read: verify
     assert not trust.covers(_candidate(101, now), {("ns", "t"): -1}, set())  # not loaded: verify
+    # A row older than the vector tables' model column: its model is checked on its embedding row.
+    assert not trust.covers(_candidate(101, now, model=""), marks, set())

@@ -4769,6 +4769,19 @@ export interface components {
              * @default 0.9
              */
             lexical_weight?: number;
+            /**
+             * Time Phrases
+             * @description "filter": a time phrase of the query ("last week", "in May", "in 2024", "before 3 March 2024", "before the move": until the time of the turn the words "the move" find best) keeps the hits to that window of the turns' time, and the search answers without it when the window holds no hit (`time_window` says which); "ignore": the words only rank. A question asking for a time ("when did ...") sets no window.
+             * @default filter
+             * @enum {string}
+             */
+            time_phrases?: "filter" | "ignore";
+            /**
+             * Rerank
+             * @description Re-order the best candidates with the configured LLM (the namespace must allow model calls; a turn that reads as high is never sent). Without an LLM the hits come as ranked, and `rerank` in the answer says why not.
+             * @default false
+             */
+            rerank?: boolean;
         };
         /** SearchResponse */
         SearchResponse: {
@@ -4790,6 +4803,18 @@ export interface components {
             namespaces: string[];
             /** Hits */
             hits: components["schemas"]["SearchHit"][];
+            /**
+             * Embedding Model
+             * @description The model whose vectors the vector leg compared the query with (only vectors of the query's own model are ever compared: a namespace being re-embedded with another model answers from this one's); null when no vector leg ran.
+             */
+            embedding_model?: string | null;
+            /**
+             * Rerank
+             * @description With `rerank: true`: "reranked", or why the hits kept the search's order: "llm_not_configured", "model_calls_disabled", "query_high_sensitivity", "llm_failed", "nothing_to_rerank"; null when not asked.
+             */
+            rerank?: string | null;
+            /** @description The query's time phrase and the window it set (see `time_phrases`); null: none. */
+            time_window?: components["schemas"]["TimeWindowOut"] | null;
         };
         /** SearchSavedRequest */
         SearchSavedRequest: {
@@ -5233,6 +5258,29 @@ export interface components {
             newest?: string | null;
             /** As Of */
             as_of?: string | null;
+        };
+        /** TimeWindowOut */
+        TimeWindowOut: {
+            /**
+             * Phrase
+             * @description The words of the query that set the window.
+             */
+            phrase: string;
+            /**
+             * Since
+             * @description Turns at or after this time (null: open).
+             */
+            since: string | null;
+            /**
+             * Until
+             * @description Turns before this time (null: open).
+             */
+            until: string | null;
+            /**
+             * Applied
+             * @description False when the window held no hit and the search answered without it.
+             */
+            applied: boolean;
         };
         /** TurnIn */
         TurnIn: {

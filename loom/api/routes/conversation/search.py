@@ -8,7 +8,7 @@ from dataclasses import asdict
 from fastapi import APIRouter, Response
 
 from loom.api.deps import Caller, Svc
-from loom.models.conversation.search import SearchHit, SearchRequest, SearchResponse
+from loom.models.conversation.search import SearchHit, SearchRequest, SearchResponse, TimeWindowOut
 from loom.models.errors import COMMON, error_responses
 from loom.ops.conversation.reading import searching
 from loom.ops.conversation.reading.threads import ALL_AGENTS
@@ -54,6 +54,8 @@ async def search(
         filters=Filters(thread_id=body.thread_id, run_id=body.run_id, role=body.role, agent=agent),
         search_mode=body.search_mode,
         lexical_weight=body.lexical_weight,
+        time_phrases=body.time_phrases,
+        rerank=body.rerank,
     )
     response.headers[PLAN_HEADER] = ",".join(result.plan)
     return SearchResponse(
@@ -61,4 +63,7 @@ async def search(
         fallback_reason=result.fallback_reason,
         namespaces=result.namespaces,
         hits=[SearchHit(**asdict(h)) for h in result.hits],
+        embedding_model=result.model,
+        rerank=result.rerank,
+        time_window=TimeWindowOut(**asdict(result.time_window)) if result.time_window else None,
     )

@@ -576,7 +576,7 @@ class JobStatus:
 
 async def compact_status(svc: Services, who: Principal, namespace: str, job_id: str) -> JobStatus:
     """The state of a deferred compaction, and its answer once complete."""
-    from arq.jobs import Job
+    from arq.jobs import Job as ArqJob
     from arq.jobs import JobStatus as ArqStatus
 
     who.require_role(Role.writer)
@@ -584,7 +584,7 @@ async def compact_status(svc: Services, who: Principal, namespace: str, job_id: 
     owner = await svc.redis.get(redis_keys.compact_job(job_id))
     if owner is None or owner.decode() != ns:
         raise NotFound(f"no compaction job {job_id!r} in this namespace", field="job_id")
-    job = Job(job_id, svc.arq, _queue_name=QUEUE)
+    job = ArqJob(job_id=job_id, redis=svc.arq, _queue_name=QUEUE)
     status = await job.status()
     if status == ArqStatus.complete:
         info = await job.result_info()

@@ -24,13 +24,16 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version
 from loom.jobs import ReembedItem
 from loom.ops.conversation.leases import under_thread_leases
-from loom.ops.embedding.writer import ModelFn, reembed_items
+from loom.ops.embedding.writer import ModelFn, model_texts, reembed_items
+from loom.providers.embedders import Embedder
 from loom.replies import JobFailed
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
-from loom.store import search_marks
+from loom.store import search_marks, vector_models
+from loom.store.conversations import RECORDED
+from loom.store.search import VECTOR_TABLES
 
 log = loom_logging.get("loom.conversation.reembed")
 
@@ -49,6 +52,7 @@ class ReembedReport:
     skipped_tombstoned: int = 0
     skipped_high: int = 0
     skipped_changed: int = 0
+    skipped_current: int = 0  # `--model`: the row's vector of that model is already built from its text
     failed: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -183,4 +187,52 @@ async def reembed_with(
         thread_id=thread_id,
         page_size=page_size,
         progress=progress,
+    )
+
+
+async def reembed_to_model(
+    svc: Services,
+    namespace: str,
+    embedder: Embedder,
+    *,
+    thread_id: str | None = None,
+    progress: Progress | None = None,
+    page_size: int = PAGE,
+) -> ReembedReport:
+    """`loom reembed --model`: build the namespace's vectors of `embedder`'s model beside
+    the ones search uses now (loom.store.vector_models), in this process, while the
+    service keeps answering from the model it has. Rows whose vector of that model is
+    already built from their current version are skipped, so a second run catches up
+    with the turns appended or changed since the first (run it again right after
+    switching LOOM_EMBEDDER)."""
+    if embedder.dim not in VECTOR_TABLES:
+        raise ValueError(
+            f"no vector table holds {embedder.dim}-dimension vectors (indexed: {sorted(VECTOR_TABLES)})"
+        )
+    loop = asyncio.get_running_loop()
+
+    async def run_page(items: Sequence[ReembedItem]) -> dict[str, int]:
+        rows = await svc.run(emb_store.rows, svc.ch, [it.key for it in items])
+        built = await svc.run(
+            vector_models.staged_versions, svc.ch, embedder.dim, embedder.model_id, list(rows)
+        )
+        counts = {"reembedded": 0, "skipped_changed": 0, "skipped_current": 0}
+        todo: list[tuple[ReembedItem, emb_store.EmbeddingRow]] = []
+        for it in items:
+            row = rows.get(it.key)
+            if row is None or row.text != it.text or row.tombstoned or row.error or row.origin != RECORDED:
+                counts["skipped_changed"] += 1  # rewritten since the scan, or not a searched vector
+            elif row.model == embedder.model_id or built.get(it.key) == row.version:
+                counts["skipped_current"] += 1
+            else:
+                todo.append((it, row))
+        if todo:
+            texts = await model_texts(svc, [it for it, _ in todo])
+            vectors = await loop.run_in_executor(None, embedder.embed, texts)
+            pairs = [(row, vectors[j]) for j, (_, row) in enumerate(todo)]
+            counts["reembedded"] = await svc.run(vector_models.write, svc.ch, embedder.model_id, pairs)
+        return counts
+
+    return await reembed_namespace(
+        svc, namespace, run_page, thread_id=thread_id, page_size=page_size, progress=progress
     )

@@ -7,8 +7,8 @@ read the thread after the last one); the others are verified against the engine,
 the engine's own path verifies them. A search is answered from the engine instead,
 saying so in ``fallback_reason``, when the index does not answer (INDEX_UNAVAILABLE),
 could not catch up with the write events in time (INDEX_BEHIND), or does not hold a
-namespace of the search (INDEX_MISSING: those namespaces are read from the engine, the
-others from the index).
+namespace of the search, or holds in it vectors of a model other than the query's
+(INDEX_MISSING: those namespaces are read from the engine, the others from the index).
 """
 
 from __future__ import annotations
@@ -34,9 +34,15 @@ class Fetched:
 
 
 async def fetch(
-    client: IndexClient, namespaces: tuple[str, ...], vector: np.ndarray, filters: Filters, n: int
+    client: IndexClient,
+    namespaces: tuple[str, ...],
+    vector: np.ndarray,
+    filters: Filters,
+    model: str,
+    n: int,
 ) -> Fetched | str:
-    """The index's best `n` candidates, or why it gave none (a fallback reason)."""
+    """The index's best `n` candidates of the query's model (only vectors a model made are
+    comparable with its query), or why it gave none (a fallback reason)."""
     header = {
         "op": "search",
         "namespaces": list(namespaces),
@@ -46,6 +52,7 @@ async def fetch(
             "run_id": filters.run_id,
             "role": filters.role,
             "agent": filters.agent,
+            "model": model,
         },
     }
     answer = await client.call(header, vector)
@@ -67,6 +74,7 @@ async def fetch(
                 ts=datetime.fromtimestamp(ts_us / 1_000_000, tz=UTC),
                 text=text,
                 similarity=float(sim),
+                model=model,
                 trusted=bool(trusted),
             )
             for ns, th, mid, ver, ag, role, run, user, ts_us, text, sim, trusted in answer["rows"]

@@ -81,7 +81,7 @@ from typing import Final, Literal, cast
 
 import numpy as np
 
-from loom import failures
+from loom import failures, query_time
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
@@ -95,7 +95,7 @@ from loom.ops.conversation.common import (
     check_lexical_weight,
     rrf_score,
 )
-from loom.ops.conversation.reading import index_search
+from loom.ops.conversation.reading import index_search, search_rerank
 from loom.ops.conversation.reading.index_search import INDEX_MISSING, INDEX_PLAN
 from loom.ops.embedding import inline
 from loom.read_index import client as read_index_client
@@ -111,6 +111,8 @@ from loom.store.search import Candidate, Filters
 log = loom_logging.get("loom.conversation.search")
 
 SCOPES = ("all_mine", "one")
+TIME_FILTER = "filter"  # time_phrases: a time phrase of the query bounds the turns' time
+TIME_PHRASES = (TIME_FILTER, "ignore")
 SCREEN_PAST = 1_024  # characters past the excerpt that must not read as high either
 
 VECTOR: Final = "vector"
@@ -166,6 +168,20 @@ class SearchResult:
     namespaces: list[str]
     hits: list[Hit]
     plan: list[str] = field(default_factory=list)  # strategies used, e.g. ["index"] or ["exact", "index"]
+    model: str | None = None  # the model whose vectors answered (None: no vector leg ran)
+    time_window: TimeFilter | None = None  # the query's time phrase, and whether it bounded the hits
+    rerank: str | None = None  # asked to re-rank: "reranked", or why the hits kept their order
+
+
+@dataclass(frozen=True)
+class TimeFilter:
+    """A time phrase of the query (loom.query_time) and what it did: `applied` False
+    when the window held no hit, and the search answered without it."""
+
+    phrase: str
+    since: datetime | None
+    until: datetime | None
+    applied: bool
 
 
 @dataclass(frozen=True)
@@ -177,6 +193,7 @@ class _Ask:
     limit: int
     floor: float
     shown: int
+    model: str = ""  # the query vector's model: only vectors of this model are compared with it
 
     @property
     def window(self) -> int:
@@ -207,7 +224,13 @@ class _Trust:
         if c.trusted is not None:  # the read index's own judgement of the marks
             return c.trusted and c.key not in repeated and self.unexpired(c)
         mark = marks.get((c.namespace, c.thread_id))
-        return mark is not None and 0 <= mark < c.version and c.key not in repeated and self.unexpired(c)
+        return (
+            mark is not None
+            and c.model != ""  # a row older than its model column: its embedding row names the model
+            and 0 <= mark < c.version
+            and c.key not in repeated
+            and self.unexpired(c)
+        )
 
     def unexpired(self, c: Candidate) -> bool:
         return self.expires_before is None or as_utc(c.ts) > self.expires_before
@@ -284,11 +307,53 @@ async def search(
     filters: Filters | None = None,
     search_mode: str = VECTOR,
     lexical_weight: float = DEFAULT_LEXICAL_WEIGHT,
+    time_phrases: str = TIME_FILTER,
+    rerank: bool = False,
 ) -> SearchResult:
-    """conversation.search (viewer)."""
+    """conversation.search (viewer); `rerank`: the configured LLM orders a deeper pool
+    of hits (loom.ops.conversation.search_rerank), the page is cut from its order."""
+    if not rerank:
+        return await _search(
+            svc,
+            who,
+            query,
+            namespace_scope,
+            namespace,
+            limit,
+            filters,
+            search_mode,
+            lexical_weight,
+            time_phrases,
+        )
+    _check(query, limit, search_mode, lexical_weight)
+    pool = max(limit, search_rerank.RERANK_DEPTH)
+    result = await _search(
+        svc, who, query, namespace_scope, namespace, pool, filters, search_mode, lexical_weight, time_phrases
+    )
+    hits, result.rerank = await search_rerank.rerank(svc, query, result.hits)
+    result.hits = hits[:limit]
+    return result
+
+
+async def _search(
+    svc: Services,
+    who: Principal,
+    query: str,
+    namespace_scope: str | None,
+    namespace: str | None,
+    limit: int,
+    filters: Filters | None,
+    search_mode: str,
+    lexical_weight: float,
+    time_phrases: str,
+) -> SearchResult:
     who.require_role(Role.viewer)
     namespaces = resolve_namespaces(who, namespace_scope, namespace)
     _check(query, limit, search_mode, lexical_weight)
+    if time_phrases not in TIME_PHRASES:
+        raise InvalidRequest(
+            f"time_phrases must be one of {', '.join(TIME_PHRASES)}", field="time_phrases", rule="one_of"
+        )
     if not namespaces:
         return SearchResult(cast(Mode, search_mode), None, [], [])
     s = svc.settings
@@ -298,14 +363,46 @@ async def search(
         limit,
         s.conversation_search_min_similarity,
         s.conversation_search_excerpt_chars,
+        _current_model(svc),
     )
+    window = await _time_window(svc, ask, query) if time_phrases == TIME_FILTER else None
+    if window is None:
+        return await _answer(svc, ask, query, search_mode, lexical_weight)
+    bounded = replace(ask, filters=replace(ask.filters, since=window.since, until=window.until))
+    result = await _answer(svc, bounded, query, search_mode, lexical_weight)
+    applied = bool(result.hits)
+    if not applied:  # nothing said in that window: the question may not have meant one
+        result = await _answer(svc, ask, query, search_mode, lexical_weight)
+    result.time_window = TimeFilter(window.phrase, window.since, window.until, applied)
+    return result
+
+
+async def _time_window(svc: Services, ask: _Ask, query: str) -> query_time.TimeWindow | None:
+    """The query's time window (loom.query_time), its anchor ("before the move")
+    resolved to the time of the anchor words' best lexical hit in the same scope."""
+    window = query_time.window(query, utcnow())
+    if window is None or not window.anchor:
+        return window
+    found = await _lexical(svc, replace(ask, limit=1), window.anchor)
+    if not found:
+        return None
+    at = found[0].ts
+    if window.anchor_side == "before":
+        return replace(window, until=at)
+    return replace(window, since=at + timedelta(microseconds=1))  # after it: the anchor turn itself is not
+
+
+async def _answer(
+    svc: Services, ask: _Ask, query: str, search_mode: str, lexical_weight: float
+) -> SearchResult:
+    """The search in its mode, with the fallbacks of the module docstring."""
     if search_mode != VECTOR:
         return await _by_words(svc, ask, query, search_mode, lexical_weight)
     if reads_as_high(query):
         return await _by_substring(svc, ask, query, QUERY_HIGH)
     # The planner's row counts do not need the vector: read them while the query is embedded.
     counting = _count_ahead(svc, ask)
-    embedded = await inline.embed(svc, [query])
+    embedded = await inline.embed(svc, [query], query=True)
     if not embedded.ok or not embedded.vectors:
         await _discard(counting)
         reason = (
@@ -315,7 +412,18 @@ async def search(
         )
         log.warning("conversation.search fell back to substring", reason=reason)
         return await _by_substring(svc, ask, query, reason)
-    return await _by_vector(svc, ask, embedded.vectors[0], counting, _trust(svc))
+    return await _by_vector(
+        svc, replace(ask, model=embedded.model_id), embedded.vectors[0], counting, _trust(svc)
+    )
+
+
+def _current_model(svc: Services) -> str:
+    """The model id of this process's embedder, for the planner's counts read while the
+    query is embedded (the embedded query's own model id decides what is compared)."""
+    try:
+        return inline.current(svc).model_id
+    except Exception:  # noqa: BLE001 - a misconfigured embedder fails the embed, which falls back
+        return ""
 
 
 Counted = tuple[dict[str, int], int]
@@ -341,10 +449,10 @@ async def _count(svc: Services, table: str, ask: _Ask) -> Counted:
     fetches again, then scans), so a stale count costs speed, never a hit. A namespace
     counted empty is not searched at all, so that count is never reused: its first
     turns must be found at once."""
-    cache: dict[tuple[str, tuple[str, ...], Filters], tuple[float, Counted]] = svc.extras.setdefault(
+    cache: dict[tuple[str, tuple[str, ...], Filters, str], tuple[float, Counted]] = svc.extras.setdefault(
         _PLAN_COUNTS, {}
     )
-    key = (table, ask.namespaces, ask.filters)
+    key = (table, ask.namespaces, ask.filters, ask.model)
     now = time.monotonic()
     got = cache.get(key)
     if (
@@ -353,7 +461,7 @@ async def _count(svc: Services, table: str, ask: _Ask) -> Counted:
         and all(got[1][0].get(ns, 0) > 0 for ns in ask.namespaces)
     ):
         return got[1]
-    counted = await svc.run(store.counts, svc.ch, table, ask.namespaces, ask.filters)
+    counted = await svc.run(store.counts, svc.ch, table, ask.namespaces, ask.filters, ask.model)
     if len(cache) >= _PLAN_COUNTS_MAX:
         cache.clear()
     cache[key] = (now, counted)
@@ -385,7 +493,7 @@ async def _by_vector(
     client = read_index_client.of(svc)
     if client is None:
         return await _by_engine(svc, ask, vector, counting, trust)
-    got = await index_search.fetch(client, ask.namespaces, vector, ask.filters, ask.first_fetch)
+    got = await index_search.fetch(client, ask.namespaces, vector, ask.filters, ask.model, ask.first_fetch)
     if isinstance(got, str):
         FALLBACKS.labels(got).inc()
         found = await _by_engine(svc, ask, vector, counting, trust)
@@ -397,11 +505,16 @@ async def _by_vector(
         [INDEX_PLAN],
     )
     if not got.missing:
-        return SearchResult(VECTOR, None, list(ask.namespaces), hits, plan)
+        return SearchResult(VECTOR, None, list(ask.namespaces), hits, plan, ask.model)
     FALLBACKS.labels(INDEX_MISSING).inc()
     rest = await _by_engine(svc, replace(ask, namespaces=tuple(got.missing)), vector, None, trust)
     return SearchResult(
-        VECTOR, INDEX_MISSING, list(ask.namespaces), _best(hits + rest.hits, ask.limit), plan + rest.plan
+        VECTOR,
+        INDEX_MISSING,
+        list(ask.namespaces),
+        _best(hits + rest.hits, ask.limit),
+        plan + rest.plan,
+        ask.model,
     )
 
 
@@ -420,7 +533,7 @@ async def _from_index(
     async def fetch(n: int, attempt: int) -> list[Candidate]:
         if attempt == 0:
             return first.candidates
-        got = await index_search.fetch(client, ask.namespaces, vector, ask.filters, n)
+        got = await index_search.fetch(client, ask.namespaces, vector, ask.filters, ask.model, n)
         return got.candidates if isinstance(got, index_search.Fetched) else []
 
     hits, _ = await _collect(svc, ask, fetch, trust, cap=None)
@@ -435,7 +548,7 @@ async def _by_engine(
     if table is None:
         await _discard(counting)
         hits = await _unindexed(svc, ask, vector, trust)
-        return SearchResult(VECTOR, None, list(ask.namespaces), hits, [UNINDEXED])
+        return SearchResult(VECTOR, None, list(ask.namespaces), hits, [UNINDEXED], ask.model)
     per_ns, total = await _counts(svc, ask, table, counting)
     small, large = _split(ask.namespaces, per_ns, svc.settings.conversation_search_exact_max_rows)
     jobs: list[Awaitable[list[Hit]]] = []
@@ -448,7 +561,7 @@ async def _by_engine(
         jobs.append(_indexed(svc, ask, table, large, vector, trust, share=matched / max(1, total)))
         plan.append(INDEX)
     found = [h for group in await asyncio.gather(*jobs) for h in group]
-    return SearchResult(VECTOR, None, list(ask.namespaces), _best(found, ask.limit), plan)
+    return SearchResult(VECTOR, None, list(ask.namespaces), _best(found, ask.limit), plan, ask.model)
 
 
 def _split(
@@ -470,7 +583,7 @@ async def _exact(
     svc: Services, ask: _Ask, table: str, namespaces: tuple[str, ...], vector: np.ndarray, trust: _Trust
 ) -> list[Hit]:
     async def fetch(n: int, attempt: int) -> list[Candidate]:
-        return await svc.run(store.exact, svc.ch, table, namespaces, vector, ask.filters, n)
+        return await svc.run(store.exact, svc.ch, table, namespaces, vector, ask.filters, n, ask.model)
 
     hits, _ = await _collect(svc, ask, fetch, trust, cap=None)
     return hits
@@ -478,7 +591,7 @@ async def _exact(
 
 async def _unindexed(svc: Services, ask: _Ask, vector: np.ndarray, trust: _Trust) -> list[Hit]:
     async def fetch(n: int, attempt: int) -> list[Candidate]:
-        return await svc.run(store.exact_unindexed, svc.ch, ask.namespaces, vector, ask.filters, n)
+        return await svc.run(store.exact_unindexed, svc.ch, ask.namespaces, vector, ask.filters, n, ask.model)
 
     hits, _ = await _collect(svc, ask, fetch, trust, cap=None)
     return hits
@@ -500,7 +613,15 @@ async def _indexed(
 
     async def fetch(n: int, attempt: int) -> list[Candidate]:
         return await svc.run(
-            store.nearest, svc.ch, table, namespaces, vector, ask.filters, n, base * GROWTH**attempt
+            store.nearest,
+            svc.ch,
+            table,
+            namespaces,
+            vector,
+            ask.filters,
+            n,
+            base * GROWTH**attempt,
+            ask.model,
         )
 
     hits, complete = await _collect(svc, ask, fetch, trust, cap=store.MAX_FETCH)
@@ -590,6 +711,8 @@ async def _checked(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[_Ke
         now = emb.get(c.key)
         if now is None or not now.live or now.version != c.version:
             continue  # tombstoned, failed, or re-embedded since this vector
+        if (c.model or now.model) != ask.model:
+            continue  # another model's vector (a row older than the vector tables' model column)
         turn = turns.get((c.namespace, c.agent, c.thread_id, c.msg_id))
         if turn is None or not turn.live or turn.high or not turn.recorded:
             continue  # a saved-only row belongs to its user, not to search
@@ -726,8 +849,9 @@ async def _legs(
     vector_reason: str | None = None  # the vector leg read the engine instead of the index: why
     if fallback is None:
         counting = _count_ahead(svc, ask)
-        embedded = await inline.embed(svc, [query])
+        embedded = await inline.embed(svc, [query], query=True)
         if embedded.ok and embedded.vectors:
+            ask = replace(ask, model=embedded.model_id)
             found = await _by_vector(svc, ask, embedded.vectors[0], counting, _trust(svc))
             vector_hits, plan = found.hits, [*found.plan, LEXICAL_PLAN]
             vector_reason = found.fallback_reason
@@ -742,7 +866,7 @@ async def _legs(
             LEXICAL, fallback, list(ask.namespaces), _best_lexical(lexical_hits, ask.limit), plan
         )
     fused = fuse(vector_hits, lexical_hits, lexical_weight)
-    return SearchResult(HYBRID, vector_reason, list(ask.namespaces), fused[: ask.limit], plan)
+    return SearchResult(HYBRID, vector_reason, list(ask.namespaces), fused[: ask.limit], plan, ask.model)
 
 
 def _best_lexical(hits: list[Hit], limit: int) -> list[Hit]:

@@ -253,7 +253,7 @@ async def _vector_leg(
     """The vector leg's hits, or why it could not run (the caller falls back to lexical)."""
     if reads_as_high(query):
         return [], QUERY_HIGH  # never sent to the embedder
-    embedded = await inline.embed(svc, [query])
+    embedded = await inline.embed(svc, [query], query=True)
     if not embedded.ok or not embedded.vectors:
         return [], f"{EMBEDDER_UNAVAILABLE}: {embedded.error or 'no vector'}"[:500]
     hits = await svc.run(
