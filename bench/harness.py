@@ -502,6 +502,9 @@ async def measure(t: Target, w: Workload, cfg: Config, target_recall: float, out
 
     await step("append_plain", appends("append (no embedding)", w.plain, w.plain_dups, False))
     await step("append_embedded", appends("append (embedded)", w.embedded, w.embedded_dups, True))
+    index_stats = getattr(t, "read_index_ready", None)
+    if index_stats is not None:  # Loom's read index after the write load: its lag (p50, p99), memory
+        out["read_index_after_writes"] = await index_stats()
 
     async def erase() -> dict[str, Any]:
         times, rows = [], []

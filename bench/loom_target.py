@@ -53,6 +53,14 @@ ERASURE_PATH = "/v1/erasure.request"
 ERASURE_STATUS_PATH = "/v1/erasure.status"
 APPEND_PATH = "/v1/conversation.append"
 IN_PROGRESS = "arq:in-progress:*"  # arq's in_progress_key_prefix
+CRON_JOBS = (b"conversation_titler", b"recover_embeddings")
+
+
+def _scheduled(key: bytes) -> bool:
+    """An in-progress key of one of Loom's scheduled jobs (arq:in-progress:<name>:<time>)."""
+    return any(key.startswith(b"arq:in-progress:" + name + b":") for name in CRON_JOBS)
+
+
 AGENT = "default"
 NAMESPACES = (datagen.MAIN_NS, *datagen.NOISE_NS, datagen.SAVED_NS)
 LOAD_BATCH = 20_000  # turns per INSERT of the bulk load
@@ -381,6 +389,7 @@ class LoomTarget(HttpTarget):
                 self.admin.command(f"TRUNCATE TABLE IF EXISTS `{t}`")
 
         await asyncio.to_thread(run)
+        await asyncio.to_thread(self._announce_rewritten)
         await self.settle()
         self.loaded_rows = 0
         if self.stack is not None:
@@ -547,6 +556,7 @@ class LoomTarget(HttpTarget):
                             f"ALTER TABLE `{t}` MATERIALIZE INDEX `{name}`", settings={"mutations_sync": 2}
                         )
                         took[f"{t}:materialize {name}"] = round(time.perf_counter() - t0, 3)
+            took["read_index_announce"] = self._announce_rewritten()
             return {
                 "seconds": took,
                 "parts_before": parts_before,
@@ -555,7 +565,41 @@ class LoomTarget(HttpTarget):
                 "bulk_load_seconds": self.load_seconds,
             }
 
-        return await asyncio.to_thread(run)
+        done = await asyncio.to_thread(run)
+        done["read_index"] = await self.read_index_ready()
+        return done
+
+    async def read_index_ready(self, timeout: float = 900.0) -> dict[str, Any]:
+        """Wait until Loom's read index holds what it was told to load: its stats, with
+        the seconds the wait took (the rebuild from ClickHouse); {} without an index."""
+        if self.stack is None:
+            return {}
+        from loom.read_index.client import IndexClient
+        from loom.supervisor import INDEX_SOCKET
+
+        client = IndexClient(str(self.stack.home / INDEX_SOCKET))
+        t0 = time.perf_counter()
+        try:
+            while time.perf_counter() - t0 < timeout:
+                stats = await client.call({"op": "stats"})
+                if stats is None:
+                    return {}
+                if not stats["loading"]:
+                    return {**stats, "ready_seconds": round(time.perf_counter() - t0, 3)}
+                await asyncio.sleep(0.05)
+            return {"ready_seconds": None}
+        finally:
+            await client.close()
+
+    def _announce_rewritten(self) -> float:
+        """The bulk load (or the reset's TRUNCATEs) went around Loom's writers: its read
+        index reads the namespaces again (loom.read_index.feed.announce_rewritten)."""
+        t0 = time.perf_counter()
+        if self.redis_url:
+            from loom.read_index import feed
+
+            feed.announce_rewritten(self.redis_url, NAMESPACES)
+        return round(time.perf_counter() - t0, 3)
 
     def _index_bytes(self) -> dict[tuple[str, str], int]:
         return {
@@ -640,13 +684,16 @@ class LoomTarget(HttpTarget):
         return AppendResult(bool(r["stored"]), r.get("reason"))
 
     async def settle(self) -> None:
-        """Until the arq queue is empty and no job is in progress."""
+        """Until the arq queue is empty and no job is in progress. Scheduled jobs' keys do
+        not count: arq keeps a cron job's in-progress key for a minute after it ran, and
+        the titler ticks every 5 s, so one always exists."""
         if self.redis is None:
             return
         self._wake()
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
-            if await self.redis.zcard(QUEUE) == 0 and not await self.redis.keys(IN_PROGRESS):
+            running = [k for k in await self.redis.keys(IN_PROGRESS) if not _scheduled(k)]
+            if await self.redis.zcard(QUEUE) == 0 and not running:
                 return
             await asyncio.sleep(0.01)
         raise RuntimeError("Loom's job queue did not drain in 900 s")

@@ -42,6 +42,7 @@ colon (or is exactly the prefix plus the namespace), so an erasure can find them
 | embed_gate_wake     | list   | the gate's TTL              | append flush (API), popped by the worker     |
 | reply               | list   | the reply TTL               | the worker pushes, one API process pops      |
 | REPLICAS            | hash   | none (entries expire by their heartbeat) | every API and worker process (loom.replicas) |
+| READ_INDEX_EVENTS   | stream | none (trimmed to its newest STREAM_MAXLEN entries) | every embedding-row insert and search-mark raise (loom.read_index.feed) |
 | IMPORT_WINDOWS      | hash   | none (a field per import, removed once its turns are embedded) | import.write (API), the import's embedding (worker) |
 | import_embed_lease  | string | the lease's TTL (renewed)   | an import's background embedding (worker)    |
 
@@ -141,6 +142,12 @@ IMPORT_EMBED_LEASE = "loom:lease:import-embed:"
 REPLICAS = "loom:replicas"
 """Hash: replica id -> JSON of its build, schema, capabilities and last heartbeat. An
 entry whose heartbeat is older than the liveness window is a replica that is gone."""
+
+# -- the read index (loom.read_index) -------------------------------------------------
+
+READ_INDEX_EVENTS = "loom:readindex:events"
+"""Stream: the write events the read index applies (embedding rows written, search marks
+raised), in order; its entry ids are the positions the index records as applied."""
 
 
 def memory_lease(namespace: str, user_id: str) -> str:

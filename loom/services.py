@@ -18,6 +18,7 @@ from clickhouse_connect.driver.client import Client
 from redis.asyncio import Redis
 
 from loom.providers.llm import LLM, build_llm
+from loom.read_index import feed
 from loom.settings import Settings
 from loom.store.clickhouse import connect
 
@@ -96,4 +97,6 @@ async def open_services(
     )
     redis = Redis.from_url(redis_url)
     pool = await create_pool(redis_settings(redis_url))
+    if settings.read_index_mb > 0:
+        feed.attach(redis_url)  # this process's embedding writes reach the read index
     return Services(settings, ch, redis, pool, llm or llm_from_settings(settings))

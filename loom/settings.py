@@ -56,6 +56,16 @@ class Settings(BaseSettings):
     # (such users are then ranked by the server, ~150 ms a search at 100k facts).
     memory_large_scope_cache_mb: int = Field(256, ge=0)
 
+    # The read index (loom.read_index): one process `loom serve` supervises holds the
+    # conversation plane's live vectors in memory, within this many MiB (least recently
+    # searched namespaces leave first and are searched by the engine); 0: no index, every
+    # search reads the engine. ~3.9 KB a 384-dimension turn of ~200 characters (float32
+    # vector, excerpt, Python rows): the default holds ~500k turns.
+    read_index_mb: int = Field(2048, ge=0)
+    # Where the API finds the index's socket; `loom serve` sets it for its API. Empty:
+    # no index runs, searches read the engine (and say nothing about it).
+    read_index_socket: str = ""
+
     # Conversation plane (seed: "Settings").
     conversation_search_min_similarity: float = Field(0.30, ge=-1.0, le=1.0)
     conversation_search_excerpt_chars: int = Field(240, ge=1, le=100_000)

@@ -2,7 +2,8 @@
 stops them in order.
 
 Children: the embedded ClickHouse endpoint and the embedded Redis (when embedded), the
-arq workers and the API (uvicorn). The workers and the API are started first and import
+arq workers, the read index (loom.read_index, unless LOOM_READ_INDEX_MB is 0) and the
+API (uvicorn). The workers and the API are started first and import
 their modules while the backends start and the schema is migrated; then they are told
 the backends' URLs and go on (loom.start_gate).
 
@@ -58,6 +59,8 @@ API_DRAIN_S = 5  # uvicorn's bound on answering in-flight requests once told to 
 # The worker's own bound on running jobs (workers.main.STOP_WAIT_S) and its shutdown.
 WORKER_STOP_TIMEOUT_S = 8.0
 BACKEND_STOP_TIMEOUT_S = 10.0
+INDEX_STOP_TIMEOUT_S = 3.0
+INDEX_SOCKET = "read-index.sock"
 POLL_S = 0.1
 
 
@@ -131,6 +134,7 @@ class Supervisor:
         self.backends: list[Child] = []
         self.workers: list[Child] = []
         self.api: list[Child] = []
+        self.index: list[Child] = []
         self.stop_requested = False
         self.gave_up: Child | None = None
         self._lock_fd: int | None = None
@@ -139,7 +143,7 @@ class Supervisor:
 
     @property
     def children(self) -> list[Child]:
-        return [*self.backends, *self.workers, *self.api]
+        return [*self.backends, *self.workers, *self.index, *self.api]
 
     # ---- start -------------------------------------------------------------------
 
@@ -208,6 +212,18 @@ class Supervisor:
         env = {**os.environ, "LOOM_HOME": str(self.settings.home)}
         if self.settings.log_verbose:  # `loom serve --verbose`
             env["LOOM_LOG_VERBOSE"] = "true"
+        if self.settings.read_index_mb > 0:
+            socket_path = str(self.settings.home / INDEX_SOCKET)
+            env["LOOM_READ_INDEX_SOCKET"] = socket_path  # where the API finds it
+            index_cmd = [
+                sys.executable,
+                "-m",
+                "loom.read_index.process",
+                "--socket",
+                socket_path,
+                start_gate.FLAG,
+            ]
+            self.index.append(Child("read-index", self._spawner(index_cmd, env), INDEX_STOP_TIMEOUT_S))
         # workers.process: `loom worker` without the command line's own modules.
         worker_cmd = [sys.executable, "-m", "workers.process", start_gate.FLAG]
         for i in range(workers):
@@ -228,14 +244,14 @@ class Supervisor:
             start_gate.FLAG,
         ]
         self.api.append(Child("api", self._spawner(api_cmd, env), API_DRAIN_S + 3.0))
-        for child in [*self.workers, *self.api]:
+        for child in [*self.workers, *self.index, *self.api]:
             child.start()
 
     def release_services(self, clickhouse_url: str, redis_url: str) -> None:
         """The backends answer and the schema is current: the workers and the API go on
         (not waiting for them: see wait_healthy)."""
         line = start_gate.release_line({"LOOM_CLICKHOUSE_URL": clickhouse_url, "LOOM_REDIS_URL": redis_url})
-        for child in [*self.workers, *self.api]:
+        for child in [*self.workers, *self.index, *self.api]:
             child.release(line)
 
     @staticmethod
@@ -336,7 +352,7 @@ class Supervisor:
     def stop(self) -> None:
         """The API, then the workers, then the backends: each group is told to stop
         together and waited for (killed past its bound)."""
-        for group in (self.api, self.workers, self.backends):
+        for group in (self.api, self.workers + self.index, self.backends):
             started = time.monotonic()
             self._stop_group(group)
             if group:

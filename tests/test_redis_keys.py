@@ -40,6 +40,7 @@ PINNED = [
     (redis_keys.embed_gate_wake("g"), "loom:gate:g:wake"),
     (redis_keys.reply("p"), "loom:reply:p"),
     (redis_keys.REPLICAS, "loom:replicas"),
+    (redis_keys.READ_INDEX_EVENTS, "loom:readindex:events"),
     (redis_keys.compact_done("j"), "loom:compact:done:j"),
     (redis_keys.memory_erasing("ns", "u"), "loom:erasing:memory:ns:u"),
     (redis_keys.memory_job("ns", "j"), "loom:memory:job:ns:j"),

@@ -40,6 +40,7 @@ from loom.mcp_server.http import McpEndpoint
 from loom.mcp_server.tools import SPECS
 from loom.ops.platform import live_settings, rates
 from loom.ops.platform.health import check
+from loom.read_index import figures as read_index_figures
 from loom.services import Services, open_services
 from loom.settings import Settings, get_settings
 
@@ -179,7 +180,10 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
             }
         },
     )
-    async def metrics() -> PlainTextResponse:
+    async def metrics(request: Request) -> PlainTextResponse:
+        found = getattr(request.app.state, "services", None)
+        if found is not None:
+            await read_index_figures.refresh_metrics(found)
         return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)
 
     return app

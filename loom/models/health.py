@@ -68,9 +68,25 @@ class RatesOut(BaseModel):
     )
 
 
+class ReadIndexOut(BaseModel):
+    state: str = Field(description='"ok", "off" (no read index runs) or "down" (it does not answer).')
+    bytes: int = Field(description="Memory it holds: vectors, texts and rows.")
+    budget_bytes: int = Field(description="LOOM_READ_INDEX_MB, in bytes.")
+    rows: int = Field(description="Vectors it holds.")
+    namespaces: int = Field(description="Namespaces it holds (the others are searched in the engine).")
+    loading: int = Field(description="Namespaces being read from ClickHouse, or waiting to be.")
+    lag_p50_ms: float = Field(description="Median time from a write event's publication to its application.")
+    lag_p99_ms: float = Field(description="99th percentile of the same (over its last 10,000 events).")
+    searches: int = Field(description="Searches it answered since its process started.")
+    hit_rate: float | None = Field(
+        description="Of the namespaces those searches named, the share it held (None: no search yet)."
+    )
+
+
 class HealthShowResponse(BaseModel):
     status: str = Field(description='"ok", or "degraded" when a backend is down.')
     backends: BackendsOut
     queue: QueueOut | None = Field(description="None: Redis did not answer.")
     embeddings: EmbeddingsOut
     rates: RatesOut
+    read_index: ReadIndexOut

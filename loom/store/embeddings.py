@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from clickhouse_connect.driver.client import Client
 
+from loom.read_index import feed
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.conversations import RECORDED
 from loom.store.rows import Column, column, named, scalar, table
@@ -78,6 +79,7 @@ DEFERRED_INDEXES = ("ann", "idx_user")
 def insert(ch: Client, rows: Sequence[EmbeddingRow], *, dedup_token: str = "") -> None:
     settings = insert_settings(ch, len(rows), DEFERRED_INDEXES, dedup_token)
     TABLE.insert(ch, rows, settings=settings)
+    feed.embeddings_written(rows)  # durable: the read index may now hold them
 
 
 @dataclass(frozen=True)

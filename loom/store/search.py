@@ -79,6 +79,9 @@ class Candidate:
     text: str
     similarity: float
     model: str = ""  # the model that made the vector ('' in rows written before migration 022)
+    # From the read index: whether it may be answered as held (loom.read_index.state);
+    # None: the search marks decide, read after the candidates.
+    trusted: bool | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:

@@ -37,6 +37,7 @@ from clickhouse_connect.driver.client import Client
 from redis.asyncio import Redis
 
 from loom import redis_keys
+from loom.read_index import feed
 from loom.store.rows import column, named, table
 
 CLOCK_MARGIN_NS = 2_000_000_000
@@ -191,6 +192,7 @@ async def raise_marks(redis: Redis, ch: Client, run: Run, pairs: Iterable[Pair])
             for ns, threads in _by_namespace(unique).items()
         },
     )
+    await feed.marks_raised(redis, unique, mark)  # the read index re-reads these threads
 
 
 @contextlib.asynccontextmanager

@@ -114,3 +114,23 @@ def summarizer(standin: StandInServer, services: Any, arq_worker: Any) -> Iterat
     services.llm = worker.llm = llm
     yield standin
     services.llm, worker.llm = before
+
+
+@pytest.fixture(scope="session")
+async def index_server(services: Any, tmp_home: Any) -> AsyncIterator[Any]:
+    """The read index's process (in this loop), shared by the session."""
+    from tests.read_index.serving import index_server as serving
+    from tests.read_index.serving import loaded
+
+    async with serving(services, tmp_home / "read-index.sock") as server:
+        await loaded(server)
+        yield server
+
+
+@pytest.fixture
+def read_index(services: Any, index_server: Any, tmp_home: Any) -> Iterator[Any]:
+    """conversation.search goes through the read index for this test."""
+    from tests.read_index.serving import searching_through
+
+    with searching_through(services, tmp_home / "read-index.sock"):
+        yield index_server

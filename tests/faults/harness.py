@@ -20,7 +20,7 @@ import httpx
 import psutil
 
 LOOM = [sys.executable, "-m", "loom.cli.main"]
-CHILDREN = ("worker", "api", "clickhouse", "redis")
+CHILDREN = ("worker", "api", "clickhouse", "redis", "read-index")
 REQUEST_TIMEOUT_S = 30.0  # a request not answered in this long counts as a hang
 EMBED_WAIT_S = 8  # the appends' bounded wait for their embedding (LOOM_EMBED_WAIT_SECONDS)
 
@@ -48,6 +48,8 @@ def child_kind(proc: psutil.Process) -> str | None:
         return "clickhouse"
     if "loom.api.process" in args:
         return "api"
+    if "loom.read_index.process" in args:
+        return "read-index"
     if "workers.process" in args or ("loom.cli.main" in args and "worker" in args):
         return "worker"
     return None

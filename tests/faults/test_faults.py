@@ -222,11 +222,37 @@ def test_no_acknowledged_turn_lost_or_doubled(served, token, child):
         assert not lost, f"{thread_id}: acknowledged, then lost: {lost[:5]}"
 
 
-@pytest.mark.parametrize("child", ["worker", "api", "clickhouse", "redis"])
+@pytest.mark.parametrize("child", ["worker", "api", "clickhouse", "redis", "read-index"])
 def test_only_503s_meanwhile_no_500s_no_hangs(served, token, child):
     run = fault_run(served, token, child)
     bad = _bad_outcomes(run)
     assert not bad, f"{len(bad)} of {len(run.load.outcomes)} requests: {_summary(bad)}"
+
+
+def test_searches_read_the_engine_while_the_read_index_is_away_then_the_index_again(served, token):
+    """The read index killed under load: every search is still answered 200, those it
+    could not answer say why (fallback_reason) and came from the engine, and once it is
+    back (reloaded from ClickHouse and the stream) it answers again."""
+    run = fault_run(served, token, "read-index")
+    searches = [o for o in run.load.outcomes if o.op == "conversation.search"]
+    assert searches and all(o.status == 200 for o in searches), _summary(searches)
+    reasons = Counter(o.body.get("fallback_reason") for o in searches if o.started > run.killed_at)
+    assert reasons["read_index_unavailable"] + reasons["read_index_missing_namespace"] > 0, reasons
+    before = [o for o in searches if o.started < run.killed_at]
+    assert before and all(o.body.get("fallback_reason") is None for o in before[-3:]), _summary(before)
+    deadline = time.monotonic() + 4 * recovery_limit()
+    while True:  # the index answers again (its namespaces reloaded) within a bounded time
+        r = httpx.post(
+            f"{served.base}/v1/conversation.search",
+            json={"namespace": run.namespace, "query": "which ledger holds the invoices", "limit": 5},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        if r.json()["fallback_reason"] is None and r.json()["hits"]:
+            break
+        assert time.monotonic() < deadline, r.json()
+        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("child", ["worker", "api", "clickhouse", "redis"])

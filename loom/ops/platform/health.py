@@ -17,6 +17,10 @@ names internal addresses). Each probe has PROBE_TIMEOUT_S; they run at once.
   EMBEDDING_WINDOW_S, by outcome (loom.store.health).
 - rates: append requests, turns stored and searches per second over the last minute
   (loom.ops.platform.rates), with the window's length.
+- read_index: the read index's state ("ok", "off" when none runs, "down"), the memory it
+  holds against its budget, what it holds, its lag (publication to application of the
+  write events) and its hit rate (namespaces of searches it held, of all it was asked
+  for), as its process counts them since it started (loom.read_index.figures).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from loom.errors import Forbidden
 from loom.failures import detail
 from loom.ops.platform import rates
 from loom.queue import QUEUE, RESULTS_KEPT_S
+from loom.read_index import figures as read_index
 from loom.services import Services
 from loom.store import health as store
 from loom.store import queue_state
@@ -82,6 +87,7 @@ class HealthReport:
     queue: Queue | None  # None: Redis did not answer
     embeddings: Embeddings
     rates: rates.Rates
+    read_index: read_index.Figures
 
 
 async def probe(aw: Awaitable[T]) -> tuple[str, T | None]:
@@ -110,11 +116,12 @@ async def show(svc: Services, who: Principal, *, queue: str = QUEUE) -> HealthRe
     one of their own)."""
     require_admin(who)
     namespaces = list(who.namespaces)
-    (ch_state, server), (redis_state, _), (_, q), (_, rows) = await asyncio.gather(
+    (ch_state, server), (redis_state, _), (_, q), (_, rows), index = await asyncio.gather(
         probe(svc.run(store.server_info, svc.ch)),
         probe(svc.redis.ping()),
         probe(queue_state.queue_state(svc.arq, queue)),
         probe(svc.run(store.embedding_counts, svc.ch, namespaces, EMBEDDING_WINDOW_S)),
+        read_index.read(svc),
     )
     window, totals = rates.SAMPLER.rates()
     return HealthReport(
@@ -133,6 +140,7 @@ async def show(svc: Services, who: Principal, *, queue: str = QUEUE) -> HealthRe
             rows=rows,
         ),
         rates=window,
+        read_index=index,
     )
 
 

@@ -3124,6 +3124,7 @@ export interface components {
             queue: components["schemas"]["QueueOut"] | null;
             embeddings: components["schemas"]["EmbeddingsOut"];
             rates: components["schemas"]["RatesOut"];
+            read_index: components["schemas"]["ReadIndexOut"];
         };
         /** HighTurnOut */
         HighTurnOut: {
@@ -4134,6 +4135,59 @@ export interface components {
              * @description conversation.search and conversation.search_saved_messages requests per second.
              */
             searches_per_s: number | null;
+        };
+        /** ReadIndexOut */
+        ReadIndexOut: {
+            /**
+             * State
+             * @description "ok", "off" (no read index runs) or "down" (it does not answer).
+             */
+            state: string;
+            /**
+             * Bytes
+             * @description Memory it holds: vectors, texts and rows.
+             */
+            bytes: number;
+            /**
+             * Budget Bytes
+             * @description LOOM_READ_INDEX_MB, in bytes.
+             */
+            budget_bytes: number;
+            /**
+             * Rows
+             * @description Vectors it holds.
+             */
+            rows: number;
+            /**
+             * Namespaces
+             * @description Namespaces it holds (the others are searched in the engine).
+             */
+            namespaces: number;
+            /**
+             * Loading
+             * @description Namespaces being read from ClickHouse, or waiting to be.
+             */
+            loading: number;
+            /**
+             * Lag P50 Ms
+             * @description Median time from a write event's publication to its application.
+             */
+            lag_p50_ms: number;
+            /**
+             * Lag P99 Ms
+             * @description 99th percentile of the same (over its last 10,000 events).
+             */
+            lag_p99_ms: number;
+            /**
+             * Searches
+             * @description Searches it answered since its process started.
+             */
+            searches: number;
+            /**
+             * Hit Rate
+             * @description Of the namespaces those searches named, the share it held (None: no search yet).
+             */
+            hit_rate: number | null;
         };
         /** RecallRequest */
         RecallRequest: {

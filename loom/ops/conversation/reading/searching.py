@@ -54,7 +54,13 @@ modes a query that cannot be embedded (the embedder failed, or the query reads a
 and is never sent) is answered by the lexical leg alone (``mode="lexical"``,
 ``fallback_reason`` says why): the lexical leg never leaves ClickHouse.
 
-How the vectors are ranked (measured in bench/search_bench.py; see loom/store/search.py):
+Where the vectors are ranked: by the read index (loom.read_index, one process per
+machine holding them in memory, exact; loom.ops.conversation.reading.index_search) when one runs,
+which says of each candidate whether it may be answered as held; the others are verified
+as below. When it does not answer, is behind, or does not hold a namespace, the engine
+ranks them (those namespaces), and ``fallback_reason`` says why.
+
+How the engine ranks the vectors (measured in bench/search_bench.py; see loom/store/search.py):
 a namespace whose filtered rows number at most LOOM_CONVERSATION_SEARCH_EXACT_MAX_ROWS
 is scanned exactly (a thread, a run or a small namespace: cheap, and exact); larger ones
 go through the HNSW index. Candidates are over-fetched, verified, and fetched again
@@ -89,8 +95,12 @@ from loom.ops.conversation.common import (
     check_lexical_weight,
     rrf_score,
 )
-from loom.ops.conversation.reading import search_rerank
+from loom.ops.conversation.reading import index_search, search_rerank
+from loom.ops.conversation.reading.index_search import INDEX_MISSING, INDEX_PLAN
 from loom.ops.embedding import inline
+from loom.read_index import client as read_index_client
+from loom.read_index.client import IndexClient
+from loom.read_index.figures import FALLBACKS
 from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
 from loom.store import search as store
@@ -211,14 +221,19 @@ class _Trust:
     def covers(
         self, c: Candidate, marks: dict[search_marks.Pair, int], repeated: set[tuple[str, str, str]]
     ) -> bool:
+        if c.trusted is not None:  # the read index's own judgement of the marks
+            return c.trusted and c.key not in repeated and self.unexpired(c)
         mark = marks.get((c.namespace, c.thread_id))
         return (
             mark is not None
             and c.model != ""  # a row older than its model column: its embedding row names the model
             and 0 <= mark < c.version
             and c.key not in repeated
-            and (self.expires_before is None or as_utc(c.ts) > self.expires_before)
+            and self.unexpired(c)
         )
+
+    def unexpired(self, c: Candidate) -> bool:
+        return self.expires_before is None or as_utc(c.ts) > self.expires_before
 
 
 def _trust(svc: Services) -> _Trust:
@@ -475,6 +490,59 @@ async def _by_vector(
     svc: Services, ask: _Ask, raw: np.ndarray, counting: _Counting | None, trust: _Trust
 ) -> SearchResult:
     vector = np.asarray(raw, dtype=np.float32)
+    client = read_index_client.of(svc)
+    if client is None:
+        return await _by_engine(svc, ask, vector, counting, trust)
+    got = await index_search.fetch(client, ask.namespaces, vector, ask.filters, ask.model, ask.first_fetch)
+    if isinstance(got, str):
+        FALLBACKS.labels(got).inc()
+        found = await _by_engine(svc, ask, vector, counting, trust)
+        return replace(found, fallback_reason=got)
+    await _discard(counting)
+    held = tuple(ns for ns in ask.namespaces if ns not in got.missing)
+    hits, plan = (
+        await _from_index(svc, replace(ask, namespaces=held), client, vector, trust, got),
+        [INDEX_PLAN],
+    )
+    if not got.missing:
+        return SearchResult(VECTOR, None, list(ask.namespaces), hits, plan, ask.model)
+    FALLBACKS.labels(INDEX_MISSING).inc()
+    rest = await _by_engine(svc, replace(ask, namespaces=tuple(got.missing)), vector, None, trust)
+    return SearchResult(
+        VECTOR,
+        INDEX_MISSING,
+        list(ask.namespaces),
+        _best(hits + rest.hits, ask.limit),
+        plan + rest.plan,
+        ask.model,
+    )
+
+
+async def _from_index(
+    svc: Services,
+    ask: _Ask,
+    client: IndexClient,
+    vector: np.ndarray,
+    trust: _Trust,
+    first: index_search.Fetched,
+) -> list[Hit]:
+    """The index's candidates, verified where it cannot vouch for them, fetched again
+    (more) while verification left too few: an exact ranking, so fewer candidates than
+    asked means none is left."""
+
+    async def fetch(n: int, attempt: int) -> list[Candidate]:
+        if attempt == 0:
+            return first.candidates
+        got = await index_search.fetch(client, ask.namespaces, vector, ask.filters, ask.model, n)
+        return got.candidates if isinstance(got, index_search.Fetched) else []
+
+    hits, _ = await _collect(svc, ask, fetch, trust, cap=None)
+    return hits
+
+
+async def _by_engine(
+    svc: Services, ask: _Ask, vector: np.ndarray, counting: _Counting | None, trust: _Trust
+) -> SearchResult:
     svc.extras[_LAST_DIM] = int(vector.shape[0])
     table = store.VECTOR_TABLES.get(int(vector.shape[0]))
     if table is None:
@@ -615,7 +683,8 @@ async def _verified_slice(
     """The slice's hits: trusted candidates as their rows say, the others verified."""
     if not fresh:
         return []
-    marks = await _read_marks(svc, {(c.namespace, c.thread_id) for c in fresh})
+    unjudged = {(c.namespace, c.thread_id) for c in fresh if c.trusted is None}
+    marks = await _read_marks(svc, unjudged) if unjudged else {}
     kept: list[_Kept] = []
     doubted: list[Candidate] = []
     for c in fresh:
@@ -777,6 +846,7 @@ async def _legs(
         )
     fallback = QUERY_HIGH if reads_as_high(query) else None
     vector_hits: list[Hit] = []
+    vector_reason: str | None = None  # the vector leg read the engine instead of the index: why
     if fallback is None:
         counting = _count_ahead(svc, ask)
         embedded = await inline.embed(svc, [query], query=True)
@@ -784,6 +854,7 @@ async def _legs(
             ask = replace(ask, model=embedded.model_id)
             found = await _by_vector(svc, ask, embedded.vectors[0], counting, _trust(svc))
             vector_hits, plan = found.hits, [*found.plan, LEXICAL_PLAN]
+            vector_reason = found.fallback_reason
         else:
             await _discard(counting)
             timeout = failures.code_of(embedded.error) == failures.EMBEDDER_TIMEOUT
@@ -795,7 +866,7 @@ async def _legs(
             LEXICAL, fallback, list(ask.namespaces), _best_lexical(lexical_hits, ask.limit), plan
         )
     fused = fuse(vector_hits, lexical_hits, lexical_weight)
-    return SearchResult(HYBRID, None, list(ask.namespaces), fused[: ask.limit], plan, ask.model)
+    return SearchResult(HYBRID, vector_reason, list(ask.namespaces), fused[: ask.limit], plan, ask.model)
 
 
 def _best_lexical(hits: list[Hit], limit: int) -> list[Hit]:
