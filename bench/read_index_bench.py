@@ -41,17 +41,17 @@ def _rows(rng: np.random.Generator, lo: int, hi: int) -> list[emb_store.Embeddin
     version = next_version()
     return [
         emb_store.EmbeddingRow(
-            NS,
-            f"t{i // 20}",
-            f"m{i}",
-            "bench",
-            "user",
-            "",
-            f"u{i % 50}",
-            ts,
-            (f"turn {i} " + "lorem ipsum dolor sit amet " * 8)[:200],
-            vecs[i - lo],
-            "bench-model",
+            namespace=NS,
+            thread_id=f"t{i // 20}",
+            msg_id=f"m{i}",
+            agent="bench",
+            role="user",
+            run_id="",
+            user_id=f"u{i % 50}",
+            ts=ts,
+            text=(f"turn {i} " + "lorem ipsum dolor sit amet " * 8)[:200],
+            embedding=vecs[i - lo],
+            model="bench-model",
             version=version,
         )
         for i in range(lo, hi)
