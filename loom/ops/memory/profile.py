@@ -39,7 +39,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.ops.memory import erasing
 from loom.ops.memory.common import scope_for
-from loom.providers.llm import ChatMessage, LLMError
+from loom.providers.llm import ChatMessage, LLMError, json_object
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import memories as store
@@ -59,12 +59,6 @@ MAX_PROMPT_CHARS = 16_000
 class ProfileView:
     profile: Profile
     rebuilt: bool  # built for this answer (it was stale or missing)
-
-
-def _parse_json(reply: str) -> dict[str, object]:
-    from loom.ops.memory.extraction import _json_object  # extraction imports this module
-
-    return _json_object(reply)
 
 
 def from_facts(namespace: str, user_id: str, facts: list[Fact], reason: str) -> Profile:
@@ -110,7 +104,7 @@ async def _from_llm(svc: Services, namespace: str, user_id: str, facts: list[Fac
         ],
         temperature=0.0,
     )
-    raw = _parse_json(reply).get("sections", {})
+    raw = json_object(reply).get("sections", {})
     if not isinstance(raw, dict):
         raise ValueError("sections is not an object")
     names, texts, dropped = [], [], 0

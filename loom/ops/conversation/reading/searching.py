@@ -96,6 +96,7 @@ from loom.ops.conversation.common import (
     rrf_score,
 )
 from loom.ops.conversation.reading import index_search, search_rerank
+from loom.ops.conversation.reading.hits import Hit
 from loom.ops.conversation.reading.index_search import INDEX_MISSING, INDEX_PLAN
 from loom.ops.embedding import inline
 from loom.read_index import client as read_index_client
@@ -140,22 +141,6 @@ PLAN_TTL_S = 10.0
 VERIFY_SPARE = 3  # candidates verified beyond `limit` in the first lookup
 RETRIES = 3  # re-fetches (4x more each time) before an index search is redone exactly
 GROWTH = 4
-
-
-@dataclass(frozen=True)
-class Hit:
-    namespace: str
-    agent: str
-    thread_id: str
-    msg_id: str
-    role: str
-    run_id: str
-    user_id: str
-    ts: datetime
-    similarity: float | None
-    excerpt: str
-    score: float | None = None  # the mode's own score (module docstring); None for substring hits
-    legs: tuple[str, ...] = ()  # the legs that found it: "vector", "lexical"
 
 
 Mode = Literal["vector", "hybrid", "lexical", "substring"]
