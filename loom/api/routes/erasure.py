@@ -1,5 +1,5 @@
-"""Routes of conversation.delete, erasure.request / status / export and retention.show
-(all admin; tokens bound to one user or session are refused)."""
+"""Routes of erasure.request / status / export and retention.show (all admin; tokens
+bound to one user or session are refused)."""
 
 from __future__ import annotations
 
@@ -10,23 +10,15 @@ from fastapi.responses import StreamingResponse
 
 from loom.api.deps import Caller, Svc
 from loom.models.erasure import (
-    DeleteMessageRequest,
-    DeleteMessageResponse,
-    DeleteRequest,
-    DeleteResponse,
     ErasureRequest,
     ErasureResponse,
     ErasureStatusRequest,
     ExportRequest,
-    RedactRequest,
-    RedactResponse,
     RetentionShowRequest,
     RetentionShowResponse,
 )
 from loom.models.errors import COMMON, error_responses
 from loom.ops import erasure as ops
-from loom.ops.conversation.lifecycle import deleting, deleting_message, redacting
-from loom.ops.conversation.lifecycle.message_removal import Receipt
 from loom.ops.erasure import retention
 from loom.store.erasure import Request
 
@@ -45,64 +37,6 @@ def _erasure(req: Request) -> ErasureResponse:
         created_at=req.created_at,
         updated_at=req.updated_at,
     )
-
-
-@router.post("/conversation.delete", response_model=DeleteResponse)
-async def delete(body: DeleteRequest, who: Caller, svc: Svc) -> DeleteResponse:
-    """Tombstone one thread (this agent's turns, its thread row, their embeddings).
-    `confirm_thread_id` must equal `thread_id` (else 422, nothing written). An embedding
-    row another agent's live copy of the turn shares passes to that copy."""
-    result = await deleting.delete(
-        svc, who, body.namespace, body.agent, body.thread_id, body.confirm_thread_id
-    )
-    return DeleteResponse(**asdict(result))
-
-
-def _receipt(r: Receipt) -> dict[str, object]:
-    body = asdict(r)
-    del body["action"], body["done"], body["started"]
-    return body
-
-
-@router.post(
-    "/conversation.delete_message", response_model=DeleteMessageResponse, responses=error_responses(404)
-)
-async def delete_message(
-    body: DeleteMessageRequest,
-    who: Caller,
-    svc: Svc,
-) -> DeleteMessageResponse:
-    """Remove one turn, its embedding row and every copy derived from it (saved index,
-    vector tables, memory evidence; a summary built from it is tombstoned and its turns
-    come back); every older version leaves the disk before the answer, a receipt.
-    Admin; a writer for a turn its token appended. An end-user token never removes a
-    recorded turn: on its own saved message it does what conversation.unsave_message
-    does (`unsaved: true`), and on anything else answers `found: false`. Idempotent:
-    asked again, `found` and `deleted` are false."""
-    r = await deleting_message.delete_message(
-        svc, who, body.namespace, body.agent, body.thread_id, body.msg_id
-    )
-    return DeleteMessageResponse(deleted=r.done, **_receipt(r))
-
-
-@router.post("/conversation.redact", response_model=RedactResponse, responses=error_responses(404))
-async def redact(body: RedactRequest, who: Caller, svc: Svc) -> RedactResponse:
-    """Replace spans of one turn (exact `spans`, character `ranges`, or `high: true`) with
-    a placeholder, keeping the turn in place; the old text leaves the disk and every
-    derived copy; the turn is screened and embedded again. A receipt, never the text."""
-    r = await redacting.redact(
-        svc,
-        who,
-        body.namespace,
-        body.agent,
-        body.thread_id,
-        body.msg_id,
-        spans=body.spans,
-        ranges=body.ranges,
-        high=body.high,
-        placeholder=body.placeholder,
-    )
-    return RedactResponse(redacted=r.done, **_receipt(r))
 
 
 @router.post("/erasure.request", response_model=ErasureResponse)

@@ -11,19 +11,11 @@ from loom.models.errors import COMMON, error_responses
 from loom.models.namespace import (
     GetConfigRequest,
     NamespaceConfigResponse,
-    SetLoggingRequest,
     SetPolicyRequest,
 )
 from loom.ops.platform import namespaces as ops
 
 router = APIRouter(prefix="/v1", tags=["namespaces"], responses=error_responses(*COMMON))
-
-
-@router.post("/conversation.set_logging", response_model=NamespaceConfigResponse)
-async def set_logging(body: SetLoggingRequest, who: Caller, svc: Svc) -> NamespaceConfigResponse:
-    """Switch transcript recording for a namespace (off by default; no row = off)."""
-    config = await ops.set_logging(svc, who, body.namespace, body.enabled)
-    return NamespaceConfigResponse(**asdict(config))
 
 
 @router.post("/namespace.get_config", response_model=NamespaceConfigResponse)
