@@ -12,7 +12,7 @@ when it is run again, so a step can be retried after a crash.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -331,7 +331,7 @@ WRITTEN_TABLES = ("conversations", "conversation_embeddings", "threads")
 
 
 def written(
-    ch: Client, namespace: str, threads: Sequence[str], stamped: dict[str, Sequence[int]]
+    ch: Client, namespace: str, threads: Sequence[str], stamped: Mapping[str, Sequence[int]]
 ) -> dict[str, int]:
     """How many rows of the namespace's `threads` the erasure's statements stamped with
     the versions of `stamped` (per table), in one read (its parts run side by side)."""
@@ -356,7 +356,7 @@ def written(
 
 
 def key_stamped(
-    ch: Client, erasure_id: str, namespace: str, threads: Sequence[str], stamped: dict[str, Sequence[int]]
+    ch: Client, erasure_id: str, namespace: str, threads: Sequence[str], stamped: Mapping[str, Sequence[int]]
 ) -> None:
     """Record the keys of the rows the tombstones stamped, in one statement: the keys were
     fixed beside the tombstones, so a row of the user that landed between the two reads
