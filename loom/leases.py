@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 from redis.asyncio import Redis
 
-from loom import redis_keys
+from loom import redis_calls, redis_keys
 
 _RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
@@ -58,13 +58,13 @@ class Lease:
             delay = min(delay * 2, 0.02)
 
     async def renew(self) -> None:
-        if not await self.redis.eval(_RENEW, 1, self.key, self.token, str(self.ttl_ms)):  # type: ignore[misc]
+        if not await redis_calls.eval(self.redis, _RENEW, [self.key], self.token, str(self.ttl_ms)):
             self.held = False
             raise LeaseLost(f"lease {self.key} expired before it was renewed")
 
     async def release(self) -> None:
         if self.held:
-            await self.redis.eval(_RELEASE, 1, self.key, self.token)  # type: ignore[misc]
+            await redis_calls.eval(self.redis, _RELEASE, [self.key], self.token)
             self.held = False
 
 
@@ -94,6 +94,6 @@ async def hold(redis: Redis, key: str, *, ttl_ms: int = 10_000, wait_s: float = 
 
 
 def thread_lease(
-    redis: Redis, namespace: str, thread_id: str, **kw: float
+    redis: Redis, namespace: str, thread_id: str, *, ttl_ms: int = 10_000, wait_s: float = 10.0
 ) -> contextlib.AbstractAsyncContextManager[Lease]:
-    return hold(redis, thread_lease_key(namespace, thread_id), **kw)  # type: ignore[arg-type]
+    return hold(redis, thread_lease_key(namespace, thread_id), ttl_ms=ttl_ms, wait_s=wait_s)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from loom import failures, jobs, redis_keys
+from loom import failures, jobs, redis_calls, redis_keys
 from loom import logging as loom_logging
 from loom.queue import QUEUE, wake_workers
 from loom.services import Services
@@ -65,7 +65,7 @@ class ReplyChannel:
     async def _listen(self) -> None:
         while True:
             try:
-                item = await self.svc.redis.blpop([self.key], timeout=1)  # type: ignore[misc]
+                item = await redis_calls.blpop(self.svc.redis, [self.key], 1)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis went away for a moment: keep listening

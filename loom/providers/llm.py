@@ -263,10 +263,10 @@ class OpenAICompatLLM:
         usage = body.get("usage")
         if not isinstance(usage, dict):
             return None
-        got = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if not all(isinstance(n, int) and n > 0 for n in got):
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if not (isinstance(prompt, int) and isinstance(completion, int) and prompt > 0 and completion > 0):
             return None
-        return int(got[0]), int(got[1])  # type: ignore[arg-type]
+        return prompt, completion
 
     @staticmethod
     def _content(body: Any, where: str) -> str:

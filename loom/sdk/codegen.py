@@ -408,7 +408,7 @@ def param(name: str, info: FieldInfo) -> Param:
         return Param(name, "str | None", "None", f"Default: {FROM_AGENT[name]}.")
     doc = describe(info)
     if info.default_factory is not None:
-        made = info.default_factory()  # type: ignore[call-arg]
+        made = info.default_factory()  # type: ignore[call-arg]  # pydantic's factory may take the data; ours take none
         return Param(name, with_none(kind), "None", join(doc, f"Default: {made!r}."))
     if info.default is PydanticUndefined:
         return Param(name, kind, None, doc)

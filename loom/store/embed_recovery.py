@@ -66,9 +66,10 @@ class Landed:
 
 def horizon(ch: Client, grace_s: float) -> datetime:
     """The server's clock less the grace: the pass looks at rows inserted up to then."""
-    return scalar(  # type: ignore[no-any-return]
+    at: datetime = scalar(
         ch, "SELECT now64(3, 'UTC') - toIntervalMillisecond({g:UInt64})", {"g": int(grace_s * 1000)}
     )
+    return at
 
 
 def position(ch: Client, name: str = NAME) -> Position | None:

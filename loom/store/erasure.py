@@ -85,7 +85,8 @@ def _receipt_json(receipt: dict[str, Any]) -> str:
 
 
 def _receipt(raw: str) -> dict[str, Any]:
-    return json.loads(raw or "{}")  # type: ignore[no-any-return]
+    receipt: dict[str, Any] = json.loads(raw or "{}")
+    return receipt
 
 
 @dataclass

@@ -29,7 +29,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from loom import failures, jobs, redis_keys
+from loom import failures, jobs, redis_calls, redis_keys
 from loom import logging as loom_logging
 from loom.clock import next_version
 from loom.jobs import EmbedTurn, ReembedItem
@@ -70,7 +70,7 @@ async def wait_gate(redis: Redis, gate: str, timeout: float) -> bool:
     key, wake = _gate_keys(gate)
     value = await redis.get(key)
     if value is None:  # not open yet: the wake-up carries the same value as the key
-        popped = await redis.blpop([wake], timeout=timeout)  # type: ignore[misc, arg-type]
+        popped = await redis_calls.blpop(redis, [wake], timeout)
         value = popped[1] if popped is not None else None
     return bool(value == _OPEN)
 

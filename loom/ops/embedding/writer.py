@@ -44,6 +44,7 @@ from loom.clock import next_version
 from loom.jobs import EmbedTurn, ReembedItem
 from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, model_text, skipped
 from loom.ops.conversation.leases import under_thread_leases
+from loom.providers.embedders.batcher import ModelResult
 from loom.services import Services
 from loom.settings import Settings
 from loom.store import conversations as conv_store
@@ -60,15 +61,6 @@ RECOVERY_CLOCK_MARGIN_S = 5.0  # clock skew between API, worker and store hosts,
 class Outcome:
     status: str  # "embedded" | "skipped:deleted" | "failed"
     error: str = ""
-
-
-@dataclass
-class ModelResult:
-    """Per text: a vector, or the error that kept it from one."""
-
-    vectors: list[np.ndarray | None]
-    errors: list[str]
-    model_id: str
 
 
 ModelFn = Callable[[list[str]], Awaitable[ModelResult]]

@@ -143,10 +143,10 @@ class Bounds:
 @cache
 def bounds(field: str) -> Bounds:
     info = Settings.model_fields[field]
-    kind = {float: "float", int: "int", bool: "bool", str: "str"}[info.annotation]  # type: ignore[index]
-    low = next((m.ge for m in info.metadata if isinstance(m, Ge)), None)
-    high = next((m.le for m in info.metadata if isinstance(m, Le)), None)
-    return Bounds(kind, low, high)  # type: ignore[arg-type]
+    kinds: dict[Any, str] = {float: "float", int: "int", bool: "bool", str: "str"}
+    low: Any = next((m.ge for m in info.metadata if isinstance(m, Ge)), None)  # a number: Settings' bounds
+    high: Any = next((m.le for m in info.metadata if isinstance(m, Le)), None)
+    return Bounds(kinds[info.annotation], low, high)
 
 
 def in_force(stored: Mapping[str, store.Override]) -> dict[str, Any]:

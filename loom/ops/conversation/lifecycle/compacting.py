@@ -65,7 +65,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from loom import failures, jobs, redis_keys
+from loom import failures, jobs, redis_calls, redis_keys
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
@@ -550,7 +550,7 @@ async def _answer(svc: Services, job: Any) -> Any:
     deadline = loop.time() + svc.settings.compact_wait_seconds
     key = redis_keys.compact_done(job.job_id)
     while (left := deadline - loop.time()) > 0:
-        popped = await svc.redis.blpop([key], timeout=min(_POLL_S, left))  # type: ignore[misc, arg-type]
+        popped = await redis_calls.blpop(svc.redis, [key], min(_POLL_S, left))
         if popped is not None:
             return json.loads(popped[1])
         info = await job.result_info()
