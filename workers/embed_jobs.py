@@ -29,7 +29,7 @@ from loom.providers.embedders.batcher import (
 from loom.providers.embedders.batcher import current_embedder as current_embedder
 from loom.providers.embedders.batcher import has_embedder, model_parallelism
 from loom.providers.embedders.batcher import set_embedder as set_embedder
-from loom.replies import push_reply
+from loom.replies import Reply, push_reply
 from loom.settings import Settings
 from workers.context import WorkerContext, services
 
@@ -89,9 +89,11 @@ async def shutdown(ctx: WorkerContext) -> None:
 # -- job bodies ---------------------------------------------------------------------
 
 
-async def _reply(ctx: WorkerContext, job: jobs.Replied, msg: dict[str, Any]) -> None:
+async def _reply(ctx: WorkerContext, job: jobs.Replied, reply: Reply) -> dict[str, Any]:
+    """Answer the awaiting API (when the job names its reply list); the job's result."""
     if job.reply:
-        await push_reply(services(ctx), job.reply, {"job": job.job, **msg})
+        await push_reply(services(ctx), job.reply, reply.model_copy(update={"job": job.job}))
+    return reply.as_json()
 
 
 async def _refuse(ctx: WorkerContext, payload: Any, exc: Exception) -> dict[str, Any]:
@@ -99,10 +101,12 @@ async def _refuse(ctx: WorkerContext, payload: Any, exc: Exception) -> dict[str,
     payload names its reply list) answered at once with the error, so that it fails
     open now rather than when its wait runs out."""
     log.error("job payload refused", error=str(exc))  # names fields and versions, never a value
-    msg: dict[str, Any] = {"error": failures.failure(exc)}
+    reply = Reply(error=failures.failure(exc))
     if isinstance(payload, dict) and isinstance(payload.get("reply"), str) and payload["reply"]:
-        await push_reply(services(ctx), payload["reply"], {"job": str(payload.get("job", "")), **msg})
-    return msg
+        await push_reply(
+            services(ctx), payload["reply"], reply.model_copy(update={"job": str(payload.get("job", ""))})
+        )
+    return reply.as_json()
 
 
 async def embed_turns(ctx: WorkerContext, payload: dict[str, Any]) -> dict[str, Any]:
@@ -117,7 +121,7 @@ async def embed_turns(ctx: WorkerContext, payload: dict[str, Any]) -> dict[str, 
     pipeline: EmbedPipeline = ctx[PIPELINE]
 
     async def on_part(lo: int, outcomes: list[Outcome]) -> None:
-        await _reply(ctx, job, {"part": lo, "outcomes": [[o.status, o.error] for o in outcomes]})
+        await _reply(ctx, job, Reply(part=lo, outcomes=[(o.status, o.error) for o in outcomes]))
 
     svc = services(ctx)
     gate = None
@@ -130,12 +134,10 @@ async def embed_turns(ctx: WorkerContext, payload: dict[str, Any]) -> dict[str, 
         outcomes = await pipeline.embed_turns(
             turns, chunk=REPLY_PART, on_part=on_part, gate=gate, not_after_ns=not_after
         )
-        return {"outcomes": [[o.status, o.error] for o in outcomes]}
+        return Reply(outcomes=[(o.status, o.error) for o in outcomes]).as_json()
     except Exception as exc:
         log.error("embed_turns failed", error=failures.detail(exc), turns=len(turns))
-        msg: dict[str, Any] = {"error": failures.failure(exc)}
-        await _reply(ctx, job, msg)
-        return msg
+        return await _reply(ctx, job, Reply(error=failures.failure(exc)))
 
 
 async def recover_embeddings(ctx: WorkerContext) -> dict[str, Any]:
@@ -160,9 +162,8 @@ async def reembed_rows(ctx: WorkerContext, payload: dict[str, Any]) -> dict[str,
         await _refuse(ctx, payload, exc)
         raise
     try:
-        msg: dict[str, Any] = {"counts": await ctx[PIPELINE].reembed(job.rows)}
+        reply = Reply(counts=await ctx[PIPELINE].reembed(job.rows))
     except Exception as exc:
         log.error("reembed_rows failed", error=failures.detail(exc), rows=len(job.rows))
-        msg = {"error": failures.failure(exc)}
-    await _reply(ctx, job, msg)
-    return msg
+        reply = Reply(error=failures.failure(exc))
+    return await _reply(ctx, job, reply)

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
+from pydantic import BaseModel, Field
 
 from loom.clock import next_version, utcnow
 from loom.store import conversations as conv_store
@@ -80,13 +81,63 @@ class TableCount:
 # -- the request record ----------------------------------------------------------
 
 
-def _receipt_json(receipt: dict[str, Any]) -> str:
-    return json.dumps(receipt, separators=(",", ":"), sort_keys=True)
+class ReceiptLine(BaseModel):
+    """One table's line of a receipt: rows tombstoned (or hidden) at the request, rows
+    removed from disk by the job, and the digest of the keys per namespace."""
+
+    tombstoned: int = 0
+    removed: int = 0
+    digests: dict[str, str] = Field(default_factory=dict)
+    hidden: dict[str, int] | None = None  # per namespace: rows a lightweight DELETE hid at the request
 
 
-def _receipt(raw: str) -> dict[str, Any]:
-    receipt: dict[str, Any] = json.loads(raw or "{}")
-    return receipt
+class StepProgress(BaseModel):
+    """One removal step of one namespace: the rows it counted before any removal, and
+    whether it ran (recorded after it ran, so a killed job resumes where it stopped)."""
+
+    rows: int
+    done: bool = False
+
+
+class Receipt(BaseModel):
+    """What an erasure did, never any removed text. A line's `hidden` (none for a table
+    only the removal touched) and `progress` (none before the job planned) are left out
+    of the stored and answered JSON when there are none."""
+
+    erasure_id: str = ""
+    kind: str = ""
+    user_id: str = ""
+    namespaces: list[str] = Field(default_factory=list)
+    purge: bool = False
+    asked_at: str | None = None
+    unreadable_at: str | None = None
+    removed_at: str | None = None
+    tables: dict[str, ReceiptLine] = Field(default_factory=dict)
+    digest: str = ""
+    progress: dict[str, StepProgress] | None = None  # by "<namespace>/<step>"
+
+    def steps(self) -> dict[str, StepProgress]:
+        """The removal's progress, begun when the job first plans."""
+        if self.progress is None:
+            self.progress = {}
+        return self.progress
+
+    def as_json(self) -> dict[str, Any]:
+        body = self.model_dump(mode="json")
+        if self.progress is None:
+            del body["progress"]
+        for line in body["tables"].values():
+            if line["hidden"] is None:
+                del line["hidden"]
+        return body
+
+
+def _receipt_json(receipt: Receipt) -> str:
+    return json.dumps(receipt.as_json(), separators=(",", ":"), sort_keys=True)
+
+
+def _receipt(raw: str) -> Receipt:
+    return Receipt.model_validate_json(raw or "{}")
 
 
 @dataclass
@@ -100,7 +151,7 @@ class Request:
     namespaces: list[str] = column("Array(String)")
     purge: bool = column("Bool")
     state: str = column("LowCardinality(String)")  # removing | done | failed
-    receipt: dict[str, Any] = column("String", default_factory=dict, encode=_receipt_json, decode=_receipt)
+    receipt: Receipt = column("String", default_factory=Receipt, encode=_receipt_json, decode=_receipt)
     steps_total: int = column("UInt32", default=0)
     steps_done: int = column("UInt32", default=0)
     error: str = column("String", default="")

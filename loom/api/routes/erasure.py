@@ -32,7 +32,7 @@ def _erasure(req: Request) -> ErasureResponse:
         state=req.state,
         steps_total=req.steps_total,
         steps_done=req.steps_done,
-        receipt=req.receipt,
+        receipt=req.receipt.as_json(),
         error=req.error,
         created_at=req.created_at,
         updated_at=req.updated_at,
