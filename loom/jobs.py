@@ -43,6 +43,8 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from loom.store.keys import EmbKey, TurnKey
+
 EMBED_TURNS = "embed_turns"
 REEMBED_ROWS = "reembed_rows"
 ERASURE_REMOVE = "erasure_remove"
@@ -73,12 +75,12 @@ class EmbedTurn:
     speaker: str = ""  # metadata.speaker (transcript_postings.speaker_of): the model's prefix
 
     @property
-    def turn_key(self) -> tuple[str, str, str, str]:
-        return (self.namespace, self.agent, self.thread_id, self.msg_id)
+    def turn_key(self) -> TurnKey:
+        return TurnKey(self.namespace, self.agent, self.thread_id, self.msg_id)
 
     @property
-    def emb_key(self) -> tuple[str, str, str]:
-        return (self.namespace, self.thread_id, self.msg_id)
+    def emb_key(self) -> EmbKey:
+        return EmbKey(self.namespace, self.thread_id, self.msg_id)
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,8 @@ class ReembedItem:
     text: str
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.namespace, self.thread_id, self.msg_id)
+    def key(self) -> EmbKey:
+        return EmbKey(self.namespace, self.thread_id, self.msg_id)
 
 
 class JobPayload(BaseModel):

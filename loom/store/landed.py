@@ -37,9 +37,8 @@ from clickhouse_connect.driver.client import Client
 from redis.asyncio import Redis
 
 from loom import redis_calls, redis_keys
+from loom.store.keys import TurnKey
 from loom.store.rows import named
-
-TurnKey = tuple[str, str, str, str]  # (namespace, agent, thread_id, msg_id)
 
 BUCKETS = 4096
 REBUILD_PAGE = 20_000
@@ -240,7 +239,7 @@ def key_page(ch: Client, namespace: str, after: TurnKey | None, size: int = REBU
         "ORDER BY agent, thread_id, msg_id LIMIT {n:UInt32}",
         parameters={"ns": namespace, "ag": cursor[0], "th": cursor[1], "id": cursor[2], "n": size},
     )
-    return [(namespace, r["ag"], r["thread_id"], r["msg_id"]) for r in named(rows)]
+    return [TurnKey(namespace, r["ag"], r["thread_id"], r["msg_id"]) for r in named(rows)]
 
 
 async def run_id(redis: Redis) -> str:

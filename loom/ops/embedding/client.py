@@ -39,6 +39,7 @@ from loom.replies import Reply, ReplyChannel
 from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
+from loom.store.keys import EmbKey
 
 log = loom_logging.get("loom.conversation.embedding")
 
@@ -92,7 +93,7 @@ async def record_unanswered(
         batch = [turns[i] for i in idxs]
         live = conv_store.states(svc.ch, [t.turn_key for t in batch])
         current = emb_store.states(svc.ch, [t.emb_key for t in batch])
-        rows: dict[emb_store.EmbKey, emb_store.EmbeddingRow] = {}
+        rows: dict[EmbKey, emb_store.EmbeddingRow] = {}
         local: dict[int, Outcome] = {}
         for i, t in zip(idxs, batch, strict=True):
             st = live.get(t.turn_key)

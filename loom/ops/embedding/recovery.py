@@ -55,6 +55,7 @@ from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embed_recovery as store
 from loom.store import embeddings as emb_store
+from loom.store.keys import EmbKey
 
 log = loom_logging.get("loom.conversation.recovery")
 
@@ -204,7 +205,7 @@ def model_texts(svc: Services, turns: Sequence[EmbedTurn]) -> list[str]:
 async def to_embed(svc: Services, rows: Sequence[store.Landed], report: RecoveryReport) -> list[store.Landed]:
     """Of `rows`, the live turns to embed: not tombstoned (now), not high, not empty, and
     with no embedding row at all (each counted in `report` otherwise)."""
-    todo: dict[emb_store.EmbKey, store.Landed] = {}
+    todo: dict[EmbKey, store.Landed] = {}
     for r in rows:
         if r.tombstoned:
             report.skipped_deleted += 1

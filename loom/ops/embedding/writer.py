@@ -50,6 +50,7 @@ from loom.settings import Settings
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import search_marks
+from loom.store.keys import EmbKey
 from loom.store.write_buffer import Batcher
 
 log = loom_logging.get("loom.conversation.embedding")
@@ -222,7 +223,7 @@ class EmbedPipeline:
         turns = conv_store.states(ch, [w.turn.turn_key for _, w in batch])
         failing = [w.turn.emb_key for _, w in batch if w.error]
         current = emb_store.states(ch, failing) if failing else {}
-        rows: dict[emb_store.EmbKey, emb_store.EmbeddingRow] = {}
+        rows: dict[EmbKey, emb_store.EmbeddingRow] = {}
         out: dict[int, Outcome] = {}
         now = time.time_ns()
         for i, w in batch:
@@ -360,7 +361,7 @@ async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: Mod
         batch = [turns[i] for i in idxs]
         live = conv_store.states(svc.ch, [t.turn_key for t in batch])
         current = emb_store.states(svc.ch, [t.emb_key for t in batch])
-        rows: dict[emb_store.EmbKey, emb_store.EmbeddingRow] = {}
+        rows: dict[EmbKey, emb_store.EmbeddingRow] = {}
         local: dict[int, Outcome] = {}
         for i, t in zip(idxs, batch, strict=True):
             st = live.get(t.turn_key)

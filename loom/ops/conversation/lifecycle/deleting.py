@@ -37,6 +37,7 @@ from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED_ROLES, L
 from loom.services import Services
 from loom.store import deletion, fences, search_marks
 from loom.store import embeddings as emb_store
+from loom.store.keys import ThreadKey
 
 
 class ConfirmationMismatch(InvalidRequest):
@@ -202,7 +203,7 @@ async def delete(
             rule="must_equal_thread_id",
         )
     # The fence first: an append whose row lands after the read below tombstones it.
-    await fences.set_fence(svc.redis, (ns, agent, thread_id), next_version())
+    await fences.set_fence(svc.redis, ThreadKey(ns, agent, thread_id), next_version())
     try:
         async with (
             thread_lease(svc.redis, ns, thread_id, wait_s=30.0),

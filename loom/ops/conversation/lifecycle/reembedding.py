@@ -33,6 +33,7 @@ from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import search_marks, vector_models
 from loom.store.conversations import RECORDED
+from loom.store.keys import EmbKey
 from loom.store.search import VECTOR_TABLES
 
 log = loom_logging.get("loom.conversation.reembed")
@@ -121,7 +122,7 @@ async def reembed_namespace(
     return report
 
 
-def _reading_high(svc: Services, rows: Sequence[emb_store.ReembedCandidate]) -> set[emb_store.EmbKey]:
+def _reading_high(svc: Services, rows: Sequence[emb_store.ReembedCandidate]) -> set[EmbKey]:
     """The rows whose kept text, or any transcript copy of whose turn, reads as high."""
     high = {row.key for row in rows if reads_as_high(row.text)}
     copies = conv_store.copy_texts(svc.ch, [row.key for row in rows if row.key not in high])

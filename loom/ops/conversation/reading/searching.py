@@ -107,6 +107,7 @@ from loom.services import Services
 from loom.store import search as store
 from loom.store import search_marks
 from loom.store import transcript_terms as lexical_store
+from loom.store.keys import EmbKey, TurnKey
 from loom.store.search import Candidate, Filters
 
 log = loom_logging.get("loom.conversation.search")
@@ -203,9 +204,7 @@ class _Trust:
 
     expires_before: datetime | None = None  # turns older than this may be gone (TTL)
 
-    def covers(
-        self, c: Candidate, marks: dict[search_marks.Pair, int], repeated: set[tuple[str, str, str]]
-    ) -> bool:
+    def covers(self, c: Candidate, marks: dict[search_marks.Pair, int], repeated: set[EmbKey]) -> bool:
         if c.trusted is not None:  # the read index's own judgement of the marks
             return c.trusted and c.key not in repeated and self.unexpired(c)
         mark = marks.get((c.namespace, c.thread_id))
@@ -663,7 +662,7 @@ _Kept = tuple[Candidate, str, str, str, datetime]  # a candidate and its turn's 
 
 
 async def _verified_slice(
-    svc: Services, ask: _Ask, fresh: list[Candidate], trust: _Trust, repeated: set[tuple[str, str, str]]
+    svc: Services, ask: _Ask, fresh: list[Candidate], trust: _Trust, repeated: set[EmbKey]
 ) -> list[Hit]:
     """The slice's hits: trusted candidates as their rows say, the others verified."""
     if not fresh:
@@ -698,7 +697,7 @@ async def _checked(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[_Ke
             continue  # tombstoned, failed, or re-embedded since this vector
         if (c.model or now.model) != ask.model:
             continue  # another model's vector (a row older than the vector tables' model column)
-        turn = turns.get((c.namespace, c.agent, c.thread_id, c.msg_id))
+        turn = turns.get(TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id))
         if turn is None or not turn.live or turn.high or not turn.recorded:
             continue  # a saved-only row belongs to its user, not to search
         kept.append((c, turn.role, turn.run_id, turn.user_id, turn.ts))
@@ -758,7 +757,7 @@ async def _heads(svc: Services, ask: _Ask, candidates: list[Candidate]) -> dict[
     if not short:
         return {}
     found = await svc.run(
-        store.heads, svc.ch, [(c.namespace, c.agent, c.thread_id, c.msg_id) for c in short], ask.window
+        store.heads, svc.ch, [TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id) for c in short], ask.window
     )
     return {(k[0], k[2], k[3]): head for k, head in found.items()}
 
@@ -919,7 +918,7 @@ async def _lexical_slice(
     excerpts are read from the index (see loom.store.transcript_terms)."""
     if not candidates:
         return []
-    keys = [(c.namespace, c.agent, c.thread_id, c.msg_id) for c in candidates]
+    keys = [TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id) for c in candidates]
     now, heads = await asyncio.gather(
         svc.run(lexical_store.verify, svc.ch, keys),
         svc.run(lexical_store.heads, svc.ch, [(c.namespace, c.doc) for c in candidates]),

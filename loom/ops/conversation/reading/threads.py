@@ -27,6 +27,7 @@ from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import threads as thread_store
+from loom.store.keys import EmbKey
 from loom.store.search import SEARCHED_ROLES
 
 ALL_AGENTS = "*"
@@ -87,10 +88,10 @@ def embedding_status(m: conv_store.Message, state: emb_store.EmbeddingState | No
 
 
 async def _with_embedding(svc: Services, ns: str, thread_id: str, page: Page) -> Page:
-    keys = [(ns, thread_id, m.msg_id) for m in page.messages]
+    keys = [EmbKey(ns, thread_id, m.msg_id) for m in page.messages]
     states = await svc.run(emb_store.states, svc.ch, keys)
     page.embedding = {
-        m.msg_id: embedding_status(m, states.get((ns, thread_id, m.msg_id))) for m in page.messages
+        m.msg_id: embedding_status(m, states.get(EmbKey(ns, thread_id, m.msg_id))) for m in page.messages
     }
     return page
 

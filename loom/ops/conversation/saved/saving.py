@@ -69,6 +69,7 @@ from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import landed, search_marks
 from loom.store import saved as saved_store
+from loom.store.keys import TurnKey
 from loom.store.transcript_postings import speaker_of
 
 # Reasons of a save (stable strings clients match on: never change one).
@@ -145,7 +146,7 @@ class _State:
     emb: emb_store.EmbeddingRow | None
 
 
-def _read_state(svc: Services, key: conv_store.TurnKey) -> _State:
+def _read_state(svc: Services, key: TurnKey) -> _State:
     row = saved_store.transcript_row(svc.ch, key)
     emb = emb_store.get(svc.ch, key[0], key[2], key[3])
     return _State(row, emb)
@@ -165,7 +166,7 @@ def _has_live_vector(emb: emb_store.EmbeddingRow | None, text: str) -> bool:
 
 
 def _refusal(
-    key: conv_store.TurnKey, row: saved_store.TranscriptRow | None, user: str, new: NewMessage | None
+    key: TurnKey, row: saved_store.TranscriptRow | None, user: str, new: NewMessage | None
 ) -> SaveResult | None:
     """Why this message cannot be saved for `user` (None: it can). Applies as well to a
     message that is already saved; the answer says whether it stays saved."""
@@ -231,7 +232,7 @@ async def save_message(
     ns = who.namespace(namespace)
     user = acting_user(who, user_id)
     await _every_replica_keeps_saved_state(svc)
-    key = (ns, agent, conversation_id, message_id)
+    key = TurnKey(ns, agent, conversation_id, message_id)
     vector: _Vector | None = None
     for _ in range(MAX_ROUNDS):
         state = await svc.run(_read_state, svc, key)
@@ -257,7 +258,7 @@ async def save_message(
 
 
 async def _save_under_lease(
-    svc: Services, key: conv_store.TurnKey, user: str, new: NewMessage | None, vector: _Vector | None
+    svc: Services, key: TurnKey, user: str, new: NewMessage | None, vector: _Vector | None
 ) -> SaveResult | None:
     """One round under the thread lease. None: start again (the message changed so that
     the round cannot finish: a racing append's row landed, or a vector is missing)."""
@@ -309,7 +310,7 @@ def _now_ms() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
-def _dedup_token(key: conv_store.TurnKey, generation: int) -> str:
+def _dedup_token(key: TurnKey, generation: int) -> str:
     h = hashlib.sha256()
     for part in (*key, str(generation)):
         data = part.encode()
@@ -319,7 +320,7 @@ def _dedup_token(key: conv_store.TurnKey, generation: int) -> str:
 
 
 async def _store_new(
-    svc: Services, key: conv_store.TurnKey, user: str, new: NewMessage, emb: emb_store.EmbeddingRow | None
+    svc: Services, key: TurnKey, user: str, new: NewMessage, emb: emb_store.EmbeddingRow | None
 ) -> saved_store.TranscriptRow | None:
     """Insert a new message, saved. Returns the row as it reads back, or None when a
     racing append's row landed instead (the caller starts the round again)."""
@@ -345,7 +346,7 @@ async def _store_new(
 
 
 async def _insert_new(
-    svc: Services, key: conv_store.TurnKey, user: str, new: NewMessage, token: str
+    svc: Services, key: TurnKey, user: str, new: NewMessage, token: str
 ) -> saved_store.TranscriptRow:
     now = _now_ms()
     ts = as_utc(new.ts) if new.ts is not None else utcnow()
@@ -381,7 +382,7 @@ async def _insert_new(
     )
 
 
-async def _claim_turn(svc: Services, key: conv_store.TurnKey, writer: str) -> bool:
+async def _claim_turn(svc: Services, key: TurnKey, writer: str) -> bool:
     """Take append's claim on the turn (one key per turn, shared with append's flushes,
     claimed and noted by the same script, live under the same marks), so that an
     append of the same turn answers duplicate rather than writing a second, unsaved row
@@ -497,7 +498,7 @@ async def unsave_message(
     who.require_role(Role.writer)
     ns = who.namespace(namespace)
     user = acting_user(who, user_id)
-    key = (ns, agent, conversation_id, message_id)
+    key = TurnKey(ns, agent, conversation_id, message_id)
     async with _lease(svc, ns, conversation_id):
         result = await svc.run(_unsave_sync, svc, key, user)
         if result.removed:
@@ -506,7 +507,7 @@ async def unsave_message(
     return result
 
 
-def _unsave_sync(svc: Services, key: conv_store.TurnKey, user: str) -> UnsaveResult:
+def _unsave_sync(svc: Services, key: TurnKey, user: str) -> UnsaveResult:
     ch = svc.ch
     row = saved_store.transcript_row(ch, key)
     if row is None or row.tombstoned or row.user_id != user or not row.is_saved:
