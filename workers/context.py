@@ -15,7 +15,7 @@ WorkerContext = TypedDict(
     "WorkerContext",
     {
         "loom": Services,
-        "replica": contextlib.AsyncExitStack,  # the replica record this process keeps alive
+        "process": contextlib.AsyncExitStack,  # the process's life (loom.lifecycle.running)
         "conversation.embed_pipeline": EmbedPipeline,
         "conversation.model_batcher": ModelBatcher,
         "job_id": str,

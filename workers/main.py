@@ -18,14 +18,12 @@ from arq.worker import Worker
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from loom import lifecycle, redis_calls
 from loom import logging as loom_logging
-from loom import memtrace, redis_calls, replicas
-from loom.gc_tuning import calm_the_garbage_collector
 from loom.ops.conversation.lifecycle.titler_tick import TICK_S
-from loom.ops.platform import live_settings
 from loom.ops.portability.embedding import TICK_S as IMPORT_TICK_S
 from loom.queue import QUEUE, RESULTS_KEPT_S, WAKE_KEY
-from loom.services import open_services, redis_settings
+from loom.services import redis_settings
 from loom.settings import Settings
 from workers import embed_jobs
 from workers.context import WorkerContext
@@ -103,14 +101,13 @@ def quiet_job_logs() -> None:
 
 def _startup(settings: Settings, clickhouse_url: str, redis_url: str) -> Any:
     async def on_startup(ctx: WorkerContext) -> None:
-        ctx["loom"] = svc = await open_services(settings, clickhouse_url, redis_url)
-        ctx["replica"] = contextlib.AsyncExitStack()
-        await ctx["replica"].enter_async_context(replicas.serving(svc, "worker"))
-        await live_settings.follow(svc, "worker")
+        ctx["process"] = stack = contextlib.AsyncExitStack()
+        ctx["loom"] = await stack.enter_async_context(
+            lifecycle.running(settings, clickhouse_url, redis_url, "worker")
+        )
         for hook in STARTUP_HOOKS:
             await hook(ctx)
-        calm_the_garbage_collector()
-        memtrace.start(settings, "worker")
+        lifecycle.settle(settings, "worker")
 
     return on_startup
 
@@ -118,11 +115,8 @@ def _startup(settings: Settings, clickhouse_url: str, redis_url: str) -> Any:
 async def _shutdown(ctx: WorkerContext) -> None:
     for hook in SHUTDOWN_HOOKS:
         await hook(ctx)
-    if "replica" in ctx:
-        await ctx["replica"].aclose()
-    if "loom" in ctx:
-        await live_settings.unfollow(ctx["loom"])
-        await ctx["loom"].close()
+    if "process" in ctx:
+        await ctx["process"].aclose()
 
 
 # Planes register per-process resources here (the embedder, write buffers).

@@ -30,7 +30,7 @@ _KEY = "conversation.inline_embedder"
 log = loom_logging.get("loom.conversation.inline_embedding")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class InlineResult:
     """Vectors for every text, or the error that kept them all from one."""
 
@@ -109,11 +109,11 @@ async def embed(
             loop.run_in_executor(holder.executor, holder.embed, texts, query), wait
         )
     except TimeoutError:
-        return InlineResult(None, "", failures.text(failures.EMBEDDER_TIMEOUT))
+        return InlineResult(vectors=None, model_id="", error=failures.text(failures.EMBEDDER_TIMEOUT))
     except Exception as exc:  # fail-open: the caller decides what an unavailable embedder means
         log.warning("inline embedding failed", error=failures.detail(exc, sent=texts), texts=len(texts))
-        return InlineResult(None, "", failures.embed_failure(exc))
-    return InlineResult(vectors, model_id)
+        return InlineResult(vectors=None, model_id="", error=failures.embed_failure(exc))
+    return InlineResult(vectors=vectors, model_id=model_id)
 
 
 __all__ = ["InlineResult", "current", "embed", "install"]

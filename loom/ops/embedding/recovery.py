@@ -66,7 +66,7 @@ MAX_PAGES = 20  # per pass (~20k rows); the next pass goes on from the saved pos
 MODEL_TEXTS = 32  # texts per model request
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RecoveryReport:
     ran: bool = False  # False: another runner held the lease
     scanned: int = 0  # transcript rows looked at

@@ -55,7 +55,7 @@ MAX_FACTS = 200  # the newest current facts a profile is built from
 MAX_PROMPT_CHARS = 16_000
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ProfileView:
     profile: Profile
     rebuilt: bool  # built for this answer (it was stale or missing)
@@ -186,12 +186,12 @@ async def get_profile(svc: Services, who: Principal, namespace: str, user_id: st
     who.require_role(Role.viewer)
     scope = scope_for(who, namespace, user_id)
     if scope.session_id:
-        return ProfileView(screened(await for_session(svc, scope)), rebuilt=True)
+        return ProfileView(profile=screened(await for_session(svc, scope)), rebuilt=True)
     stored = await svc.run(profile_store.get, svc.ch, scope.namespace, scope.user_id)
     if stored is not None and not stored.stale:
-        return ProfileView(screened(stored), rebuilt=False)
+        return ProfileView(profile=screened(stored), rebuilt=False)
     writes = erasing.Writes(scope.namespace, scope.user_id)
     built = await rebuild(svc, scope, writes)
     if await erasing.settle(svc, writes):
         built = from_facts(scope.namespace, scope.user_id, [], erasing.ERASED)
-    return ProfileView(screened(built), rebuilt=True)
+    return ProfileView(profile=screened(built), rebuilt=True)

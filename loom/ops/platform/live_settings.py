@@ -184,7 +184,7 @@ async def bump(svc: Services) -> None:
     await svc.redis.incr(VERSION_KEY)
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class ProcessReport:
     """What one process's follower applied last: the version and its overrides."""
 
@@ -207,7 +207,9 @@ async def reports(svc: Services) -> list[ProcessReport]:
             continue
         body = json.loads(raw)
         name = key.decode().removeprefix(redis_keys.SETTINGS_APPLIED)
-        out.append(ProcessReport(name, int(body["version"]), dict(body["overrides"])))
+        out.append(
+            ProcessReport(process=name, version=int(body["version"]), overrides=dict(body["overrides"]))
+        )
     return out
 
 

@@ -135,7 +135,7 @@ class ModelCallsOff(LoomError):
     status, code = 409, "model_calls_disabled"
 
 
-@dataclass
+@dataclass  # positional: bench/compaction_profile.py builds one
 class CompactResult:
     thread_id: str
     agent: str
@@ -370,7 +370,7 @@ async def run(
     """One compaction (the worker's job body). ``gate`` bounds the compactions whose store
     work (the window read, the retirement) runs at once in the process
     (LOOM_COMPACT_CONCURRENCY); the summarizer and embedding calls run outside it."""
-    out = CompactResult(thread_id, agent)
+    out = CompactResult(thread_id=thread_id, agent=agent)
     cfg = svc.settings
     gate = gate or CompactionGate(1, 0.0)
     async with gate:
@@ -512,7 +512,7 @@ async def compact(
         raise Unavailable("the compaction job could not be queued; retry", field="thread_id", rule="retry")
     await wake_workers(svc.redis)
     if defer:
-        return CompactResult(thread_id, agent, job_id=job_id)
+        return CompactResult(thread_id=thread_id, agent=agent, job_id=job_id)
     try:
         got = await _answer(svc, job)
     except TimeoutError:

@@ -46,7 +46,7 @@ class ConfirmationMismatch(InvalidRequest):
     status = 422
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DeleteResult:
     thread_id: str
     agent: str
@@ -186,7 +186,13 @@ def _delete_sync(svc: Services, namespace: str, agent: str, thread_id: str) -> D
     thread = deletion.tombstone_thread(svc.ch, namespace, agent, thread_id)
     settled = settle(svc, namespace, thread_id)
     return DeleteResult(
-        thread_id, agent, bool(turns or thread), turns, thread, settled.tombstoned, settled.handed_over
+        thread_id=thread_id,
+        agent=agent,
+        deleted=bool(turns or thread),
+        turns_tombstoned=turns,
+        thread_tombstoned=thread,
+        embeddings_tombstoned=settled.tombstoned,
+        embeddings_handed_over=settled.handed_over,
     )
 
 

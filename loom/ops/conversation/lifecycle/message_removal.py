@@ -88,7 +88,7 @@ class TableCount:
     removed: int = 0  # older row versions removed from disk
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Receipt:
     """What a removal did: per table, rows written and removed from disk; when, by whom."""
 

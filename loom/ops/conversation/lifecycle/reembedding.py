@@ -45,7 +45,7 @@ RunPage = Callable[[Sequence[ReembedItem]], Awaitable[dict[str, int]]]
 Progress = Callable[[int], None]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ReembedReport:
     namespace: str
     scanned: int = 0
@@ -72,7 +72,7 @@ async def reembed_namespace(
     progress: Progress | None = None,
 ) -> ReembedReport:
     """Walk the namespace's embedding rows in key order, `IN_FLIGHT` pages at a time."""
-    report = ReembedReport(namespace)
+    report = ReembedReport(namespace=namespace)
     slots = asyncio.Semaphore(IN_FLIGHT)
     tasks: list[asyncio.Task[None]] = []
 

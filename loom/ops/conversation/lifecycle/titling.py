@@ -55,7 +55,7 @@ MODEL_CALLS_AT_ONCE = 4  # a pass's model calls in flight at once
 PROMPT = (Path(__file__).parent / "prompts" / "title_system.txt").read_text(encoding="utf-8")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PassReport:
     ran: bool = False
     titled: int = 0

@@ -147,7 +147,7 @@ GROWTH = 4
 Mode = Literal["vector", "hybrid", "lexical", "substring"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SearchResult:
     mode: Mode
     fallback_reason: str | None
@@ -339,7 +339,7 @@ async def _search(
             f"time_phrases must be one of {', '.join(TIME_PHRASES)}", field="time_phrases", rule="one_of"
         )
     if not namespaces:
-        return SearchResult(cast(Mode, search_mode), None, [], [])
+        return SearchResult(mode=cast(Mode, search_mode), fallback_reason=None, namespaces=[], hits=[])
     s = svc.settings
     ask = _Ask(
         namespaces,
@@ -489,16 +489,23 @@ async def _by_vector(
         [INDEX_PLAN],
     )
     if not got.missing:
-        return SearchResult(VECTOR, None, list(ask.namespaces), hits, plan, ask.model)
+        return SearchResult(
+            mode=VECTOR,
+            fallback_reason=None,
+            namespaces=list(ask.namespaces),
+            hits=hits,
+            plan=plan,
+            model=ask.model,
+        )
     FALLBACKS.labels(INDEX_MISSING).inc()
     rest = await _by_engine(svc, replace(ask, namespaces=tuple(got.missing)), vector, None, trust)
     return SearchResult(
-        VECTOR,
-        INDEX_MISSING,
-        list(ask.namespaces),
-        _best(hits + rest.hits, ask.limit),
-        plan + rest.plan,
-        ask.model,
+        mode=VECTOR,
+        fallback_reason=INDEX_MISSING,
+        namespaces=list(ask.namespaces),
+        hits=_best(hits + rest.hits, ask.limit),
+        plan=plan + rest.plan,
+        model=ask.model,
     )
 
 
@@ -532,7 +539,14 @@ async def _by_engine(
     if table is None:
         await _discard(counting)
         hits = await _unindexed(svc, ask, vector, trust)
-        return SearchResult(VECTOR, None, list(ask.namespaces), hits, [UNINDEXED], ask.model)
+        return SearchResult(
+            mode=VECTOR,
+            fallback_reason=None,
+            namespaces=list(ask.namespaces),
+            hits=hits,
+            plan=[UNINDEXED],
+            model=ask.model,
+        )
     per_ns, total = await _counts(svc, ask, table, counting)
     small, large = _split(ask.namespaces, per_ns, svc.settings.conversation_search_exact_max_rows)
     jobs: list[Awaitable[list[Hit]]] = []
@@ -545,7 +559,14 @@ async def _by_engine(
         jobs.append(_indexed(svc, ask, table, large, vector, trust, share=matched / max(1, total)))
         plan.append(INDEX)
     found = [h for group in await asyncio.gather(*jobs) for h in group]
-    return SearchResult(VECTOR, None, list(ask.namespaces), _best(found, ask.limit), plan, ask.model)
+    return SearchResult(
+        mode=VECTOR,
+        fallback_reason=None,
+        namespaces=list(ask.namespaces),
+        hits=_best(found, ask.limit),
+        plan=plan,
+        model=ask.model,
+    )
 
 
 def _split(
@@ -792,7 +813,13 @@ async def _by_substring(svc: Services, ask: _Ask, query: str, reason: str) -> Se
         if len(hits) >= ask.limit or len(rows) < n:
             break
         n *= GROWTH
-    return SearchResult(SUBSTRING, reason, list(ask.namespaces), hits[: ask.limit], [SUBSTRING])
+    return SearchResult(
+        mode=SUBSTRING,
+        fallback_reason=reason,
+        namespaces=list(ask.namespaces),
+        hits=hits[: ask.limit],
+        plan=[SUBSTRING],
+    )
 
 
 # -- lexical and hybrid modes ---------------------------------------------------------
@@ -826,7 +853,11 @@ async def _legs(
     plan = [LEXICAL_PLAN]
     if mode == LEXICAL:
         return SearchResult(
-            LEXICAL, None, list(ask.namespaces), _best_lexical(await lexical, ask.limit), plan
+            mode=LEXICAL,
+            fallback_reason=None,
+            namespaces=list(ask.namespaces),
+            hits=_best_lexical(await lexical, ask.limit),
+            plan=plan,
         )
     fallback = QUERY_HIGH if reads_as_high(query) else None
     vector_hits: list[Hit] = []
@@ -847,10 +878,21 @@ async def _legs(
     lexical_hits = await lexical
     if fallback is not None:
         return SearchResult(
-            LEXICAL, fallback, list(ask.namespaces), _best_lexical(lexical_hits, ask.limit), plan
+            mode=LEXICAL,
+            fallback_reason=fallback,
+            namespaces=list(ask.namespaces),
+            hits=_best_lexical(lexical_hits, ask.limit),
+            plan=plan,
         )
     fused = fuse(vector_hits, lexical_hits, lexical_weight)
-    return SearchResult(HYBRID, vector_reason, list(ask.namespaces), fused[: ask.limit], plan, ask.model)
+    return SearchResult(
+        mode=HYBRID,
+        fallback_reason=vector_reason,
+        namespaces=list(ask.namespaces),
+        hits=fused[: ask.limit],
+        plan=plan,
+        model=ask.model,
+    )
 
 
 def _best_lexical(hits: list[Hit], limit: int) -> list[Hit]:

@@ -63,7 +63,7 @@ class SavedItem:
     agent: str  # the agent whose copy it is (unsave names it)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SavedPage:
     messages: list[SavedItem] = field(default_factory=list)
     next_cursor: str | None = None

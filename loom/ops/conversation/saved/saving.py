@@ -116,7 +116,7 @@ class NewMessage:
     ts: datetime | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SaveResult:
     conversation_id: str
     message_id: str
@@ -126,7 +126,7 @@ class SaveResult:
     saved_at: datetime | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class UnsaveResult:
     found: bool
     removed: bool
@@ -182,21 +182,51 @@ def _refusal(
                 )
         assert new is not None and new.content is not None
         if new.role not in EMBEDDED_ROLES:
-            return SaveResult(thread_id, msg_id, False, False, UNSUPPORTED_ROLE)
+            return SaveResult(
+                conversation_id=thread_id,
+                message_id=msg_id,
+                saved=False,
+                indexed=False,
+                reason=UNSUPPORTED_ROLE,
+            )
         if reads_as_high(new.content):
-            return SaveResult(thread_id, msg_id, False, False, HIGH_SENSITIVITY)  # not stored
+            return SaveResult(
+                conversation_id=thread_id,
+                message_id=msg_id,
+                saved=False,
+                indexed=False,
+                reason=HIGH_SENSITIVITY,
+            )  # not stored
         return None
     # Another user's message: say nothing more about it (not whether it is deleted).
     if row.user_id not in ("", user):
-        return SaveResult(thread_id, msg_id, False, False, OWNER_MISMATCH)
+        return SaveResult(
+            conversation_id=thread_id, message_id=msg_id, saved=False, indexed=False, reason=OWNER_MISMATCH
+        )
     if row.tombstoned:
-        return SaveResult(thread_id, msg_id, False, False, DELETED)
+        return SaveResult(
+            conversation_id=thread_id, message_id=msg_id, saved=False, indexed=False, reason=DELETED
+        )
     mine = row.is_saved and row.user_id == user
     saved_at = as_utc(row.saved_at) if mine and row.saved_at else None
     if row.role not in EMBEDDED_ROLES:
-        return SaveResult(thread_id, msg_id, mine, False, UNSUPPORTED_ROLE, saved_at)
+        return SaveResult(
+            conversation_id=thread_id,
+            message_id=msg_id,
+            saved=mine,
+            indexed=False,
+            reason=UNSUPPORTED_ROLE,
+            saved_at=saved_at,
+        )
     if row.high_sensitivity or reads_as_high(row.content):
-        return SaveResult(thread_id, msg_id, mine, False, HIGH_SENSITIVITY, saved_at)
+        return SaveResult(
+            conversation_id=thread_id,
+            message_id=msg_id,
+            saved=mine,
+            indexed=False,
+            reason=HIGH_SENSITIVITY,
+            saved_at=saved_at,
+        )
     return None
 
 
@@ -422,7 +452,14 @@ def _write_embedding(
     does not fit the text (the caller embeds and starts again)."""
     text = embed_text(row.content)
     saved_at = row.saved_at
-    result = SaveResult(row.thread_id, row.msg_id, True, True, None, as_utc(saved_at) if saved_at else None)
+    result = SaveResult(
+        conversation_id=row.thread_id,
+        message_id=row.msg_id,
+        saved=True,
+        indexed=True,
+        reason=None,
+        saved_at=as_utc(saved_at) if saved_at else None,
+    )
     flags: dict[str, Any] = dict(
         agent=row.agent,
         role=row.role,
@@ -511,7 +548,7 @@ def _unsave_sync(svc: Services, key: TurnKey, user: str) -> UnsaveResult:
     ch = svc.ch
     row = saved_store.transcript_row(ch, key)
     if row is None or row.tombstoned or row.user_id != user or not row.is_saved:
-        return UnsaveResult(False, False)
+        return UnsaveResult(found=False, removed=False)
     # A recorded row is the namespace's transcript (recorded when the switch was on,
     # whatever it says now): only the flag goes. A saved-only row existed only because
     # of the save: it goes too.
@@ -520,7 +557,7 @@ def _unsave_sync(svc: Services, key: TurnKey, user: str) -> UnsaveResult:
     if removed:
         saved_store.remove(ch, key, user)
     _unsave_embedding(svc, row, removed=removed)
-    return UnsaveResult(True, removed)
+    return UnsaveResult(found=True, removed=removed)
 
 
 def _unsave_embedding(svc: Services, row: saved_store.TranscriptRow, *, removed: bool) -> None:

@@ -155,7 +155,7 @@ class TurnInput:
     tokens: int | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AppendResult:
     thread_id: str
     msg_id: str
@@ -260,7 +260,9 @@ class AppendPipeline:
         gone = await origin.record_saved(self.svc, upgrade) if upgrade else set()
         results = []
         for turn, f in zip(turns, flushed, strict=True):
-            res = AppendResult(turn.thread_id, turn.msg_id, turn.role, f.stored, f.reason)
+            res = AppendResult(
+                thread_id=turn.thread_id, msg_id=turn.msg_id, role=turn.role, stored=f.stored, reason=f.reason
+            )
             if turn.key in gone:
                 res.reason = DELETED  # an unsave removed the saved-only row first
             if not f.stored:
