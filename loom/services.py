@@ -11,7 +11,7 @@ import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from clickhouse_connect.driver.client import Client
@@ -26,6 +26,29 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
+class Slot(Generic[T]):
+    """What one module keeps per process on ``Services.extras`` (a pipeline, a cache,
+    a client), under its name, typed: the module reads it through its slot only."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get(self, svc: Services) -> T | None:
+        return cast(T | None, svc.extras.get(self.name))
+
+    def put(self, svc: Services, value: T) -> T:
+        svc.extras[self.name] = value
+        return value
+
+    def made(self, svc: Services, make: Callable[[], T]) -> T:
+        """The process's value, made on first use."""
+        found = self.get(svc)
+        return found if found is not None else self.put(svc, make())
+
+    def take(self, svc: Services) -> T | None:
+        return cast(T | None, svc.extras.pop(self.name, None))
+
+
 @dataclass
 class Services:
     settings: Settings
@@ -34,7 +57,7 @@ class Services:
     arq: ArqRedis
     llm: LLM
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(64, "loom-io"))
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)  # by Slot (below): per-process state
     # The settings the environment gave this process: `settings` is this with the live
     # overrides an admin stored on top (loom.ops.platform.live_settings), re-applied when they change.
     base_settings: Settings = field(init=False)

@@ -11,6 +11,7 @@ from loom.ops.erasure import requesting
 from loom.ops.memory import extraction
 from loom.ops.portability import embedding as import_embedding
 from loom.ops.webhooks import delivery
+from loom.services import Slot
 from workers import embed_jobs
 from workers.context import WorkerContext
 
@@ -62,6 +63,7 @@ async def compact_thread(ctx: WorkerContext, payload: dict[str, Any]) -> dict[st
 
 
 COMPACT_GATE = "conversation.compact_gate"
+_GATE: Slot[CompactionGate] = Slot(COMPACT_GATE)
 
 
 def compaction_gate(ctx: WorkerContext) -> CompactionGate:
@@ -72,10 +74,7 @@ def compaction_gate(ctx: WorkerContext) -> CompactionGate:
     bound at all)."""
     svc = ctx["loom"]
     cfg = svc.settings
-    gate: CompactionGate = svc.extras.setdefault(
-        COMPACT_GATE, CompactionGate(cfg.compact_concurrency, cfg.compact_pace)
-    )
-    return gate
+    return _GATE.made(svc, lambda: CompactionGate(cfg.compact_concurrency, cfg.compact_pace))
 
 
 async def conversation_titler(ctx: WorkerContext) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import numpy as np
 from loom import failures
 from loom import logging as loom_logging
 from loom.providers.embedders import Embedder, build_embedder, query_vectors, single_threaded
-from loom.services import Services
+from loom.services import Services, Slot
 
 _KEY = "conversation.inline_embedder"
 
@@ -73,11 +73,11 @@ class _Holder:
         return [np.asarray(v, dtype=np.float32) for v in vectors], embedder.model_id
 
 
+_HOLDER: Slot[_Holder] = Slot(_KEY)
+
+
 def _holder(svc: Services) -> _Holder:
-    holder = svc.extras.get(_KEY)
-    if holder is None:
-        holder = svc.extras[_KEY] = _Holder(svc)
-    return holder
+    return _HOLDER.made(svc, lambda: _Holder(svc))
 
 
 def install(svc: Services, embedder: Embedder | None) -> Embedder | None:

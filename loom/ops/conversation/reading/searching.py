@@ -103,7 +103,7 @@ from loom.read_index import client as read_index_client
 from loom.read_index.client import IndexClient
 from loom.read_index.figures import FALLBACKS
 from loom.sensitivity import reads_as_high, window_reads_as_high
-from loom.services import Services
+from loom.services import Services, Slot
 from loom.store import search as store
 from loom.store import search_marks
 from loom.store import transcript_terms as lexical_store
@@ -134,8 +134,11 @@ EXACT = "exact"
 INDEX = "index"
 UNINDEXED = "exact_unindexed"
 
-_LAST_DIM = "conversation.search.last_dim"  # svc.extras: the dimension of the last query's vector
-_PLAN_COUNTS = "conversation.search.plan_counts"  # svc.extras: recent planner counts (see _count)
+_LAST_DIM: Slot[int] = Slot("conversation.search.last_dim")  # the dimension of the last query's vector
+# Recent planner counts (see _count), by (table, namespaces, filters, model): when counted, and the counts.
+_PLAN_COUNTS: Slot[dict[tuple[str, tuple[str, ...], Filters, str], tuple[float, Counted]]] = Slot(
+    "conversation.search.plan_counts"
+)
 _PLAN_COUNTS_MAX = 10_000
 PLAN_TTL_S = 10.0
 
@@ -421,7 +424,7 @@ class _Counting:
 
 def _count_ahead(svc: Services, ask: _Ask) -> _Counting | None:
     """Start counting in the vector table of the dimension the last query had."""
-    table = store.VECTOR_TABLES.get(svc.extras.get(_LAST_DIM, 0))
+    table = store.VECTOR_TABLES.get(_LAST_DIM.get(svc) or 0)
     if table is None:
         return None
     return _Counting(table, asyncio.ensure_future(_count(svc, table, ask)))
@@ -433,9 +436,7 @@ async def _count(svc: Services, table: str, ask: _Ask) -> Counted:
     fetches again, then scans), so a stale count costs speed, never a hit. A namespace
     counted empty is not searched at all, so that count is never reused: its first
     turns must be found at once."""
-    cache: dict[tuple[str, tuple[str, ...], Filters, str], tuple[float, Counted]] = svc.extras.setdefault(
-        _PLAN_COUNTS, {}
-    )
+    cache = _PLAN_COUNTS.made(svc, dict)
     key = (table, ask.namespaces, ask.filters, ask.model)
     now = time.monotonic()
     got = cache.get(key)
@@ -534,7 +535,7 @@ async def _from_index(
 async def _by_engine(
     svc: Services, ask: _Ask, vector: np.ndarray, counting: _Counting | None, trust: _Trust
 ) -> SearchResult:
-    svc.extras[_LAST_DIM] = int(vector.shape[0])
+    _LAST_DIM.put(svc, int(vector.shape[0]))
     table = store.VECTOR_TABLES.get(int(vector.shape[0]))
     if table is None:
         await _discard(counting)

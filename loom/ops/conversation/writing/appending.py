@@ -91,7 +91,7 @@ from loom.ops.conversation.writing import origin
 from loom.ops.embedding.client import EmbedClient, open_gate
 from loom.ops.embedding.writer import Outcome
 from loom.sensitivity import reads_as_high
-from loom.services import Services
+from loom.services import Services, Slot
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import fences, landed, recording_cache
@@ -806,16 +806,16 @@ def _embed_turn(t: conv_store.Turn) -> EmbedTurn:
     )
 
 
+_PIPELINE: Slot[AppendPipeline] = Slot("conversation.append")
+
+
 def pipeline(svc: Services) -> AppendPipeline:
     """The process's append pipeline (made on first use, in the running event loop)."""
-    p = svc.extras.get("conversation.append")
-    if p is None:
-        p = svc.extras["conversation.append"] = AppendPipeline(svc)
-    return p
+    return _PIPELINE.made(svc, lambda: AppendPipeline(svc))
 
 
 async def close_pipeline(svc: Services) -> None:
-    p = svc.extras.pop("conversation.append", None)
+    p = _PIPELINE.take(svc)
     if p is not None:
         await p.close()
 
