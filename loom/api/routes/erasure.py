@@ -57,11 +57,7 @@ async def erasure_request(body: ErasureRequest, who: Caller, svc: Svc) -> Erasur
 
 
 @router.post("/erasure.status", response_model=ErasureResponse, responses=error_responses(404))
-async def erasure_status(
-    body: ErasureStatusRequest,
-    who: Caller,
-    svc: Svc,
-) -> ErasureResponse:
+async def erasure_status(body: ErasureStatusRequest, who: Caller, svc: Svc) -> ErasureResponse:
     """An erasure's progress (`steps_done` of `steps_total`, `state`) and its receipt."""
     return _erasure(await ops.status(svc, who, body.erasure_id))
 
@@ -80,11 +76,7 @@ async def erasure_export(body: ExportRequest, who: Caller, svc: Svc) -> Streamin
 
 
 @router.post("/retention.show", response_model=RetentionShowResponse)
-async def retention_show(
-    body: RetentionShowRequest,
-    who: Caller,
-    svc: Svc,
-) -> RetentionShowResponse:
+async def retention_show(body: RetentionShowRequest, who: Caller, svc: Svc) -> RetentionShowResponse:
     """Each table's TTL and storage policy as the server reports them, and whether
     tiering applies."""
     report = await retention.show(svc, who)

@@ -13,11 +13,7 @@ router = APIRouter(prefix="/v1", tags=["ops"], responses=error_responses(*COMMON
 
 
 @router.post("/replicas.show", response_model=ReplicasShowResponse)
-async def show(
-    body: ReplicasShowRequest,
-    who: Caller,
-    svc: Svc,
-) -> ReplicasShowResponse:
+async def show(body: ReplicasShowRequest, who: Caller, svc: Svc) -> ReplicasShowResponse:
     """The capabilities every live API and worker process shares (saving is paused while
     one lacks `saved_state_preserved_in_compaction`), and, for an admin, the replicas."""
     view = await ops.show(svc, who)

@@ -55,11 +55,7 @@ async def compact(body: CompactRequest, who: Caller, svc: Svc) -> CompactRespons
 @router.post(
     "/conversation.compact_status", response_model=CompactStatusResponse, responses=error_responses(404)
 )
-async def compact_status(
-    body: CompactStatusRequest,
-    who: Caller,
-    svc: Svc,
-) -> CompactStatusResponse:
+async def compact_status(body: CompactStatusRequest, who: Caller, svc: Svc) -> CompactStatusResponse:
     """The state of a deferred compaction, with its answer once complete."""
     got = await compacting.compact_status(svc, who, body.namespace, body.job_id)
     result = CompactResponse(**asdict(got.result)) if got.result is not None else None
@@ -86,11 +82,7 @@ def _receipt(r: Receipt) -> dict[str, object]:
 @router.post(
     "/conversation.delete_message", response_model=DeleteMessageResponse, responses=error_responses(404)
 )
-async def delete_message(
-    body: DeleteMessageRequest,
-    who: Caller,
-    svc: Svc,
-) -> DeleteMessageResponse:
+async def delete_message(body: DeleteMessageRequest, who: Caller, svc: Svc) -> DeleteMessageResponse:
     """Remove one turn, its embedding row and every copy derived from it (saved index,
     vector tables, memory evidence; a summary built from it is tombstoned and its turns
     come back); every older version leaves the disk before the answer, a receipt.

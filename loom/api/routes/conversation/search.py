@@ -3,8 +3,6 @@ to one user or session (a thread mixes users and has no user axis to bound)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from fastapi import APIRouter, Response
 
 from loom.api.deps import Caller, Svc
@@ -20,12 +18,7 @@ PLAN_HEADER = "x-loom-search-plan"
 
 
 @router.post("/conversation.search", response_model=SearchResponse)
-async def search(
-    body: SearchRequest,
-    response: Response,
-    who: Caller,
-    svc: Svc,
-) -> SearchResponse:
+async def search(body: SearchRequest, response: Response, who: Caller, svc: Svc) -> SearchResponse:
     """Vector search over the embedded turns (user and assistant turns, compaction
     summaries) of one namespace (`namespace`), or of every namespace the token grants
     when the body names none (`namespace_scope: "all_mine"`, the default). The answer's
@@ -62,8 +55,10 @@ async def search(
         mode=result.mode,
         fallback_reason=result.fallback_reason,
         namespaces=result.namespaces,
-        hits=[SearchHit(**asdict(h)) for h in result.hits],
+        hits=[SearchHit.model_validate(h, from_attributes=True) for h in result.hits],
         embedding_model=result.model,
         rerank=result.rerank,
-        time_window=TimeWindowOut(**asdict(result.time_window)) if result.time_window else None,
+        time_window=TimeWindowOut.model_validate(result.time_window, from_attributes=True)
+        if result.time_window
+        else None,
     )
