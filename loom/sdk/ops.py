@@ -848,9 +848,9 @@ class Memory(Group):
         as_of: datetime | None = None,
         time_phrases: Literal["filter", "ignore"] = "filter",
     ) -> m.MemorySearchResponse:
-        """`memory.search`: The user's current facts for `query` (or those valid at `as_of`): vector and BM25
-        legs fused by reciprocal rank, each hit with its score, legs, source, validity and links. Session
-        briefs are never in it.
+        """`memory.search`: The user's current facts for `query` (or those valid at `as_of`, or in the window
+        a time phrase of the query names): vector and BM25 legs fused by reciprocal rank, each hit with
+        its score, legs, source, validity and links. Session briefs are never in it.
 
         Args:
             query: 1 to 4,000 characters.

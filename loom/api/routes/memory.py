@@ -144,9 +144,10 @@ async def memory_search(
     who: Caller,
     svc: Svc,
 ) -> MemorySearchResponse:
-    """The user's current facts for `query` (or those valid at `as_of`): vector and BM25
-    legs fused by reciprocal rank, each hit with its score, legs, source, validity and
-    links. Session briefs are never in it."""
+    """The user's current facts for `query` (or those valid at `as_of`, or in the window
+    a time phrase of the query names): vector and BM25 legs fused by reciprocal rank,
+    each hit with its score, legs, source, validity and links. Session briefs are never
+    in it."""
     found = await facts.search(
         svc,
         who,

@@ -708,9 +708,10 @@ export interface paths {
         put?: never;
         /**
          * Memory Search
-         * @description The user's current facts for `query` (or those valid at `as_of`): vector and BM25
-         *     legs fused by reciprocal rank, each hit with its score, legs, source, validity and
-         *     links. Session briefs are never in it.
+         * @description The user's current facts for `query` (or those valid at `as_of`, or in the window
+         *     a time phrase of the query names): vector and BM25 legs fused by reciprocal rank,
+         *     each hit with its score, legs, source, validity and links. Session briefs are never
+         *     in it.
          */
         post: operations["memory_search_v1_memory_search_post"];
         delete?: never;
