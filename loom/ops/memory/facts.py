@@ -19,7 +19,8 @@ checked) while one is current; otherwise by the server, one round trip per leg r
 concurrently (BM25 over the postings while the query is embedded, exact cosine after),
 and the index is read in the background.
 Each hit says which legs found it, its source (set / extraction / crystallize, with the
-evidence ids an extraction decided from) and its times. Session briefs live in their
+evidence ids an extraction decided from) and its times. A time phrase of the query
+("in May 2025", "since March") bounds the facts' validity (loom.ops.memory.time_window). Session briefs live in their
 own table and are never embedded: they cannot be a hit.
 """
 
