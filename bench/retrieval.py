@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.retrieval [--data locomo10|longmemeval_oracle|PATH] [--limit N] [--embedder minilm]
         [--modes vector,hybrid,hybrid:10,lexical,hybrid+rerank] [--speaker-names off|on|both] [--latency-turns 100000]
+        [--embed-wait 900]
         [--out bench/results]
 
 A mode is ``vector``, ``lexical`` or ``hybrid``, the last optionally with its
@@ -37,6 +38,13 @@ embedded), and every question is asked by conversation.search (limit 10) in each
 Scored per question: recall@k, the share of its answer turns among the first k hits
 (questions with no answer turn are skipped), averaged per question type and overall;
 latency p50/p95 of the search calls as the client sees them (query embedding included).
+
+The stack waits ``--embed-wait`` seconds (LOOM_EMBED_WAIT_SECONDS, default 900) for an
+append's embedding: a 500-turn batch of a slower model (e5-small on a busy machine)
+outlasts the server's default 15 s, and a turn whose embedding did not come back in
+time is stored fail-open, with its error, and never embedded later. Scoring such a load
+would measure the failures, not the model: after loading, the study stops, naming the
+failed rows' count per error, if any embedding row of its namespaces holds an error.
 
 ``--latency-turns N`` also bulk-loads N turns into one namespace as bench/search_bench.py
 does (transcript and embedding rows by the storage layer; the postings and vector
@@ -231,7 +239,12 @@ def _turn_body(t: Turn, names: bool) -> dict[str, Any]:
 
 
 async def store(
-    http: httpx.AsyncClient, token: str, data: Dataset, suffix: str = "", names: bool = False
+    http: httpx.AsyncClient,
+    token: str,
+    data: Dataset,
+    suffix: str = "",
+    names: bool = False,
+    append_timeout: float = 600.0,
 ) -> float:
     """Every turn through conversation.append (into the namespaces + `suffix`, with the
     speakers' names as metadata.speaker when `names`); returns the seconds it took."""
@@ -244,9 +257,33 @@ async def store(
         r.raise_for_status()
         for lo in range(0, len(turns), BATCH):
             body = {"namespace": ns, "turns": [_turn_body(t, names) for t in turns[lo : lo + BATCH]]}
-            r = await http.post("/v1/conversation.append", json=body, headers=_auth(token), timeout=600)
+            r = await http.post(
+                "/v1/conversation.append", json=body, headers=_auth(token), timeout=append_timeout
+            )
             r.raise_for_status()
     return time.perf_counter() - t0
+
+
+def failed_embeddings(ch: Any, namespaces: list[str]) -> dict[str, int]:
+    """The loaded namespaces' embedding rows that hold an error, counted per error."""
+    rows = ch.query(
+        "SELECT error, count() AS n FROM conversation_embeddings FINAL "
+        "WHERE namespace IN {namespaces:Array(String)} AND error != '' AND NOT tombstoned "
+        "GROUP BY error ORDER BY n DESC",
+        parameters={"namespaces": namespaces},
+    ).named_results()
+    return {str(r["error"]): int(r["n"]) for r in rows}
+
+
+def require_embedded(ch: Any, namespaces: list[str]) -> None:
+    """Stop the study when a loaded turn has no vector because its embed failed."""
+    failed = failed_embeddings(ch, namespaces)
+    if failed:
+        counts = ", ".join(f"{n} x {error!r}" for error, n in failed.items())
+        raise SystemExit(
+            f"{sum(failed.values())} loaded turns failed to embed ({counts}): the recall would measure the "
+            "failures, not the model. Raise --embed-wait (LOOM_EMBED_WAIT_SECONDS) or load fewer turns."
+        )
 
 
 def _auth(token: str) -> dict[str, str]:
@@ -380,7 +417,8 @@ async def run(args: argparse.Namespace) -> list[str]:
         + ("" if data.real else "  (SAMPLE: tests the harness only, no quality claim)"),
         f"{len(data.turns)} namespaces, {sum(len(t) for t in data.turns.values()):,} turns, "
         f"{sum(1 for q in data.questions if q.answers)} questions with answer turns; embedder {args.embedder}, "
-        f"speaker prefix {'on' if args.speaker_prefix else 'off'}; speaker names {args.speaker_names}",
+        f"speaker prefix {'on' if args.speaker_prefix else 'off'}; speaker names {args.speaker_names}; "
+        f"embed wait {args.embed_wait:g}s",
     ]
 
     def log(msg: str) -> None:
@@ -400,7 +438,8 @@ async def run(args: argparse.Namespace) -> list[str]:
         ).token
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{stack.port}", timeout=120) as http:
             for suffix, names in copies:
-                took = await store(http, token, data, suffix, names)
+                took = await store(http, token, data, suffix, names, args.embed_wait + 60)
+                require_embedded(ch, [ns + suffix for ns in data.turns])
                 lines.append(
                     f"speaker names {'on' if names else 'off'}: stored through conversation.append in "
                     f"{took:.1f}s  [{load_avg()}]"
@@ -456,11 +495,18 @@ def main() -> None:
         default="off",
         help="store each turn's speaker name (LoCoMo) as metadata.speaker: off, on, or both (two copies)",
     )
+    ap.add_argument(
+        "--embed-wait",
+        type=float,
+        default=900.0,
+        help="the stack's LOOM_EMBED_WAIT_SECONDS: how long an append waits for its embedding",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temporary LOOM_HOME")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--tag", default="", help="appended to the results file's name")
     args = ap.parse_args()
     os.environ["LOOM_EMBED_SPEAKER_PREFIX"] = "true" if args.speaker_prefix else "false"
+    os.environ["LOOM_EMBED_WAIT_SECONDS"] = str(args.embed_wait)  # the stack inherits it
     lines = asyncio.run(run(args))
     print("\n".join(lines))
     args.out.mkdir(parents=True, exist_ok=True)

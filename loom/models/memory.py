@@ -101,6 +101,16 @@ class MemorySearchRequest(ScopedRequest):
     query: Annotated[str, Field(min_length=1, max_length=4_000)]
     limit: int = Field(10, ge=1, le=100)
     as_of: AsOf = None
+    time_phrases: Literal["filter", "ignore"] = Field(
+        "filter",
+        description='"filter": a time phrase of the query bounds the facts\' validity: a window with an end '
+        '("in May 2025", "last week", "before 3 March 2024") reads the facts as they stood just before it '
+        'ends (never later than now), a window with a start only ("since March", "in the last two weeks") '
+        "keeps the current facts that became true at or after it; the search answers without it when the "
+        'window holds no fact (`time_window` says which). "ignore": the words only rank. A question asking '
+        'for a time ("when did ...") and an event ("before the move") set no window; `as_of` wins over the '
+        "words.",
+    )
 
 
 class FactHitOut(FactOut):
@@ -110,9 +120,21 @@ class FactHitOut(FactOut):
     bm25: float | None = None
 
 
+class FactWindowOut(BaseModel):
+    phrase: str = Field(description="The words of the query that set the window.")
+    as_of: Timestamp | None = Field(description="The facts were read as they stood at this time (null: now).")
+    since: Timestamp | None = Field(description="Only facts valid from this time or later (null: any).")
+    applied: bool = Field(
+        description="False when the window held no fact and the search answered without it."
+    )
+
+
 class MemorySearchResponse(BaseModel):
     hits: list[FactHitOut]
     fallback_reason: str | None = Field(None, description="Why the vector leg did not run, if it did not.")
+    time_window: FactWindowOut | None = Field(
+        None, description="The query's time phrase and what it did (see `time_phrases`); null: none."
+    )
 
 
 class MemoryListRequest(ScopedRequest):

@@ -846,10 +846,11 @@ class Memory(Group):
         run_id: str = "",
         limit: int = 10,
         as_of: datetime | None = None,
+        time_phrases: Literal["filter", "ignore"] = "filter",
     ) -> m.MemorySearchResponse:
-        """`memory.search`: The user's current facts for `query` (or those valid at `as_of`): vector and BM25
-        legs fused by reciprocal rank, each hit with its score, legs, source, validity and links. Session
-        briefs are never in it.
+        """`memory.search`: The user's current facts for `query` (or those valid at `as_of`, or in the window
+        a time phrase of the query names): vector and BM25 legs fused by reciprocal rank, each hit with
+        its score, legs, source, validity and links. Session briefs are never in it.
 
         Args:
             query: 1 to 4,000 characters.
@@ -861,6 +862,13 @@ class Memory(Group):
             limit: 1 to 100.
             as_of: Answer the facts valid at this time (superseded ones included) instead of the current
                 facts (valid now and not superseded).
+            time_phrases: "filter": a time phrase of the query bounds the facts' validity: a window with
+                an end ("in May 2025", "last week", "before 3 March 2024") reads the facts as they stood
+                just before it ends (never later than now), a window with a start only ("since March", "in
+                the last two weeks") keeps the current facts that became true at or after it; the search
+                answers without it when the window holds no fact (`time_window` says which). "ignore": the
+                words only rank. A question asking for a time ("when did ...") and an event ("before the
+                move") set no window; `as_of` wins over the words.
         """
         return await self._op(
             "memory.search",
@@ -874,6 +882,7 @@ class Memory(Group):
                 "run_id": run_id,
                 "limit": limit,
                 "as_of": as_of,
+                "time_phrases": time_phrases,
             },
         )
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fastapi import APIRouter
 
 from loom.api.deps import Caller, Svc
@@ -18,6 +20,7 @@ from loom.models.memory import (
     FactHitOut,
     FactOut,
     FactVersionOut,
+    FactWindowOut,
     MemoryDeleteRequest,
     MemoryDeleteResponse,
     MemoryHistoryRequest,
@@ -141,9 +144,10 @@ async def memory_search(
     who: Caller,
     svc: Svc,
 ) -> MemorySearchResponse:
-    """The user's current facts for `query` (or those valid at `as_of`): vector and BM25
-    legs fused by reciprocal rank, each hit with its score, legs, source, validity and
-    links. Session briefs are never in it."""
+    """The user's current facts for `query` (or those valid at `as_of`, or in the window
+    a time phrase of the query names): vector and BM25 legs fused by reciprocal rank,
+    each hit with its score, legs, source, validity and links. Session briefs are never
+    in it."""
     found = await facts.search(
         svc,
         who,
@@ -154,6 +158,7 @@ async def memory_search(
         run_id=body.run_id,
         limit=body.limit,
         as_of=body.as_of,
+        time_phrases=body.time_phrases,
     )
     hits = [
         FactHitOut(
@@ -165,7 +170,8 @@ async def memory_search(
         )
         for h in found.hits
     ]
-    return MemorySearchResponse(hits=hits, fallback_reason=found.fallback_reason)
+    window = FactWindowOut(**asdict(found.time_window)) if found.time_window else None
+    return MemorySearchResponse(hits=hits, fallback_reason=found.fallback_reason, time_window=window)
 
 
 @router.post("/memory.list", response_model=MemoryListResponse)

@@ -19,7 +19,8 @@ checked) while one is current; otherwise by the server, one round trip per leg r
 concurrently (BM25 over the postings while the query is embedded, exact cosine after),
 and the index is read in the background.
 Each hit says which legs found it, its source (set / extraction / crystallize, with the
-evidence ids an extraction decided from) and its times. Session briefs live in their
+evidence ids an extraction decided from) and its times. A time phrase of the query
+("in May 2025", "since March") bounds the facts' validity (loom.ops.memory.time_window). Session briefs live in their
 own table and are never embedded: they cannot be a hit.
 """
 
@@ -35,8 +36,9 @@ from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
 from loom.ops.conversation.common import decode_cursor, encode_cursor
 from loom.ops.embedding import inline
-from loom.ops.memory import erasing, large_scope, scan_cache, validity
+from loom.ops.memory import erasing, large_scope, scan_cache, time_window, validity
 from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, large_scopes, new_memory_id, scope_for
+from loom.ops.memory.time_window import FactWindow
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import memories as store
@@ -216,6 +218,7 @@ class FactHit:
 class FactSearch:
     hits: list[FactHit] = field(default_factory=list)
     fallback_reason: str | None = None
+    time_window: FactWindow | None = None  # what the query's time phrase did
 
 
 # A scope of at most this many live facts is searched by one read of all of them, sent
@@ -387,13 +390,32 @@ async def search(
     run_id: str = "",
     limit: int = 10,
     as_of: datetime | None = None,
+    time_phrases: str = time_window.TIME_FILTER,
 ) -> FactSearch:
-    """memory.search (viewer): current facts, or those valid at `as_of`."""
+    """memory.search (viewer): current facts, or those valid at `as_of`; with no
+    `as_of`, a time phrase of the query bounds them (loom.ops.memory.time_window)."""
     who.require_role(Role.viewer)
     scope = scope_for(who, namespace, user_id, session_id, run_id)
     if not query.strip():
         raise InvalidRequest("query must not be blank", field="query", rule="not_blank")
-    return await hybrid(svc, scope, query, limit=limit, as_of=as_of)
+    time_window.check(time_phrases)
+    window = None
+    if as_of is None and time_phrases == time_window.TIME_FILTER:
+        window = time_window.of(query, utcnow())
+    if window is None:
+        return await hybrid(svc, scope, query, limit=limit, as_of=as_of)
+    return await _in_window(svc, scope, query, limit, window)
+
+
+async def _in_window(svc: Services, scope: Scope, query: str, limit: int, window: FactWindow) -> FactSearch:
+    """The search bounded by the query's time window; without it when it holds no fact."""
+    found = await hybrid(svc, scope, query, limit=time_window.pool(limit, window), as_of=window.as_of)
+    found.hits = [h for h in found.hits if time_window.keeps(window, h.fact.valid_from)][:limit]
+    if not found.hits:  # nothing held then: the question may not have meant a window
+        found = await hybrid(svc, scope, query, limit=limit)
+        window = dataclasses.replace(window, applied=False)
+    found.time_window = window
+    return found
 
 
 # -- list and delete --------------------------------------------------------------------

@@ -708,9 +708,10 @@ export interface paths {
         put?: never;
         /**
          * Memory Search
-         * @description The user's current facts for `query` (or those valid at `as_of`): vector and BM25
-         *     legs fused by reciprocal rank, each hit with its score, legs, source, validity and
-         *     links. Session briefs are never in it.
+         * @description The user's current facts for `query` (or those valid at `as_of`, or in the window
+         *     a time phrase of the query names): vector and BM25 legs fused by reciprocal rank,
+         *     each hit with its score, legs, source, validity and links. Session briefs are never
+         *     in it.
          */
         post: operations["memory_search_v1_memory_search_post"];
         delete?: never;
@@ -3020,6 +3021,29 @@ export interface components {
              */
             current: boolean;
         };
+        /** FactWindowOut */
+        FactWindowOut: {
+            /**
+             * Phrase
+             * @description The words of the query that set the window.
+             */
+            phrase: string;
+            /**
+             * As Of
+             * @description The facts were read as they stood at this time (null: now).
+             */
+            as_of: string | null;
+            /**
+             * Since
+             * @description Only facts valid from this time or later (null: any).
+             */
+            since: string | null;
+            /**
+             * Applied
+             * @description False when the window held no fact and the search answered without it.
+             */
+            applied: boolean;
+        };
         /** GetConfigRequest */
         GetConfigRequest: {
             /**
@@ -3815,6 +3839,13 @@ export interface components {
              * @description Answer the facts valid at this time (superseded ones included) instead of the current facts (valid now and not superseded).
              */
             as_of?: string | null;
+            /**
+             * Time Phrases
+             * @description "filter": a time phrase of the query bounds the facts' validity: a window with an end ("in May 2025", "last week", "before 3 March 2024") reads the facts as they stood just before it ends (never later than now), a window with a start only ("since March", "in the last two weeks") keeps the current facts that became true at or after it; the search answers without it when the window holds no fact (`time_window` says which). "ignore": the words only rank. A question asking for a time ("when did ...") and an event ("before the move") set no window; `as_of` wins over the words.
+             * @default filter
+             * @enum {string}
+             */
+            time_phrases?: "filter" | "ignore";
         };
         /** MemorySearchResponse */
         MemorySearchResponse: {
@@ -3825,6 +3856,8 @@ export interface components {
              * @description Why the vector leg did not run, if it did not.
              */
             fallback_reason?: string | null;
+            /** @description The query's time phrase and what it did (see `time_phrases`); null: none. */
+            time_window?: components["schemas"]["FactWindowOut"] | null;
         };
         /** MemorySectionOut */
         MemorySectionOut: {
