@@ -46,7 +46,7 @@ from loom import logging as loom_logging
 from loom import redis_keys
 from loom.clock import next_version
 from loom.jobs import EmbedTurn
-from loom.leases import Lease, LeaseLost
+from loom.leases import Lease, LeaseLost, keep_renewed
 from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED, FAILED, model_text, skipped
 from loom.ops.embedding.writer import PRESENT, ModelFn, Outcome, write_recovered
 from loom.ops.portability import windows
@@ -97,7 +97,7 @@ async def recover(
     if not await lease.try_acquire():
         return report
     report.ran = True
-    keeper = asyncio.get_running_loop().create_task(_keep(lease), name="embed-recovery-lease")
+    keeper = asyncio.get_running_loop().create_task(keep_renewed(lease), name="embed-recovery-lease")
     try:
         grace = svc.settings.recovery_grace_seconds if grace_s is None else grace_s
         await _pass(svc, model, grace, page, max_pages, keeper, report)
@@ -108,12 +108,6 @@ async def recover(
         with contextlib.suppress(Exception):
             await lease.release()
     return report
-
-
-async def _keep(lease: Lease) -> None:
-    while True:
-        await asyncio.sleep(lease.ttl_ms / 3000)
-        await lease.renew()  # LeaseLost ends the task: the pass stops at its next page
 
 
 async def _pass(

@@ -42,8 +42,8 @@ from loom import failures
 from loom import logging as loom_logging
 from loom.clock import next_version
 from loom.jobs import EmbedTurn, ReembedItem
+from loom.leases import under_thread_leases
 from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, model_text, skipped
-from loom.ops.conversation.leases import under_thread_leases
 from loom.providers.embedders.batcher import ModelResult
 from loom.services import Services
 from loom.settings import Settings

@@ -46,9 +46,8 @@ from loom import jobs, redis_keys
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import Forbidden, InvalidRequest, NotFound, Unavailable
-from loom.leases import LeaseTimeout
+from loom.leases import LeaseTimeout, under_thread_leases
 from loom.ops.conversation.common import EMBED_CHARS
-from loom.ops.conversation.leases import under_thread_leases
 from loom.ops.conversation.lifecycle.deleting import handed_to, heir
 from loom.ops.memory import erasing as memory_erasing
 from loom.ops.webhooks import events as webhook_events

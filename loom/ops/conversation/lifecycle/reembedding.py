@@ -23,7 +23,7 @@ from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version
 from loom.jobs import ReembedItem
-from loom.ops.conversation.leases import under_thread_leases
+from loom.leases import under_thread_leases
 from loom.ops.embedding.writer import ModelFn, model_texts, reembed_items
 from loom.providers.embedders import Embedder
 from loom.replies import JobFailed
