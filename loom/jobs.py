@@ -43,7 +43,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from loom.store.keys import EmbKey, TurnKey
+from loom.store.keys import EmbKey, TurnRef
 
 EMBED_TURNS = "embed_turns"
 REEMBED_ROWS = "reembed_rows"
@@ -59,28 +59,12 @@ class PayloadRefused(ValueError):
 
 
 @dataclass(frozen=True)
-class EmbedTurn:
+class EmbedTurn(TurnRef):
     """One stored turn to embed: the copy its embedding row will serve, and its text."""
 
-    namespace: str
-    agent: str
-    thread_id: str
-    msg_id: str
-    role: str
-    run_id: str
-    user_id: str
-    ts: datetime
     text: str
     is_summary: bool = False
     speaker: str = ""  # metadata.speaker (transcript_postings.speaker_of): the model's prefix
-
-    @property
-    def turn_key(self) -> TurnKey:
-        return TurnKey(self.namespace, self.agent, self.thread_id, self.msg_id)
-
-    @property
-    def emb_key(self) -> EmbKey:
-        return EmbKey(self.namespace, self.thread_id, self.msg_id)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.query import QueryResult
 
 from loom.store.clickhouse import key_sets
-from loom.store.keys import EmbKey, TurnKey
+from loom.store.keys import EmbKey, TurnKey, TurnRef
 from loom.store.rows import named
 
 # The dimensions migration 002 gave a vector table; other lengths are scanned exactly
@@ -370,17 +370,9 @@ def heads(ch: Client, keys: Sequence[TurnKey], chars: int) -> dict[TurnKey, str]
 
 
 @dataclass(frozen=True)
-class TextMatch:
+class TextMatch(TurnRef):
     """A live, searchable turn whose content holds the needle."""
 
-    namespace: str
-    agent: str
-    thread_id: str
-    msg_id: str
-    role: str
-    run_id: str
-    user_id: str
-    ts: datetime
     head: str  # the first `chars` characters of the content
 
 

@@ -4,19 +4,12 @@ loom.ops.conversation.reading.searching, and the re-ranker, search_rerank, share
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+
+from loom.store.keys import TurnRef
 
 
 @dataclass(frozen=True)
-class Hit:
-    namespace: str
-    agent: str
-    thread_id: str
-    msg_id: str
-    role: str
-    run_id: str
-    user_id: str
-    ts: datetime
+class Hit(TurnRef):
     similarity: float | None
     excerpt: str
     score: float | None = None  # the mode's own score (module docstring); None for substring hits
