@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from loom.api.deps import Caller, Svc
-from loom.models.conversation.search import SearchHit, SearchRequest, SearchResponse, TimeWindowOut
+from loom.models.conversation.search import SearchRequest, SearchResponse
 from loom.models.errors import COMMON, error_responses
 from loom.ops.conversation.reading import searching
 from loom.ops.conversation.reading.threads import ALL_AGENTS
@@ -51,14 +51,4 @@ async def search(body: SearchRequest, response: Response, who: Caller, svc: Svc)
         rerank=body.rerank,
     )
     response.headers[PLAN_HEADER] = ",".join(result.plan)
-    return SearchResponse(
-        mode=result.mode,
-        fallback_reason=result.fallback_reason,
-        namespaces=result.namespaces,
-        hits=[SearchHit.model_validate(h, from_attributes=True) for h in result.hits],
-        embedding_model=result.model,
-        rerank=result.rerank,
-        time_window=TimeWindowOut.model_validate(result.time_window, from_attributes=True)
-        if result.time_window
-        else None,
-    )
+    return SearchResponse.model_validate(result, from_attributes=True)
