@@ -48,15 +48,8 @@ async def import_start(body: ImportStartRequest, who: Caller, svc: Svc) -> Impor
     """Start an import of one file (or resume it: the same namespace, file fingerprint,
     format and options name the same job). The answer says which batch to send next
     (`next_seq`) and where the source was read up to (`position`)."""
-    job = await importing.start(
-        svc,
-        who,
-        body.namespace,
-        body.source,
-        body.fingerprint,
-        body.format,
-        body.options.model_dump(exclude_none=True),
-    )
+    options = body.options.model_dump(exclude_none=True)
+    job = await importing.start(svc, who, body.namespace, body.source, body.fingerprint, body.format, options)
     return _out(importing.Status(job, None))
 
 

@@ -7,7 +7,6 @@ from fastapi import APIRouter
 from loom.api.deps import Caller, Svc
 from loom.models.errors import COMMON, error_responses
 from loom.models.webhook import (
-    DeliveryOut,
     WebhookDeleteRequest,
     WebhookDeleteResponse,
     WebhookDeliveriesRequest,
@@ -67,6 +66,4 @@ async def deliveries(body: WebhookDeliveriesRequest, who: Caller, svc: Svc) -> W
     rows = await registry.deliveries(
         svc, who, body.namespace, webhook_id=body.webhook_id, event_id=body.event_id, limit=body.limit
     )
-    return WebhookDeliveriesResponse(
-        deliveries=[DeliveryOut.model_validate(r, from_attributes=True) for r in rows]
-    )
+    return WebhookDeliveriesResponse.model_validate({"deliveries": rows}, from_attributes=True)
