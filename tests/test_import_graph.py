@@ -25,6 +25,19 @@ def test_no_module_imports_itself_through_others() -> None:
     assert _cycle("loom", "workers", "clickhouse_schema") == []
 
 
+def test_the_edge_models_import_nothing_of_the_server() -> None:
+    """loom.models is what the API, the MCP tools and the SDK share: a client installs it
+    without the server, so it reaches for no op, store or service (not even late)."""
+    graph = grimp.build_graph("loom", cache_dir=None)
+    reached = {
+        imported
+        for module in graph.find_descendants("loom.models")
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.startswith("loom.") and not imported.startswith("loom.models")
+    }
+    assert reached <= {"loom.errors", "loom.limits"}, reached
+
+
 def test_a_cycle_cut_by_a_late_import_is_still_a_cycle(tmp_path, monkeypatch) -> None:
     pkg = tmp_path / "cyclic"
     pkg.mkdir()

@@ -24,8 +24,17 @@ from loom.models.conversation.saved import (
 )
 from loom.models.errors import COMMON, error_responses
 from loom.ops.conversation.saved import saved_reads, saving
+from loom.ops.conversation.saved.saving import NewMessage
 
 router = APIRouter(prefix="/v1", tags=["saved messages"], responses=error_responses(*COMMON))
+
+
+def _new_message(body: SaveRequest) -> NewMessage | None:
+    """What the body says about a message the transcript may not hold (role and
+    content are required only then, which the op decides)."""
+    if body.role is None and body.content is None:
+        return None
+    return NewMessage(body.role, body.content, body.run_id, dict(body.metadata), body.ts)
 
 
 @router.post("/conversation.save_message", response_model=SaveResponse)
@@ -44,7 +53,7 @@ async def save_message(body: SaveRequest, who: Caller, svc: Svc) -> SaveResponse
         body.conversation_id,
         body.message_id,
         agent=body.agent,
-        new=body.new_message(),
+        new=_new_message(body),
     )
     return SaveResponse(**asdict(result))
 
