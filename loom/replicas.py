@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
+from clickhouse_schema import runner
 from loom import logging as loom_logging
 from loom import redis_calls
 from loom.redis_keys import REPLICAS
@@ -173,8 +174,6 @@ async def registered(redis: Redis, replica: Replica) -> AsyncIterator[Replica]:
 async def serving(svc: Services, kind: str) -> AsyncIterator[Replica]:
     """A serving process's life: it refuses a database migrated by a newer build
     (SchemaTooNew), then is registered as a live replica until it stops."""
-    from clickhouse_schema import runner
-
     await svc.run(runner.check_not_newer, svc.ch)
     async with registered(svc.redis, this_process(kind, runner.newest_known())) as replica:
         yield replica

@@ -24,6 +24,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version
 from loom.jobs import ReembedItem
 from loom.leases import under_thread_leases
+from loom.ops.conversation.writing.appending import pipeline
 from loom.ops.embedding.writer import ModelFn, model_texts, reembed_items
 from loom.providers.embedders import Embedder
 from loom.replies import JobFailed
@@ -162,8 +163,6 @@ async def reembed(
     svc: Services, who: Principal, namespace: str, *, thread_id: str | None = None
 ) -> ReembedReport:
     """conversation.reembed (admin): re-embed through the worker pool."""
-    from loom.ops.conversation.writing.appending import pipeline
-
     who.require_role(Role.admin)
     ns = who.namespace(namespace)
     client = pipeline(svc).embedder
