@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from loom.clock import next_version, utcnow
 from loom.store import conversations as conv_store
@@ -85,6 +85,9 @@ class ReceiptLine(BaseModel):
     """One table's line of a receipt: rows tombstoned (or hidden) at the request, rows
     removed from disk by the job, and the digest of the keys per namespace."""
 
+    # A newer build's keys survive this build's rewrite of the receipt (a rolling upgrade).
+    model_config = ConfigDict(extra="allow")
+
     tombstoned: int = 0
     removed: int = 0
     digests: dict[str, str] = Field(default_factory=dict)
@@ -103,6 +106,8 @@ class Receipt(BaseModel):
     """What an erasure did, never any removed text. A line's `hidden` (none for a table
     only the removal touched) and `progress` (none before the job planned) are left out
     of the stored and answered JSON when there are none."""
+
+    model_config = ConfigDict(extra="allow")  # as ReceiptLine's
 
     erasure_id: str = ""
     kind: str = ""
