@@ -34,10 +34,9 @@ from loom import logging as loom_logging
 from loom.clock import next_version
 from loom.jobs import EmbedTurn, ReembedItem
 from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, skipped
-from loom.ops.embedding.writer import Outcome, embedding_row, write_under_leases
+from loom.ops.embedding.writer import Outcome, embedding_row, states_of, write_under_leases
 from loom.replies import Reply, ReplyChannel
 from loom.services import Services
-from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store.keys import EmbKey
 
@@ -91,8 +90,7 @@ async def record_unanswered(
 
     def write(idxs: list[int]) -> dict[int, Outcome]:
         batch = [turns[i] for i in idxs]
-        live = conv_store.states(svc.ch, [t.turn_key for t in batch])
-        current = emb_store.states(svc.ch, [t.emb_key for t in batch])
+        live, current = states_of(svc.ch, batch)
         rows: dict[EmbKey, emb_store.EmbeddingRow] = {}
         local: dict[int, Outcome] = {}
         for i, t in zip(idxs, batch, strict=True):

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from clickhouse_connect.driver.client import Client
 
 from loom import failures
 from loom import logging as loom_logging
@@ -50,7 +51,7 @@ from loom.settings import Settings
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import search_marks
-from loom.store.keys import EmbKey
+from loom.store.keys import EmbKey, TurnKey
 from loom.store.write_buffer import Batcher
 
 log = loom_logging.get("loom.conversation.embedding")
@@ -350,6 +351,16 @@ async def write_under_leases(
 PRESENT = "present"  # the recovery pass found an embedding row in place: nothing written
 
 
+def states_of(
+    ch: Client, turns: Sequence[EmbedTurn]
+) -> tuple[dict[TurnKey, conv_store.TurnState], dict[EmbKey, emb_store.EmbeddingState]]:
+    """What a write under the thread leases checks first: each turn's transcript row
+    and its embedding row, as they are now."""
+    return conv_store.states(ch, [t.turn_key for t in turns]), emb_store.states(
+        ch, [t.emb_key for t in turns]
+    )
+
+
 async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: ModelResult) -> list[Outcome]:
     """The recovery pass's write (loom.ops.embedding.recovery), after its model call:
     under the thread leases, for each turn still live that has no embedding row at all,
@@ -359,8 +370,7 @@ async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: Mod
 
     def write(idxs: list[int]) -> dict[int, Outcome]:
         batch = [turns[i] for i in idxs]
-        live = conv_store.states(svc.ch, [t.turn_key for t in batch])
-        current = emb_store.states(svc.ch, [t.emb_key for t in batch])
+        live, current = states_of(svc.ch, batch)
         rows: dict[EmbKey, emb_store.EmbeddingRow] = {}
         local: dict[int, Outcome] = {}
         for i, t in zip(idxs, batch, strict=True):
