@@ -26,17 +26,7 @@ router = APIRouter(prefix="/v1", tags=["deletion and erasure"], responses=error_
 
 
 def _erasure(req: Request) -> ErasureResponse:
-    return ErasureResponse(
-        erasure_id=req.erasure_id,
-        kind=req.kind,
-        state=req.state,
-        steps_total=req.steps_total,
-        steps_done=req.steps_done,
-        receipt=req.receipt.as_json(),
-        error=req.error,
-        created_at=req.created_at,
-        updated_at=req.updated_at,
-    )
+    return ErasureResponse.model_validate(asdict(req) | {"receipt": req.receipt.as_json()})
 
 
 @router.post("/erasure.request", response_model=ErasureResponse)
