@@ -241,6 +241,20 @@ def cpu_idle(seconds: float = 1.0) -> float | None:
     return (i1 - i0) / (t1 - t0) if t1 > t0 else None
 
 
+def _git(*args: str) -> str:
+    with contextlib.suppress(Exception):
+        out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=5)
+        return out.stdout.strip()
+    return ""
+
+
+def measured_commit() -> dict[str, Any]:
+    """The commit this run measures, read when it starts (a commit made during a long run
+    must not be taken for it), and whether the code differed from it (results aside)."""
+    changed = _git("status", "--porcelain", "--", ".", ":(exclude)bench/results")
+    return {"loom_commit": _git("rev-parse", "--short", "HEAD"), "loom_commit_dirty": bool(changed)}
+
+
 def machine_facts() -> dict[str, Any]:
     cpu = ""
     with contextlib.suppress(OSError):
@@ -251,14 +265,6 @@ def machine_facts() -> dict[str, Any]:
     mem = 0
     with contextlib.suppress(ValueError, OSError):
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    commit = ""
-    with contextlib.suppress(Exception):
-        commit = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
     return {
         "nproc": os.cpu_count(),
         "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
@@ -267,7 +273,6 @@ def machine_facts() -> dict[str, Any]:
         "memory_gib": round(mem / 2**30, 1),
         "os": platform.platform(),
         "python": platform.python_version(),
-        "loom_commit": commit,
         "packages": {
             p: _version(p)
             for p in (
@@ -592,7 +597,7 @@ async def run(cfg: Config, started: list[Target] | None = None) -> dict[str, Any
     live: list[Target] = []
     started = started if started is not None else []
     idle = cpu_idle()
-    quiet = {"cpu_idle_before_run": idle, "loadavg_before_run": os.getloadavg()}
+    quiet = {"cpu_idle_before_run": idle, "loadavg_before_run": os.getloadavg(), **measured_commit()}
     if idle is not None and idle < 0.8:
         log(
             f"WARNING: the machine is busy before the run ({(1 - idle) * 100:.0f}% CPU in use by other "
