@@ -712,19 +712,20 @@ class LoomTarget(HttpTarget):
             return
         self._need_store()
         self._wake()
-        deadline = time.monotonic() + SETTLE_BASE_S + SETTLE_PER_TURN_S * len(pending)
+        allowed = SETTLE_BASE_S + SETTLE_PER_TURN_S * len(pending)
+        deadline = time.monotonic() + allowed
         while True:
             states = await asyncio.to_thread(embeddings_states, self.ch, pending)
-            pending = [k for k in pending if not _embedded(states.get(k))]
+            settled = {k for k in pending if _embedded(states.get(k))}
+            self.settle_errors += sum(1 for k in settled if not states[k].has_vector)
+            pending = [k for k in pending if k not in settled]
             if not pending:
-                self.settle_errors += sum(1 for k in self.to_embed if states.get(k) and states[k].error)
                 self.to_embed.clear()
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"{len(pending)} of {len(self.to_embed)} appended turns still have no vector after "
-                    f"{SETTLE_BASE_S + SETTLE_PER_TURN_S * len(self.to_embed):.0f} s "
-                    f"(first: {'/'.join(pending[0])})"
+                    f"{allowed:.0f} s (first: {'/'.join(pending[0])})"
                 )
             await asyncio.sleep(SETTLE_POLL_S)
 
