@@ -258,6 +258,14 @@ def mark_records(results: list[Result]) -> list[Record]:
         tag = "harness"
         if tag not in rec.source.record_of:
             rec.source.record_of.append(tag)
+    # The newest run of each harness mode stays current too: what `make bench-quick` and
+    # `make bench` last printed, whichever run holds the record of each figure.
+    last_run: dict[str, Result] = {}
+    for res in results:
+        if res.kind == "harness" and res.harness is not None:
+            last_run[str(res.harness["meta"].get("mode", ""))] = res
+    for mode, res in last_run.items():
+        res.record_of.append(f"newest {mode} run")
     # A study's record: its files of the newest date and time (files named without a time
     # cannot be told apart within their day, so all of that day's stay records).
     newest: dict[str, tuple[str, str]] = {}
@@ -311,7 +319,8 @@ def render(results: list[Result], records: list[Record]) -> str:
         "current). A file's commit is the one it measured where the file records it (the harness",
         "records it in `meta.machine.loom_commit`), `—` where it does not. **record** marks the",
         "figure of record of a metric: for the harness (`python -m bench`), the newest run with a",
-        "Loom value for that scale, figure and statistic; for a study, its newest files. Files that",
+        "Loom value for that scale, figure and statistic (and the newest run of each mode); for a",
+        "study, its newest files. Files that",
         "are the record of nothing were superseded and live in `archive/`.",
         "",
         "## Figures of record: `python -m bench`",
