@@ -133,7 +133,7 @@ def collect() -> list[Result]:
         m = _STEM.match(stem)
         date, hhmm, rest = (m.group(1), m.group(2) or "", m.group(3)) if m else ("", "", stem)
         kind, command = _kind(rest)
-        res = by_stem.setdefault(stem, Result(stem, date, hhmm, kind, command))
+        res = by_stem.setdefault(stem, Result(stem=stem, date=date, time=hhmm, kind=kind, command=command))
         res.files.append(path)
     for res in by_stem.values():
         _describe(res)
@@ -235,15 +235,15 @@ def harness_records(results: Iterable[Result]) -> list[Record]:
             if r["stat"] not in RECORD_STATS.get(r["figure"], ()) or r["loom"] is None:
                 continue
             best[(r["scale"], r["figure"], r["stat"])] = Record(
-                r["scale"],
-                r["figure"],
-                r["label"],
-                r["stat"],
-                r["unit"],
-                r["loom"],
-                r["baseline"],
-                r["ratio"],
-                res,
+                scale=r["scale"],
+                figure=r["figure"],
+                label=r["label"],
+                stat=r["stat"],
+                unit=r["unit"],
+                loom=r["loom"],
+                baseline=r["baseline"],
+                ratio=r["ratio"],
+                source=res,
             )
     figures = list(RECORD_STATS)
     return sorted(
