@@ -12,8 +12,10 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# The bench extra (the Postgres + pgvector baseline) is part of the test install: the
+# harness's end-to-end test (tests/bench/test_harness.py) runs both targets.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -47,11 +49,9 @@ lint: $(STAMP)
 	$(BIN)/mypy loom workers clickhouse_schema
 
 bench: $(STAMP)
-	$(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python -m bench
 
 bench-quick: $(STAMP)
-	$(BIN)/pip install -q -e '.[test,bench]'
 	$(BIN)/python -m bench --quick
 
 clean:

@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--scales 10k,100k,1m] [--only baseline|loom] [--out bench/results]``"""
+"""``python -m bench [--quick | --smoke] [--scales 10k,100k,1m] [--only baseline|loom] [--out bench/results]``"""
 
 from __future__ import annotations
 
@@ -41,8 +41,14 @@ def parser() -> argparse.ArgumentParser:
         description="Loom vs a Postgres + pgvector baseline, side by side: append, vector search, saved "
         "hybrid search, bytes on disk, erasure. Prints a table and writes JSON under --out.",
     )
-    p.add_argument(
+    size = p.add_mutually_exclusive_group()
+    size.add_argument(
         "--quick", action="store_true", help="10k scale with smaller query/append counts (< 5 min)"
+    )
+    size.add_argument(
+        "--smoke",
+        action="store_true",
+        help="2k turns and a few calls per figure (~1 min): checks that every figure runs, measures nothing",
     )
     p.add_argument(
         "--scales",
@@ -63,7 +69,7 @@ def parser() -> argparse.ArgumentParser:
         help="cap on any one timed load, in seconds (default 300; --quick 60)",
     )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="results directory")
-    p.add_argument("--concurrency", type=int, default=32, help="concurrent HTTP clients (default 32)")
+    p.add_argument("--concurrency", type=int, help="concurrent HTTP clients (default 32; --smoke 8)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument(
         "--target-recall",
@@ -131,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             "phase_seconds",
         )
     }
-    cfg = Config.for_mode(args.quick, **kw)
+    cfg = Config.for_mode("smoke" if args.smoke else "quick" if args.quick else "full", **kw)
     log(
-        f"bench: {'quick' if cfg.quick else 'full'} mode, scales {', '.join(f'{s:,}' for s in cfg.scales)}, "
+        f"bench: {cfg.mode} mode, scales {', '.join(f'{s:,}' for s in cfg.scales)}, "
         f"{cfg.concurrency} clients, only={cfg.only or 'both'}"
     )
 

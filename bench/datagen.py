@@ -888,10 +888,12 @@ def fresh_turns(n: int, seed: int, tag: str, *, roles: Sequence[str] | None = No
     return out
 
 
-def saved_turns(seed: int = 42) -> list[Turn]:
-    """The saved-message set: 10,000 saved messages of ``saver`` and 2,000 each of three others."""
+def saved_turns(seed: int = 42, share: float = 1.0) -> list[Turn]:
+    """The saved-message set: 10,000 saved messages of ``saver`` and 2,000 each of three others
+    (times ``share``: the harness's smoke mode loads 5% of it)."""
     out: list[Turn] = []
-    for u, (user, count) in enumerate(SAVED_USERS):
+    for u, (user, full) in enumerate(SAVED_USERS):
+        count = max(1, round(full * share))
         got = 0
         k = 0
         while got < count:
@@ -1055,13 +1057,14 @@ def build_dataset(
     n_saved: int = 500,
     n_erase: int = 3,
     derive_mode: str = "mix",
+    saved_share: float = 1.0,
     embedder: Any = None,
     log: Callable[[str], None] = print,
 ) -> Dataset:
     t0 = time.perf_counter()
     main = turns(scale, seed, MAIN_NS)
     noise = [t for ns in NOISE_NS for t in turns(max(1, scale // 20), seed, ns)]
-    saved = saved_turns(seed)
+    saved = saved_turns(seed, saved_share)
     rows = main + saved + noise
     has_vec = np.array([embeddable(t) for t in rows], dtype=bool)
     emb_idx = np.flatnonzero(has_vec)

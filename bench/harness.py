@@ -43,9 +43,51 @@ from bench.targets import LoomTarget, RunContext, Target
 REPO = Path(__file__).resolve().parent.parent
 
 
+# The sizes of each mode. "smoke" is the harness's own check (tests/bench/test_harness.py):
+# every figure of both targets at a scale that runs in about a minute; its figures say the
+# harness works, not how fast anything is.
+MODES: dict[str, dict[str, Any]] = {
+    "smoke": dict(
+        n_real=100,
+        n_search=60,
+        n_calibration=40,
+        n_saved=30,
+        n_solo=10,
+        warmup=8,
+        n_append=200,
+        n_append_embed=30,
+        n_erase=2,
+        phase_seconds=20.0,
+        concurrency=8,
+        saved_share=0.05,
+        scales=[2_000],
+    ),
+    "quick": dict(
+        n_real=2000,
+        n_search=500,
+        n_calibration=200,
+        n_saved=300,
+        n_append=3000,
+        n_append_embed=300,
+        phase_seconds=60.0,
+        scales=[10_000],
+    ),
+    "full": dict(
+        n_real=20_000,
+        n_search=2000,
+        n_calibration=300,
+        n_saved=1000,
+        n_append=10_000,
+        n_append_embed=1000,
+        phase_seconds=300.0,
+        scales=[10_000, 100_000, 1_000_000],
+    ),
+}
+
+
 @dataclass
 class Config:
-    quick: bool = False
+    mode: str = "full"  # a key of MODES
     scales: list[int] = field(default_factory=lambda: [10_000])
     only: str | None = None
     out: Path = REPO / "bench" / "results"
@@ -69,38 +111,22 @@ class Config:
     n_erase: int = 3
     warmup: int = 50
     phase_seconds: float = 300.0  # cap on any one timed load
+    saved_share: float = 1.0  # of the 16,000-message saved set
     figures: list[str] | None = None  # None: all; else a subset of FIGURE_CHOICES (load, bytes always)
+
+    @property
+    def quick(self) -> bool:
+        """Smaller than the full mode (the targets size their own waits by it)."""
+        return self.mode != "full"
 
     def wants(self, figure: str) -> bool:
         return self.figures is None or figure in self.figures
 
     @classmethod
-    def for_mode(cls, quick: bool, **kw: Any) -> Config:
-        base: dict[str, Any] = (
-            dict(
-                n_real=2000,
-                n_search=500,
-                n_calibration=200,
-                n_saved=300,
-                n_append=3000,
-                n_append_embed=300,
-                phase_seconds=60.0,
-                scales=[10_000],
-            )
-            if quick
-            else dict(
-                n_real=20_000,
-                n_search=2000,
-                n_calibration=300,
-                n_saved=1000,
-                n_append=10_000,
-                n_append_embed=1000,
-                phase_seconds=300.0,
-                scales=[10_000, 100_000, 1_000_000],
-            )
-        )
+    def for_mode(cls, mode: str, **kw: Any) -> Config:
+        base = dict(MODES[mode])
         base.update({k: v for k, v in kw.items() if v is not None})
-        return cls(quick=quick, **base)
+        return cls(mode=mode, **base)
 
 
 # --figures: the optional figures and the result keys each one writes. The load, the index build
@@ -215,6 +241,20 @@ def cpu_idle(seconds: float = 1.0) -> float | None:
     return (i1 - i0) / (t1 - t0) if t1 > t0 else None
 
 
+def _git(*args: str) -> str:
+    with contextlib.suppress(Exception):
+        out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=5)
+        return out.stdout.strip()
+    return ""
+
+
+def measured_commit() -> dict[str, Any]:
+    """The commit this run measures, read when it starts (a commit made during a long run
+    must not be taken for it), and whether the code differed from it (results aside)."""
+    changed = _git("status", "--porcelain", "--", ".", ":(exclude)bench/results")
+    return {"loom_commit": _git("rev-parse", "--short", "HEAD"), "loom_commit_dirty": bool(changed)}
+
+
 def machine_facts() -> dict[str, Any]:
     cpu = ""
     with contextlib.suppress(OSError):
@@ -225,14 +265,6 @@ def machine_facts() -> dict[str, Any]:
     mem = 0
     with contextlib.suppress(ValueError, OSError):
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    commit = ""
-    with contextlib.suppress(Exception):
-        commit = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
     return {
         "nproc": os.cpu_count(),
         "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
@@ -241,7 +273,6 @@ def machine_facts() -> dict[str, Any]:
         "memory_gib": round(mem / 2**30, 1),
         "os": platform.platform(),
         "python": platform.python_version(),
-        "loom_commit": commit,
         "packages": {
             p: _version(p)
             for p in (
@@ -304,6 +335,7 @@ def build_workload(cfg: Config, scale: int) -> Workload:
         n_saved=cfg.n_saved,
         n_erase=cfg.n_erase,
         derive_mode=cfg.derive,
+        saved_share=cfg.saved_share,
         log=log,
     )
     main = np.flatnonzero(ds.has_vec & ds.rows_of(datagen.MAIN_NS))
@@ -468,7 +500,7 @@ async def measure(t: Target, w: Workload, cfg: Config, target_recall: float, out
             ki = [i for i in idx if w.saved_kinds[i] == kind]
             by_kind[kind] = hit_at_k([ld.results[i] for i in ki], [w.saved_sources[i] for i in ki])
         res["hit_at_10_by_kind"] = by_kind
-        res["saved_per_user"] = dict(datagen.SAVED_USERS)[datagen.SAVER]
+        res["saved_per_user"] = round(dict(datagen.SAVED_USERS)[datagen.SAVER] * cfg.saved_share)
         log(
             f"  {t.name}: saved search p50 {res['latency_ms'].get('p50', 0):.1f} ms p95 "
             f"{res['latency_ms'].get('p95', 0):.1f} ms, hit@10 {res['hit_at_10']:.3f} {by_kind}"
@@ -565,7 +597,7 @@ async def run(cfg: Config, started: list[Target] | None = None) -> dict[str, Any
     live: list[Target] = []
     started = started if started is not None else []
     idle = cpu_idle()
-    quiet = {"cpu_idle_before_run": idle, "loadavg_before_run": os.getloadavg()}
+    quiet = {"cpu_idle_before_run": idle, "loadavg_before_run": os.getloadavg(), **measured_commit()}
     if idle is not None and idle < 0.8:
         log(
             f"WARNING: the machine is busy before the run ({(1 - idle) * 100:.0f}% CPU in use by other "
@@ -631,7 +663,7 @@ async def run(cfg: Config, started: list[Target] | None = None) -> dict[str, Any
         status.setdefault(t.name, {})["facts"] = t.facts()
     return {
         "meta": {
-            "mode": "quick" if cfg.quick else "full",
+            "mode": cfg.mode,
             "started": began.isoformat(timespec="seconds"),
             "seconds": round(time.perf_counter() - t_start, 1),
             "argv": sys.argv[1:],

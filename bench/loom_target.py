@@ -18,8 +18,8 @@ in ``user_id``, on both tables.
 
 The timed operations are Loom's HTTP ops (``conversation.append``, ``conversation.search``,
 ``conversation.search_saved_messages``). The search routes are looked up in ``/openapi.json``
-at start: a route that is not there makes its figure "not wired". Erasure has no op yet:
-``erase_user`` is a lightweight ``DELETE`` of the user's rows (see :meth:`LoomTarget.facts`).
+at start: a route that is not there makes its figure "not wired". ``erase_user`` is
+``erasure.request`` (see :meth:`LoomTarget.facts`).
 """
 
 from __future__ import annotations
@@ -45,20 +45,29 @@ import numpy as np
 from bench import datagen
 from bench.loom_stack import LoomStack
 from bench.targets import AppendResult, HttpTarget, RunContext, Turn
-from loom.queue import QUEUE  # the arq sorted set the workers poll
 
 SEARCH_PATH = "/v1/conversation.search"
 SAVED_PATH = "/v1/conversation.search_saved_messages"
 ERASURE_PATH = "/v1/erasure.request"
 ERASURE_STATUS_PATH = "/v1/erasure.status"
 APPEND_PATH = "/v1/conversation.append"
-IN_PROGRESS = "arq:in-progress:*"  # arq's in_progress_key_prefix
-CRON_JOBS = (b"conversation_titler", b"recover_embeddings")
+# settle(): polled every SETTLE_POLL_S until the appended turns are embedded, for at most
+# SETTLE_BASE_S plus SETTLE_PER_TURN_S per pending turn (MiniLM does 20-50 texts/s on two
+# busy cores; 2 s a turn is a stalled worker, not a slow one).
+SETTLE_POLL_S = 0.05
+SETTLE_BASE_S = 60.0
+SETTLE_PER_TURN_S = 2.0
 
 
-def _scheduled(key: bytes) -> bool:
-    """An in-progress key of one of Loom's scheduled jobs (arq:in-progress:<name>:<time>)."""
-    return any(key.startswith(b"arq:in-progress:" + name + b":") for name in CRON_JOBS)
+def _embedded(state: Any) -> bool:
+    """A turn's embedding is settled: a vector, or the error Loom recorded (fail-open)."""
+    return state is not None and (state.has_vector or bool(state.error))
+
+
+def embeddings_states(ch: Any, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], Any]:
+    from loom.store import embeddings
+
+    return embeddings.states(ch, keys)
 
 
 AGENT = "default"
@@ -87,7 +96,7 @@ class LoomTarget(HttpTarget):
         self.stack: LoomStack | None = None
         self.ch: Any = None  # loom.store.clickhouse.connect: the bulk-load client
         self.admin: Any = None  # same endpoint, long timeout: OPTIMIZE, DELETE, TRUNCATE
-        self.redis: Any = None  # redis.asyncio client for settle()
+        self.redis: Any = None  # redis.asyncio client (its version for the facts)
         self.redis_url = ""
         self.clickhouse_url = ""
         self.database = "loom"
@@ -110,6 +119,8 @@ class LoomTarget(HttpTarget):
         self.erase_seconds: list[dict[str, float]] = []
         self.erase_unreadable_seconds: float | None = None  # set by the op path: the timed part
         self.saved_modes: collections.Counter[str] = collections.Counter()
+        self.to_embed: set[tuple[str, str, str]] = set()  # appended turns settle() waits for
+        self.settle_errors = 0  # of those, the ones Loom recorded an embedding error for
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -286,8 +297,9 @@ class LoomTarget(HttpTarget):
             "conversations and conversation_embeddings only"
             + (" (this run)" if os.environ.get("LOOM_BENCH_ERASE") == "base" else ""),
             "append without embedding: the turn is sent as role 'tool' (Loom embeds user/assistant turns only)",
-            "settle: waits until the arq queue (loom:queue) is empty and no job is in progress; appends "
-            "of embedded turns answer only once their vector is written, so it is near zero",
+            "settle: waits until every turn the run appended for embedding has its vector (or the error "
+            "Loom recorded for it), read from conversation_embeddings; appends of embedded turns answer "
+            "once their vector is written, so it is near zero",
             "Loom's processes are frozen (SIGSTOP) between its measurements, so they take no CPU while the "
             "baseline runs"
             if not self.external
@@ -322,6 +334,7 @@ class LoomTarget(HttpTarget):
             "bulk_load_seconds": self.load_seconds,
             "turns_not_embedded_on_load": self.not_embedded_on_load,
             "append_outcomes": dict(self.append_outcomes),
+            "settle_embedding_errors": self.settle_errors,
             "search_modes": dict(self.search_modes),
             "saved_search_modes": dict(self.saved_modes),
             "erase_plan": self.erase_plan,
@@ -390,7 +403,7 @@ class LoomTarget(HttpTarget):
 
         await asyncio.to_thread(run)
         await asyncio.to_thread(self._announce_rewritten)
-        await self.settle()
+        self.to_embed.clear()  # truncated: nothing of them is left to embed
         self.loaded_rows = 0
         if self.stack is not None:
             self.stack.pause()
@@ -681,22 +694,40 @@ class LoomTarget(HttpTarget):
         }
         r = await self.post(APPEND_PATH, body)
         self.append_outcomes[f"{'embed' if embed else 'plain'}:{r.get('embedding', '')}"] += 1
+        if (
+            r["stored"]
+            and role in datagen.EMBEDDED_ROLES
+            and not str(r.get("embedding", "")).startswith("skipped")
+        ):
+            self.to_embed.add((turn["namespace"], turn["thread_id"], str(r.get("msg_id") or turn["msg_id"])))
         return AppendResult(bool(r["stored"]), r.get("reason"))
 
     async def settle(self) -> None:
-        """Until the arq queue is empty and no job is in progress. Scheduled jobs' keys do
-        not count: arq keeps a cron job's in-progress key for a minute after it ran, and
-        the titler ticks every 5 s, so one always exists."""
-        if self.redis is None:
+        """Until every turn this run appended for embedding has its vector (or the error
+        Loom recorded for it). It waits for the work the run gave Loom, not for an idle
+        queue: Loom's scheduled jobs (the titler every few seconds) keep arq busy forever.
+        The deadline grows with what is pending; past it, the error names the turns left."""
+        pending = sorted(self.to_embed)
+        if not pending:
             return
+        self._need_store()
         self._wake()
-        deadline = time.monotonic() + 900
-        while time.monotonic() < deadline:
-            running = [k for k in await self.redis.keys(IN_PROGRESS) if not _scheduled(k)]
-            if await self.redis.zcard(QUEUE) == 0 and not running:
+        allowed = SETTLE_BASE_S + SETTLE_PER_TURN_S * len(pending)
+        deadline = time.monotonic() + allowed
+        while True:
+            states = await asyncio.to_thread(embeddings_states, self.ch, pending)
+            settled = {k for k in pending if _embedded(states.get(k))}
+            self.settle_errors += sum(1 for k in settled if not states[k].has_vector)
+            pending = [k for k in pending if k not in settled]
+            if not pending:
+                self.to_embed.clear()
                 return
-            await asyncio.sleep(0.01)
-        raise RuntimeError("Loom's job queue did not drain in 900 s")
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{len(pending)} of {len(self.to_embed)} appended turns still have no vector after "
+                    f"{allowed:.0f} s (first: {'/'.join(pending[0])})"
+                )
+            await asyncio.sleep(SETTLE_POLL_S)
 
     async def search(self, namespace: str, query: str | np.ndarray, k: int) -> list[str]:
         if SEARCH_PATH not in self.paths:

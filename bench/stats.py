@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -37,3 +39,15 @@ def hit_at_k(hits: Sequence[Sequence[str]], sources: Sequence[str], k: int = 10)
     if not sources:
         return 0.0
     return sum(1 for h, s in zip(hits, sources, strict=True) if s in h[:k]) / len(sources)
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU time of the processes (clock ticks from /proc/<pid>/stat)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")

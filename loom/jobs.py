@@ -18,7 +18,7 @@ On the wire a payload is the model's plain dump (a dict of strings, numbers, dat
 and lists: arq pickles it). The append path's embedding job is on every append's
 critical path: the API builds it without validation (:meth:`pydantic.BaseModel.model_construct`,
 its values are the API's own) and the worker validates it once
-(bench/job_payload_bench.py measures both).
+(both measured: bench/results/2026-12-01-2320-job-payload.txt).
 
 Who enqueues each job:
 

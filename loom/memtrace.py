@@ -1,6 +1,6 @@
 """Where a long-running process's memory grows: tracemalloc snapshots, for diagnosis only.
 
-Off unless ``LOOM_MEMTRACE_DIR`` is set (a soak sets it: ``bench.soak_bench --env
+Off unless ``LOOM_MEMTRACE_DIR`` is set (a soak sets it: ``bench.studies.soak --env
 LOOM_MEMTRACE_DIR=/tmp/mt``). Then, once start-up is done, tracing starts (allocations
 made before are not traced: the growth is what matters), and every
 ``LOOM_MEMTRACE_EVERY_S`` seconds (default 120) a daemon thread appends to

@@ -53,7 +53,7 @@ What it is built on:
   call arguments. The rules below read the union of the languages.
 
 The shapes, stated as rules (tests/data/sensitivity_corpus.jsonl holds examples of each,
-and bench/sensitivity_bench.py scores them per kind):
+and bench/studies/sensitivity.py scores them per kind):
 
 * A cloud storage account key is 64 random bytes in base64: 88 characters ending in
   ``==``, mixed case and digits. It reads as high anywhere (in prose, in a connection
@@ -131,7 +131,7 @@ followed by a quote, DSNs without a scheme only at "@" signs. Regexes then run o
 characters holding a known prefix, keyword regexes where a keyword is followed by an
 operator, card/SSN patterns on digit groups that could be one, the table reader only on
 rows holding a 9+ digit number that validates (one walk up to the header per table), the
-SID rule only where ``AC``/``SK`` occurs. Cost per turn: see bench/sensitivity_bench.py
+SID rule only where ``AC``/``SK`` occurs. Cost per turn: see bench/studies/sensitivity.py
 and bench/results/ (plain prose and text dense with near-miss shapes, 200 and 2,000
 characters). Work per keyword, token or row is bounded, so pathological input stays linear.
 

@@ -71,7 +71,7 @@ class Settings(BaseSettings):
     conversation_search_excerpt_chars: int = Field(240, ge=1, le=100_000)
     # conversation.search scans a namespace's vectors exactly up to this many rows (after
     # filters) and uses the HNSW index above it (see loom/store/search.py). Measured on an
-    # idle 2-core box (bench/search_bench.py, 2026-12-01): exact 15 ms at 4.5k rows, 56-63
+    # idle 2-core box (bench/results/2026-12-01-1014-search.txt, 2026-12-01): exact 15 ms at 4.5k rows, 56-63
     # ms at 41k-89k; the index 19-24 ms at any size, so the two cross near 8-10k rows.
     conversation_search_exact_max_rows: int = Field(10_000, ge=0)
     conversation_titler_enabled: bool = True

@@ -7,7 +7,7 @@ in a small Redis hash (``HSETNX``), and ``HSETNX`` answers 1 only for a turn nev
 noted. In a namespace whose notes are complete ("ready": every turn that landed before
 the notes began was noted from :func:`key_page`, then :func:`mark_ready`), such a turn has certainly not landed, and
 the flush skips ClickHouse's existence read for it; measured, that read was half of a
-tool-append flush's engine time (11 of 23 ms, bench/results/2026-12-01-append.txt).
+tool-append flush's engine time (11 of 23 ms, bench/results/archive/2026-12-01-append.txt).
 
 Anything else is a "maybe" and is read from ClickHouse as before: a turn noted earlier,
 a namespace not ready, a note whose insert failed, a removed row, two keys sharing a

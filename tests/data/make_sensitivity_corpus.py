@@ -4,7 +4,7 @@ Run from the repository root: ``python tests/data/make_sensitivity_corpus.py``. 
 is committed; this script only documents how it was made and lets it be regenerated.
 
 Each line: ``{"kind": ..., "label": "high" | "plain", "reason": <KINDS name or "">, "text": ...}``.
-``kind`` groups lines for the per-kind table (bench/sensitivity_bench.py). Every secret is
+``kind`` groups lines for the per-kind table (bench/studies/sensitivity.py). Every secret is
 random characters in the right shape (seeded), or a published test value; none is real.
 
 The templates were written to describe how people actually paste things into a chat:

@@ -1,4 +1,4 @@
-"""bench/retrieval.py stops before scoring a load whose turns failed to embed: their
+"""The retrieval study (bench/studies/retrieval.py) stops before scoring a load whose turns failed to embed: their
 recall would measure the failures (stored fail-open, never embedded again), not the model."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.retrieval import failed_embeddings, require_embedded
+from bench.studies.retrieval import failed_embeddings, require_embedded
 from loom.clock import next_version
 from loom.store import embeddings as emb_store
 

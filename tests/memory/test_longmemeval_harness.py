@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from bench import longmemeval_bench as lme
+from bench.studies import longmemeval as lme
 from loom.auth.principal import Principal, Role
 
 pytestmark = pytest.mark.timeout(120)

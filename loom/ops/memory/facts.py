@@ -223,7 +223,7 @@ class FactSearch:
 
 # A scope of at most this many live facts is searched by one read of all of them, sent
 # while the query is embedded (loom.store.memory_scan); a larger one by the two
-# server-side legs. 0 turns the one-read path off. Measured (bench/memory_bench.py,
+# server-side legs. 0 turns the one-read path off. Measured (bench/results/2026-12-03-memory-quiet.txt,
 # same-run ratios): at 100 facts a user the one read took search to 0.56 of the legs'
 # median; at 1,000 it was no faster for search and slower for context.pack (the API
 # parsing 1,000 rows and their vectors), so the cap sits between.

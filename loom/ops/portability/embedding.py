@@ -12,7 +12,7 @@ left as it is; the vectors are written under the thread leases after a re-check.
 The model is kept busy: each page's texts go to the worker's model batcher at once
 (it merges them into calls, one per core), each part's vectors are written as soon as
 its call returns, and the next page is read while this one is embedded. So the pass
-runs at the model's rate (bench/import_bench.py measures the ratio).
+runs at the model's rate (bench/studies/import_export.py measures the ratio).
 
 One runner per import (a Redis lease); a run lasts at most SLICE_S (arq's job timeout
 is 300 s), saves its position after every page (so a crash costs a page) and enqueues

@@ -2,7 +2,7 @@
 
 Compactions share the worker (event loop, I/O threads) and the engine with the appends'
 embedding jobs. Unbounded, a burst of 32 stalled appends for over a second (append p99
-12.7x its value alone, bench/compaction_stack.py). At most LOOM_COMPACT_CONCURRENCY of
+12.7x its value alone, bench/studies/compaction.py). At most LOOM_COMPACT_CONCURRENCY of
 them read a window or retire one at a time; and after a step that took t seconds the
 gate stays shut for LOOM_COMPACT_PACE x t more, so a queue of compactions keeps the
 engine busy at most 1 / (1 + pace) of the time and the appends in between find it free.

@@ -60,7 +60,7 @@ which says of each candidate whether it may be answered as held; the others are 
 as below. When it does not answer, is behind, or does not hold a namespace, the engine
 ranks them (those namespaces), and ``fallback_reason`` says why.
 
-How the engine ranks the vectors (measured in bench/search_bench.py; see loom/store/search.py):
+How the engine ranks the vectors (measured in bench/results/2026-12-01-1014-search.txt; see loom/store/search.py):
 a namespace whose filtered rows number at most LOOM_CONVERSATION_SEARCH_EXACT_MAX_ROWS
 is scanned exactly (a thread, a run or a small namespace: cheap, and exact); larger ones
 go through the HNSW index. Candidates are over-fetched, verified, and fetched again

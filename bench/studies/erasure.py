@@ -1,7 +1,11 @@
-"""erasure.request and erasure.export on the whole embedded stack, through the API.
+"""Question: How long until an erased user is unreadable, and until their rows are gone from disk,
+at 100k-1M turns; how fast is an export?
 
-Run: ``.venv/bin/python bench/erasure_bench.py [--turns 100000] [--users 100] [--erase 5]
-[--export-turns 100000]``
+    python -m bench.studies.erasure [--turns 100000] [--users 100] [--erase 5] [--export-turns 100000]
+
+Result: bench/results/<date>-<time>-erasure.{json,txt} (last: 2026-12-02-0518-erasure.json).
+
+erasure.request and erasure.export on the whole embedded stack, through the API.
 
 It starts Loom as ``loom serve`` does, in a temporary LOOM_HOME (bench/loom_stack.py: the
 embedded ClickHouse endpoint, the embedded Redis, one arq worker, the API under uvicorn;
@@ -40,7 +44,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.loom_stack import LoomStack  # noqa: E402

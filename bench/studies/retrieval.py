@@ -1,9 +1,14 @@
-"""What conversation.search finds: recall of the turns that answer a question, per mode.
+"""Question: What does conversation.search find, per mode (vector, lexical, hybrid, re-rank), on
+LoCoMo and LongMemEval?
 
-    .venv/bin/python -m bench.retrieval [--data locomo10|longmemeval_oracle|PATH] [--limit N] [--embedder minilm]
-        [--modes vector,hybrid,hybrid:10,lexical,hybrid+rerank] [--speaker-names off|on|both] [--latency-turns 100000]
-        [--embed-wait 900]
-        [--out bench/results]
+    python -m bench.studies.retrieval [--data locomo10|longmemeval_oracle|PATH] [--limit N] [--embedder minilm]
+        [--modes vector,hybrid,hybrid:10,lexical,hybrid+rerank] [--speaker-names off|on|both]
+        [--embed-wait 900] [--out bench/results]
+
+Result: bench/results/<date>-<time>-retrieval[-<tag>].txt (last: 2026-12-05-retrieval-
+locomo-e5-small.txt).
+
+What conversation.search finds: recall of the turns that answer a question, per mode.
 
 A mode is ``vector``, ``lexical`` or ``hybrid``, the last optionally with its
 ``lexical_weight`` after a colon (``hybrid:10``; plain ``hybrid`` is the server's default).
@@ -46,11 +51,7 @@ time is stored fail-open, with its error, and never embedded later. Scoring such
 would measure the failures, not the model: after loading, the study stops, naming the
 failed rows' count per error, if any embedding row of its namespaces holds an error.
 
-``--latency-turns N`` also bulk-loads N turns into one namespace as bench/search_bench.py
-does (transcript and embedding rows by the storage layer; the postings and vector
-tables fill themselves from those inserts), then times hybrid (and the other modes')
-searches over HTTP at that size. The 1-minute load average is printed beside it: other
-work on the machine skews every latency.
+Latency at scale is the harness's figure (``python -m bench``), not this study's.
 """
 
 from __future__ import annotations
@@ -60,10 +61,8 @@ import ast
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -73,11 +72,12 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.append_bench import Stack, free_port  # noqa: E402
 from bench.datasets import MEMBERS, dataset_path  # noqa: E402
+from bench.loom_stack import LoomStack  # noqa: E402
+from bench.stats import cpu_seconds  # noqa: E402
 
 SAMPLE = ROOT / "bench" / "data" / "longmemeval_sample.json"
 MODES = ("vector", "hybrid", "lexical")
@@ -340,8 +340,6 @@ async def score(
 ) -> list[str]:
     """Each mode's recall@1/5/10 (overall and per question type), latency p50/p95 as the
     client sees it, and the CPU the stack's processes spent per question (`pids`)."""
-    from bench.search_bench import cpu_seconds
-
     lines: list[str] = []
     asked = [q for q in data.questions if q.answers]
     for mode in modes:
@@ -365,53 +363,12 @@ async def score(
     return lines
 
 
-async def latency_at(
-    port: int, token: str, queries: list[str], ns: str, modes: list[str], pids: list[int]
-) -> list[str]:
-    """Per mode: latency as the client sees it, and the CPU the stack's processes (API,
-    worker, endpoint) spent per search, which other work on the machine inflates far
-    less than it inflates wall-clock time."""
-    from bench.search_bench import cpu_seconds
-
-    lines = []
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-        for mode in modes:
-            q0 = Question("w", "", "", ns, set())
-            for text in queries[:10]:  # warm-up
-                q0.text = text
-                await ask(http, token, q0, mode)
-            times = []
-            cpu0 = cpu_seconds(pids)
-            for text in queries[10:]:
-                q0.text = text
-                times.append((await ask(http, token, q0, mode))[1])
-            cpu = (cpu_seconds(pids) - cpu0) * 1000 / max(1, len(times))
-            lines.append(
-                f"{mode:<8} {len(times)} searches: p50 {pct(times, 50):6.1f} ms  p95 {pct(times, 95):6.1f} ms  "
-                f"p99 {pct(times, 99):6.1f} ms  CPU/search {cpu:5.1f} ms  [{load_avg()}]"
-            )
-    return lines
-
-
-def bulk(stack: Stack, ch: Any, n: int, queries: int, log: Any) -> tuple[str, list[str]]:
-    """N turns in one namespace, loaded as bench/search_bench.py loads them."""
-    from bench import datagen, search_bench
-
-    data = search_bench.build_data(n, queries, 2_000, 42, log)
-    ns = datagen.MAIN_NS
-    search_bench.load(ch, data, ns, 0, n, 50_000, log)
-    for other in datagen.NOISE_NS:
-        search_bench.load(ch, data, other, 0, max(1, n // 20), 50_000, log)
-    return ns, data.queries
-
-
 async def run(args: argparse.Namespace) -> list[str]:
     data = read(data_path(args.data), args.limit)
     modes = [m.strip() for m in args.modes.split(",")]
     for m in modes:
         mode_spec(m)  # refuse a bad spec before the stack starts
-    home = Path(tempfile.mkdtemp(prefix="loomret-", dir="/tmp"))
-    stack = Stack(home, free_port(), args.embedder)
+    stack = LoomStack(embedder=args.embedder, keep=args.keep)
     lines = [
         f"retrieval: {data.name}"
         + ("" if data.real else "  (SAMPLE: tests the harness only, no quality claim)"),
@@ -427,16 +384,13 @@ async def run(args: argparse.Namespace) -> list[str]:
     try:
         stack.start(log)
         from loom.auth.tokens import mint
-        from loom.embedded.clickhouse_endpoint import find_running_endpoint
 
-        url = find_running_endpoint(home / "clickhouse")
-        assert url, "the embedded endpoint is not running"
-        ch = _client(url)
+        ch = _client(stack.clickhouse_url)
         copies = variants(args.speaker_names)
         token = mint(
             ch, [ns + suffix for ns in data.turns for suffix, _ in copies], "admin", "all", "", ""
         ).token
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{stack.port}", timeout=120) as http:
+        async with httpx.AsyncClient(base_url=stack.base_url, timeout=120) as http:
             for suffix, names in copies:
                 took = await store(http, token, data, suffix, names, args.embed_wait + 60)
                 require_embedded(ch, [ns + suffix for ns in data.turns])
@@ -449,26 +403,12 @@ async def run(args: argparse.Namespace) -> list[str]:
                 # would repeat the copy without them exactly.
                 same = names and not args.speaker_prefix and len(copies) > 1
                 asked = [m for m in modes if not (same and m == "vector")]
-                from bench.search_bench import descendants
-
-                pids = descendants(stack.proc.pid) if stack.proc else []
+                pids = list(stack.pids)
                 scored = await score(http, token, data, asked, suffix, pids, args.embedder)
                 log("\n".join(scored))
                 lines += scored
-        if args.latency_turns:
-            from bench import datagen
-
-            ns, queries = bulk(stack, ch, args.latency_turns, args.latency_queries + 10, log)
-            viewer = mint(ch, [ns, *datagen.NOISE_NS], "viewer", "all", "", "").token
-            lines.append(f"latency at {args.latency_turns:,} turns in {ns} (query embedding included):")
-            from bench.search_bench import descendants
-
-            pids = descendants(stack.proc.pid) if stack.proc else []
-            lines += await latency_at(stack.port, viewer, queries, ns, modes, pids)
     finally:
         stack.stop()
-        if not args.keep:
-            shutil.rmtree(home, ignore_errors=True)
     return lines
 
 
@@ -484,8 +424,6 @@ def main() -> None:
     )
     ap.add_argument("--embedder", default="minilm", help="the stack's LOOM_EMBEDDER: minilm or e5-small")
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--latency-turns", type=int, default=0, help="also time searches at this many turns")
-    ap.add_argument("--latency-queries", type=int, default=200)
     ap.add_argument(
         "--speaker-prefix", action="store_true", help="LOOM_EMBED_SPEAKER_PREFIX=true for the stack"
     )

@@ -1,6 +1,13 @@
-"""The sensitivity screen: recall and false-positive rate per kind, and its cost per turn.
+"""Question: How well does the sensitivity screen catch each kind of sensitive text, how often does
+it flag ordinary text, and what does it cost per turn?
 
-Run: ``.venv/bin/python bench/sensitivity_bench.py [--corpus tests/data/sensitivity_corpus.jsonl]
+    python -m bench.studies.sensitivity [--corpus tests/data/sensitivity_corpus.jsonl] [--rounds 2000]
+
+Result: bench/results/<date>-<time>-sensitivity.{json,txt} (last: 2026-12-01-2258-sensitivity).
+
+The sensitivity screen: recall and false-positive rate per kind, and its cost per turn.
+
+Run: ``python -m bench.studies.sensitivity [--corpus tests/data/sensitivity_corpus.jsonl]
 [--rounds 2000] [--out bench/results] [--baseline old_sensitivity.py]`` (the families of
 tests/data/sensitivity_families.jsonl: ``--corpus`` that file).
 
@@ -38,7 +45,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from loom.sensitivity import reads_as_high  # noqa: E402

@@ -1,8 +1,16 @@
-"""The read index's own costs, link by link: its rebuild of one namespace from ClickHouse
+"""Question: What do the read index's rebuild of a namespace and one in-memory search cost at N
+rows, and what would 1M turns take?
+
+    python -m bench.studies.read_index [--rows 100000]
+
+Result: printed; kept as bench/results/<date>-read-index-links.txt (the whole stack's figures
+are in the harness's JSON).
+
+The read index's own costs, link by link: its rebuild of one namespace from ClickHouse
 (the read of conversation_embeddings FINAL, then the build in memory) and one search in
 memory (exact ranking at that size), with nothing else running in the index.
 
-``python -m bench.read_index_bench --rows 100000`` starts an embedded ClickHouse endpoint
+``python -m bench.studies.read_index --rows 100000`` starts an embedded ClickHouse endpoint
 in a temporary directory, writes `rows` embedding rows of one namespace (random unit
 384-dimension vectors, 200-character texts: the size of the bench's turns), merges them,
 then times the rebuild (best of --repeat) and --queries searches, and prints the rates and
@@ -59,7 +67,7 @@ def _rows(rng: np.random.Generator, lo: int, hi: int) -> list[emb_store.Embeddin
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.read_index_bench")
+    p = argparse.ArgumentParser(prog="python -m bench.studies.read_index")
     p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--queries", type=int, default=200)

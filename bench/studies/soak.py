@@ -1,6 +1,12 @@
-"""A soak: Loom as a user starts it, under half its peak load for N minutes, RSS per process.
+"""Question: Does any process of `loom serve` grow in memory under a steady mixed load for 30-120
+minutes?
 
-Run: ``.venv/bin/python -m bench.soak_bench --minutes 30 [--preload-turns 12000] [--rate R] [--out bench/results]``
+    python -m bench.studies.soak --minutes 30 [--preload-turns 12000]
+
+Result: bench/results/<date>-soak-<minutes>m.{json,txt} (last:
+2026-12-03-1205-soak-60m-preload12k-release).
+
+A soak: Loom as a user starts it, under half its peak load for N minutes, RSS per process.
 
 1. Starts ``loom serve`` on its embedded defaults (the embedded ClickHouse endpoint, the
    embedded redis-server, one arq worker with the real MiniLM embedder, the API) in a
@@ -648,7 +654,7 @@ def parse_mix(text: str) -> dict[str, float]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.soak_bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.studies.soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--rate", type=float, help="ops/s to drive (default: half the measured peak)")
     p.add_argument("--probe-seconds", type=float, default=30.0)

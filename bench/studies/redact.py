@@ -1,11 +1,19 @@
-"""conversation.redact and conversation.delete_message of one turn in an N-turn namespace,
+"""Question: How long do conversation.redact and conversation.delete_message of one turn take in a
+100k-1M-turn namespace, until unreadable and until gone?
+
+    python -m bench.studies.redact [--turns 100000] [--rounds 7]
+
+Result: bench/results/<date>-<time>-redact[-<turns>].{json,txt} (last:
+2026-12-02-1636-redact-1m).
+
+conversation.redact and conversation.delete_message of one turn in an N-turn namespace,
 on the whole embedded stack, through the API.
 
-Run: ``.venv/bin/python bench/redact_bench.py [--turns 100000] [--rounds 7]`` (``--turns
-1000000`` for the issue's 1M-turn namespace: the load alone takes a while on 2 cores).
+Run: ``python -m bench.studies.redact [--turns 100000] [--rounds 7]`` (``--turns
+1000000`` for a 1M-turn namespace: the load alone takes a while on 2 cores).
 
 It starts Loom as ``loom serve`` does (bench/loom_stack.py, the fake embedder) and
-bulk-loads the namespace as bench/erasure_bench.py does (INSERT ... SELECT inside
+bulk-loads the namespace as bench/studies/erasure.py does (INSERT ... SELECT inside
 ClickHouse, so the derived tables are fed by their views; 100 users, threads of 20
 turns, user and assistant turns with 384-dimension vectors, a tenth of the user turns
 saved; OPTIMIZE FINAL, so every table is a few large parts, the worst case for a
@@ -19,7 +27,7 @@ load average):
 
 * ``unreadable``: until no read finds the old text (the receipt's ``unreadable_ms``,
   timed by the server from the op's start: the new version written, the older versions
-  hidden). The issue's target: p50 <= 300 ms.
+  hidden). The target: p50 <= 300 ms.
 * ``answer``: the op's whole round trip, which also waits (up to 30 s) for the parts to
   be rewritten without the old versions (``gone_ms``; ``removal: pending`` when the
   engine was still at it then: right after a 1M-turn load its HNSW merges run for tens
@@ -46,10 +54,11 @@ from urllib.parse import urlparse
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.erasure_bench import (  # noqa: E402
+from bench.loom_stack import LoomStack  # noqa: E402
+from bench.studies.erasure import (  # noqa: E402
     AGENT,
     MAIN_NS,
     add_settle_argument,
@@ -59,7 +68,6 @@ from bench.erasure_bench import (  # noqa: E402
     mint,
     settle,
 )
-from bench.loom_stack import LoomStack  # noqa: E402
 
 USERS = 100
 TARGET_MS = 300.0

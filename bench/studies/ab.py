@@ -1,6 +1,11 @@
-"""Append and search, two builds of Loom side by side in ONE run: before/after ratios.
+"""Question: Does a change make append or search faster or slower? Two builds' stacks run side by
+side in one run, taking turns, so the ratio holds on a loaded machine.
 
-Run: ``.venv/bin/python -m bench.ab_bench --before <git rev> [--after <git rev>] [--rounds 4]``
+    python -m bench.studies.ab --before REV [--after REV] [--rounds 4]
+
+Result: bench/results/<date>-ab-<tag>.{json,txt} (last: 2026-12-02-ab-split).
+
+Append and search, two builds of Loom side by side in ONE run: before/after ratios.
 
 Each build runs as ``loom serve`` on its embedded defaults (real MiniLM embedder) in a
 temporary LOOM_HOME, from a temporary ``git worktree`` of its revision (``--after``
@@ -38,7 +43,7 @@ from typing import Any
 from bench.httpclient import HttpError, LeanClient
 from bench.loom_stack import REPO, LoomStack
 from bench.report import checkout_rev, save_run
-from bench.soak_bench import NAMESPACE, WORDS, setup
+from bench.studies.soak import NAMESPACE, WORDS, setup
 
 
 def worktree(rev: str) -> Path:
@@ -201,7 +206,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.ab_bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.studies.ab", description=__doc__.split("\n\n")[0])
     p.add_argument("--before", required=True, help="git revision of the 'before' build")
     p.add_argument("--after", help="git revision of the 'after' build (default: this checkout as it is)")
     p.add_argument("--rounds", type=int, default=4, help="turns per build (default 4)")

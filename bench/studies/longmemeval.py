@@ -1,6 +1,11 @@
-"""Retrieval quality of the memory plane on LongMemEval (the oracle set as the dev set).
+"""Question: How well does the memory plane retrieve (and, with an LLM, answer) on LongMemEval?
 
-    .venv/bin/python -m bench.longmemeval_bench [--oracle PATH] [--limit N] [--embedder minilm]
+    python -m bench.studies.longmemeval [--oracle PATH] [--limit N] [--embedder minilm]
+
+Result: printed; kept as bench/results/<date>-<time>-longmemeval-<tag>.txt (last:
+2026-12-02-1620-longmemeval-oracle-ask.txt).
+
+Retrieval quality of the memory plane on LongMemEval (the oracle set as the dev set).
 
 The data is LongMemEval's ``longmemeval_oracle.json``: a list of questions, each with
 its chat sessions (``haystack_sessions``, with ``haystack_session_ids`` and
@@ -50,23 +55,24 @@ import asyncio
 import json
 import statistics
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+# The conversation ops first: importing loom.ops.memory.facts before them runs into an
+# import cycle (facts -> conversation -> search re-rank -> extraction -> facts).
+import loom.ops.conversation  # noqa: F401
 from bench.datasets import dataset_path
+from bench.loom_stack import LoomStack
 from loom.auth.principal import Principal, Role
-from loom.embedded.clickhouse_endpoint import start_endpoint
-from loom.embedded.redis_server import start_redis
 from loom.ops.memory import asking, context, extraction, facts, recall, unified
 from loom.providers.llm import ChatMessage
 from loom.services import Services, open_services
 from loom.settings import Settings
 
-SAMPLE = Path(__file__).parent / "data" / "longmemeval_sample.json"
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "longmemeval_sample.json"
 ORACLE = "longmemeval_oracle.json"
 NS = "longmemeval"
 KS = (5, 10)
@@ -292,20 +298,16 @@ async def run(args: argparse.Namespace) -> list[str]:
     path, real = find_oracle(args.oracle)
     data = json.loads(path.read_text())
     questions = [Question.of(x) for x in data[: args.limit or None]]
-    home = Path(tempfile.mkdtemp(prefix="loomlme-", dir="/tmp"))
-    endpoint = start_endpoint(home / "clickhouse")
-    redis = start_redis(home / "redis")
+    # Loom as `loom serve` starts it; the ops are called here, in-process, on its backends.
+    stack = LoomStack(embedder=args.embedder)
+    stack.start()
     try:
         settings = Settings(
-            home=home,
-            clickhouse_url=endpoint.url,
-            redis_url=redis.url,
+            home=stack.home,
+            clickhouse_url=stack.clickhouse_url,
+            redis_url=stack.redis_url,
             embedder=args.embedder,
-            clickhouse_database="loom_longmemeval",
         )
-        from loom.store.schema import prepare
-
-        prepare(settings, settings.clickhouse_url)
         svc = await open_services(settings, settings.clickhouse_url, settings.redis_url)
         who = Principal("bench", (NS,), Role.writer)
         try:
@@ -314,8 +316,7 @@ async def run(args: argparse.Namespace) -> list[str]:
         finally:
             await svc.close()
     finally:
-        redis.stop()
-        endpoint.stop()
+        stack.stop()
     return report(rows, str(path), real)
 
 

@@ -1,6 +1,11 @@
-"""Restart-to-answering after a SIGKILL of each child of ``loom serve``, itemised.
+"""Question: How soon does `loom serve` answer again after a child (worker, API, engine, Redis) is
+killed, and where does that time go?
 
-Run: ``.venv/bin/python -m bench.restart_bench [--rounds 3] [--before REV] [--children worker,api,...]``
+    python -m bench.studies.restart [--rounds 3] [--before REV]
+
+Result: bench/results/<date>-restart.{json,txt} (last: 2026-12-02-restart).
+
+Restart-to-answering after a SIGKILL of each child of ``loom serve``, itemised.
 
 With ``--before REV`` that revision's build runs beside this checkout's (a temporary git
 worktree), both up, one frozen while the other is measured, taking turns ABBA; the
@@ -45,7 +50,7 @@ import httpx
 from bench.httpclient import HttpError, LeanClient
 from bench.loom_stack import REPO, LoomStack
 from bench.report import checkout_rev, save_run
-from bench.soak_bench import NAMESPACE, serve_group, setup
+from bench.studies.soak import NAMESPACE, serve_group, setup
 
 CHILDREN = ["worker", "api", "clickhouse-endpoint", "redis-server"]
 PROBE_EVERY_S = 0.1
@@ -273,7 +278,7 @@ def render(r: dict[str, Any]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.restart_bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.studies.restart", description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--children", type=lambda s: [x for x in s.split(",") if x], default=CHILDREN)
     p.add_argument("--cost-runs", type=int, default=3)
@@ -295,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     stacks = {"this": LoomStack(embedder="minilm")}
     tree = None
     if args.before:
-        from bench.ab_bench import drop_worktree, worktree
+        from bench.studies.ab import drop_worktree, worktree
 
         tree = worktree(args.before)
         stacks["before"] = LoomStack(embedder="minilm", cwd=tree, env={"PYTHONPATH": str(tree)})

@@ -1,19 +1,25 @@
-"""Appends while 32 threads are compacted, through ``loom serve`` as a user runs it.
+"""Question: Do appends slow down while many threads are compacted (the compaction gate), with the
+API, worker, engine and Redis as the separate processes `loom serve` starts?
 
-Run: ``.venv/bin/python -m bench.compaction_stack [--concurrent 32] [--appends 40] [--rounds 3]``
+    python -m bench.studies.compaction [--concurrent 32] [--appends 40] [--rounds 3]
 
-bench/compaction_bench.py drives the API and the arq worker inside its own process, so a
+Result: printed; kept as bench/results/<date>-compaction-stack-<rounds>r.txt (last:
+2026-12-03-0945-compaction-stack-3r.txt).
+
+Appends while 32 threads are compacted, through ``loom serve`` as a user runs it.
+
+Driving the API and the arq worker inside the benchmark's own process would make a
 burst of 32 compactions and the appends it times share one event loop and one
-interpreter lock: a stall there is partly the benchmark's own. Here the API, the worker,
+interpreter lock: a stall there would partly be the benchmark's own. Here the API, the worker,
 the embedded ClickHouse endpoint and Redis are the processes ``loom serve`` starts
 (bench/loom_stack.py), the summarizer is the local stand-in chat server answering in
 50 ms (tests/providers/standin.py), and the client speaks HTTP. Per round: 4 writers
 append single turns to their own threads (alone), then the same while
 ``--concurrent`` 200-turn threads are compacted at once (busy), then alone again. The
-figure is issue 20's: append p99 during compactions within 1.2x of its value without.
+target: append p99 during compactions within 1.2x of its value without.
 
 The stand-in summarizer runs in a process of its own, as a real provider would
-(bench/standin_process.py).
+(bench/studies/standin_process.py).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import time
 
 from bench.httpclient import LeanClient
 from bench.loom_stack import LoomStack
-from bench.standin_process import MODEL_DELAY_S, SUMMARY, chat_standin
+from bench.studies.standin_process import MODEL_DELAY_S, SUMMARY, chat_standin
 
 NAMESPACE = "bench-compact"
 WRITERS = 4
@@ -142,7 +148,7 @@ def main() -> None:
         "--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment for serve"
     )
     args = ap.parse_args()
-    print(f"# bench/compaction_stack.py {vars(args)}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"# bench/studies/compaction.py {vars(args)}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"load average at start: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     with chat_standin(SUMMARY, MODEL_DELAY_S) as llm_url:
         env = {"LOOM_LLM": "openai", "LOOM_LLM_URL": llm_url, "LOOM_LLM_MODEL": "stand-in"}

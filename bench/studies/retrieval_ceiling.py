@@ -1,9 +1,15 @@
-"""Where conversation.search's recall is limited: an offline replica of its rankings,
+"""Question: Where is conversation.search's recall limited: which query-side variants help, and
+what do oracle rankings reach?
+
+    python -m bench.studies.retrieval_ceiling [--data locomo10|longmemeval_oracle] [--models minilm,e5-small]
+
+Result: printed; kept as bench/results/<date>-retrieval-study-<data>.txt (last:
+2026-12-04-retrieval-study-locomo.txt).
+
+Where conversation.search's recall is limited: an offline replica of its rankings,
 the query-side variants tried on them, and the oracle ceilings.
 
-    .venv/bin/python -m bench.retrieval_study [--data locomo10|longmemeval_oracle] [--models minilm,e5-small]
-
-Everything runs in this process, on the same data bench/retrieval.py loads (one
+Everything runs in this process, on the same data bench/studies/retrieval.py loads (one
 namespace per LoCoMo conversation or LongMemEval question): the lexical leg replicated
 with Loom's own tokeniser, stemmer, stop-words and ordering (distinct query terms
 held, then BM25 k1 1.2, b 0.75, per-namespace statistics: it reproduces the leg's
@@ -33,10 +39,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.retrieval import Question, Turn, data_path, read  # noqa: E402
+from bench.studies.retrieval import Question, Turn, data_path, read  # noqa: E402
 from loom.store import bm25 as B  # noqa: E402
 
 CACHE = ROOT / "bench" / ".cache" / "study"

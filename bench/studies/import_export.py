@@ -1,8 +1,14 @@
-"""Import and export, end to end, as a user runs them: `loom import` of a ChatGPT data
+"""Question: How fast do `loom import` (a ChatGPT export) and `loom export` go, and how far behind
+the model's raw rate is the import's background embedding?
+
+    python -m bench.studies.import_export --turns 100000 [--embed-seconds 120]
+
+Result: bench/results/<date>-<time>-import-<turns>.{json,txt} (last:
+2026-12-04-1859-import-100k).
+
+Import and export, end to end, as a user runs them: `loom import` of a ChatGPT data
 export of N turns into a running `loom serve`, then its background embedding against
 the model's raw rate, then `loom export` of the namespace.
-
-Run: ``.venv/bin/python bench/import_bench.py --turns 100000 [--embed-seconds 120] [--out DIR]``
 
 1. Writes a ChatGPT-shaped ``conversations.json`` of N turns (conversations of 20 turns of
    ~200 characters, each message a node of the `mapping` tree), streamed to disk.
@@ -39,10 +45,29 @@ from typing import Any
 import httpx
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.loom_stack import LoomStack  # noqa: E402
-from bench.model_rate import make_text  # noqa: E402
+
+_SAMPLE = (
+    "the user asked about the deployment pipeline and whether the staging cluster "
+    "could be rebuilt before friday because the migration of the billing service "
+    "failed twice with a timeout while the database was locked by a long running "
+    "report that nobody remembered scheduling last quarter so we agreed to move it"
+)
+WORDS = _SAMPLE.split()
+
+
+def make_text(rng: random.Random, chars: int) -> str:
+    """Words of the sample sentence, about ``chars`` characters: a turn's text."""
+    out: list[str] = []
+    n = 0
+    while n < chars:
+        w = rng.choice(WORDS)
+        out.append(w)
+        n += len(w) + 1
+    return " ".join(out)[:chars]
+
 
 TURNS_PER_CONVERSATION = 20
 TEXT_CHARS = 200
@@ -198,7 +223,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--turns", type=int, default=100_000)
     ap.add_argument("--embed-seconds", type=float, default=120.0)
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
     lines: list[str] = []

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from tests.providers.standin import StandInServer
 
-# What the compaction benches' summarizer answers, and after how long (issue 20's 50 ms).
+# What the compaction benches' summarizer answers, and after how long (50 ms: a fast hosted model).
 SUMMARY = "They planned the storage migration and agreed on a Friday cutover."
 MODEL_DELAY_S = 0.05
 

@@ -1,6 +1,11 @@
-"""How long `loom serve` takes to answer /healthz, on a new home and on an existing one.
+"""Question: How long does `loom serve` take to answer /healthz on a new home and on an existing
+one?
 
-Run: ``.venv/bin/python -m bench.startup_bench [--rounds 5] [--before REV] [--drop-caches]``
+    python -m bench.studies.startup [--rounds 5] [--before REV]
+
+Result: bench/results/<date>-<time>-startup.{json,txt} (last: 2026-12-03-1503-startup).
+
+How long `loom serve` takes to answer /healthz, on a new home and on an existing one.
 
 Each start is ``loom serve`` on its embedded defaults (real MiniLM embedder, as `make
 run` starts it), timed from its launch to the first 200 of ``GET /healthz`` (polled
@@ -97,7 +102,7 @@ def render(r: dict[str, Any]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.startup_bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.studies.startup", description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--before", help="also run this git revision's build, taking turns (ratios this/before)")
     p.add_argument("--drop-caches", action="store_true", help="empty the page cache before each start (root)")
@@ -111,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     builds = {"this": REPO}
     tree = None
     if args.before:
-        from bench.ab_bench import drop_worktree, worktree
+        from bench.studies.ab import drop_worktree, worktree
 
         tree = builds["before"] = worktree(args.before)
     try:
