@@ -135,7 +135,7 @@ class ModelCallsOff(LoomError):
     status, code = 409, "model_calls_disabled"
 
 
-@dataclass  # positional: bench/compaction_profile.py builds one
+@dataclass(kw_only=True)
 class CompactResult:
     thread_id: str
     agent: str
