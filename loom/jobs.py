@@ -43,6 +43,8 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from loom.store.keys import EmbKey, TurnRef
+
 EMBED_TURNS = "embed_turns"
 REEMBED_ROWS = "reembed_rows"
 ERASURE_REMOVE = "erasure_remove"
@@ -57,28 +59,12 @@ class PayloadRefused(ValueError):
 
 
 @dataclass(frozen=True)
-class EmbedTurn:
+class EmbedTurn(TurnRef):
     """One stored turn to embed: the copy its embedding row will serve, and its text."""
 
-    namespace: str
-    agent: str
-    thread_id: str
-    msg_id: str
-    role: str
-    run_id: str
-    user_id: str
-    ts: datetime
     text: str
     is_summary: bool = False
     speaker: str = ""  # metadata.speaker (transcript_postings.speaker_of): the model's prefix
-
-    @property
-    def turn_key(self) -> tuple[str, str, str, str]:
-        return (self.namespace, self.agent, self.thread_id, self.msg_id)
-
-    @property
-    def emb_key(self) -> tuple[str, str, str]:
-        return (self.namespace, self.thread_id, self.msg_id)
 
 
 @dataclass(frozen=True)
@@ -91,8 +77,8 @@ class ReembedItem:
     text: str
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.namespace, self.thread_id, self.msg_id)
+    def key(self) -> EmbKey:
+        return EmbKey(self.namespace, self.thread_id, self.msg_id)
 
 
 class JobPayload(BaseModel):

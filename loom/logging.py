@@ -95,4 +95,5 @@ def configure(level: str = "INFO", *, verbose: bool = False) -> None:
 
 
 def get(name: str) -> structlog.stdlib.BoundLogger:
-    return structlog.get_logger(name)  # type: ignore[no-any-return]
+    logger: structlog.stdlib.BoundLogger = structlog.get_logger(name)
+    return logger

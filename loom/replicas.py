@@ -19,12 +19,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
+from clickhouse_schema import runner
 from loom import logging as loom_logging
+from loom import redis_calls
 from loom.redis_keys import REPLICAS
 
 if TYPE_CHECKING:
@@ -98,16 +100,16 @@ def _live(entries: dict[Any, Any], now: float) -> tuple[list[Replica], list[Any]
 async def live(redis: Redis) -> list[Replica]:
     """The replicas whose heartbeat is recent; entries of gone ones are removed."""
     # redis-py's hash commands are typed for its sync and async clients at once.
-    entries: dict[Any, Any] = await redis.hgetall(REPLICAS)  # type: ignore[misc]
+    entries = await redis_calls.hgetall(redis, REPLICAS)
     replicas, gone = _live(entries, time.time())
     if gone:
-        await redis.hdel(REPLICAS, *gone)  # type: ignore[misc]
+        await redis_calls.hdel(redis, REPLICAS, *gone)
     return replicas
 
 
 def live_sync(redis: SyncRedis) -> list[Replica]:
     """:func:`live` for a synchronous caller (the migration runner)."""
-    entries: dict[Any, Any] = redis.hgetall(REPLICAS)  # type: ignore[assignment]
+    entries = cast(dict[Any, Any], redis.hgetall(REPLICAS))  # the sync client answers at once
     replicas, _ = _live(entries, time.time())
     return replicas
 
@@ -148,14 +150,14 @@ async def _beat(redis: Redis, replica: Replica) -> None:
     while True:
         with contextlib.suppress(Exception):  # a missed beat is retried; a dead Redis is reported elsewhere
             fresh = Replica(**{**asdict(replica), "seen_at": time.time()})
-            await redis.hset(REPLICAS, replica.replica_id, fresh.to_json())  # type: ignore[misc]
+            await redis_calls.hset(redis, REPLICAS, replica.replica_id, fresh.to_json())
         await asyncio.sleep(HEARTBEAT_S)
 
 
 @contextlib.asynccontextmanager
 async def registered(redis: Redis, replica: Replica) -> AsyncIterator[Replica]:
     """Registered with a heartbeat for the block's life, removed at its end."""
-    await redis.hset(REPLICAS, replica.replica_id, replica.to_json())  # type: ignore[misc]
+    await redis_calls.hset(redis, REPLICAS, replica.replica_id, replica.to_json())
     beating = asyncio.create_task(_beat(redis, replica))
     log.info("replica registered", replica=replica.replica_id, schema=replica.schema)
     try:
@@ -165,15 +167,13 @@ async def registered(redis: Redis, replica: Replica) -> AsyncIterator[Replica]:
         with contextlib.suppress(asyncio.CancelledError):
             await beating
         with contextlib.suppress(Exception):
-            await redis.hdel(REPLICAS, replica.replica_id)  # type: ignore[misc]
+            await redis_calls.hdel(redis, REPLICAS, replica.replica_id)
 
 
 @contextlib.asynccontextmanager
 async def serving(svc: Services, kind: str) -> AsyncIterator[Replica]:
     """A serving process's life: it refuses a database migrated by a newer build
     (SchemaTooNew), then is registered as a live replica until it stops."""
-    from clickhouse_schema import runner
-
     await svc.run(runner.check_not_newer, svc.ch)
     async with registered(svc.redis, this_process(kind, runner.newest_known())) as replica:
         yield replica

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from loom import failures, jobs, redis_keys
+from pydantic import BaseModel, ValidationError
+
+from loom import failures, jobs, redis_calls, redis_keys
 from loom import logging as loom_logging
 from loom.queue import QUEUE, wake_workers
 from loom.services import Services
@@ -28,8 +30,23 @@ log = loom_logging.get("loom.conversation.embedding")
 
 REPLY_TTL_S = 300
 
-# (job id, message) -> True when the message was for one of the owner's jobs.
-JobReplyFn = Callable[[str, dict[str, Any]], bool]
+
+class Reply(BaseModel):
+    """A worker's answer to a job an API process awaits: one JSON object on the reply
+    list (the fields not given are left out of it)."""
+
+    job: str = ""  # the job's id
+    part: int | None = None  # an embedding job's part: the index of its first turn
+    outcomes: list[tuple[str, str]] | None = None  # per turn: its status and error code
+    counts: dict[str, int] | None = None  # a re-embed's counts
+    error: str | None = None  # the job failed as a whole: the failure code
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+# (job id, reply) -> True when the reply was for one of the owner's jobs.
+JobReplyFn = Callable[[str, Reply], bool]
 
 
 class JobFailed(RuntimeError):
@@ -43,7 +60,7 @@ class ReplyChannel:
         self.svc = svc
         self.key = redis_keys.reply(uuid.uuid4().hex)
         self._on_job = on_job
-        self._calls: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._calls: dict[str, asyncio.Future[Reply]] = {}
         self._listener: asyncio.Task[None] | None = None
 
     async def close(self) -> None:
@@ -65,7 +82,7 @@ class ReplyChannel:
     async def _listen(self) -> None:
         while True:
             try:
-                item = await self.svc.redis.blpop([self.key], timeout=1)  # type: ignore[misc]
+                item = await redis_calls.blpop(self.svc.redis, [self.key], 1)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis went away for a moment: keep listening
@@ -75,10 +92,10 @@ class ReplyChannel:
             if item is None:
                 continue
             try:
-                msg = json.loads(item[1])
-            except ValueError:
+                msg = Reply.model_validate_json(item[1])
+            except ValidationError:
                 continue
-            job_id = str(msg.get("job", ""))
+            job_id = msg.job
             if self._on_job is not None and self._on_job(job_id, msg):
                 continue
             fut = self._calls.pop(job_id, None)
@@ -100,25 +117,25 @@ class ReplyChannel:
             raise JobFailed(f"job {job_id} was not enqueued")
         await wake_workers(self.svc.redis)
 
-    async def call(self, model: type[jobs.Replied], timeout: float, **fields: Any) -> dict[str, Any]:
+    async def call(self, model: type[jobs.Replied], timeout: float, **fields: Any) -> Reply:
         """Enqueue the job `model` with `fields` and await its one reply; TimeoutError after `timeout` s."""
         self.listening()
         job_id = uuid.uuid4().hex
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._calls[job_id] = fut
         try:
             await self.enqueue(model, job_id, timeout, **fields)
             msg = await asyncio.wait_for(asyncio.shield(fut), timeout)
         finally:
             self._calls.pop(job_id, None)
-        if "error" in msg:
-            raise JobFailed(failures.safe(str(msg["error"])))
+        if msg.error is not None:
+            raise JobFailed(failures.safe(msg.error))
         return msg
 
 
-async def push_reply(svc: Services, key: str, msg: dict[str, Any]) -> None:
+async def push_reply(svc: Services, key: str, reply: Reply) -> None:
     """The worker's end: answer a job on the reply list its payload names."""
     pipe = svc.redis.pipeline(transaction=False)
-    pipe.rpush(key, json.dumps(msg))
+    pipe.rpush(key, json.dumps(reply.as_json()))
     pipe.expire(key, REPLY_TTL_S)
     await pipe.execute()

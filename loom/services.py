@@ -11,7 +11,7 @@ import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
 from clickhouse_connect.driver.client import Client
@@ -23,6 +23,30 @@ from loom.settings import Settings
 from loom.store.clickhouse import connect
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class Slot(Generic[T]):
+    """What one module keeps per process on ``Services.extras`` (a pipeline, a cache,
+    a client), under its name, typed: the module reads it through its slot only."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get(self, svc: Services) -> T | None:
+        return cast(T | None, svc.extras.get(self.name))
+
+    def put(self, svc: Services, value: T) -> T:
+        svc.extras[self.name] = value
+        return value
+
+    def made(self, svc: Services, make: Callable[[], T]) -> T:
+        """The process's value, made on first use."""
+        found = self.get(svc)
+        return found if found is not None else self.put(svc, make())
+
+    def take(self, svc: Services) -> T | None:
+        return cast(T | None, svc.extras.pop(self.name, None))
 
 
 @dataclass
@@ -33,7 +57,7 @@ class Services:
     arq: ArqRedis
     llm: LLM
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(64, "loom-io"))
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)  # by Slot (below): per-process state
     # The settings the environment gave this process: `settings` is this with the live
     # overrides an admin stored on top (loom.ops.platform.live_settings), re-applied when they change.
     base_settings: Settings = field(init=False)
@@ -41,8 +65,9 @@ class Services:
     def __post_init__(self) -> None:
         self.base_settings = self.settings
 
-    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run blocking I/O (the ClickHouse client is synchronous) off the event loop."""
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run blocking I/O (the ClickHouse client is synchronous) off the event loop;
+        typed by the function's own parameters, so every store call is checked."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
 
@@ -51,15 +76,14 @@ class Services:
         event loop while the caller handles the one before: reading and sending an export's
         pages took about as long each, and one after the other an export ran at half the
         speed. At most two items are held at a time."""
-        done = object()
-        ahead = asyncio.ensure_future(self.run(next, items, done))
+        ahead = asyncio.ensure_future(self.run(_step, items))
         try:
             while True:
                 got = await ahead
-                if got is done:
+                if got is None:
                     return
-                ahead = asyncio.ensure_future(self.run(next, items, done))
-                yield got
+                ahead = asyncio.ensure_future(self.run(_step, items))
+                yield got[0]
         finally:
             ahead.cancel()
 
@@ -68,6 +92,13 @@ class Services:
         await self.redis.aclose()
         self.ch.close()
         self.executor.shutdown(wait=False)
+
+
+def _step(items: Iterator[T]) -> tuple[T] | None:
+    """The iterator's next item (in a tuple: an item may be None), or None at its end."""
+    for item in items:
+        return (item,)
+    return None
 
 
 def llm_from_settings(settings: Settings) -> LLM:

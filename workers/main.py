@@ -9,23 +9,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from arq.cron import CronJob, cron
+from arq.typing import WorkerCoroutine
 from arq.worker import Worker
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from loom import lifecycle, redis_calls
 from loom import logging as loom_logging
-from loom import memtrace, replicas
-from loom.gc_tuning import calm_the_garbage_collector
 from loom.ops.conversation.lifecycle.titler_tick import TICK_S
-from loom.ops.platform import live_settings
 from loom.ops.portability.embedding import TICK_S as IMPORT_TICK_S
 from loom.queue import QUEUE, RESULTS_KEPT_S, WAKE_KEY
-from loom.services import open_services, redis_settings
+from loom.services import redis_settings
 from loom.settings import Settings
 from workers import embed_jobs
+from workers.context import WorkerContext
 from workers.jobs import FUNCTIONS, conversation_titler, import_embed_tick, recover_embeddings
 
 IDLE_POLL_S = 0.1  # a job enqueued without a wake-up waits at most this long
@@ -52,7 +53,7 @@ class WakeableWorker(Worker):
         try:
             await super()._poll_iteration()
             # Redis >= 6 takes the timeout in (fractional) seconds; None back on a timeout.
-            await self.pool.blpop([WAKE_KEY], timeout=IDLE_POLL_S)  # type: ignore[misc, arg-type]
+            await redis_calls.blpop(self.pool, [WAKE_KEY], IDLE_POLL_S)
         except (RedisConnectionError, RedisTimeoutError) as exc:
             # Redis went away (`loom serve` restarts it on the same socket): keep the
             # running jobs and the loaded model, and poll again once it is back, rather
@@ -99,27 +100,23 @@ def quiet_job_logs() -> None:
 
 
 def _startup(settings: Settings, clickhouse_url: str, redis_url: str) -> Any:
-    async def on_startup(ctx: dict[str, Any]) -> None:
-        ctx["loom"] = svc = await open_services(settings, clickhouse_url, redis_url)
-        ctx["replica"] = contextlib.AsyncExitStack()
-        await ctx["replica"].enter_async_context(replicas.serving(svc, "worker"))
-        await live_settings.follow(svc, "worker")
+    async def on_startup(ctx: WorkerContext) -> None:
+        ctx["process"] = stack = contextlib.AsyncExitStack()
+        ctx["loom"] = await stack.enter_async_context(
+            lifecycle.running(settings, clickhouse_url, redis_url, "worker")
+        )
         for hook in STARTUP_HOOKS:
             await hook(ctx)
-        calm_the_garbage_collector()
-        memtrace.start(settings, "worker")
+        lifecycle.settle(settings, "worker")
 
     return on_startup
 
 
-async def _shutdown(ctx: dict[str, Any]) -> None:
+async def _shutdown(ctx: WorkerContext) -> None:
     for hook in SHUTDOWN_HOOKS:
         await hook(ctx)
-    if "replica" in ctx:
-        await ctx["replica"].aclose()
-    if "loom" in ctx:
-        await live_settings.unfollow(ctx["loom"])
-        await ctx["loom"].close()
+    if "process" in ctx:
+        await ctx["process"].aclose()
 
 
 # Planes register per-process resources here (the embedder, write buffers).
@@ -138,6 +135,11 @@ def every(interval_s: int) -> tuple[set[int], set[int] | None]:
     return {0}, set(range(0, 60, step))
 
 
+def _arq(job: Callable[[WorkerContext], Awaitable[Any]]) -> WorkerCoroutine:
+    """arq annotates a job's ctx as a plain dict; the one it passes is a WorkerContext."""
+    return cast(WorkerCoroutine, job)
+
+
 def cron_jobs(settings: Settings) -> list[CronJob]:
     """The pool's periodic jobs: the embedding recovery pass, also once at start-up
     (each worker enqueues it; its lease lets one run at a time), and the
@@ -147,15 +149,15 @@ def cron_jobs(settings: Settings) -> list[CronJob]:
     second, minute = every(settings.embed_recovery_interval_seconds)
     return [
         cron(
-            recover_embeddings,
+            _arq(recover_embeddings),
             name="recover_embeddings",
             second=second,
             minute=minute,
             run_at_startup=True,
             max_tries=1,
         ),
-        cron(conversation_titler, name="conversation_titler", second=every(TICK_S)[0], max_tries=1),
-        cron(import_embed_tick, name="import_embed_tick", second=every(IMPORT_TICK_S)[0], max_tries=1),
+        cron(_arq(conversation_titler), name="conversation_titler", second=every(TICK_S)[0], max_tries=1),
+        cron(_arq(import_embed_tick), name="import_embed_tick", second=every(IMPORT_TICK_S)[0], max_tries=1),
     ]
 
 

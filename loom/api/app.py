@@ -20,8 +20,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, Field
 from starlette.routing import Route
 
+from loom import lifecycle as process_life
 from loom import logging as loom_logging
-from loom import memtrace, replicas
+from loom import replicas
 from loom.api import errors
 from loom.api.deps import OP_PREFIX, authenticate, authorized
 from loom.api.gate import Gate
@@ -34,14 +35,13 @@ from loom.auth import policy
 from loom.dashboard.app import install as install_dashboard
 from loom.embedded.backends import start_backends
 from loom.errors import BackendUnavailable
-from loom.gc_tuning import calm_the_garbage_collector
 from loom.mcp_server.http import PATH as MCP_PATH
 from loom.mcp_server.http import McpEndpoint
 from loom.mcp_server.tools import SPECS
-from loom.ops.platform import live_settings, rates
+from loom.ops.platform import rates
 from loom.ops.platform.health import check
 from loom.read_index import figures as read_index_figures
-from loom.services import Services, open_services
+from loom.services import Services
 from loom.settings import Settings, get_settings
 
 DOCS_STATIC = "/docs-static"  # Swagger UI's and ReDoc's files, as the package ships them
@@ -109,17 +109,12 @@ def create_app(services: Services | None = None, settings: Settings | None = Non
             return
         loom_logging.configure(cfg.log_level, verbose=cfg.log_verbose)
         backends = start_backends(cfg)
-        svc = await open_services(cfg, backends.clickhouse_url, backends.redis_url)
-        app.state.services = svc
-        await live_settings.follow(svc, "api")
-        calm_the_garbage_collector()
-        memtrace.start(cfg, "api")
         try:
-            async with replicas.serving(svc, "api"):
+            async with process_life.running(cfg, backends.clickhouse_url, backends.redis_url, "api") as svc:
+                app.state.services = svc
+                process_life.settle(cfg, "api")
                 yield
         finally:
-            await live_settings.unfollow(svc)
-            await svc.close()
             backends.stop()
 
     # /docs (Swagger UI) and /redoc load their scripts and styles from Loom itself

@@ -83,7 +83,8 @@ def route_template(scope: Scope) -> str | None:
     """The template of the app's route serving this request's path, or None (kept in
     the scope: the gate and the metrics both ask)."""
     if _TEMPLATE in scope:
-        return scope[_TEMPLATE]  # type: ignore[no-any-return]
+        kept: str | None = scope[_TEMPLATE]
+        return kept
     router = scope["app"].router
     index: _RouteIndex | None = getattr(router, "_loom_route_index", None)
     if index is None:

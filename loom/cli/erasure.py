@@ -12,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from loom.cli.common import admin_client, settings_or_exit
+
 erasure_app = typer.Typer(help="Export a user's rows (erasure.request is an API op).", no_args_is_help=True)
 retention_app = typer.Typer(help="Retention and tiering in force.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -31,12 +33,11 @@ def export(
     """Write a user's rows as NDJSON to stdout (what erasure.export streams: a header,
     transcript rows, briefs and revisions, an `end` line; never embedding rows), with a
     progress bar on stderr: `loom erasure export --user U --namespace NS > file.ndjson`."""
-    from loom.cli.main import _admin_client, _settings
     from loom.ops.erasure.exporting import PAGE_ROWS, header, trailer
     from loom.store import export as store
 
     out = sys.stdout.buffer
-    with _admin_client(_settings()) as ch:
+    with admin_client(settings_or_exit()) as ch:
         total = sum(store.count_turns(ch, ns, user, include_tombstoned) for ns in namespace)
         out.write(header(user, namespace, include_tombstoned))
         rows = 0
@@ -65,11 +66,10 @@ def show(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = 
 
     from rich.table import Table
 
-    from loom.cli.main import _admin_client, _settings
     from loom.ops.erasure.retention import report
 
-    settings = _settings()
-    with _admin_client(settings) as ch:
+    settings = settings_or_exit()
+    with admin_client(settings) as ch:
         found = report(ch, settings)
     if as_json:
         print(json.dumps(asdict(found), indent=2))

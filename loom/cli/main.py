@@ -14,11 +14,12 @@ from rich.console import Console
 from rich.table import Table
 
 from loom import logging as loom_logging
+from loom.cli.common import admin_client, console, settings_or_exit
 from loom.cli.erasure import erasure_app, retention_app
 from loom.cli.ingest import ingest_transcript
 from loom.cli.mcp import mcp_stdio
 from loom.cli.portability import export_file, import_file
-from loom.settings import Settings, SettingsError, load_settings
+from loom.settings import Settings
 
 if TYPE_CHECKING:
     from loom.supervisor import Supervisor
@@ -32,15 +33,6 @@ app.command("ingest-transcript")(ingest_transcript)
 app.command("import")(import_file)
 app.command("export")(export_file)
 app.command("mcp")(mcp_stdio)
-console = Console(stderr=True)
-
-
-def _settings() -> Settings:
-    try:
-        return load_settings()
-    except SettingsError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -59,7 +51,7 @@ def migrate(
     from loom.embedded.backends import backends_for
     from loom.store.schema import prepare
 
-    settings = _settings()
+    settings = settings_or_exit()
     with backends_for(settings, need_redis=False) as backends:
         try:
             report = prepare(settings, backends.clickhouse_url, redis_url=settings.redis_url, force=force)
@@ -78,7 +70,7 @@ def worker() -> None:
     """Run an arq worker (embedding and background jobs) until stopped."""
     from workers.process import run
 
-    run(_settings())
+    run(settings_or_exit())
 
 
 @app.command()
@@ -105,7 +97,7 @@ def serve(
     from loom.embedded.backends import BackendInUse
     from loom.supervisor import HomeInUse, Supervisor
 
-    settings = _settings()
+    settings = settings_or_exit()
     overrides: dict[str, object] = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     if verbose:
         overrides["log_verbose"] = True
@@ -218,7 +210,7 @@ def reembed(
     from loom.store.schema import prepare
     from workers.embed_jobs import embedder_from_settings
 
-    settings = _settings()
+    settings = settings_or_exit()
     backends = start_backends(settings)
 
     async def run() -> object:
@@ -288,8 +280,8 @@ def token_mint(
     from loom.auth.tokens import mint, parse_lifetime
     from loom.errors import LoomError
 
-    settings = _settings()
-    with _admin_client(settings) as ch:
+    settings = settings_or_exit()
+    with admin_client(settings) as ch:
         try:
             lifetime = parse_lifetime(expires_in) if expires_in else None
             minted = mint(
@@ -320,8 +312,8 @@ def token_list(include_revoked: bool = False) -> None:
     """List tokens (never their secrets)."""
     from loom.store import tokens as store
 
-    settings = _settings()
-    with _admin_client(settings) as ch:
+    settings = settings_or_exit()
+    with admin_client(settings) as ch:
         rows = store.list_all(ch, include_revoked)
     table = Table("namespaces", "role", "read_scope", "user", "label", "created", "revoked")
     table.add_column("token_id", no_wrap=True, min_width=16)
@@ -344,43 +336,12 @@ def token_revoke(token_id: str) -> None:
     """Revoke a token by id (takes effect within seconds everywhere)."""
     from loom.auth.tokens import revoke
 
-    settings = _settings()
-    with _admin_client(settings) as ch:
+    settings = settings_or_exit()
+    with admin_client(settings) as ch:
         if not revoke(ch, token_id):
             console.print(f"[red]no token {token_id}[/red]")
             raise typer.Exit(1)
     console.print(f"revoked {token_id}")
-
-
-class _admin_client:
-    """A ClickHouse client for an admin command: uses a running `loom serve`'s
-    embedded endpoint if there is one, else starts the engine for the command."""
-
-    def __init__(self, settings: Settings):
-        self.settings = settings
-
-    def __enter__(self):  # type: ignore[no-untyped-def]
-        from loom.embedded.backends import start_backends
-        from loom.store.clickhouse import connect
-        from loom.store.schema import prepare
-
-        self.backends = start_backends(self.settings, need_redis=False)
-        try:
-            prepare(self.settings, self.backends.clickhouse_url)
-            self.ch = connect(
-                self.backends.clickhouse_url,
-                database=self.settings.clickhouse_database,
-                user=self.settings.clickhouse_user,
-                password=self.settings.clickhouse_password,
-            )
-        except BaseException:
-            self.backends.stop()
-            raise
-        return self.ch
-
-    def __exit__(self, *exc: object) -> None:
-        self.ch.close()
-        self.backends.stop()
 
 
 if __name__ == "__main__":

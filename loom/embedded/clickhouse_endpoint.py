@@ -506,7 +506,8 @@ def _new_decompressor(encoding: str) -> _Decompressor:
     if encoding == "lz4":
         import lz4.frame
 
-        return lz4.frame.LZ4FrameDecompressor()  # type: ignore[no-any-return]
+        decompressor: _Decompressor = lz4.frame.LZ4FrameDecompressor()
+        return decompressor
     if encoding == "zstd":
         import zstandard
 
@@ -593,7 +594,8 @@ def _compress_response(body: bytes | memoryview, encoding: str) -> bytes:
     if encoding == "lz4":
         import lz4.frame
 
-        return lz4.frame.compress(body)  # type: ignore[no-any-return]
+        compressed: bytes = lz4.frame.compress(body)
+        return compressed
     if encoding == "zstd":
         import zstandard
 

@@ -67,7 +67,8 @@ class McpEndpoint:
         r = await self._client.post(f"/v1/{op}", json=body, headers=auth)
         if r.status_code >= 400:
             raise error_from(r)
-        return r.json()  # type: ignore[no-any-return]
+        answer: dict[str, Any] = r.json()
+        return answer
 
     @contextlib.asynccontextmanager
     async def running(self, run_idle_seconds: float) -> AsyncIterator[None]:

@@ -82,7 +82,7 @@ def build(
 ) -> Server[Any, Any]:
     server: Server[Any, Any] = Server("loom", instructions="Loom: durable memory, session briefs and search.")
 
-    @server.list_tools()  # type: ignore[no-untyped-call, untyped-decorator]
+    @server.list_tools()  # type: ignore[no-untyped-call, untyped-decorator]  # the MCP SDK's decorators are untyped
     async def list_tools() -> list[types.Tool]:
         context = server.request_context
         return [
@@ -91,7 +91,7 @@ def build(
             if may(context, t.op)
         ]
 
-    @server.call_tool(validate_input=False)  # type: ignore[untyped-decorator]
+    @server.call_tool(validate_input=False)  # type: ignore[untyped-decorator]  # the MCP SDK's decorators are untyped
     async def call_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         spec = find(toolset, name)
         if spec is None:

@@ -107,16 +107,16 @@ SPECS: tuple[ToolSpec, ...] = (
     _spec("conversation.list", c.ListRequest, "Read a thread's turns in order."),
     _spec("conversation.compact", k.CompactRequest, "Summarise a thread's older turns."),
     _spec("conversation.compact_status", k.CompactStatusRequest, "The state of a deferred compaction."),
-    _spec("conversation.delete", e.DeleteRequest, "Delete a thread (admin)."),
-    _spec("conversation.delete_message", e.DeleteMessageRequest, "Remove one message and every copy of it."),
-    _spec("conversation.redact", e.RedactRequest, "Replace spans of one message with a placeholder (admin)."),
+    _spec("conversation.delete", k.DeleteRequest, "Delete a thread (admin)."),
+    _spec("conversation.delete_message", k.DeleteMessageRequest, "Remove one message and every copy of it."),
+    _spec("conversation.redact", k.RedactRequest, "Replace spans of one message with a placeholder (admin)."),
     _spec("conversation.reembed", c.ReembedRequest, "Rebuild a namespace's vectors (admin)."),
     _spec(
         "conversation.high_turns",
         c.HighTurnsRequest,
         "List turns that read as high sensitivity (ids and kinds, never text; admin).",
     ),
-    _spec("conversation.set_logging", n.SetLoggingRequest, "Switch transcript recording on or off (admin)."),
+    _spec("conversation.set_logging", k.SetLoggingRequest, "Switch transcript recording on or off (admin)."),
     _spec("conversation.save_message", s.SaveRequest, "Save a message for a user."),
     _spec("conversation.unsave_message", s.UnsaveRequest, "Unsave a user's message."),
     _spec("conversation.list_saved_messages", s.ListSavedRequest, "List a user's saved messages."),
@@ -143,6 +143,29 @@ SPECS: tuple[ToolSpec, ...] = (
     _spec("erasure.status", e.ErasureStatusRequest, "An erasure's progress and receipt."),
     _spec("replicas.show", d.ReplicasShowRequest, "What every live replica of the deploy shares."),
 )
+
+
+_OPERATOR = "an operator's view or setting of the deploy (the CLI and the dashboard have it), not an agent's"
+
+# The ops on no listing, each with its reason (tests/platform/test_op_layout.py: every
+# served op is listed or here).
+NOT_LISTED: dict[str, str] = {
+    "conversation.search": "agents get its results as the conversation section of loom_search",
+    "erasure.export": "an NDJSON file of a user's rows for an operator, not an answer for a model",
+    "export.start": "an NDJSON file of a namespace's rows for an operator, not an answer for a model",
+    "import.start": "an operator's bulk load of a chat app's export (`loom import`), not an agent's act",
+    "import.write": "an operator's bulk load of a chat app's export (`loom import`), not an agent's act",
+    "import.status": "an operator's bulk load of a chat app's export (`loom import`), not an agent's act",
+    "retention.show": _OPERATOR,
+    "health.show": _OPERATOR,
+    "settings.get": _OPERATOR,
+    "settings.set": _OPERATOR,
+    "webhook.register": "an integrator's configuration of deliveries, not an agent's memory",
+    "webhook.list": "an integrator's configuration of deliveries, not an agent's memory",
+    "webhook.delete": "an integrator's configuration of deliveries, not an agent's memory",
+    "webhook.rotate_secret": "an integrator's configuration of deliveries, not an agent's memory",
+    "webhook.deliveries": "an integrator's configuration of deliveries, not an agent's memory",
+}
 
 
 def listed(toolset: Toolset) -> list[ToolSpec]:

@@ -3,10 +3,6 @@ from __future__ import annotations
 from loom.models.common import NamespacedRequest, StrictModel
 
 
-class SetLoggingRequest(NamespacedRequest):
-    enabled: bool
-
-
 class NamespaceConfigResponse(StrictModel):
     namespace: str
     conversation_logging_enabled: bool

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 from loom.models.common import RequestBody
 
@@ -15,7 +15,10 @@ class ReplicaOut(BaseModel):
     replica_id: str
     kind: str
     build: str
-    schema_version: int = Field(description="The newest migration the replica's build writes rows for.")
+    schema_version: int = Field(
+        description="The newest migration the replica's build writes rows for.",
+        validation_alias=AliasChoices("schema_version", "schema"),  # `schema` on the server's record
+    )
     capabilities: list[str]
     host: str
     pid: int

@@ -87,7 +87,7 @@ def read(fmt: str, stream: BinaryIO, mapping: Mapping, path: Path) -> Iterator[U
         return _openai(stream, mapping)
     if fmt == "loom":
         return _loom(stream, mapping)
-    if fmt in transcripts.FORMATS:
+    if transcripts.is_format(fmt):
         return _transcript(stream, fmt, mapping, path)
     raise SourceError(f"unknown format {fmt!r}")
 
@@ -459,7 +459,7 @@ def _loom(stream: BinaryIO, mapping: Mapping) -> Iterator[Unit]:
 # -- ingest-transcript's transcripts ------------------------------------------------------
 
 
-def _transcript(stream: BinaryIO, fmt: str, mapping: Mapping, path: Path) -> Iterator[Unit]:
+def _transcript(stream: BinaryIO, fmt: transcripts.Format, mapping: Mapping, path: Path) -> Iterator[Unit]:
     """One transcript, one unit (such files are one session: read whole, as
     ingest-transcript reads them)."""
     try:
@@ -467,7 +467,7 @@ def _transcript(stream: BinaryIO, fmt: str, mapping: Mapping, path: Path) -> Ite
     except UnicodeDecodeError:
         raise SourceError("not UTF-8 text") from None
     try:
-        turns = transcripts.parse(text, fmt)  # type: ignore[arg-type]
+        turns = transcripts.parse(text, fmt)
     except transcripts.TranscriptError as exc:
         raise SourceError(str(exc)) from None
     thread_id = mapping.thread_id or f"{mapping.thread_prefix}{transcripts.derived_thread_id(path)}"[:MAX_ID]

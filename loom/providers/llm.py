@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import json
+import re
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -22,6 +24,18 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from loom.providers._http import auth_headers, endpoint, json_body, request_failure
+
+
+def json_object(reply: str) -> dict[str, Any]:
+    """The JSON object of a model's reply (a model may wrap it in prose or a code fence)."""
+    match = re.search(r"\{.*\}", reply, re.S)
+    if match is None:
+        raise ValueError("the model's reply holds no JSON object")
+    data = json.loads(match.group(0))
+    if not isinstance(data, dict):
+        raise ValueError("the model's reply is not a JSON object")
+    return data
+
 
 __all__ = [
     "LLM",
@@ -249,10 +263,10 @@ class OpenAICompatLLM:
         usage = body.get("usage")
         if not isinstance(usage, dict):
             return None
-        got = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        if not all(isinstance(n, int) and n > 0 for n in got):
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if not (isinstance(prompt, int) and isinstance(completion, int) and prompt > 0 and completion > 0):
             return None
-        return int(got[0]), int(got[1])  # type: ignore[arg-type]
+        return prompt, completion
 
     @staticmethod
     def _content(body: Any, where: str) -> str:

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from loom.services import Services, Slot
+
 TIMEOUT_S = 2.0
 POOL = 64  # idle connections kept (a search holds one while it waits)
 
@@ -58,15 +60,15 @@ class IndexClient:
                 writer.close()
 
 
-_KEY = "read_index.client"
+_CLIENT: Slot[IndexClient] = Slot("read_index.client")
 
 
-def of(svc: Any) -> IndexClient | None:
+def of(svc: Services) -> IndexClient | None:
     """The process's client of the index LOOM_READ_INDEX_SOCKET names (None: no index)."""
     path = svc.settings.read_index_socket
     if not path or svc.settings.read_index_mb <= 0:
         return None
-    client = svc.extras.get(_KEY)
-    if not isinstance(client, IndexClient) or client.path != path:
-        client = svc.extras[_KEY] = IndexClient(path)
+    client = _CLIENT.get(svc)
+    if client is None or client.path != path:
+        client = _CLIENT.put(svc, IndexClient(path))
     return client

@@ -82,6 +82,11 @@ def _live_vector(row: Any) -> np.ndarray | None:
     return np.asarray(vec, dtype=np.float32)
 
 
+def _xadd(client: redis.Redis, fields: dict[bytes, bytes]) -> None:
+    entry: dict[Any, Any] = fields  # redis-py annotates the fields with its own unions (invariant)
+    client.xadd(STREAM, entry, maxlen=STREAM_MAXLEN, approximate=True)
+
+
 def encode_rows(rows: Sequence[Any]) -> dict[bytes, bytes]:
     """An ``e`` event's fields for loom.store.embeddings rows."""
     meta: list[list[Any]] = []
@@ -139,7 +144,7 @@ class _Sink:
         self.client = redis.Redis.from_url(url)
 
     def publish(self, fields: dict[bytes, bytes]) -> None:
-        self.client.xadd(STREAM, fields, maxlen=STREAM_MAXLEN, approximate=True)  # type: ignore[arg-type]
+        _xadd(self.client, fields)
 
 
 _SINK: _Sink | None = None
@@ -175,7 +180,7 @@ def announce_rewritten(redis_url: str, namespaces: Iterable[str]) -> None:
     client = redis.Redis.from_url(redis_url)
     try:
         fields = encode_marks([(ns, "") for ns in namespaces], time.time_ns())
-        client.xadd(STREAM, fields, maxlen=STREAM_MAXLEN, approximate=True)  # type: ignore[arg-type]
+        _xadd(client, fields)
     finally:
         client.close()
 

@@ -5,17 +5,23 @@ API's own edge model before it is sent, the answer parsed into the response mode
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from loom.sdk.transport import LoomError
-
-if TYPE_CHECKING:
-    from loom.sdk.agent import Agent
+from loom.sdk.transport import LoomError, Transport
 
 R = TypeVar("R", bound=BaseModel)
 T = TypeVar("T")
+
+
+class Agent(Protocol):
+    """What a group of ops reads of its Agent (loom.sdk.agent, which builds the groups)."""
+
+    namespace: str
+    name: str
+    transport: Transport
+
 
 # Fields a method fills from its Agent when the caller leaves them out (None).
 FROM_AGENT = ("namespace", "agent")

@@ -148,16 +148,16 @@ GROUPS: tuple[Group, ...] = (
                 k.CompactStatusRequest,
                 k.CompactStatusResponse,
             ),
-            Method("delete", "conversation.delete", e.DeleteRequest, e.DeleteResponse),
+            Method("delete", "conversation.delete", k.DeleteRequest, k.DeleteResponse),
             Method(
                 "delete_message",
                 "conversation.delete_message",
-                e.DeleteMessageRequest,
-                e.DeleteMessageResponse,
+                k.DeleteMessageRequest,
+                k.DeleteMessageResponse,
                 "Remove one turn and every copy of it, with a receipt (idempotent).",
             ),
-            Method("redact", "conversation.redact", e.RedactRequest, e.RedactResponse),
-            Method("set_logging", "conversation.set_logging", n.SetLoggingRequest, n.NamespaceConfigResponse),
+            Method("redact", "conversation.redact", k.RedactRequest, k.RedactResponse),
+            Method("set_logging", "conversation.set_logging", k.SetLoggingRequest, n.NamespaceConfigResponse),
         ),
     ),
     Group(
@@ -408,7 +408,7 @@ def param(name: str, info: FieldInfo) -> Param:
         return Param(name, "str | None", "None", f"Default: {FROM_AGENT[name]}.")
     doc = describe(info)
     if info.default_factory is not None:
-        made = info.default_factory()  # type: ignore[call-arg]
+        made = info.default_factory()  # type: ignore[call-arg]  # pydantic's factory may take the data; ours take none
         return Param(name, with_none(kind), "None", join(doc, f"Default: {made!r}."))
     if info.default is PydanticUndefined:
         return Param(name, kind, None, doc)

@@ -485,7 +485,7 @@ class Conversation(Group):
         confirm_thread_id: str,
         namespace: str | None = None,
         agent: str | None = None,
-    ) -> e.DeleteResponse:
+    ) -> k.DeleteResponse:
         """`conversation.delete`: Tombstone one thread (this agent's turns, its thread row, their
         embeddings). `confirm_thread_id` must equal `thread_id` (else 422, nothing written). An embedding
         row another agent's live copy of the turn shares passes to that copy.
@@ -498,8 +498,8 @@ class Conversation(Group):
         """
         return await self._op(
             "conversation.delete",
-            e.DeleteRequest,
-            e.DeleteResponse,
+            k.DeleteRequest,
+            k.DeleteResponse,
             {
                 "thread_id": thread_id,
                 "confirm_thread_id": confirm_thread_id,
@@ -510,7 +510,7 @@ class Conversation(Group):
 
     async def delete_message(
         self, *, thread_id: str, msg_id: str, namespace: str | None = None, agent: str | None = None
-    ) -> e.DeleteMessageResponse:
+    ) -> k.DeleteMessageResponse:
         """`conversation.delete_message`: Remove one turn and every copy of it, with a receipt (idempotent).
         Remove one turn, its embedding row and every copy derived from it (saved index, vector tables,
         memory evidence; a summary built from it is tombstoned and its turns come back); every older
@@ -528,8 +528,8 @@ class Conversation(Group):
         """
         return await self._op(
             "conversation.delete_message",
-            e.DeleteMessageRequest,
-            e.DeleteMessageResponse,
+            k.DeleteMessageRequest,
+            k.DeleteMessageResponse,
             {"thread_id": thread_id, "msg_id": msg_id, "namespace": namespace, "agent": agent},
         )
 
@@ -544,7 +544,7 @@ class Conversation(Group):
         ranges: Sequence[Sequence[int]] | None = None,
         high: bool = False,
         placeholder: str = "[redacted]",
-    ) -> e.RedactResponse:
+    ) -> k.RedactResponse:
         """`conversation.redact`: Replace spans of one turn (exact `spans`, character `ranges`, or `high:
         true`) with a placeholder, keeping the turn in place; the old text leaves the disk and every
         derived copy; the turn is screened and embedded again. A receipt, never the text.
@@ -562,8 +562,8 @@ class Conversation(Group):
         """
         return await self._op(
             "conversation.redact",
-            e.RedactRequest,
-            e.RedactResponse,
+            k.RedactRequest,
+            k.RedactResponse,
             {
                 "thread_id": thread_id,
                 "msg_id": msg_id,
@@ -586,7 +586,7 @@ class Conversation(Group):
         """
         return await self._op(
             "conversation.set_logging",
-            n.SetLoggingRequest,
+            k.SetLoggingRequest,
             n.NamespaceConfigResponse,
             {"enabled": enabled, "namespace": namespace},
         )

@@ -433,7 +433,7 @@ class Conversation(SyncGroup):
         confirm_thread_id: str,
         namespace: str | None = None,
         agent: str | None = None,
-    ) -> e.DeleteResponse:
+    ) -> k.DeleteResponse:
         """`conversation.delete`: Tombstone one thread (this agent's turns, its thread row, their
         embeddings). `confirm_thread_id` must equal `thread_id` (else 422, nothing written). An embedding
         row another agent's live copy of the turn shares passes to that copy.
@@ -452,7 +452,7 @@ class Conversation(SyncGroup):
 
     def delete_message(
         self, *, thread_id: str, msg_id: str, namespace: str | None = None, agent: str | None = None
-    ) -> e.DeleteMessageResponse:
+    ) -> k.DeleteMessageResponse:
         """`conversation.delete_message`: Remove one turn and every copy of it, with a receipt (idempotent).
         Remove one turn, its embedding row and every copy derived from it (saved index, vector tables,
         memory evidence; a summary built from it is tombstoned and its turns come back); every older
@@ -483,7 +483,7 @@ class Conversation(SyncGroup):
         ranges: Sequence[Sequence[int]] | None = None,
         high: bool = False,
         placeholder: str = "[redacted]",
-    ) -> e.RedactResponse:
+    ) -> k.RedactResponse:
         """`conversation.redact`: Replace spans of one turn (exact `spans`, character `ranges`, or `high:
         true`) with a placeholder, keeping the turn in place; the old text leaves the disk and every
         derived copy; the turn is screened and embedded again. A receipt, never the text.

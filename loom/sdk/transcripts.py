@@ -25,11 +25,17 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 ROLES = ("user", "assistant", "system", "tool")
 Format = Literal["markdown", "json", "jsonl", "codex"]
 FORMATS: tuple[Format, ...] = ("markdown", "json", "jsonl", "codex")
+
+
+def is_format(fmt: str) -> TypeGuard[Format]:
+    return fmt in FORMATS
+
+
 # User messages Codex writes itself (not the person's words).
 _CODEX_INJECTED = ("<environment_context>", "<user_instructions>", "# AGENTS.md")
 _HEADING = re.compile(r"^#\s+(user|assistant|system|tool)\s*$", re.IGNORECASE)

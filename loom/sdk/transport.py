@@ -105,7 +105,8 @@ class Transport:
                     raise LoomError(0, "unreachable", f"{self.base_url}: {type(exc).__name__}") from None
             else:
                 if r.status_code < 400:
-                    return r.json()  # type: ignore[no-any-return]
+                    answer: dict[str, Any] = r.json()
+                    return answer
                 if r.status_code not in RETRY_STATUSES or last:
                     raise error_from(r)
                 backoff = max(backoff, _retry_after(r))

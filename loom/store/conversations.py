@@ -18,9 +18,8 @@ from clickhouse_connect.driver.client import Client
 
 from loom.store import transcript_postings
 from loom.store.clickhouse import insert_settings, key_sets
+from loom.store.keys import EmbKey, TurnKey
 from loom.store.rows import Column, column, named, table
-
-TurnKey = tuple[str, str, str, str]  # (namespace, agent, thread_id, msg_id)
 
 # How a row came to exist (column `origin`, migration 007). A recorded row is part of the
 # namespace's transcript; a saved-only row was stored by conversation.save_message alone
@@ -68,7 +67,7 @@ class Turn:
 
     @property
     def key(self) -> TurnKey:
-        return (self.namespace, self.agent, self.thread_id, self.msg_id)
+        return TurnKey(self.namespace, self.agent, self.thread_id, self.msg_id)
 
     def row(self) -> list[Any]:
         """The insert values, in :data:`COLUMNS` order."""
@@ -102,7 +101,7 @@ class Landed:
     # (ns, thread, msg) that another agent's copy landed for: only such a turn can have
     # an embedding row to reuse (the embedding row is written after, and for, a
     # transcript row).
-    elsewhere: set[tuple[str, str, str]]
+    elsewhere: set[EmbKey]
     # Landed for this agent as a saved-only row (its newest version): an append of the
     # turn while the namespace records makes it recorded (loom.ops.conversation.writing.origin).
     saved_only: set[TurnKey] = field(default_factory=set)
@@ -134,7 +133,7 @@ def landed(ch: Client, keys: Iterable[TurnKey]) -> Landed:
             if key not in newest or r["version"] >= newest[key][0]:
                 newest[key] = (r["version"], r["orig"])
         else:
-            out.elsewhere.add((r["ns"], r["thread_id"], r["msg_id"]))
+            out.elsewhere.add(EmbKey(r["ns"], r["thread_id"], r["msg_id"]))
     out.saved_only = {k for k, (_, origin) in newest.items() if origin == SAVED_ONLY}
     return out
 
@@ -300,9 +299,7 @@ def last_turns(
     }
 
 
-def copy_texts(
-    ch: Client, keys: Iterable[tuple[str, str, str]]
-) -> dict[tuple[str, str, str], list[tuple[str, bool]]]:
+def copy_texts(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, list[tuple[str, bool]]]:
     """Every agent's copy of the named turns (newest versions, tombstoned included): the
     whole content and its high mark, per (namespace, thread_id, msg_id)."""
     keys = list(keys)
@@ -314,9 +311,9 @@ def copy_texts(
         parameters=key_sets(keys, ns=0, th=1, ids=2),
     )
     wanted = set(keys)
-    out: dict[tuple[str, str, str], list[tuple[str, bool]]] = {}
+    out: dict[EmbKey, list[tuple[str, bool]]] = {}
     for r in named(rows):
-        key = (r["ns"], r["thread_id"], r["msg_id"])
+        key = EmbKey(r["ns"], r["thread_id"], r["msg_id"])
         if key in wanted:
             out.setdefault(key, []).append((r["content"], bool(r["high_sensitivity"])))
     return out

@@ -15,6 +15,7 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
+from loom.store.keys import EmbKey, TurnKey
 from loom.store.rows import Column, column, scalar, table
 from loom.store.transcript_postings import SPEAKER_SQL
 
@@ -54,21 +55,22 @@ class Landed:
     appended_by: str = ""  # the token that appended it (an import's turns: the import's token)
 
     @property
-    def turn_key(self) -> tuple[str, str, str, str]:
+    def turn_key(self) -> TurnKey:
         p = self.position
-        return (p.namespace, p.agent, p.thread_id, p.msg_id)
+        return TurnKey(p.namespace, p.agent, p.thread_id, p.msg_id)
 
     @property
-    def emb_key(self) -> tuple[str, str, str]:
+    def emb_key(self) -> EmbKey:
         p = self.position
-        return (p.namespace, p.thread_id, p.msg_id)
+        return EmbKey(p.namespace, p.thread_id, p.msg_id)
 
 
 def horizon(ch: Client, grace_s: float) -> datetime:
     """The server's clock less the grace: the pass looks at rows inserted up to then."""
-    return scalar(  # type: ignore[no-any-return]
+    at: datetime = scalar(
         ch, "SELECT now64(3, 'UTC') - toIntervalMillisecond({g:UInt64})", {"g": int(grace_s * 1000)}
     )
+    return at
 
 
 def position(ch: Client, name: str = NAME) -> Position | None:

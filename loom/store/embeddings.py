@@ -19,10 +19,9 @@ from clickhouse_connect.driver.client import Client
 from loom.read_index import feed
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.conversations import RECORDED
+from loom.store.keys import EmbKey
 from loom.store.rows import Column, column, named, scalar, table
 from loom.store.transcript_postings import SPEAKER_SQL
-
-EmbKey = tuple[str, str, str]  # (namespace, thread_id, msg_id)
 
 
 def _vector(vec: Any) -> list[float]:
@@ -59,7 +58,7 @@ class EmbeddingRow:
 
     @property
     def key(self) -> EmbKey:
-        return (self.namespace, self.thread_id, self.msg_id)
+        return EmbKey(self.namespace, self.thread_id, self.msg_id)
 
     def row(self) -> list[Any]:
         """The insert values, in :data:`COLUMNS` order."""
@@ -178,7 +177,9 @@ def rows(ch: Client, keys: Iterable[EmbKey], *, vectors: bool = True) -> dict[Em
 def get(
     ch: Client, namespace: str, thread_id: str, msg_id: str, *, vectors: bool = True
 ) -> EmbeddingRow | None:
-    return rows(ch, [(namespace, thread_id, msg_id)], vectors=vectors).get((namespace, thread_id, msg_id))
+    return rows(ch, [EmbKey(namespace, thread_id, msg_id)], vectors=vectors).get(
+        EmbKey(namespace, thread_id, msg_id)
+    )
 
 
 def count(ch: Client, namespace: str, thread_id: str | None = None) -> int:
@@ -202,7 +203,7 @@ class ReembedCandidate:
 
     @property
     def key(self) -> EmbKey:
-        return (self.namespace, self.thread_id, self.msg_id)
+        return EmbKey(self.namespace, self.thread_id, self.msg_id)
 
 
 def scan(
@@ -269,4 +270,4 @@ def _speaker_names(ch: Client, keys: Sequence[EmbKey]) -> dict[EmbKey, str]:
         "GROUP BY namespace, thread_id, msg_id",
         parameters=key_sets(keys, ns=0, th=1, ids=2),
     )
-    return {(r["ns"], r["thread_id"], r["msg_id"]): r["speaker"] for r in named(rows)}
+    return {EmbKey(r["ns"], r["thread_id"], r["msg_id"]): r["speaker"] for r in named(rows)}

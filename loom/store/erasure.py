@@ -12,12 +12,13 @@ when it is run again, so a step can be retried after a crash.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
+from pydantic import BaseModel, ConfigDict, Field
 
 from loom.clock import next_version, utcnow
 from loom.store import conversations as conv_store
@@ -80,12 +81,68 @@ class TableCount:
 # -- the request record ----------------------------------------------------------
 
 
-def _receipt_json(receipt: dict[str, Any]) -> str:
-    return json.dumps(receipt, separators=(",", ":"), sort_keys=True)
+class ReceiptLine(BaseModel):
+    """One table's line of a receipt: rows tombstoned (or hidden) at the request, rows
+    removed from disk by the job, and the digest of the keys per namespace."""
+
+    # A newer build's keys survive this build's rewrite of the receipt (a rolling upgrade).
+    model_config = ConfigDict(extra="allow")
+
+    tombstoned: int = 0
+    removed: int = 0
+    digests: dict[str, str] = Field(default_factory=dict)
+    hidden: dict[str, int] | None = None  # per namespace: rows a lightweight DELETE hid at the request
 
 
-def _receipt(raw: str) -> dict[str, Any]:
-    return json.loads(raw or "{}")  # type: ignore[no-any-return]
+class StepProgress(BaseModel):
+    """One removal step of one namespace: the rows it counted before any removal, and
+    whether it ran (recorded after it ran, so a killed job resumes where it stopped)."""
+
+    rows: int
+    done: bool = False
+
+
+class Receipt(BaseModel):
+    """What an erasure did, never any removed text. A line's `hidden` (none for a table
+    only the removal touched) and `progress` (none before the job planned) are left out
+    of the stored and answered JSON when there are none."""
+
+    model_config = ConfigDict(extra="allow")  # as ReceiptLine's
+
+    erasure_id: str = ""
+    kind: str = ""
+    user_id: str = ""
+    namespaces: list[str] = Field(default_factory=list)
+    purge: bool = False
+    asked_at: str | None = None
+    unreadable_at: str | None = None
+    removed_at: str | None = None
+    tables: dict[str, ReceiptLine] = Field(default_factory=dict)
+    digest: str = ""
+    progress: dict[str, StepProgress] | None = None  # by "<namespace>/<step>"
+
+    def steps(self) -> dict[str, StepProgress]:
+        """The removal's progress, begun when the job first plans."""
+        if self.progress is None:
+            self.progress = {}
+        return self.progress
+
+    def as_json(self) -> dict[str, Any]:
+        body = self.model_dump(mode="json")
+        if self.progress is None:
+            del body["progress"]
+        for line in body["tables"].values():
+            if line["hidden"] is None:
+                del line["hidden"]
+        return body
+
+
+def _receipt_json(receipt: Receipt) -> str:
+    return json.dumps(receipt.as_json(), separators=(",", ":"), sort_keys=True)
+
+
+def _receipt(raw: str) -> Receipt:
+    return Receipt.model_validate_json(raw or "{}")
 
 
 @dataclass
@@ -99,7 +156,7 @@ class Request:
     namespaces: list[str] = column("Array(String)")
     purge: bool = column("Bool")
     state: str = column("LowCardinality(String)")  # removing | done | failed
-    receipt: dict[str, Any] = column("String", default_factory=dict, encode=_receipt_json, decode=_receipt)
+    receipt: Receipt = column("String", default_factory=Receipt, encode=_receipt_json, decode=_receipt)
     steps_total: int = column("UInt32", default=0)
     steps_done: int = column("UInt32", default=0)
     error: str = column("String", default="")
@@ -331,7 +388,7 @@ WRITTEN_TABLES = ("conversations", "conversation_embeddings", "threads")
 
 
 def written(
-    ch: Client, namespace: str, threads: Sequence[str], stamped: dict[str, Sequence[int]]
+    ch: Client, namespace: str, threads: Sequence[str], stamped: Mapping[str, Sequence[int]]
 ) -> dict[str, int]:
     """How many rows of the namespace's `threads` the erasure's statements stamped with
     the versions of `stamped` (per table), in one read (its parts run side by side)."""
@@ -356,7 +413,7 @@ def written(
 
 
 def key_stamped(
-    ch: Client, erasure_id: str, namespace: str, threads: Sequence[str], stamped: dict[str, Sequence[int]]
+    ch: Client, erasure_id: str, namespace: str, threads: Sequence[str], stamped: Mapping[str, Sequence[int]]
 ) -> None:
     """Record the keys of the rows the tombstones stamped, in one statement: the keys were
     fixed beside the tombstones, so a row of the user that landed between the two reads

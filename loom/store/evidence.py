@@ -16,7 +16,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.store.bm25 import query_terms_sql, stop_words_param, terms_sql
-from loom.store.memories import Scope, bm25, rank_scored
+from loom.store.memories import LexicalSource, Scope, bm25, rank_scored
 from loom.store.rows import Column, column, table
 
 
@@ -40,6 +40,9 @@ class Evidence:
 
 # doc and doc_len: the BM25 document id and length, MATERIALIZED by the server.
 TABLE = table("memory_evidence", Evidence, server=[Column("doc", "UInt64"), Column("doc_len", "UInt32")])
+LEXICAL = LexicalSource(
+    spec=TABLE, terms="evidence_terms", id_col="evidence_id", live="NOT tombstoned AND NOT high_sensitivity"
+)
 
 
 def insert(ch: Client, rows: Sequence[Evidence]) -> None:
@@ -156,5 +159,5 @@ def search(
     """BM25 of `query` over the scope's readable evidence in the time window, best first,
     from the postings (one round trip: the rows come with their scores)."""
     cond, params = _window(since, until)
-    hits = bm25(ch, scope, query, limit=limit, table="memory_evidence", extra=cond, extra_params=params)
+    hits = bm25(ch, scope, query, limit=limit, source=LEXICAL, extra=cond, extra_params=params)
     return [(h.row, h.score, h.matched) for h in hits if not h.row.high_sensitivity]

@@ -26,10 +26,9 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 
 from loom import redis_keys
+from loom.store.keys import ThreadKey, UserKey
 
 TTL_S = 3_600
-
-ThreadKey = tuple[str, str, str]  # (namespace, agent, thread_id)
 
 
 def key(namespace: str) -> str:
@@ -65,9 +64,6 @@ async def set_user_fence(redis: Redis, namespace: str, user_id: str, version: in
 async def fences(redis: Redis, threads: Sequence[ThreadKey]) -> dict[ThreadKey, int]:
     """The fence of each thread that has one (one round trip)."""
     return (await all_fences(redis, threads, []))[0]
-
-
-UserKey = tuple[str, str]  # (namespace, user_id)
 
 
 async def all_fences(

@@ -36,10 +36,9 @@ from dataclasses import dataclass
 from clickhouse_connect.driver.client import Client
 from redis.asyncio import Redis
 
-from loom import redis_keys
+from loom import redis_calls, redis_keys
+from loom.store.keys import TurnKey
 from loom.store.rows import named
-
-TurnKey = tuple[str, str, str, str]  # (namespace, agent, thread_id, msg_id)
 
 BUCKETS = 4096
 REBUILD_PAGE = 20_000
@@ -183,7 +182,7 @@ async def claim_and_note(
         (a_bucket, a_field), (x_bucket, x_field) = _this_agent(key), _any_agent(key)
         script_keys += [claim, a_bucket, x_bucket]
         args += [a_field, x_field, index[key[0]]]
-    bits = await redis.eval(_CLAIM_AND_NOTE, len(script_keys), *script_keys, *args)  # type: ignore[misc,arg-type]
+    bits = await redis_calls.eval(redis, _CLAIM_AND_NOTE, script_keys, *args)
     return [
         Noted(bool(b & 1), bool(b & 2), bool(b & 4), bool(b & 8), bool(b & 16), bool(b & 32)) for b in bits
     ]
@@ -208,7 +207,7 @@ async def mark_waiting(redis: Redis, flush_id: str) -> None:
 
 async def waiting_holders(redis: Redis, claim_keys: Sequence[str]) -> list[str]:
     """Per claim: the id of its flush if that flush is live and waiting too, else ''."""
-    got = await redis.eval(_WAITING_HOLDERS, len(claim_keys), *claim_keys, redis_keys.APPEND_FLUSH)  # type: ignore[misc]
+    got = await redis_calls.eval(redis, _WAITING_HOLDERS, claim_keys, redis_keys.APPEND_FLUSH)
     return [g.decode() if isinstance(g, bytes) else str(g) for g in got]
 
 
@@ -226,7 +225,7 @@ async def note(redis: Redis, keys: Sequence[TurnKey]) -> None:
     pipe = redis.pipeline(transaction=False)
     for key in keys:
         for bucket, fld in (_this_agent(key), _any_agent(key)):
-            pipe.hsetnx(bucket, fld, "")  # type: ignore[arg-type]
+            pipe.hsetnx(bucket, fld, "")  # type: ignore[arg-type]  # redis-py wants str; bytes keys are what the script uses
     await pipe.execute()
 
 
@@ -240,16 +239,16 @@ def key_page(ch: Client, namespace: str, after: TurnKey | None, size: int = REBU
         "ORDER BY agent, thread_id, msg_id LIMIT {n:UInt32}",
         parameters={"ns": namespace, "ag": cursor[0], "th": cursor[1], "id": cursor[2], "n": size},
     )
-    return [(namespace, r["ag"], r["thread_id"], r["msg_id"]) for r in named(rows)]
+    return [TurnKey(namespace, r["ag"], r["thread_id"], r["msg_id"]) for r in named(rows)]
 
 
 async def run_id(redis: Redis) -> str:
     """The running Redis process's id (a restart changes it)."""
-    got = await redis.eval(_RUN_ID, 0)  # type: ignore[misc]
+    got = await redis_calls.eval(redis, _RUN_ID, [])
     return got.decode() if isinstance(got, bytes) else str(got)
 
 
 async def mark_ready(redis: Redis, namespace: str, since_run_id: str) -> bool:
     """Mark the namespace's notes complete, unless Redis restarted since `since_run_id`
     was read (notes written before the restart may be lost). True: marked."""
-    return bool(await redis.eval(_MARK_READY, 1, ready_key(namespace), since_run_id))  # type: ignore[misc]
+    return bool(await redis_calls.eval(redis, _MARK_READY, [ready_key(namespace)], since_run_id))

@@ -325,6 +325,9 @@ class LexicalHit:
     row: Any = None  # the Fact or Evidence it names
 
 
+_TERMS_TABLE = {"memories": "memory_terms", "memory_evidence": "evidence_terms"}
+
+
 def bm25_sql(table: str, id_col: str, live: str) -> str:
     """The whole ranking in SQL (postings joined to the scope's live rows, N, df and
     avgdl by window functions): the reference :func:`bm25` (and loom.store.memory_scan)
@@ -353,8 +356,6 @@ ORDER BY length(matched) DESC, score DESC, id
 LIMIT {{lim:UInt32}}
 """
 
-
-_TERMS_TABLE = {"memories": "memory_terms", "memory_evidence": "evidence_terms"}
 
 # One join answers everything BM25 needs: each (query term, live row holding it) pair,
 # with the row whole, its length, and N and avgdl of the scope's live rows (windows over
@@ -393,43 +394,54 @@ def bm25_scores(pairs: Sequence[tuple[str, str, int, int, int, float]]) -> dict[
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class LexicalSource:
+    """A table BM25 ranks: its row spec, postings table, id column and live condition
+    (memories here; memory_evidence in loom.store.evidence, which imports this module)."""
+
+    spec: Table[Any]
+    terms: str
+    id_col: str
+    live: str
+    read: str | None = None  # the columns read, when not the spec's own
+
+    @property
+    def table(self) -> str:
+        return self.spec.name
+
+
 def bm25(
     ch: Client,
     scope: Scope,
     query: str,
     *,
     limit: int,
-    table: str = "memories",
+    source: LexicalSource | None = None,
     extra: str = "",
     extra_params: dict[str, Any] | None = None,
     as_of: datetime | None = None,
 ) -> list[LexicalHit]:
-    """BM25's best rows of `table` (memories or memory_evidence) for `query`, each with
+    """BM25's best rows of `source` (by default the facts) for `query`, each with
     its row (newest live version; for facts the current ones, or those valid at
     `as_of`), best first (more query terms held, then score, then id), in one round trip."""
-    if table == "memories":
+    if source is None:
         valid, vparams = live(as_of, utcnow())
-        spec, id_col, live_cond, read = TABLE, "memory_id", valid, _READ_NO_VECTOR
-        extra_params = (extra_params or {}) | vparams
-    else:
-        spec, id_col, live_cond, read = (
-            _evidence_table(),
-            "evidence_id",
-            "NOT tombstoned AND NOT high_sensitivity",
-            None,
+        source = LexicalSource(
+            spec=TABLE, terms="memory_terms", id_col="memory_id", live=valid, read=_READ_NO_VECTOR
         )
+        extra_params = (extra_params or {}) | vparams
     sql = (
-        _BM25_PAIRS.replace("{terms}", _TERMS_TABLE[table])
-        .replace("{read}", read or spec.read_list)
-        .replace("{table}", table)
+        _BM25_PAIRS.replace("{terms}", source.terms)
+        .replace("{read}", source.read or source.spec.read_list)
+        .replace("{table}", source.table)
         .replace("{scope}", scope.where())
-        .replace("{live}", live_cond + extra)
+        .replace("{live}", source.live + extra)
     )
     params = scope.params() | {"q": query, "stop": stop_words_param()} | (extra_params or {})
     rows: dict[str, Any] = {}
     pairs = []
-    for row, own in spec.rows_with(ch.query(sql, parameters=params)):
-        row_id = getattr(row, id_col)
+    for row, own in source.spec.rows_with(ch.query(sql, parameters=params)):
+        row_id = getattr(row, source.id_col)
         rows[row_id] = row
         pairs.append((row_id, own["_term"], own["_tf"], own["_dl"], own["_n"], own["_avgdl"]))
     return rank_scored(pairs, rows, limit=limit)
@@ -443,12 +455,6 @@ def rank_scored(
     scored = bm25_scores(pairs)
     best = sorted(scored.items(), key=lambda kv: (-len(kv[1][1]), -kv[1][0], kv[0]))[:limit]
     return [LexicalHit(i, score, tuple(matched), rows[i]) for i, (score, matched) in best if score > 0]
-
-
-def _evidence_table() -> Table[Any]:
-    from loom.store.evidence import TABLE as EVIDENCE  # evidence.py imports this module
-
-    return EVIDENCE
 
 
 # -- decisions ----------------------------------------------------------------------------

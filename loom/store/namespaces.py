@@ -47,6 +47,6 @@ def put(ch: Client, config: NamespaceConfig) -> None:
 
 
 def update(ch: Client, namespace: str, **changes: object) -> NamespaceConfig:
-    config = replace(get(ch, namespace), **changes)  # type: ignore[arg-type]
+    config = replace(get(ch, namespace), **changes)  # type: ignore[arg-type]  # the callers name fields; replace() checks them
     put(ch, config)
     return config

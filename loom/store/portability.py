@@ -140,7 +140,8 @@ def put(ch: Client, j: Job) -> None:
 
 
 def server_now(ch: Client) -> datetime:
-    return scalar(ch, "SELECT now64(3, 'UTC')")  # type: ignore[no-any-return]
+    now: datetime = scalar(ch, "SELECT now64(3, 'UTC')")
+    return now
 
 
 # -- what an import batch finds already there ---------------------------------------------

@@ -10,6 +10,7 @@ was removed at that version.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from clickhouse_connect.driver.client import Client
@@ -48,7 +49,7 @@ def rows(ch: Client, namespace: str, thread_id: str | None = None) -> list[Row]:
     return list(_decoded(result.named_results(), namespace))
 
 
-def _decoded(found: Iterator[dict[str, object]], namespace: str) -> Iterator[Row]:
+def _decoded(found: Iterator[dict[str, Any]], namespace: str) -> Iterator[Row]:
     for r in found:
         raw = r["vec"]
         vec = np.frombuffer(raw, dtype="<f4") if isinstance(raw, bytes) and raw else None
@@ -56,12 +57,12 @@ def _decoded(found: Iterator[dict[str, object]], namespace: str) -> Iterator[Row
             namespace=namespace,
             thread_id=str(r["thread_id"]),
             msg_id=str(r["msg_id"]),
-            version=int(r["version"]),  # type: ignore[call-overload]
+            version=int(r["version"]),
             agent=str(r["ag"]),
             role=str(r["role_name"]),
             run_id=str(r["run_id"]),
             user_id=str(r["user_id"]),
-            ts_us=int(r["ts_us"]),  # type: ignore[call-overload]
+            ts_us=int(r["ts_us"]),
             text=str(r["kept_text"]),
             model=str(r["model"]),
             vector=vec,

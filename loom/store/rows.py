@@ -193,7 +193,7 @@ class Reader(Generic[R]):
 
     def __init__(self, table: Table[Any], row: type[R], decoders: Mapping[str, Callable[[Any], Any]]) -> None:
         types = {c.name: c.type for c in table.columns}
-        names = [f.name for f in fields(row)]  # type: ignore[arg-type]
+        names = [f.name for f in fields(row)]  # type: ignore[arg-type]  # R is a dataclass; typing has no bound for one
         unknown = [n for n in names if n not in types]
         if unknown:
             raise TypeError(f"{row.__name__} names no column of {table.name}: {unknown}")

@@ -21,9 +21,9 @@ from clickhouse_connect.driver.client import Client
 from loom.store import conversations as conv_store
 from loom.store import transcript_postings
 from loom.store.clickhouse import key_sets
+from loom.store.keys import TurnKey
 from loom.store.rows import named
 
-TurnKey = conv_store.TurnKey
 Pair = tuple[str, str]  # (thread_id, msg_id)
 
 _KEY_WHERE = (
@@ -63,7 +63,7 @@ class TranscriptRow:
 
     @property
     def key(self) -> TurnKey:
-        return (self.namespace, self.agent, self.thread_id, self.msg_id)
+        return TurnKey(self.namespace, self.agent, self.thread_id, self.msg_id)
 
 
 _TRANSCRIPT = conv_store.TABLE.reader(TranscriptRow, metadata=conv_store._metadata)

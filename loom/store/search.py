@@ -34,6 +34,7 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.query import QueryResult
 
 from loom.store.clickhouse import key_sets
+from loom.store.keys import EmbKey, TurnKey, TurnRef
 from loom.store.rows import named
 
 # The dimensions migration 002 gave a vector table; other lengths are scanned exactly
@@ -84,8 +85,8 @@ class Candidate:
     trusted: bool | None = None
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.namespace, self.thread_id, self.msg_id)
+    def key(self) -> EmbKey:
+        return EmbKey(self.namespace, self.thread_id, self.msg_id)
 
 
 def _where(filters: Filters, params: dict[str, Any], *, hide_key: bool) -> list[str]:
@@ -288,9 +289,6 @@ class TurnNow:
     recorded: bool = True  # origin 'recorded': part of the transcript (a saved-only row never is)
 
 
-TurnKey = tuple[str, str, str, str]  # (namespace, agent, thread_id, msg_id)
-
-
 # verify_embeddings() and verify_turns() are two statements, not one UNION ALL: run at
 # once from two threads they answer in the time of the slower one (10.7 ms for 13 keys
 # at 100k turns), while the UNION ALL took 15.9 (measured 2026-12-01). A third one for
@@ -336,7 +334,7 @@ def verify_turns(
     )
     wanted = set(keys)
     return {
-        (r["ns"], r["ag"], r["thread_id"], r["msg_id"]): TurnNow(
+        TurnKey(r["ns"], r["ag"], r["thread_id"], r["msg_id"]): TurnNow(
             role=r["role_name"],
             run_id=r["run_id"],
             user_id=r["user_id"],
@@ -372,17 +370,9 @@ def heads(ch: Client, keys: Sequence[TurnKey], chars: int) -> dict[TurnKey, str]
 
 
 @dataclass(frozen=True)
-class TextMatch:
+class TextMatch(TurnRef):
     """A live, searchable turn whose content holds the needle."""
 
-    namespace: str
-    agent: str
-    thread_id: str
-    msg_id: str
-    role: str
-    run_id: str
-    user_id: str
-    ts: datetime
     head: str  # the first `chars` characters of the content
 
 

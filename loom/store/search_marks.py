@@ -36,7 +36,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 from redis.asyncio import Redis
 
-from loom import redis_keys
+from loom import redis_calls, redis_keys
 from loom.read_index import feed
 from loom.store.rows import column, named, table
 
@@ -146,7 +146,7 @@ async def _eval(redis: Redis, mode: str, items: dict[str, list[str]]) -> list[in
     for ns in names:
         step = 2 if mode != "get" else 1
         args += [str(len(items[ns]) // step), *items[ns]]
-    got = await redis.eval(_SCRIPT, len(names), *[key(ns) for ns in names], *args)  # type: ignore[misc]
+    got = await redis_calls.eval(redis, _SCRIPT, [key(ns) for ns in names], *args)
     return [int(v) for v in got]
 
 

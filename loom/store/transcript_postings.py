@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from clickhouse_cityhash.cityhash import CityHash64
 from clickhouse_connect.driver.client import Client
@@ -43,8 +43,27 @@ from loom.store.clickhouse import insert_settings
 from loom.store.rows import column, table
 from loom.store.transcript_terms import HEAD_CHARS
 
-if TYPE_CHECKING:
-    from loom.store.conversations import Turn
+
+class Turn(Protocol):
+    """What the postings read of a transcript row (loom.store.conversations.Turn, whose
+    module imports this one)."""
+
+    namespace: str
+    agent: str
+    thread_id: str
+    msg_id: str
+    role: str
+    run_id: str
+    user_id: str
+    ts: datetime
+    version: int
+    content: str
+    metadata: dict[str, Any]
+    tombstoned: bool
+    high_sensitivity: bool
+    origin: str
+    is_summary: bool
+
 
 _INDEXED_ROLES = ("user", "assistant")
 # How much of ``metadata.speaker`` is indexed: a name, not a paragraph smuggled in.

@@ -42,6 +42,7 @@ from clickhouse_connect.driver.client import Client
 
 from loom.store import bm25
 from loom.store.clickhouse import key_sets
+from loom.store.keys import TurnKey
 from loom.store.rows import named, scalar
 from loom.store.search import Filters, filter_conditions
 
@@ -197,9 +198,6 @@ class TurnNow:
     run_id: str
     user_id: str
     ts: datetime
-
-
-TurnKey = tuple[str, str, str, str]  # (namespace, agent, thread_id, msg_id)
 
 
 def verify(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnNow]:

@@ -19,7 +19,8 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 
 from loom.store.clickhouse import key_sets
-from loom.store.embeddings import EmbeddingRow, EmbKey
+from loom.store.embeddings import EmbeddingRow
+from loom.store.keys import EmbKey
 from loom.store.rows import named
 from loom.store.search import VECTOR_TABLES
 

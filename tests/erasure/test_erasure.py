@@ -257,9 +257,9 @@ async def test_a_removal_killed_halfway_resumes_and_counts_each_row_once(
     assert finished.state == "done" and finished.steps_done == finished.steps_total
     # Every version, each counted once: at most the versions as they were plus the erasure's
     # three tombstones (a background merge may have collapsed some first), at least one a row.
-    removed = finished.receipt["tables"]["conversations"]["removed"]
+    removed = finished.receipt.tables["conversations"].removed
     assert rows_before <= removed <= versions_before + 3
-    assert finished.receipt["digest"] == req.receipt["digest"]
+    assert finished.receipt.digest == req.receipt.digest
     # Running it once more changes nothing.
     assert (await requesting.run_removal(services, req.erasure_id)).receipt == finished.receipt
     for table in ("conversations", "conversation_embeddings", "saved_docs", "saved_terms", "saved_vectors"):

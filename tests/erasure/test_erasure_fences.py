@@ -197,7 +197,7 @@ async def test_a_row_that_lands_between_the_key_fixing_and_the_tombstones_is_rem
     req = await requesting.request(
         services, admin, user_id="u1", namespaces=None, namespace_list=None, purge=False
     )
-    assert req.receipt["tables"]["conversations"]["tombstoned"] == 2
+    assert req.receipt.tables["conversations"].tombstoned == 2
     rows = turn_rows(services.ch, ns)
     assert {r["msg_id"] for r in rows if r["user_id"] == "u1" and r["tombstoned"]} >= {"m-late"}
     await requesting.run_removal(services, req.erasure_id)

@@ -159,6 +159,7 @@ async def test_bm25_ranks_as_the_sql_reference_does(call, ns, mint, services):
     """The serving BM25 (one join, scored in Python) answers what the whole-SQL ranking
     answers: the same rows, order, scores and matched terms, for facts and evidence,
     whole scope and one session, with a revised and a forgotten fact in the corpus."""
+    from loom.store import evidence as ev_store
     from loom.store import memories as store
 
     w = mint(ns, "writer")
@@ -207,14 +208,19 @@ async def test_bm25_ranks_as_the_sql_reference_does(call, ns, mint, services):
                     store.bm25_sql(table, id_col, live).replace("{scope}", scope.where()),
                     parameters=scope.params() | {"q": query, "lim": 50, "stop": bm25.stop_words_param()} | at,
                 ).result_rows
-                got = store.bm25(services.ch, scope, query, limit=50, table=table)
+                got = store.bm25(
+                    services.ch,
+                    scope,
+                    query,
+                    limit=50,
+                    source=ev_store.LEXICAL if table == "memory_evidence" else None,
+                )
                 assert [h.id for h in got] == [row[0] for row in ref if row[1] > 0], (table, query)
                 for h, (_, score, matched) in zip(got, ref, strict=False):
                     assert abs(h.score - score) < 1e-9 and sorted(h.matched) == sorted(matched)
                 assert got or table == "memory_evidence" or query == "ledger" and scope.session_id
     # The one-read path (loom.store.memory_scan, evidence's _scan) answers what the
     # server-side legs answer, over the same corpus.
-    from loom.store import evidence as ev_store
     from loom.store import memory_scan
 
     for scope in (store.Scope(ns, "u1"), store.Scope(ns, "u1", session_id="s1")):
@@ -240,7 +246,7 @@ async def test_bm25_ranks_as_the_sql_reference_does(call, ns, mint, services):
                 memory_scan.vector(found, emb.vectors[0], "another-model", limit=3, min_similarity=-1) == []
             )
             got_e = ev_store.scan_search(services.ch, scope, query, limit=50, cap=100)
-            ref_e = store.bm25(services.ch, scope, query, limit=50, table="memory_evidence")
+            ref_e = store.bm25(services.ch, scope, query, limit=50, source=ev_store.LEXICAL)
             assert got_e is not None
             assert [(e.evidence_id, round(s, 9), sorted(m)) for e, s, m in got_e] == [
                 (h.id, round(h.score, 9), sorted(h.matched)) for h in ref_e if not h.row.high_sensitivity

@@ -1,5 +1,5 @@
-"""Routes of conversation.delete, erasure.request / status / export and retention.show
-(all admin; tokens bound to one user or session are refused)."""
+"""Routes of erasure.request / status / export and retention.show (all admin; tokens
+bound to one user or session are refused)."""
 
 from __future__ import annotations
 
@@ -10,23 +10,15 @@ from fastapi.responses import StreamingResponse
 
 from loom.api.deps import Caller, Svc
 from loom.models.erasure import (
-    DeleteMessageRequest,
-    DeleteMessageResponse,
-    DeleteRequest,
-    DeleteResponse,
     ErasureRequest,
     ErasureResponse,
     ErasureStatusRequest,
     ExportRequest,
-    RedactRequest,
-    RedactResponse,
     RetentionShowRequest,
     RetentionShowResponse,
 )
 from loom.models.errors import COMMON, error_responses
 from loom.ops import erasure as ops
-from loom.ops.conversation.lifecycle import deleting, deleting_message, redacting
-from loom.ops.conversation.lifecycle.message_removal import Receipt
 from loom.ops.erasure import retention
 from loom.store.erasure import Request
 
@@ -34,75 +26,7 @@ router = APIRouter(prefix="/v1", tags=["deletion and erasure"], responses=error_
 
 
 def _erasure(req: Request) -> ErasureResponse:
-    return ErasureResponse(
-        erasure_id=req.erasure_id,
-        kind=req.kind,
-        state=req.state,
-        steps_total=req.steps_total,
-        steps_done=req.steps_done,
-        receipt=req.receipt,
-        error=req.error,
-        created_at=req.created_at,
-        updated_at=req.updated_at,
-    )
-
-
-@router.post("/conversation.delete", response_model=DeleteResponse)
-async def delete(body: DeleteRequest, who: Caller, svc: Svc) -> DeleteResponse:
-    """Tombstone one thread (this agent's turns, its thread row, their embeddings).
-    `confirm_thread_id` must equal `thread_id` (else 422, nothing written). An embedding
-    row another agent's live copy of the turn shares passes to that copy."""
-    result = await deleting.delete(
-        svc, who, body.namespace, body.agent, body.thread_id, body.confirm_thread_id
-    )
-    return DeleteResponse(**asdict(result))
-
-
-def _receipt(r: Receipt) -> dict[str, object]:
-    body = asdict(r)
-    del body["action"], body["done"], body["started"]
-    return body
-
-
-@router.post(
-    "/conversation.delete_message", response_model=DeleteMessageResponse, responses=error_responses(404)
-)
-async def delete_message(
-    body: DeleteMessageRequest,
-    who: Caller,
-    svc: Svc,
-) -> DeleteMessageResponse:
-    """Remove one turn, its embedding row and every copy derived from it (saved index,
-    vector tables, memory evidence; a summary built from it is tombstoned and its turns
-    come back); every older version leaves the disk before the answer, a receipt.
-    Admin; a writer for a turn its token appended. An end-user token never removes a
-    recorded turn: on its own saved message it does what conversation.unsave_message
-    does (`unsaved: true`), and on anything else answers `found: false`. Idempotent:
-    asked again, `found` and `deleted` are false."""
-    r = await deleting_message.delete_message(
-        svc, who, body.namespace, body.agent, body.thread_id, body.msg_id
-    )
-    return DeleteMessageResponse(deleted=r.done, **_receipt(r))
-
-
-@router.post("/conversation.redact", response_model=RedactResponse, responses=error_responses(404))
-async def redact(body: RedactRequest, who: Caller, svc: Svc) -> RedactResponse:
-    """Replace spans of one turn (exact `spans`, character `ranges`, or `high: true`) with
-    a placeholder, keeping the turn in place; the old text leaves the disk and every
-    derived copy; the turn is screened and embedded again. A receipt, never the text."""
-    r = await redacting.redact(
-        svc,
-        who,
-        body.namespace,
-        body.agent,
-        body.thread_id,
-        body.msg_id,
-        spans=body.spans,
-        ranges=body.ranges,
-        high=body.high,
-        placeholder=body.placeholder,
-    )
-    return RedactResponse(redacted=r.done, **_receipt(r))
+    return ErasureResponse.model_validate(asdict(req) | {"receipt": req.receipt.as_json()})
 
 
 @router.post("/erasure.request", response_model=ErasureResponse)
@@ -123,11 +47,7 @@ async def erasure_request(body: ErasureRequest, who: Caller, svc: Svc) -> Erasur
 
 
 @router.post("/erasure.status", response_model=ErasureResponse, responses=error_responses(404))
-async def erasure_status(
-    body: ErasureStatusRequest,
-    who: Caller,
-    svc: Svc,
-) -> ErasureResponse:
+async def erasure_status(body: ErasureStatusRequest, who: Caller, svc: Svc) -> ErasureResponse:
     """An erasure's progress (`steps_done` of `steps_total`, `state`) and its receipt."""
     return _erasure(await ops.status(svc, who, body.erasure_id))
 
@@ -146,11 +66,7 @@ async def erasure_export(body: ExportRequest, who: Caller, svc: Svc) -> Streamin
 
 
 @router.post("/retention.show", response_model=RetentionShowResponse)
-async def retention_show(
-    body: RetentionShowRequest,
-    who: Caller,
-    svc: Svc,
-) -> RetentionShowResponse:
+async def retention_show(body: RetentionShowRequest, who: Caller, svc: Svc) -> RetentionShowResponse:
     """Each table's TTL and storage policy as the server reports them, and whether
     tiering applies."""
     report = await retention.show(svc, who)

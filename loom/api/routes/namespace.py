@@ -8,30 +8,14 @@ from fastapi import APIRouter
 
 from loom.api.deps import Caller, Svc
 from loom.models.errors import COMMON, error_responses
-from loom.models.namespace import (
-    GetConfigRequest,
-    NamespaceConfigResponse,
-    SetLoggingRequest,
-    SetPolicyRequest,
-)
+from loom.models.namespace import GetConfigRequest, NamespaceConfigResponse, SetPolicyRequest
 from loom.ops.platform import namespaces as ops
 
 router = APIRouter(prefix="/v1", tags=["namespaces"], responses=error_responses(*COMMON))
 
 
-@router.post("/conversation.set_logging", response_model=NamespaceConfigResponse)
-async def set_logging(body: SetLoggingRequest, who: Caller, svc: Svc) -> NamespaceConfigResponse:
-    """Switch transcript recording for a namespace (off by default; no row = off)."""
-    config = await ops.set_logging(svc, who, body.namespace, body.enabled)
-    return NamespaceConfigResponse(**asdict(config))
-
-
 @router.post("/namespace.get_config", response_model=NamespaceConfigResponse)
-async def get_config(
-    body: GetConfigRequest,
-    who: Caller,
-    svc: Svc,
-) -> NamespaceConfigResponse:
+async def get_config(body: GetConfigRequest, who: Caller, svc: Svc) -> NamespaceConfigResponse:
     config = await ops.get_config(svc, who, body.namespace)
     return NamespaceConfigResponse(**asdict(config))
 

@@ -3,13 +3,14 @@ tokens bound to one user or session are refused)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from loom.api.deps import Caller, Svc
 from loom.models.errors import COMMON, error_responses
 from loom.models.portability import (
-    EmbeddingProgress,
     ExportStartRequest,
     ImportJobOut,
     ImportStartRequest,
@@ -24,23 +25,7 @@ router = APIRouter(prefix="/v1", tags=["import and export"], responses=error_res
 
 
 def _out(s: importing.Status) -> ImportJobOut:
-    j = s.job
-    return ImportJobOut(
-        job_id=j.job_id,
-        namespace=j.namespace,
-        source=j.source,
-        format=j.format,
-        state=j.state,
-        next_seq=j.next_seq,
-        position=j.position,
-        units=j.units,
-        counts={k: int(v) for k, v in j.counts.items()},
-        errors=j.errors,
-        embedding=EmbeddingProgress(**importing.embedding_progress(s)),
-        started_at=j.started_at,
-        updated_at=j.updated_at,
-        finished_at=j.finished_at,
-    )
+    return ImportJobOut.model_validate(asdict(s.job) | {"embedding": importing.embedding_progress(s)})
 
 
 @router.post("/import.start", response_model=ImportJobOut)
@@ -48,15 +33,8 @@ async def import_start(body: ImportStartRequest, who: Caller, svc: Svc) -> Impor
     """Start an import of one file (or resume it: the same namespace, file fingerprint,
     format and options name the same job). The answer says which batch to send next
     (`next_seq`) and where the source was read up to (`position`)."""
-    job = await importing.start(
-        svc,
-        who,
-        body.namespace,
-        body.source,
-        body.fingerprint,
-        body.format,
-        body.options.model_dump(exclude_none=True),
-    )
+    options = body.options.model_dump(exclude_none=True)
+    job = await importing.start(svc, who, body.namespace, body.source, body.fingerprint, body.format, options)
     return _out(importing.Status(job, None))
 
 

@@ -27,11 +27,7 @@ router = APIRouter(prefix="/v1", tags=["session"], responses=error_responses(*CO
 
 
 @router.post("/session.brief_save", response_model=BriefSaveResponse, responses=error_responses(409))
-async def brief_save(
-    body: BriefSaveRequest,
-    who: Caller,
-    svc: Svc,
-) -> BriefSaveResponse:
+async def brief_save(body: BriefSaveRequest, who: Caller, svc: Svc) -> BriefSaveResponse:
     """Revise (or start) a brief from events, from sections the agent wrote, or both."""
     events = [Event(e.kind, e.text, e.path, e.exit_code) for e in body.events]
     sections = body.sections.model_dump() if body.sections is not None else None
@@ -57,11 +53,7 @@ async def brief_save(
 
 
 @router.post("/session.brief_get", response_model=BriefGetResponse, responses=error_responses(404))
-async def brief_get(
-    body: BriefGetRequest,
-    who: Caller,
-    svc: Svc,
-) -> BriefGetResponse:
+async def brief_get(body: BriefGetRequest, who: Caller, svc: Svc) -> BriefGetResponse:
     """Load a brief by brief_key, else the newest one a session wrote, else the newest for a project."""
     view = await ops.brief_get(
         svc,
@@ -79,11 +71,7 @@ async def brief_get(
 
 
 @router.post("/session.brief_list", response_model=BriefListResponse)
-async def brief_list(
-    body: BriefListRequest,
-    who: Caller,
-    svc: Svc,
-) -> BriefListResponse:
+async def brief_list(body: BriefListRequest, who: Caller, svc: Svc) -> BriefListResponse:
     """The namespace's briefs, newest first, one line each."""
     items = await ops.brief_list(
         svc,
@@ -101,11 +89,7 @@ async def brief_list(
 
 
 @router.post("/session.brief_delete", response_model=BriefDeleteResponse)
-async def brief_delete(
-    body: BriefDeleteRequest,
-    who: Caller,
-    svc: Svc,
-) -> BriefDeleteResponse:
+async def brief_delete(body: BriefDeleteRequest, who: Caller, svc: Svc) -> BriefDeleteResponse:
     """Delete a brief (and every revision of it) when its writer asks for it to be forgotten."""
     deleted = await ops.brief_delete(svc, who, body.namespace, brief_key=body.brief_key)
     return BriefDeleteResponse(

@@ -7,7 +7,6 @@ from fastapi import APIRouter
 from loom.api.deps import Caller, Svc
 from loom.models.errors import COMMON, error_responses
 from loom.models.webhook import (
-    DeliveryOut,
     WebhookDeleteRequest,
     WebhookDeleteResponse,
     WebhookDeliveriesRequest,
@@ -27,17 +26,11 @@ router = APIRouter(prefix="/v1", tags=["webhooks"], responses=error_responses(*C
 
 
 def _out(h: Webhook) -> WebhookOut:
-    return WebhookOut.model_validate(
-        {"webhook_id": h.webhook_id, "url": h.url, "events": h.events, "created_at": h.created_at}
-    )
+    return WebhookOut.model_validate(h, from_attributes=True)  # its fields only: never the secret
 
 
 @router.post("/webhook.register", response_model=WebhookRegisterResponse)
-async def register(
-    body: WebhookRegisterRequest,
-    who: Caller,
-    svc: Svc,
-) -> WebhookRegisterResponse:
+async def register(body: WebhookRegisterRequest, who: Caller, svc: Svc) -> WebhookRegisterResponse:
     """Register a URL for some events of the namespace. The namespace's first registration
     answers its signing secret (this once); see docs/webhooks.md to verify deliveries."""
     got = await registry.register(svc, who, body.namespace, body.url, body.events)
@@ -53,55 +46,24 @@ async def list_webhooks(body: WebhookListRequest, who: Caller, svc: Svc) -> Webh
 
 
 @router.post("/webhook.delete", response_model=WebhookDeleteResponse, responses=error_responses(404))
-async def delete(
-    body: WebhookDeleteRequest,
-    who: Caller,
-    svc: Svc,
-) -> WebhookDeleteResponse:
+async def delete(body: WebhookDeleteRequest, who: Caller, svc: Svc) -> WebhookDeleteResponse:
     """Delete a webhook; its queued deliveries are dropped."""
     hook = await registry.delete(svc, who, body.namespace, body.webhook_id)
     return WebhookDeleteResponse(webhook_id=hook.webhook_id, deleted=True)
 
 
 @router.post("/webhook.rotate_secret", response_model=WebhookRotateResponse)
-async def rotate_secret(
-    body: WebhookRotateRequest,
-    who: Caller,
-    svc: Svc,
-) -> WebhookRotateResponse:
+async def rotate_secret(body: WebhookRotateRequest, who: Caller, svc: Svc) -> WebhookRotateResponse:
     """A new signing secret for the namespace (shown this once); deliveries sign with it
     from now on, attempts already queued included."""
     return WebhookRotateResponse(secret=await registry.rotate_secret(svc, who, body.namespace))
 
 
 @router.post("/webhook.deliveries", response_model=WebhookDeliveriesResponse)
-async def deliveries(
-    body: WebhookDeliveriesRequest,
-    who: Caller,
-    svc: Svc,
-) -> WebhookDeliveriesResponse:
+async def deliveries(body: WebhookDeliveriesRequest, who: Caller, svc: Svc) -> WebhookDeliveriesResponse:
     """The delivery log, newest attempt first: event, webhook, attempt, status code,
     error code, outcome, times (never the body)."""
     rows = await registry.deliveries(
         svc, who, body.namespace, webhook_id=body.webhook_id, event_id=body.event_id, limit=body.limit
     )
-    return WebhookDeliveriesResponse(
-        deliveries=[
-            DeliveryOut.model_validate(
-                {
-                    "webhook_id": r.webhook_id,
-                    "event_id": r.event_id,
-                    "event": r.event,
-                    "attempt": r.attempt,
-                    "status_code": r.status_code,
-                    "error": r.error,
-                    "outcome": r.outcome,
-                    "event_at": r.event_at,
-                    "attempted_at": r.attempted_at,
-                    "duration_ms": r.duration_ms,
-                    "next_attempt_at": r.next_attempt_at,
-                }
-            )
-            for r in rows
-        ]
-    )
+    return WebhookDeliveriesResponse.model_validate({"deliveries": rows}, from_attributes=True)

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from loom.limits import MAX_BATCH_TURNS
 from loom.models.bounds import JsonObject
 from loom.models.common import AgentId, NamespacedRequest, StrictModel, Timestamp
-
-if TYPE_CHECKING:  # the ops are imported where a request is turned into their input: the SDK
-    # shares these models and must not load the server to do so
-    from loom.ops.conversation.writing.appending import TurnInput
 
 ThreadId = Annotated[
     str, Field(min_length=1, max_length=256, description="The thread's id (any string the client picks).")
@@ -65,21 +61,6 @@ class TurnIn(StrictModel):
     metadata: JsonObject = Field(default_factory=dict)
     tokens: Tokens | None = None
 
-    def to_input(self) -> TurnInput:
-        from loom.ops.conversation.writing.appending import TurnInput
-
-        return TurnInput(
-            self.thread_id,
-            self.role,
-            self.content,
-            self.msg_id,
-            self.reasoning,
-            self.user_id,
-            self.run_id,
-            self.metadata,
-            self.tokens,
-        )
-
 
 class AppendRequest(NamespacedRequest):
     """Either one turn (its fields at the top level) or `turns` (1 to 500), not both."""
@@ -122,26 +103,6 @@ class AppendRequest(NamespacedRequest):
     @property
     def is_batch(self) -> bool:
         return self.turns is not None
-
-    def turn_inputs(self) -> list[TurnInput]:
-        from loom.ops.conversation.writing.appending import TurnInput
-
-        if self.turns is not None:
-            return [t.to_input() for t in self.turns]
-        assert self.thread_id is not None and self.role is not None and self.content is not None
-        return [
-            TurnInput(
-                self.thread_id,
-                self.role,
-                self.content,
-                self.msg_id,
-                self.reasoning or "",
-                self.user_id or "",
-                self.run_id or "",
-                self.metadata or {},
-                self.tokens,
-            )
-        ]
 
 
 class AppendTurnResult(BaseModel):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -11,9 +11,6 @@ from loom.limits import MAX_LEXICAL_WEIGHT, MIN_LEXICAL_WEIGHT, SAVED_LEXICAL_WE
 from loom.models.bounds import JsonObject
 from loom.models.common import AgentId, NamespacedRequest, Timestamp
 from loom.models.conversation.reading import Content, MsgId, RoleName, ShortText, ThreadId
-
-if TYPE_CHECKING:
-    from loom.ops.conversation.saved.saving import NewMessage
 
 UserId = Annotated[
     str,
@@ -54,15 +51,6 @@ class SaveRequest(SavedRequest):
         if content is not None and not content.strip():
             raise ValueError("content must not be blank")
         return content
-
-    def new_message(self) -> NewMessage | None:
-        from loom.ops.conversation.saved.saving import NewMessage
-
-        """What the body says about a message the transcript may not hold (role and
-        content are required only then, which the op decides)."""
-        if self.role is None and self.content is None:
-            return None
-        return NewMessage(self.role, self.content, self.run_id, dict(self.metadata), self.ts)
 
 
 class SaveResponse(BaseModel):

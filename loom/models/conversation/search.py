@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 from loom.limits import DEFAULT_LEXICAL_WEIGHT, MAX_LEXICAL_WEIGHT, MAX_QUERY_CHARS, MIN_LEXICAL_WEIGHT
 from loom.limits import MAX_SEARCH_LIMIT as MAX_LIMIT
@@ -127,6 +127,7 @@ class SearchResponse(BaseModel):
         description="The model whose vectors the vector leg compared the query with (only vectors of the "
         "query's own model are ever compared: a namespace being re-embedded with another model answers "
         "from this one's); null when no vector leg ran.",
+        validation_alias=AliasChoices("embedding_model", "model"),  # `model` on the search's result
     )
     rerank: str | None = Field(
         None,

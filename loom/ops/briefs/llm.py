@@ -30,12 +30,13 @@ from typing import Any
 
 from loom.ops.briefs.model import ACCUMULATING, LIST_CAPS, STATE_LISTS, TEXT_CAPS, Patch, Sections
 from loom.providers.llm import LLM, ChatMessage, build_llm
-from loom.services import Services
+from loom.services import Services, Slot
 from loom.settings import Settings
 
 MAX_TOKENS = 2_000
 DEFAULT_URL = "https://api.openai.com"  # a brief model's key with no URL configured anywhere
-_EXTRAS_KEY = "briefs.llm"
+# The process's brief model client and what it was built from (URL, key, model, timeout).
+_CLIENT: Slot[tuple[tuple[str, str, str, float], LLM]] = Slot("briefs.llm")
 
 ADDED_KEYS = {f"new_{name}": name for name in ACCUMULATING}
 
@@ -53,13 +54,13 @@ def pick_llm(svc: Services, settings: Settings) -> tuple[LLM | None, str | None]
     url = str(getattr(settings, "session_brief_llm_url", "") or settings.llm_url or DEFAULT_URL)
     if model and key:
         ident = (url, key, model, settings.llm_timeout_seconds)
-        cached = svc.extras.get(_EXTRAS_KEY)
+        cached = _CLIENT.get(svc)
         if cached is None or cached[0] != ident:
             llm = build_llm(
                 "openai", base_url=url, api_key=key, model=model, timeout=settings.llm_timeout_seconds
             )
             cached = (ident, llm)
-            svc.extras[_EXTRAS_KEY] = cached
+            _CLIENT.put(svc, cached)
         return cached[1], model
     if svc.llm.configured:
         return svc.llm, None

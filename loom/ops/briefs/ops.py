@@ -43,7 +43,7 @@ UNCHANGED = "unchanged"
 SUMMARY_HEADING = "## Last compaction summary (verbatim)"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SaveResult:
     namespace: str
     brief_key: str
@@ -59,7 +59,7 @@ class SaveResult:
     summary_kept: bool = False
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BriefView:
     namespace: str
     brief_key: str
@@ -303,7 +303,9 @@ async def save(
     target = _target(who, req)
     cur = await _read_checked(svc, target)
     if cur.retry:
-        return SaveResult(target.ns, target.shown, cur.revision, False, RETRY)
+        return SaveResult(
+            namespace=target.ns, brief_key=target.shown, revision=cur.revision, changed=False, reason=RETRY
+        )
     got = await _from_events(
         svc,
         settings or svc.settings,
@@ -313,10 +315,10 @@ async def save(
         req.use_llm,
     )
     result = SaveResult(
-        target.ns,
-        target.shown,
-        cur.revision,
-        False,
+        namespace=target.ns,
+        brief_key=target.shown,
+        revision=cur.revision,
+        changed=False,
         windows=got.windows,
         windows_revised=got.revised,
         windows_failed=got.failed,
@@ -329,7 +331,13 @@ async def save(
         async with hold(svc.redis, lease_key(target.ns, target.stored)):
             cur = await _read_checked(svc, target)
             if cur.retry:
-                return SaveResult(target.ns, target.shown, cur.revision, False, RETRY)
+                return SaveResult(
+                    namespace=target.ns,
+                    brief_key=target.shown,
+                    revision=cur.revision,
+                    changed=False,
+                    reason=RETRY,
+                )
             return await _write(svc, who, target, cur, got, result)
     except LeaseTimeout as exc:
         raise Unavailable("another save of this brief holds it; send it again", rule="lease") from exc
@@ -494,21 +502,21 @@ async def brief_get(
         out_summary = summary
         text = f"{text}\n{SUMMARY_HEADING}\n\n{summary}\n"
     return BriefView(
-        ns,
-        shown,
-        number,
-        row.revision,
-        row.project,
-        row.branch,
-        author,
-        session,
-        user,
-        agent,
-        row.created_at,
-        when,
-        sections,
-        text,
-        out_summary,
+        namespace=ns,
+        brief_key=shown,
+        revision=number,
+        latest_revision=row.revision,
+        project=row.project,
+        branch=row.branch,
+        author=author,
+        session_id=session,
+        user_id=user,
+        agent=agent,
+        created_at=row.created_at,
+        updated_at=when,
+        sections=sections,
+        text=text,
+        summary=out_summary,
     )
 
 

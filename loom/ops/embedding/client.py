@@ -29,16 +29,16 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from loom import failures, jobs, redis_keys
+from loom import failures, jobs, redis_calls, redis_keys
 from loom import logging as loom_logging
 from loom.clock import next_version
 from loom.jobs import EmbedTurn, ReembedItem
 from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, skipped
-from loom.ops.embedding.writer import Outcome, embedding_row, write_under_leases
-from loom.replies import ReplyChannel
+from loom.ops.embedding.writer import Outcome, embedding_row, states_of, write_under_leases
+from loom.replies import Reply, ReplyChannel
 from loom.services import Services
-from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
+from loom.store.keys import EmbKey
 
 log = loom_logging.get("loom.conversation.embedding")
 
@@ -70,7 +70,7 @@ async def wait_gate(redis: Redis, gate: str, timeout: float) -> bool:
     key, wake = _gate_keys(gate)
     value = await redis.get(key)
     if value is None:  # not open yet: the wake-up carries the same value as the key
-        popped = await redis.blpop([wake], timeout=timeout)  # type: ignore[misc, arg-type]
+        popped = await redis_calls.blpop(redis, [wake], timeout)
         value = popped[1] if popped is not None else None
     return bool(value == _OPEN)
 
@@ -90,9 +90,8 @@ async def record_unanswered(
 
     def write(idxs: list[int]) -> dict[int, Outcome]:
         batch = [turns[i] for i in idxs]
-        live = conv_store.states(svc.ch, [t.turn_key for t in batch])
-        current = emb_store.states(svc.ch, [t.emb_key for t in batch])
-        rows: dict[emb_store.EmbKey, emb_store.EmbeddingRow] = {}
+        live, current = states_of(svc.ch, batch)
+        rows: dict[EmbKey, emb_store.EmbeddingRow] = {}
         local: dict[int, Outcome] = {}
         for i, t in zip(idxs, batch, strict=True):
             st = live.get(t.turn_key)
@@ -143,19 +142,18 @@ class EmbedClient:
         await self.replies.close()
         self._jobs.clear()
 
-    def _on_reply(self, job_id: str, msg: dict[str, Any]) -> bool:
+    def _on_reply(self, job_id: str, msg: Reply) -> bool:
         """A reply for one of this client's embedding jobs: answer its turns."""
         job = self._jobs.get(job_id)
         if job is None:
             return False
-        if "part" in msg:
-            lo = int(msg["part"])
-            for j, (status, error) in enumerate(msg["outcomes"]):
-                turn_future = job.futures[lo + j]
+        if msg.part is not None:
+            for j, (status, error) in enumerate(msg.outcomes or []):
+                turn_future = job.futures[msg.part + j]
                 if not turn_future.done():
-                    turn_future.set_result(Outcome(str(status), failures.safe(str(error)) if error else ""))
-        elif "error" in msg:  # the job failed as a whole: fail open for what is left
-            self._spawn(self._fail_open(job_id, failures.safe(str(msg["error"]))))
+                    turn_future.set_result(Outcome(status, failures.safe(error) if error else ""))
+        elif msg.error is not None:  # the job failed as a whole: fail open for what is left
+            self._spawn(self._fail_open(job_id, failures.safe(msg.error)))
         return True
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -217,4 +215,4 @@ class EmbedClient:
 
     async def reembed(self, items: Sequence[ReembedItem], timeout: float) -> dict[str, int]:
         msg = await self.replies.call(jobs.ReembedRowsJob, timeout, rows=list(items))
-        return {k: int(v) for k, v in msg["counts"].items()}
+        return dict(msg.counts or {})

@@ -23,14 +23,14 @@ import numpy as np
 from loom import failures
 from loom import logging as loom_logging
 from loom.providers.embedders import Embedder, build_embedder, query_vectors, single_threaded
-from loom.services import Services
+from loom.services import Services, Slot
 
 _KEY = "conversation.inline_embedder"
 
 log = loom_logging.get("loom.conversation.inline_embedding")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class InlineResult:
     """Vectors for every text, or the error that kept them all from one."""
 
@@ -73,11 +73,11 @@ class _Holder:
         return [np.asarray(v, dtype=np.float32) for v in vectors], embedder.model_id
 
 
+_HOLDER: Slot[_Holder] = Slot(_KEY)
+
+
 def _holder(svc: Services) -> _Holder:
-    holder = svc.extras.get(_KEY)
-    if holder is None:
-        holder = svc.extras[_KEY] = _Holder(svc)
-    return holder
+    return _HOLDER.made(svc, lambda: _Holder(svc))
 
 
 def install(svc: Services, embedder: Embedder | None) -> Embedder | None:
@@ -109,11 +109,11 @@ async def embed(
             loop.run_in_executor(holder.executor, holder.embed, texts, query), wait
         )
     except TimeoutError:
-        return InlineResult(None, "", failures.text(failures.EMBEDDER_TIMEOUT))
+        return InlineResult(vectors=None, model_id="", error=failures.text(failures.EMBEDDER_TIMEOUT))
     except Exception as exc:  # fail-open: the caller decides what an unavailable embedder means
         log.warning("inline embedding failed", error=failures.detail(exc, sent=texts), texts=len(texts))
-        return InlineResult(None, "", failures.embed_failure(exc))
-    return InlineResult(vectors, model_id)
+        return InlineResult(vectors=None, model_id="", error=failures.embed_failure(exc))
+    return InlineResult(vectors=vectors, model_id=model_id)
 
 
 __all__ = ["InlineResult", "current", "embed", "install"]

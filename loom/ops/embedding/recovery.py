@@ -46,7 +46,7 @@ from loom import logging as loom_logging
 from loom import redis_keys
 from loom.clock import next_version
 from loom.jobs import EmbedTurn
-from loom.leases import Lease, LeaseLost
+from loom.leases import Lease, LeaseLost, keep_renewed
 from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED, FAILED, model_text, skipped
 from loom.ops.embedding.writer import PRESENT, ModelFn, Outcome, write_recovered
 from loom.ops.portability import windows
@@ -55,6 +55,7 @@ from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embed_recovery as store
 from loom.store import embeddings as emb_store
+from loom.store.keys import EmbKey
 
 log = loom_logging.get("loom.conversation.recovery")
 
@@ -65,7 +66,7 @@ MAX_PAGES = 20  # per pass (~20k rows); the next pass goes on from the saved pos
 MODEL_TEXTS = 32  # texts per model request
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RecoveryReport:
     ran: bool = False  # False: another runner held the lease
     scanned: int = 0  # transcript rows looked at
@@ -96,7 +97,7 @@ async def recover(
     if not await lease.try_acquire():
         return report
     report.ran = True
-    keeper = asyncio.get_running_loop().create_task(_keep(lease), name="embed-recovery-lease")
+    keeper = asyncio.get_running_loop().create_task(keep_renewed(lease), name="embed-recovery-lease")
     try:
         grace = svc.settings.recovery_grace_seconds if grace_s is None else grace_s
         await _pass(svc, model, grace, page, max_pages, keeper, report)
@@ -107,12 +108,6 @@ async def recover(
         with contextlib.suppress(Exception):
             await lease.release()
     return report
-
-
-async def _keep(lease: Lease) -> None:
-    while True:
-        await asyncio.sleep(lease.ttl_ms / 3000)
-        await lease.renew()  # LeaseLost ends the task: the pass stops at its next page
 
 
 async def _pass(
@@ -204,7 +199,7 @@ def model_texts(svc: Services, turns: Sequence[EmbedTurn]) -> list[str]:
 async def to_embed(svc: Services, rows: Sequence[store.Landed], report: RecoveryReport) -> list[store.Landed]:
     """Of `rows`, the live turns to embed: not tombstoned (now), not high, not empty, and
     with no embedding row at all (each counted in `report` otherwise)."""
-    todo: dict[emb_store.EmbKey, store.Landed] = {}
+    todo: dict[EmbKey, store.Landed] = {}
     for r in rows:
         if r.tombstoned:
             report.skipped_deleted += 1

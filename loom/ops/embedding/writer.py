@@ -37,18 +37,21 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from clickhouse_connect.driver.client import Client
 
 from loom import failures
 from loom import logging as loom_logging
 from loom.clock import next_version
 from loom.jobs import EmbedTurn, ReembedItem
+from loom.leases import under_thread_leases
 from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, model_text, skipped
-from loom.ops.conversation.leases import under_thread_leases
+from loom.providers.embedders.batcher import ModelResult
 from loom.services import Services
 from loom.settings import Settings
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import search_marks
+from loom.store.keys import EmbKey, TurnKey
 from loom.store.write_buffer import Batcher
 
 log = loom_logging.get("loom.conversation.embedding")
@@ -60,15 +63,6 @@ RECOVERY_CLOCK_MARGIN_S = 5.0  # clock skew between API, worker and store hosts,
 class Outcome:
     status: str  # "embedded" | "skipped:deleted" | "failed"
     error: str = ""
-
-
-@dataclass
-class ModelResult:
-    """Per text: a vector, or the error that kept it from one."""
-
-    vectors: list[np.ndarray | None]
-    errors: list[str]
-    model_id: str
 
 
 ModelFn = Callable[[list[str]], Awaitable[ModelResult]]
@@ -230,7 +224,7 @@ class EmbedPipeline:
         turns = conv_store.states(ch, [w.turn.turn_key for _, w in batch])
         failing = [w.turn.emb_key for _, w in batch if w.error]
         current = emb_store.states(ch, failing) if failing else {}
-        rows: dict[emb_store.EmbKey, emb_store.EmbeddingRow] = {}
+        rows: dict[EmbKey, emb_store.EmbeddingRow] = {}
         out: dict[int, Outcome] = {}
         now = time.time_ns()
         for i, w in batch:
@@ -357,6 +351,16 @@ async def write_under_leases(
 PRESENT = "present"  # the recovery pass found an embedding row in place: nothing written
 
 
+def states_of(
+    ch: Client, turns: Sequence[EmbedTurn]
+) -> tuple[dict[TurnKey, conv_store.TurnState], dict[EmbKey, emb_store.EmbeddingState]]:
+    """What a write under the thread leases checks first: each turn's transcript row
+    and its embedding row, as they are now."""
+    return conv_store.states(ch, [t.turn_key for t in turns]), emb_store.states(
+        ch, [t.emb_key for t in turns]
+    )
+
+
 async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: ModelResult) -> list[Outcome]:
     """The recovery pass's write (loom.ops.embedding.recovery), after its model call:
     under the thread leases, for each turn still live that has no embedding row at all,
@@ -366,9 +370,8 @@ async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: Mod
 
     def write(idxs: list[int]) -> dict[int, Outcome]:
         batch = [turns[i] for i in idxs]
-        live = conv_store.states(svc.ch, [t.turn_key for t in batch])
-        current = emb_store.states(svc.ch, [t.emb_key for t in batch])
-        rows: dict[emb_store.EmbKey, emb_store.EmbeddingRow] = {}
+        live, current = states_of(svc.ch, batch)
+        rows: dict[EmbKey, emb_store.EmbeddingRow] = {}
         local: dict[int, Outcome] = {}
         for i, t in zip(idxs, batch, strict=True):
             st = live.get(t.turn_key)

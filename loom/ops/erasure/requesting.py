@@ -37,6 +37,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from redis.asyncio import Redis
@@ -45,9 +46,8 @@ from loom import jobs, redis_keys
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import Forbidden, InvalidRequest, NotFound, Unavailable
-from loom.leases import LeaseTimeout
+from loom.leases import LeaseTimeout, under_thread_leases
 from loom.ops.conversation.common import EMBED_CHARS
-from loom.ops.conversation.leases import under_thread_leases
 from loom.ops.conversation.lifecycle.deleting import handed_to, heir
 from loom.ops.memory import erasing as memory_erasing
 from loom.ops.webhooks import events as webhook_events
@@ -141,39 +141,39 @@ def _steps(req: store.Request) -> list[store.Step]:
     return store.namespace_steps() if req.kind == NAMESPACES else store.user_steps(req.purge)
 
 
-def _merge(tables: dict[str, dict[str, Any]], ns: str, counts: dict[str, store.TableCount]) -> None:
+def _merge(tables: dict[str, store.ReceiptLine], ns: str, counts: dict[str, store.TableCount]) -> None:
     for table, c in counts.items():
-        line = tables.setdefault(table, {"tombstoned": 0, "removed": 0, "digests": {}, "hidden": {}})
-        line["tombstoned"] += c.tombstoned
-        line["removed"] += c.removed
-        line["digests"][ns] = c.digest
-        line["hidden"][ns] = c.tombstoned
+        line = tables.setdefault(table, store.ReceiptLine(hidden={}))
+        line.tombstoned += c.tombstoned
+        line.removed += c.removed
+        line.digests[ns] = c.digest
+        line.hidden = (line.hidden or {}) | {ns: c.tombstoned}
 
 
-def _receipt(req: store.Request, tables: dict[str, dict[str, Any]], asked: Any) -> dict[str, Any]:
-    body = {
-        "erasure_id": req.erasure_id,
-        "kind": req.kind,
-        "user_id": req.user_id,
-        "namespaces": req.namespaces,
-        "purge": req.purge,
-        "asked_at": asked.isoformat(),
-        "unreadable_at": utcnow().isoformat(),
-        "removed_at": None,
-        "tables": tables,
-    }
-    body["digest"] = _overall_digest(body)
-    return body
+def _receipt(req: store.Request, tables: dict[str, store.ReceiptLine], asked: datetime) -> store.Receipt:
+    receipt = store.Receipt(
+        erasure_id=req.erasure_id,
+        kind=req.kind,
+        user_id=req.user_id,
+        namespaces=req.namespaces,
+        purge=req.purge,
+        asked_at=asked.isoformat(),
+        unreadable_at=utcnow().isoformat(),
+        removed_at=None,
+        tables=tables,
+    )
+    receipt.digest = _overall_digest(receipt)
+    return receipt
 
 
-def _overall_digest(body: dict[str, Any]) -> str:
+def _overall_digest(receipt: store.Receipt) -> str:
     """One SHA-256 over the subject and every table's key digests (not the counts of
     removal, which grow as the worker goes)."""
     keyed = {
-        "kind": body["kind"],
-        "user_id": body["user_id"],
-        "namespaces": body["namespaces"],
-        "digests": {t: line["digests"] for t, line in sorted(body["tables"].items())},
+        "kind": receipt.kind,
+        "user_id": receipt.user_id,
+        "namespaces": receipt.namespaces,
+        "digests": {t: line.digests for t, line in sorted(receipt.tables.items())},
     }
     return hashlib.sha256(json.dumps(keyed, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -346,8 +346,8 @@ def _hand_over(svc: Services, eid: str, ns: str, user: str, mixed: set[str]) -> 
 # -- namespaces: nothing readable, no Redis key left --------------------------------------
 
 
-async def _hide_namespaces(svc: Services, nss: Sequence[str]) -> dict[str, dict[str, Any]]:
-    tables: dict[str, dict[str, Any]] = {}
+async def _hide_namespaces(svc: Services, nss: Sequence[str]) -> dict[str, store.ReceiptLine]:
+    tables: dict[str, store.ReceiptLine] = {}
     for ns in nss:
         counts = await svc.run(store.namespace_counts, svc.ch, ns)
         await svc.run(store.hide_namespace, svc.ch, ns)
@@ -411,25 +411,23 @@ async def run_removal(svc: Services, erasure_id: str, *, crash_after: int | None
         raise NotFound(f"no erasure {erasure_id!r}", field="erasure_id")
     if req.state == DONE:
         return req
-    progress: dict[str, Any] = req.receipt.setdefault("progress", {})
+    progress = req.receipt.steps()
     steps = [(ns, step) for ns in req.namespaces for step in _steps(req)]
     await _plan(svc, req, steps)
     lock = asyncio.Lock()
 
     async def one(ns: str, step: store.Step) -> None:
         entry = progress[f"{ns}/{step.name}"]
-        if entry["done"]:
+        if entry.done:
             return
         await svc.run(store.remove, svc.ch, step, store.step_params(erasure_id, ns, req.user_id))
         async with lock:
             if crash_after is not None and req.steps_done >= crash_after:
                 raise _Crash(f"stopped after {req.steps_done} step(s)")
-            entry["done"] = True
-            line = req.receipt["tables"].setdefault(
-                step.table, {"tombstoned": 0, "removed": 0, "digests": {}}
-            )
-            line["removed"] = line.get("removed", 0) + int(entry["rows"])
-            req.steps_done = sum(1 for e in progress.values() if e["done"])
+            entry.done = True
+            line = req.receipt.tables.setdefault(step.table, store.ReceiptLine())
+            line.removed += entry.rows
+            req.steps_done = sum(1 for e in progress.values() if e.done)
             await svc.run(store.save_request, svc.ch, req)
 
     results = await asyncio.gather(*(one(ns, step) for ns, step in steps), return_exceptions=True)
@@ -439,7 +437,7 @@ async def run_removal(svc: Services, erasure_id: str, *, crash_after: int | None
     if req.kind == USER:
         await svc.run(store.drop_keys, svc.ch, erasure_id)
     req.state = DONE
-    req.receipt["removed_at"] = utcnow().isoformat()
+    req.receipt.removed_at = utcnow().isoformat()
     await svc.run(store.save_request, svc.ch, req)
     await _announce(svc, req)
     return req
@@ -449,7 +447,7 @@ async def _announce(svc: Services, req: store.Request) -> None:
     """The erasure.completed webhook event, in each namespace erased: the erasure's id,
     kind and rows removed per table (over all its namespaces). No user id: the erasure
     id is the receipt's name."""
-    removed = {t: int(line.get("removed", 0)) for t, line in req.receipt.get("tables", {}).items()}
+    removed = {t: line.removed for t, line in req.receipt.tables.items()}
     for ns in req.namespaces:
         await webhook_events.emit(
             svc,
@@ -459,7 +457,7 @@ async def _announce(svc: Services, req: store.Request) -> None:
                 "erasure_id": req.erasure_id,
                 "kind": req.kind,
                 "removed": removed,
-                "removed_at": req.receipt["removed_at"],
+                "removed_at": req.receipt.removed_at,
             },
         )
 
@@ -468,20 +466,21 @@ async def _plan(svc: Services, req: store.Request, steps: list[tuple[str, store.
     """Count each step's rows once, before any removal, and record the counts (one
     write): a retry after a crash between a removal and its record keeps the first
     count. Rows a lightweight DELETE hid at the request were counted then."""
-    progress: dict[str, Any] = req.receipt["progress"]
+    progress = req.receipt.steps()
     todo = [(ns, step) for ns, step in steps if f"{ns}/{step.name}" not in progress]
     if not todo:
         return
 
     async def count(ns: str, step: store.Step) -> int:
         if step.apply_mask:
-            return int(req.receipt["tables"].get(step.table, {}).get("hidden", {}).get(ns, 0))
+            line = req.receipt.tables.get(step.table)
+            return (line.hidden or {}).get(ns, 0) if line is not None else 0
         params = store.step_params(req.erasure_id, ns, req.user_id)
         return await svc.run(store.count_rows, svc.ch, step, params)
 
     counted = await asyncio.gather(*(count(ns, step) for ns, step in todo))
     for (ns, step), rows in zip(todo, counted, strict=True):
-        progress[f"{ns}/{step.name}"] = {"rows": rows, "done": False}
+        progress[f"{ns}/{step.name}"] = store.StepProgress(rows=rows)
     await svc.run(store.save_request, svc.ch, req)
 
 

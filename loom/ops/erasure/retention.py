@@ -29,7 +29,7 @@ class Tiering:
     why: str
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RetentionReport:
     retention_days: int
     tiering: Tiering
@@ -54,7 +54,9 @@ def report(ch: Client, settings: Settings) -> RetentionReport:
         )
     else:
         tiering = Tiering(warm_days, True, f"parts older than {warm_days} days move to 'warm'")
-    return RetentionReport(settings.retention_conversations_days, tiering, found)
+    return RetentionReport(
+        retention_days=settings.retention_conversations_days, tiering=tiering, tables=found
+    )
 
 
 async def show(svc: Services, who: Principal) -> RetentionReport:

@@ -41,10 +41,9 @@ from loom.errors import InvalidRequest
 from loom.ops.memory import facts as fact_ops
 from loom.ops.memory import profile as profile_ops
 from loom.ops.memory.common import scope_for, search_evidence
-from loom.ops.memory.extraction import _json_object as json_object
 from loom.ops.memory.facts import FactHit
 from loom.ops.memory.recall import RecallHit
-from loom.providers.llm import ChatMessage, LLMError
+from loom.providers.llm import ChatMessage, LLMError, json_object
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import namespaces as ns_store

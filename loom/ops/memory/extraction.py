@@ -22,7 +22,6 @@ facts at once. A write that an erasure of its user outlived undoes itself and an
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -47,7 +46,7 @@ from loom.ops.memory.common import (
     new_memory_id,
     scope_for,
 )
-from loom.providers.llm import ChatMessage, LLMError, LLMNotConfigured
+from loom.providers.llm import ChatMessage, LLMError, LLMNotConfigured, json_object
 from loom.queue import QUEUE, wake_workers
 from loom.sensitivity import reads_as_high
 from loom.services import Services
@@ -272,17 +271,6 @@ def _prompt(name: str) -> str:
     return (_PROMPTS / f"{name}.txt").read_text()
 
 
-def _json_object(reply: str) -> dict[str, Any]:
-    """The reply's JSON object (a model may wrap it in prose or a code fence)."""
-    match = re.search(r"\{.*\}", reply, re.S)
-    if match is None:
-        raise ValueError("the model's reply holds no JSON object")
-    data = json.loads(match.group(0))
-    if not isinstance(data, dict):
-        raise ValueError("the model's reply is not a JSON object")
-    return data
-
-
 async def _extract_facts(svc: Services, readable: list[Evidence]) -> list[str]:
     lines, size = [], 0
     for e in readable:
@@ -294,7 +282,7 @@ async def _extract_facts(svc: Services, readable: list[Evidence]) -> list[str]:
     reply = await svc.llm.complete(
         [ChatMessage("system", _prompt("extract")), ChatMessage("user", "\n".join(lines))], temperature=0.0
     )
-    raw = _json_object(reply).get("facts", [])
+    raw = json_object(reply).get("facts", [])
     if not isinstance(raw, list):
         raise ValueError("facts is not a list")
     seen: set[str] = set()
@@ -341,7 +329,7 @@ async def _decide_and_apply(
             ],
             temperature=0.0,
         )
-        raw = _json_object(reply).get("decisions", [])
+        raw = json_object(reply).get("decisions", [])
         if not isinstance(raw, list):
             raise ValueError("decisions is not a list")
     else:

@@ -39,7 +39,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.ops.memory import erasing
 from loom.ops.memory.common import scope_for
-from loom.providers.llm import ChatMessage, LLMError
+from loom.providers.llm import ChatMessage, LLMError, json_object
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import memories as store
@@ -55,16 +55,10 @@ MAX_FACTS = 200  # the newest current facts a profile is built from
 MAX_PROMPT_CHARS = 16_000
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ProfileView:
     profile: Profile
     rebuilt: bool  # built for this answer (it was stale or missing)
-
-
-def _parse_json(reply: str) -> dict[str, object]:
-    from loom.ops.memory.extraction import _json_object  # extraction imports this module
-
-    return _json_object(reply)
 
 
 def from_facts(namespace: str, user_id: str, facts: list[Fact], reason: str) -> Profile:
@@ -110,7 +104,7 @@ async def _from_llm(svc: Services, namespace: str, user_id: str, facts: list[Fac
         ],
         temperature=0.0,
     )
-    raw = _parse_json(reply).get("sections", {})
+    raw = json_object(reply).get("sections", {})
     if not isinstance(raw, dict):
         raise ValueError("sections is not an object")
     names, texts, dropped = [], [], 0
@@ -192,12 +186,12 @@ async def get_profile(svc: Services, who: Principal, namespace: str, user_id: st
     who.require_role(Role.viewer)
     scope = scope_for(who, namespace, user_id)
     if scope.session_id:
-        return ProfileView(screened(await for_session(svc, scope)), rebuilt=True)
+        return ProfileView(profile=screened(await for_session(svc, scope)), rebuilt=True)
     stored = await svc.run(profile_store.get, svc.ch, scope.namespace, scope.user_id)
     if stored is not None and not stored.stale:
-        return ProfileView(screened(stored), rebuilt=False)
+        return ProfileView(profile=screened(stored), rebuilt=False)
     writes = erasing.Writes(scope.namespace, scope.user_id)
     built = await rebuild(svc, scope, writes)
     if await erasing.settle(svc, writes):
         built = from_facts(scope.namespace, scope.user_id, [], erasing.ERASED)
-    return ProfileView(screened(built), rebuilt=True)
+    return ProfileView(profile=screened(built), rebuilt=True)

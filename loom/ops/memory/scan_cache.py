@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
-from loom import redis_keys
+from loom import redis_calls, redis_keys
 from loom.clock import utcnow
 from loom.services import Services
 from loom.store import memory_scan
@@ -149,7 +149,7 @@ async def label(svc: Services, scope: Scope) -> tuple[str, ...]:
         redis_keys.memory_version_of(scope.namespace),
         redis_keys.memory_version(scope.namespace, scope.user_id),
     ]
-    got = await svc.redis.eval(_READ_TOKENS, len(keys), *keys, uuid.uuid4().hex, str(TOKEN_TTL_S))  # type: ignore[misc]
+    got = await redis_calls.eval(svc.redis, _READ_TOKENS, keys, uuid.uuid4().hex, str(TOKEN_TTL_S))
     return tuple(v.decode() if isinstance(v, bytes) else str(v) for v in got)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from loom.auth.principal import Principal, Role
 from loom.errors import InvalidRequest
 from loom.ops.conversation.reading import searching
+from loom.ops.conversation.reading.hits import Hit
 from loom.ops.memory import facts as fact_ops
 from loom.ops.memory.common import scope_for
 from loom.services import Services
@@ -28,7 +29,7 @@ from loom.services import Services
 class Unified:
     memory: list[fact_ops.FactHit] = field(default_factory=list)
     memory_note: str | None = None
-    conversation: list[searching.Hit] = field(default_factory=list)
+    conversation: list[Hit] = field(default_factory=list)
     conversation_note: str | None = None
 
 

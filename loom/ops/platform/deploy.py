@@ -13,7 +13,7 @@ from loom.auth.principal import Principal, Role
 from loom.services import Services
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DeployView:
     capabilities: list[str]  # what every live replica declares
     live: int
@@ -25,4 +25,4 @@ async def show(svc: Services, who: Principal) -> DeployView:
     who.require_role(Role.viewer)
     found = await replicas.live(svc.redis)
     listed = found if who.role >= Role.admin and not who.bounded else None
-    return DeployView(sorted(replicas.shared_by(found)), len(found), listed)
+    return DeployView(capabilities=sorted(replicas.shared_by(found)), live=len(found), replicas=listed)

@@ -80,7 +80,7 @@ class Embeddings:
     rows: list[store.EmbeddingCount] | None  # None: ClickHouse did not answer
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class HealthReport:
     status: str  # "ok" | "degraded" (a backend is down)
     backends: Backends

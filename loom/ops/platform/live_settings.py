@@ -31,7 +31,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from loom import failures, redis_keys
 from loom import logging as loom_logging
-from loom.services import Services
+from loom.services import Services, Slot
 from loom.settings import Settings
 from loom.store import settings_overrides as store
 
@@ -42,6 +42,7 @@ REFRESH_S = 30.0  # the overrides are re-read this often even when the number di
 APPLIED_TTL_S = 3 * REFRESH_S  # a process's report outlives two missed refreshes
 VERSION_KEY = redis_keys.SETTINGS_VERSION
 FOLLOWER = "loom.live_settings"  # the key of a process's Follower in Services.extras
+_FOLLOWER: Slot[Follower] = Slot(FOLLOWER)
 
 # Field name -> what it does (the dashboard's help text). Exactly these are live: every
 # setting of the conversation plane's table, in four groups (GROUPS). Secrets (API keys,
@@ -143,10 +144,10 @@ class Bounds:
 @cache
 def bounds(field: str) -> Bounds:
     info = Settings.model_fields[field]
-    kind = {float: "float", int: "int", bool: "bool", str: "str"}[info.annotation]  # type: ignore[index]
-    low = next((m.ge for m in info.metadata if isinstance(m, Ge)), None)
-    high = next((m.le for m in info.metadata if isinstance(m, Le)), None)
-    return Bounds(kind, low, high)  # type: ignore[arg-type]
+    kinds: dict[Any, str] = {float: "float", int: "int", bool: "bool", str: "str"}
+    low: Any = next((m.ge for m in info.metadata if isinstance(m, Ge)), None)  # a number: Settings' bounds
+    high: Any = next((m.le for m in info.metadata if isinstance(m, Le)), None)
+    return Bounds(kinds[info.annotation], low, high)
 
 
 def in_force(stored: Mapping[str, store.Override]) -> dict[str, Any]:
@@ -174,8 +175,8 @@ def with_overrides(current: Settings, base: Settings, overrides: Mapping[str, An
 def apply(svc: Services, overrides: Mapping[str, Any]) -> None:
     """Put `overrides` (validated, by field name) in force in this process."""
     svc.settings = with_overrides(svc.settings, svc.base_settings, overrides)
-    follower = svc.extras.get(FOLLOWER)
-    if isinstance(follower, Follower):
+    follower = _FOLLOWER.get(svc)
+    if follower is not None:
         follower.applied = dict(overrides)
 
 
@@ -184,7 +185,7 @@ async def bump(svc: Services) -> None:
     await svc.redis.incr(VERSION_KEY)
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class ProcessReport:
     """What one process's follower applied last: the version and its overrides."""
 
@@ -207,7 +208,9 @@ async def reports(svc: Services) -> list[ProcessReport]:
             continue
         body = json.loads(raw)
         name = key.decode().removeprefix(redis_keys.SETTINGS_APPLIED)
-        out.append(ProcessReport(name, int(body["version"]), dict(body["overrides"])))
+        out.append(
+            ProcessReport(process=name, version=int(body["version"]), overrides=dict(body["overrides"]))
+        )
     return out
 
 
@@ -292,11 +295,11 @@ async def follow(svc: Services, kind: str) -> Follower:
     from the worker's start-up)."""
     follower = Follower(svc, process=process_name(kind))
     await follower.start()
-    svc.extras[FOLLOWER] = follower
+    _FOLLOWER.put(svc, follower)
     return follower
 
 
 async def unfollow(svc: Services) -> None:
-    follower = svc.extras.pop(FOLLOWER, None)
-    if isinstance(follower, Follower):
+    follower = _FOLLOWER.take(svc)
+    if follower is not None:
         await follower.stop()

@@ -26,7 +26,7 @@ from loom.services import Services
 from loom.store import settings_overrides as store
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class SettingView:
     """One live setting as settings.get shows it."""
 
@@ -44,7 +44,7 @@ class SettingView:
     updated_by: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class SettingsReport:
     """settings.get's answer: the settings, the current version of the overrides, and
     what each running process (API, worker) applied last."""
@@ -97,7 +97,9 @@ CHANGES_SHOWN = 50
 async def _report(svc: Services, stored: Mapping[str, store.Override]) -> SettingsReport:
     version = int(await svc.redis.get(live.VERSION_KEY) or 0)
     changes = await svc.run(store.recent_changes, svc.ch, CHANGES_SHOWN)
-    return SettingsReport(_views(svc, stored), version, await live.reports(svc), changes)
+    return SettingsReport(
+        settings=_views(svc, stored), version=version, processes=await live.reports(svc), changes=changes
+    )
 
 
 async def show(svc: Services, who: Principal) -> SettingsReport:

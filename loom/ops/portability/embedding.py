@@ -36,7 +36,7 @@ from loom import failures, redis_keys
 from loom import logging as loom_logging
 from loom.clock import next_version, utcnow
 from loom.jobs import IMPORT_EMBED, ImportEmbedJob, build
-from loom.leases import Lease, LeaseLost
+from loom.leases import Lease, LeaseLost, keep_renewed
 from loom.ops.conversation.common import EMBED_CHARS
 from loom.ops.embedding import recovery
 from loom.ops.embedding.writer import ModelFn, write_recovered
@@ -92,7 +92,7 @@ async def run(svc: Services, model: ModelFn, job_id: str, *, slice_s: float = SL
     lease = Lease(svc.redis, redis_keys.import_embed_lease(job_id), LEASE_TTL_MS)
     if not await lease.try_acquire():
         return {"ran": False, "done": False}
-    keeper = asyncio.get_running_loop().create_task(_keep(lease), name=f"import-embed-{job_id}")
+    keeper = asyncio.get_running_loop().create_task(keep_renewed(lease), name=f"import-embed-{job_id}")
     try:
         answer, seen = await _run(svc, model, job_id, slice_s, keeper)
     finally:
@@ -109,12 +109,6 @@ async def run(svc: Services, model: ModelFn, job_id: str, *, slice_s: float = SL
         if now is not None and (now.landed_until, now.state) != seen:
             await enqueue(svc, job_id)
     return answer
-
-
-async def _keep(lease: Lease) -> None:
-    while True:
-        await asyncio.sleep(lease.ttl_ms / 3000)
-        await lease.renew()
 
 
 async def _run(

@@ -154,7 +154,7 @@ async def _absent_only(
 
 def _row(cls: type[R], line: Any, **fixed: Any) -> R:
     """The store's row for an import line: the fields they share by name, then `fixed`."""
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]  # R is a dataclass; typing has no bound for one
     shared = {k: getattr(line, k) for k in type(line).model_fields if k in names and k not in ("kind", "pos")}
     return cls(**(shared | fixed))
 

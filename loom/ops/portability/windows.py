@@ -20,7 +20,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from loom import redis_keys
+from loom import redis_calls, redis_keys
 
 KEY = redis_keys.IMPORT_WINDOWS
 
@@ -50,15 +50,15 @@ async def put(
     redis: Redis, job_id: str, namespace: str, token_id: str, start: datetime, end: datetime
 ) -> None:
     value = {"ns": namespace, "token": token_id, "start": _ms(start), "end": _ms(end)}
-    await redis.hset(KEY, job_id, json.dumps(value))  # type: ignore[misc]
+    await redis_calls.hset(redis, KEY, job_id, json.dumps(value))
 
 
 async def remove(redis: Redis, job_id: str) -> None:
-    await redis.hdel(KEY, job_id)  # type: ignore[misc]
+    await redis_calls.hdel(redis, KEY, job_id)
 
 
 async def read(redis: Redis) -> list[Window]:
-    raw: dict[Any, Any] = await redis.hgetall(KEY)  # type: ignore[misc]
+    raw = await redis_calls.hgetall(redis, KEY)
     out = []
     for job, value in raw.items():
         try:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from loom.providers.embedders.base import Embedder, EmbedderError, Vectors, check_texts, empty
+from loom.providers.embedders.base import Embedder, EmbedderError, Vectors, check_texts, empty, query_vectors
 
 _WORD = re.compile(r"\w+")
 _EMPTY_TOKEN = "\x00<empty>"
@@ -120,8 +120,6 @@ class SpyEmbedder:
         return self.inner.embed(items)
 
     def embed_query(self, texts: Sequence[str]) -> Vectors:
-        from loom.providers.embedders.base import query_vectors
-
         items = check_texts(texts)
         with self._lock:
             self.calls.append(list(items))

@@ -1,4 +1,5 @@
-"""Routes of conversation.compact and conversation.compact_status (writer)."""
+"""Routes of the ops on a thread's life: conversation.compact and compact_status
+(writer), delete, delete_message, redact and set_logging (admin)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,19 @@ from loom.models.conversation.lifecycle import (
     CompactResponse,
     CompactStatusRequest,
     CompactStatusResponse,
+    DeleteMessageRequest,
+    DeleteMessageResponse,
+    DeleteRequest,
+    DeleteResponse,
+    RedactRequest,
+    RedactResponse,
+    SetLoggingRequest,
 )
 from loom.models.errors import COMMON, error_responses
-from loom.ops.conversation.lifecycle import compacting
+from loom.models.namespace import NamespaceConfigResponse
+from loom.ops.conversation.lifecycle import compacting, deleting, deleting_message, redacting
+from loom.ops.conversation.lifecycle.message_removal import Receipt
+from loom.ops.platform import namespaces
 
 router = APIRouter(prefix="/v1", tags=["conversation"], responses=error_responses(*COMMON))
 
@@ -44,12 +55,69 @@ async def compact(body: CompactRequest, who: Caller, svc: Svc) -> CompactRespons
 @router.post(
     "/conversation.compact_status", response_model=CompactStatusResponse, responses=error_responses(404)
 )
-async def compact_status(
-    body: CompactStatusRequest,
-    who: Caller,
-    svc: Svc,
-) -> CompactStatusResponse:
+async def compact_status(body: CompactStatusRequest, who: Caller, svc: Svc) -> CompactStatusResponse:
     """The state of a deferred compaction, with its answer once complete."""
     got = await compacting.compact_status(svc, who, body.namespace, body.job_id)
     result = CompactResponse(**asdict(got.result)) if got.result is not None else None
     return CompactStatusResponse(job_id=got.job_id, state=got.state, result=result)
+
+
+@router.post("/conversation.delete", response_model=DeleteResponse)
+async def delete(body: DeleteRequest, who: Caller, svc: Svc) -> DeleteResponse:
+    """Tombstone one thread (this agent's turns, its thread row, their embeddings).
+    `confirm_thread_id` must equal `thread_id` (else 422, nothing written). An embedding
+    row another agent's live copy of the turn shares passes to that copy."""
+    result = await deleting.delete(
+        svc, who, body.namespace, body.agent, body.thread_id, body.confirm_thread_id
+    )
+    return DeleteResponse(**asdict(result))
+
+
+def _receipt(r: Receipt) -> dict[str, object]:
+    body = asdict(r)
+    del body["action"], body["done"], body["started"]
+    return body
+
+
+@router.post(
+    "/conversation.delete_message", response_model=DeleteMessageResponse, responses=error_responses(404)
+)
+async def delete_message(body: DeleteMessageRequest, who: Caller, svc: Svc) -> DeleteMessageResponse:
+    """Remove one turn, its embedding row and every copy derived from it (saved index,
+    vector tables, memory evidence; a summary built from it is tombstoned and its turns
+    come back); every older version leaves the disk before the answer, a receipt.
+    Admin; a writer for a turn its token appended. An end-user token never removes a
+    recorded turn: on its own saved message it does what conversation.unsave_message
+    does (`unsaved: true`), and on anything else answers `found: false`. Idempotent:
+    asked again, `found` and `deleted` are false."""
+    r = await deleting_message.delete_message(
+        svc, who, body.namespace, body.agent, body.thread_id, body.msg_id
+    )
+    return DeleteMessageResponse(deleted=r.done, **_receipt(r))
+
+
+@router.post("/conversation.redact", response_model=RedactResponse, responses=error_responses(404))
+async def redact(body: RedactRequest, who: Caller, svc: Svc) -> RedactResponse:
+    """Replace spans of one turn (exact `spans`, character `ranges`, or `high: true`) with
+    a placeholder, keeping the turn in place; the old text leaves the disk and every
+    derived copy; the turn is screened and embedded again. A receipt, never the text."""
+    r = await redacting.redact(
+        svc,
+        who,
+        body.namespace,
+        body.agent,
+        body.thread_id,
+        body.msg_id,
+        spans=body.spans,
+        ranges=body.ranges,
+        high=body.high,
+        placeholder=body.placeholder,
+    )
+    return RedactResponse(redacted=r.done, **_receipt(r))
+
+
+@router.post("/conversation.set_logging", response_model=NamespaceConfigResponse)
+async def set_logging(body: SetLoggingRequest, who: Caller, svc: Svc) -> NamespaceConfigResponse:
+    """Switch transcript recording for a namespace (off by default; no row = off)."""
+    config = await namespaces.set_logging(svc, who, body.namespace, body.enabled)
+    return NamespaceConfigResponse(**asdict(config))

@@ -24,16 +24,21 @@ from loom.models.conversation.saved import (
 )
 from loom.models.errors import COMMON, error_responses
 from loom.ops.conversation.saved import saved_reads, saving
+from loom.ops.conversation.saved.saving import NewMessage
 
 router = APIRouter(prefix="/v1", tags=["saved messages"], responses=error_responses(*COMMON))
 
 
+def _new_message(body: SaveRequest) -> NewMessage | None:
+    """What the body says about a message the transcript may not hold (role and
+    content are required only then, which the op decides)."""
+    if body.role is None and body.content is None:
+        return None
+    return NewMessage(body.role, body.content, body.run_id, dict(body.metadata), body.ts)
+
+
 @router.post("/conversation.save_message", response_model=SaveResponse)
-async def save_message(
-    body: SaveRequest,
-    who: Caller,
-    svc: Svc,
-) -> SaveResponse:
+async def save_message(body: SaveRequest, who: Caller, svc: Svc) -> SaveResponse:
     """Save one message for a user, for conversation.search_saved_messages. Works whether
     or not the namespace records conversations (and does not turn recording on). A
     message the transcript holds is flagged in place (its run_id and content stay);
@@ -48,17 +53,13 @@ async def save_message(
         body.conversation_id,
         body.message_id,
         agent=body.agent,
-        new=body.new_message(),
+        new=_new_message(body),
     )
     return SaveResponse(**asdict(result))
 
 
 @router.post("/conversation.unsave_message", response_model=UnsaveResponse)
-async def unsave_message(
-    body: UnsaveRequest,
-    who: Caller,
-    svc: Svc,
-) -> UnsaveResponse:
+async def unsave_message(body: UnsaveRequest, who: Caller, svc: Svc) -> UnsaveResponse:
     """Withdraw a saved message from its owner's search. Where the namespace records,
     the turn stays in the transcript with the flag cleared; where it does not, it is
     removed (`removed: true`). Idempotent; saving again restores it."""
@@ -69,11 +70,7 @@ async def unsave_message(
 
 
 @router.post("/conversation.list_saved_messages", response_model=ListSavedResponse)
-async def list_saved_messages(
-    body: ListSavedRequest,
-    who: Caller,
-    svc: Svc,
-) -> ListSavedResponse:
+async def list_saved_messages(body: ListSavedRequest, who: Caller, svc: Svc) -> ListSavedResponse:
     """One user's saved messages, most recently saved first (`ts` is when the user
     saved it), in pages of `limit`; pass `next_cursor` back as `cursor`."""
     page = await saved_reads.list_saved_messages(
@@ -91,11 +88,7 @@ async def list_saved_messages(
 
 
 @router.post("/conversation.saved_status", response_model=SavedStatusResponse)
-async def saved_status(
-    body: SavedStatusRequest,
-    who: Caller,
-    svc: Svc,
-) -> SavedStatusResponse:
+async def saved_status(body: SavedStatusRequest, who: Caller, svc: Svc) -> SavedStatusResponse:
     """Which of up to 500 messages of one conversation this user has saved."""
     saved = await saved_reads.saved_status(
         svc, who, body.namespace, body.user_id, body.conversation_id, body.message_ids
@@ -104,11 +97,7 @@ async def saved_status(
 
 
 @router.post("/conversation.search_saved_messages", response_model=SearchSavedResponse)
-async def search_saved_messages(
-    body: SearchSavedRequest,
-    who: Caller,
-    svc: Svc,
-) -> SearchSavedResponse:
+async def search_saved_messages(body: SearchSavedRequest, who: Caller, svc: Svc) -> SearchSavedResponse:
     """Search one user's saved messages in one namespace. `hybrid` (default) fuses a
     vector leg (the first 2,048 characters' embedding) and a BM25 leg (the whole text)
     by reciprocal rank, `lexical_weight` scaling the BM25 leg; `semantic` and `lexical`
@@ -125,10 +114,4 @@ async def search_saved_messages(
         lexical_weight=body.lexical_weight,
         conversation_id=body.conversation_id,
     )
-    return SearchSavedResponse.model_validate(
-        {
-            "search_mode": found.search_mode,
-            "fallback_reason": found.fallback_reason,
-            "hits": [asdict(h) for h in found.hits],
-        }
-    )
+    return SearchSavedResponse.model_validate(found, from_attributes=True)

@@ -3,12 +3,10 @@ to one user or session (a thread mixes users and has no user axis to bound)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from fastapi import APIRouter, Response
 
 from loom.api.deps import Caller, Svc
-from loom.models.conversation.search import SearchHit, SearchRequest, SearchResponse, TimeWindowOut
+from loom.models.conversation.search import SearchRequest, SearchResponse
 from loom.models.errors import COMMON, error_responses
 from loom.ops.conversation.reading import searching
 from loom.ops.conversation.reading.threads import ALL_AGENTS
@@ -20,12 +18,7 @@ PLAN_HEADER = "x-loom-search-plan"
 
 
 @router.post("/conversation.search", response_model=SearchResponse)
-async def search(
-    body: SearchRequest,
-    response: Response,
-    who: Caller,
-    svc: Svc,
-) -> SearchResponse:
+async def search(body: SearchRequest, response: Response, who: Caller, svc: Svc) -> SearchResponse:
     """Vector search over the embedded turns (user and assistant turns, compaction
     summaries) of one namespace (`namespace`), or of every namespace the token grants
     when the body names none (`namespace_scope: "all_mine"`, the default). The answer's
@@ -58,12 +51,4 @@ async def search(
         rerank=body.rerank,
     )
     response.headers[PLAN_HEADER] = ",".join(result.plan)
-    return SearchResponse(
-        mode=result.mode,
-        fallback_reason=result.fallback_reason,
-        namespaces=result.namespaces,
-        hits=[SearchHit(**asdict(h)) for h in result.hits],
-        embedding_model=result.model,
-        rerank=result.rerank,
-        time_window=TimeWindowOut(**asdict(result.time_window)) if result.time_window else None,
-    )
+    return SearchResponse.model_validate(result, from_attributes=True)

@@ -65,7 +65,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from loom import failures, jobs, redis_keys
+from loom import failures, jobs, redis_calls, redis_keys
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
@@ -135,7 +135,7 @@ class ModelCallsOff(LoomError):
     status, code = 409, "model_calls_disabled"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CompactResult:
     thread_id: str
     agent: str
@@ -370,7 +370,7 @@ async def run(
     """One compaction (the worker's job body). ``gate`` bounds the compactions whose store
     work (the window read, the retirement) runs at once in the process
     (LOOM_COMPACT_CONCURRENCY); the summarizer and embedding calls run outside it."""
-    out = CompactResult(thread_id, agent)
+    out = CompactResult(thread_id=thread_id, agent=agent)
     cfg = svc.settings
     gate = gate or CompactionGate(1, 0.0)
     async with gate:
@@ -512,7 +512,7 @@ async def compact(
         raise Unavailable("the compaction job could not be queued; retry", field="thread_id", rule="retry")
     await wake_workers(svc.redis)
     if defer:
-        return CompactResult(thread_id, agent, job_id=job_id)
+        return CompactResult(thread_id=thread_id, agent=agent, job_id=job_id)
     try:
         got = await _answer(svc, job)
     except TimeoutError:
@@ -550,7 +550,7 @@ async def _answer(svc: Services, job: Any) -> Any:
     deadline = loop.time() + svc.settings.compact_wait_seconds
     key = redis_keys.compact_done(job.job_id)
     while (left := deadline - loop.time()) > 0:
-        popped = await svc.redis.blpop([key], timeout=min(_POLL_S, left))  # type: ignore[misc, arg-type]
+        popped = await redis_calls.blpop(svc.redis, [key], min(_POLL_S, left))
         if popped is not None:
             return json.loads(popped[1])
         info = await job.result_info()

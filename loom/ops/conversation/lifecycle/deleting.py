@@ -37,6 +37,7 @@ from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED_ROLES, L
 from loom.services import Services
 from loom.store import deletion, fences, search_marks
 from loom.store import embeddings as emb_store
+from loom.store.keys import ThreadKey
 
 
 class ConfirmationMismatch(InvalidRequest):
@@ -45,7 +46,7 @@ class ConfirmationMismatch(InvalidRequest):
     status = 422
 
 
-@dataclass
+@dataclass(kw_only=True)
 class DeleteResult:
     thread_id: str
     agent: str
@@ -185,7 +186,13 @@ def _delete_sync(svc: Services, namespace: str, agent: str, thread_id: str) -> D
     thread = deletion.tombstone_thread(svc.ch, namespace, agent, thread_id)
     settled = settle(svc, namespace, thread_id)
     return DeleteResult(
-        thread_id, agent, bool(turns or thread), turns, thread, settled.tombstoned, settled.handed_over
+        thread_id=thread_id,
+        agent=agent,
+        deleted=bool(turns or thread),
+        turns_tombstoned=turns,
+        thread_tombstoned=thread,
+        embeddings_tombstoned=settled.tombstoned,
+        embeddings_handed_over=settled.handed_over,
     )
 
 
@@ -202,7 +209,7 @@ async def delete(
             rule="must_equal_thread_id",
         )
     # The fence first: an append whose row lands after the read below tombstones it.
-    await fences.set_fence(svc.redis, (ns, agent, thread_id), next_version())
+    await fences.set_fence(svc.redis, ThreadKey(ns, agent, thread_id), next_version())
     try:
         async with (
             thread_lease(svc.redis, ns, thread_id, wait_s=30.0),

@@ -71,7 +71,9 @@ async def delete_message(
     ns = who.namespace(namespace)
     if who.bounded:
         return await _unsave_own(svc, who, ns, agent, thread_id, msg_id)
-    receipt = mr.Receipt(ns, agent, thread_id, msg_id, store.DELETED, by=who.token_id)
+    receipt = mr.Receipt(
+        namespace=ns, agent=agent, thread_id=thread_id, msg_id=msg_id, action=store.DELETED, by=who.token_id
+    )
     async with mr.guarded(svc, ns, thread_id) as window:
         v = next_version()
         snap = await mr.snapshot(svc, ns, agent, thread_id, msg_id, v)
@@ -107,7 +109,9 @@ async def _unsave_own(
     svc: Services, who: Principal, ns: str, agent: str, thread_id: str, msg_id: str
 ) -> mr.Receipt:
     """An end-user token's delete: the unsave of its own saved message."""
-    receipt = mr.Receipt(ns, agent, thread_id, msg_id, UNSAVED, by=who.token_id)
+    receipt = mr.Receipt(
+        namespace=ns, agent=agent, thread_id=thread_id, msg_id=msg_id, action=UNSAVED, by=who.token_id
+    )
     result = await saving.unsave_message(svc, who, ns, None, thread_id, msg_id, agent=agent)
     receipt.found = result.found
     receipt.done = result.removed

@@ -52,7 +52,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -88,7 +88,7 @@ class TableCount:
     removed: int = 0  # older row versions removed from disk
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Receipt:
     """What a removal did: per table, rows written and removed from disk; when, by whom."""
 
@@ -215,7 +215,7 @@ def embeddable(t: conv_store.Turn) -> bool:
 
 
 def settle_turns(
-    svc: Services, snap: Snapshot, retired: dict[str, Sequence[str]]
+    svc: Services, snap: Snapshot, retired: Mapping[str, Sequence[str]]
 ) -> tuple[list[emb_store.EmbeddingRow], list[emb_store.EmbeddingRow]]:
     """The embedding rows of the named turns (agent -> msg_ids) whose copy no longer holds
     their text: passed to another agent's live copy with that text, or tombstoned

@@ -150,7 +150,13 @@ async def redact(
     ns = who.namespace(namespace)
     _check(spans, ranges, high, placeholder)
     receipt = mr.Receipt(
-        ns, agent, thread_id, msg_id, store.REDACTED, placeholder=placeholder, by=who.token_id
+        namespace=ns,
+        agent=agent,
+        thread_id=thread_id,
+        msg_id=msg_id,
+        action=store.REDACTED,
+        placeholder=placeholder,
+        by=who.token_id,
     )
     while True:
         async with mr.guarded(svc, ns, thread_id) as window:

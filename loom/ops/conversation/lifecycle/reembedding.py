@@ -23,7 +23,8 @@ from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version
 from loom.jobs import ReembedItem
-from loom.ops.conversation.leases import under_thread_leases
+from loom.leases import under_thread_leases
+from loom.ops.conversation.writing.appending import pipeline
 from loom.ops.embedding.writer import ModelFn, model_texts, reembed_items
 from loom.providers.embedders import Embedder
 from loom.replies import JobFailed
@@ -33,6 +34,7 @@ from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import search_marks, vector_models
 from loom.store.conversations import RECORDED
+from loom.store.keys import EmbKey
 from loom.store.search import VECTOR_TABLES
 
 log = loom_logging.get("loom.conversation.reembed")
@@ -44,7 +46,7 @@ RunPage = Callable[[Sequence[ReembedItem]], Awaitable[dict[str, int]]]
 Progress = Callable[[int], None]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ReembedReport:
     namespace: str
     scanned: int = 0
@@ -71,7 +73,7 @@ async def reembed_namespace(
     progress: Progress | None = None,
 ) -> ReembedReport:
     """Walk the namespace's embedding rows in key order, `IN_FLIGHT` pages at a time."""
-    report = ReembedReport(namespace)
+    report = ReembedReport(namespace=namespace)
     slots = asyncio.Semaphore(IN_FLIGHT)
     tasks: list[asyncio.Task[None]] = []
 
@@ -121,7 +123,7 @@ async def reembed_namespace(
     return report
 
 
-def _reading_high(svc: Services, rows: Sequence[emb_store.ReembedCandidate]) -> set[emb_store.EmbKey]:
+def _reading_high(svc: Services, rows: Sequence[emb_store.ReembedCandidate]) -> set[EmbKey]:
     """The rows whose kept text, or any transcript copy of whose turn, reads as high."""
     high = {row.key for row in rows if reads_as_high(row.text)}
     copies = conv_store.copy_texts(svc.ch, [row.key for row in rows if row.key not in high])
@@ -161,8 +163,6 @@ async def reembed(
     svc: Services, who: Principal, namespace: str, *, thread_id: str | None = None
 ) -> ReembedReport:
     """conversation.reembed (admin): re-embed through the worker pool."""
-    from loom.ops.conversation.writing.appending import pipeline
-
     who.require_role(Role.admin)
     ns = who.namespace(namespace)
     client = pipeline(svc).embedder

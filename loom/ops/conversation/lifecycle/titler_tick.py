@@ -10,7 +10,7 @@ titler's lease still keeps a slow pass from overlapping the next).
 
 from __future__ import annotations
 
-from loom import redis_keys
+from loom import redis_calls, redis_keys
 from loom.ops.conversation.lifecycle.titling import PassReport, titler_pass
 from loom.services import Services
 
@@ -37,7 +37,7 @@ async def due(svc: Services) -> bool:
     if not cfg.conversation_titler_enabled:
         return False
     interval = str(cfg.conversation_titler_interval_seconds)
-    return bool(await svc.redis.eval(_DUE, 1, LAST_PASS_KEY, interval))  # type: ignore[misc]
+    return bool(await redis_calls.eval(svc.redis, _DUE, [LAST_PASS_KEY], interval))
 
 
 async def tick(svc: Services) -> PassReport:

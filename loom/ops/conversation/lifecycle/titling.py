@@ -35,9 +35,8 @@ from pathlib import Path
 from loom import failures, redis_keys
 from loom import logging as loom_logging
 from loom.clock import next_version, utcnow
-from loom.leases import Lease, LeaseLost
+from loom.leases import Lease, LeaseLost, keep_renewed, under_thread_leases
 from loom.ops.conversation.common import TITLE_REFUSED
-from loom.ops.conversation.leases import under_thread_leases
 from loom.providers.llm import ChatMessage, LLMError
 from loom.sensitivity import reads_as_high
 from loom.services import Services
@@ -55,7 +54,7 @@ MODEL_CALLS_AT_ONCE = 4  # a pass's model calls in flight at once
 PROMPT = (Path(__file__).parent / "prompts" / "title_system.txt").read_text(encoding="utf-8")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PassReport:
     ran: bool = False
     titled: int = 0
@@ -180,7 +179,7 @@ async def titler_pass(svc: Services, namespaces: Sequence[str] | None = None) ->
     lease = Lease(svc.redis, LEASE_KEY, ttl_ms=LEASE_TTL_MS)
     if not await lease.try_acquire():
         return report
-    renewer = asyncio.create_task(_keep_alive(lease))
+    renewer = asyncio.create_task(keep_renewed(lease))
     try:
         report.ran = True
         since = utcnow() - timedelta(hours=cfg.conversation_titler_window_hours)
@@ -201,12 +200,6 @@ async def titler_pass(svc: Services, namespaces: Sequence[str] | None = None) ->
             await renewer
         await lease.release()
     return report
-
-
-async def _keep_alive(lease: Lease) -> None:
-    while True:
-        await asyncio.sleep(LEASE_TTL_MS / 3000)
-        await lease.renew()
 
 
 __all__ = ["LEASE_KEY", "PassReport", "titler_pass"]

@@ -20,18 +20,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from loom import failures
 from loom import logging as loom_logging
-from loom.ops.memory.extraction import _json_object as json_object
-from loom.providers.llm import ChatMessage, LLMError
+from loom.ops.conversation.reading.hits import Hit
+from loom.providers.llm import ChatMessage, LLMError, json_object
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import namespaces as ns_store
-
-if TYPE_CHECKING:
-    from loom.ops.conversation.reading.searching import Hit
 
 log = loom_logging.get("loom.conversation.search.rerank")
 _PROMPT = Path(__file__).parent / "prompts" / "rerank_system.txt"

@@ -96,16 +96,18 @@ from loom.ops.conversation.common import (
     rrf_score,
 )
 from loom.ops.conversation.reading import index_search, search_rerank
+from loom.ops.conversation.reading.hits import Hit
 from loom.ops.conversation.reading.index_search import INDEX_MISSING, INDEX_PLAN
 from loom.ops.embedding import inline
 from loom.read_index import client as read_index_client
 from loom.read_index.client import IndexClient
 from loom.read_index.figures import FALLBACKS
 from loom.sensitivity import reads_as_high, window_reads_as_high
-from loom.services import Services
+from loom.services import Services, Slot
 from loom.store import search as store
 from loom.store import search_marks
 from loom.store import transcript_terms as lexical_store
+from loom.store.keys import EmbKey, TurnKey
 from loom.store.search import Candidate, Filters
 
 log = loom_logging.get("loom.conversation.search")
@@ -132,8 +134,11 @@ EXACT = "exact"
 INDEX = "index"
 UNINDEXED = "exact_unindexed"
 
-_LAST_DIM = "conversation.search.last_dim"  # svc.extras: the dimension of the last query's vector
-_PLAN_COUNTS = "conversation.search.plan_counts"  # svc.extras: recent planner counts (see _count)
+_LAST_DIM: Slot[int] = Slot("conversation.search.last_dim")  # the dimension of the last query's vector
+# Recent planner counts (see _count), by (table, namespaces, filters, model): when counted, and the counts.
+_PLAN_COUNTS: Slot[dict[tuple[str, tuple[str, ...], Filters, str], tuple[float, Counted]]] = Slot(
+    "conversation.search.plan_counts"
+)
 _PLAN_COUNTS_MAX = 10_000
 PLAN_TTL_S = 10.0
 
@@ -142,26 +147,10 @@ RETRIES = 3  # re-fetches (4x more each time) before an index search is redone e
 GROWTH = 4
 
 
-@dataclass(frozen=True)
-class Hit:
-    namespace: str
-    agent: str
-    thread_id: str
-    msg_id: str
-    role: str
-    run_id: str
-    user_id: str
-    ts: datetime
-    similarity: float | None
-    excerpt: str
-    score: float | None = None  # the mode's own score (module docstring); None for substring hits
-    legs: tuple[str, ...] = ()  # the legs that found it: "vector", "lexical"
-
-
 Mode = Literal["vector", "hybrid", "lexical", "substring"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SearchResult:
     mode: Mode
     fallback_reason: str | None
@@ -218,9 +207,7 @@ class _Trust:
 
     expires_before: datetime | None = None  # turns older than this may be gone (TTL)
 
-    def covers(
-        self, c: Candidate, marks: dict[search_marks.Pair, int], repeated: set[tuple[str, str, str]]
-    ) -> bool:
+    def covers(self, c: Candidate, marks: dict[search_marks.Pair, int], repeated: set[EmbKey]) -> bool:
         if c.trusted is not None:  # the read index's own judgement of the marks
             return c.trusted and c.key not in repeated and self.unexpired(c)
         mark = marks.get((c.namespace, c.thread_id))
@@ -355,7 +342,7 @@ async def _search(
             f"time_phrases must be one of {', '.join(TIME_PHRASES)}", field="time_phrases", rule="one_of"
         )
     if not namespaces:
-        return SearchResult(cast(Mode, search_mode), None, [], [])
+        return SearchResult(mode=cast(Mode, search_mode), fallback_reason=None, namespaces=[], hits=[])
     s = svc.settings
     ask = _Ask(
         namespaces,
@@ -437,7 +424,7 @@ class _Counting:
 
 def _count_ahead(svc: Services, ask: _Ask) -> _Counting | None:
     """Start counting in the vector table of the dimension the last query had."""
-    table = store.VECTOR_TABLES.get(svc.extras.get(_LAST_DIM, 0))
+    table = store.VECTOR_TABLES.get(_LAST_DIM.get(svc) or 0)
     if table is None:
         return None
     return _Counting(table, asyncio.ensure_future(_count(svc, table, ask)))
@@ -449,9 +436,7 @@ async def _count(svc: Services, table: str, ask: _Ask) -> Counted:
     fetches again, then scans), so a stale count costs speed, never a hit. A namespace
     counted empty is not searched at all, so that count is never reused: its first
     turns must be found at once."""
-    cache: dict[tuple[str, tuple[str, ...], Filters, str], tuple[float, Counted]] = svc.extras.setdefault(
-        _PLAN_COUNTS, {}
-    )
+    cache = _PLAN_COUNTS.made(svc, dict)
     key = (table, ask.namespaces, ask.filters, ask.model)
     now = time.monotonic()
     got = cache.get(key)
@@ -505,16 +490,23 @@ async def _by_vector(
         [INDEX_PLAN],
     )
     if not got.missing:
-        return SearchResult(VECTOR, None, list(ask.namespaces), hits, plan, ask.model)
+        return SearchResult(
+            mode=VECTOR,
+            fallback_reason=None,
+            namespaces=list(ask.namespaces),
+            hits=hits,
+            plan=plan,
+            model=ask.model,
+        )
     FALLBACKS.labels(INDEX_MISSING).inc()
     rest = await _by_engine(svc, replace(ask, namespaces=tuple(got.missing)), vector, None, trust)
     return SearchResult(
-        VECTOR,
-        INDEX_MISSING,
-        list(ask.namespaces),
-        _best(hits + rest.hits, ask.limit),
-        plan + rest.plan,
-        ask.model,
+        mode=VECTOR,
+        fallback_reason=INDEX_MISSING,
+        namespaces=list(ask.namespaces),
+        hits=_best(hits + rest.hits, ask.limit),
+        plan=plan + rest.plan,
+        model=ask.model,
     )
 
 
@@ -543,12 +535,19 @@ async def _from_index(
 async def _by_engine(
     svc: Services, ask: _Ask, vector: np.ndarray, counting: _Counting | None, trust: _Trust
 ) -> SearchResult:
-    svc.extras[_LAST_DIM] = int(vector.shape[0])
+    _LAST_DIM.put(svc, int(vector.shape[0]))
     table = store.VECTOR_TABLES.get(int(vector.shape[0]))
     if table is None:
         await _discard(counting)
         hits = await _unindexed(svc, ask, vector, trust)
-        return SearchResult(VECTOR, None, list(ask.namespaces), hits, [UNINDEXED], ask.model)
+        return SearchResult(
+            mode=VECTOR,
+            fallback_reason=None,
+            namespaces=list(ask.namespaces),
+            hits=hits,
+            plan=[UNINDEXED],
+            model=ask.model,
+        )
     per_ns, total = await _counts(svc, ask, table, counting)
     small, large = _split(ask.namespaces, per_ns, svc.settings.conversation_search_exact_max_rows)
     jobs: list[Awaitable[list[Hit]]] = []
@@ -561,7 +560,14 @@ async def _by_engine(
         jobs.append(_indexed(svc, ask, table, large, vector, trust, share=matched / max(1, total)))
         plan.append(INDEX)
     found = [h for group in await asyncio.gather(*jobs) for h in group]
-    return SearchResult(VECTOR, None, list(ask.namespaces), _best(found, ask.limit), plan, ask.model)
+    return SearchResult(
+        mode=VECTOR,
+        fallback_reason=None,
+        namespaces=list(ask.namespaces),
+        hits=_best(found, ask.limit),
+        plan=plan,
+        model=ask.model,
+    )
 
 
 def _split(
@@ -678,7 +684,7 @@ _Kept = tuple[Candidate, str, str, str, datetime]  # a candidate and its turn's 
 
 
 async def _verified_slice(
-    svc: Services, ask: _Ask, fresh: list[Candidate], trust: _Trust, repeated: set[tuple[str, str, str]]
+    svc: Services, ask: _Ask, fresh: list[Candidate], trust: _Trust, repeated: set[EmbKey]
 ) -> list[Hit]:
     """The slice's hits: trusted candidates as their rows say, the others verified."""
     if not fresh:
@@ -713,7 +719,7 @@ async def _checked(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[_Ke
             continue  # tombstoned, failed, or re-embedded since this vector
         if (c.model or now.model) != ask.model:
             continue  # another model's vector (a row older than the vector tables' model column)
-        turn = turns.get((c.namespace, c.agent, c.thread_id, c.msg_id))
+        turn = turns.get(TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id))
         if turn is None or not turn.live or turn.high or not turn.recorded:
             continue  # a saved-only row belongs to its user, not to search
         kept.append((c, turn.role, turn.run_id, turn.user_id, turn.ts))
@@ -773,7 +779,7 @@ async def _heads(svc: Services, ask: _Ask, candidates: list[Candidate]) -> dict[
     if not short:
         return {}
     found = await svc.run(
-        store.heads, svc.ch, [(c.namespace, c.agent, c.thread_id, c.msg_id) for c in short], ask.window
+        store.heads, svc.ch, [TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id) for c in short], ask.window
     )
     return {(k[0], k[2], k[3]): head for k, head in found.items()}
 
@@ -808,7 +814,13 @@ async def _by_substring(svc: Services, ask: _Ask, query: str, reason: str) -> Se
         if len(hits) >= ask.limit or len(rows) < n:
             break
         n *= GROWTH
-    return SearchResult(SUBSTRING, reason, list(ask.namespaces), hits[: ask.limit], [SUBSTRING])
+    return SearchResult(
+        mode=SUBSTRING,
+        fallback_reason=reason,
+        namespaces=list(ask.namespaces),
+        hits=hits[: ask.limit],
+        plan=[SUBSTRING],
+    )
 
 
 # -- lexical and hybrid modes ---------------------------------------------------------
@@ -842,7 +854,11 @@ async def _legs(
     plan = [LEXICAL_PLAN]
     if mode == LEXICAL:
         return SearchResult(
-            LEXICAL, None, list(ask.namespaces), _best_lexical(await lexical, ask.limit), plan
+            mode=LEXICAL,
+            fallback_reason=None,
+            namespaces=list(ask.namespaces),
+            hits=_best_lexical(await lexical, ask.limit),
+            plan=plan,
         )
     fallback = QUERY_HIGH if reads_as_high(query) else None
     vector_hits: list[Hit] = []
@@ -863,10 +879,21 @@ async def _legs(
     lexical_hits = await lexical
     if fallback is not None:
         return SearchResult(
-            LEXICAL, fallback, list(ask.namespaces), _best_lexical(lexical_hits, ask.limit), plan
+            mode=LEXICAL,
+            fallback_reason=fallback,
+            namespaces=list(ask.namespaces),
+            hits=_best_lexical(lexical_hits, ask.limit),
+            plan=plan,
         )
     fused = fuse(vector_hits, lexical_hits, lexical_weight)
-    return SearchResult(HYBRID, vector_reason, list(ask.namespaces), fused[: ask.limit], plan, ask.model)
+    return SearchResult(
+        mode=HYBRID,
+        fallback_reason=vector_reason,
+        namespaces=list(ask.namespaces),
+        hits=fused[: ask.limit],
+        plan=plan,
+        model=ask.model,
+    )
 
 
 def _best_lexical(hits: list[Hit], limit: int) -> list[Hit]:
@@ -934,7 +961,7 @@ async def _lexical_slice(
     excerpts are read from the index (see loom.store.transcript_terms)."""
     if not candidates:
         return []
-    keys = [(c.namespace, c.agent, c.thread_id, c.msg_id) for c in candidates]
+    keys = [TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id) for c in candidates]
     now, heads = await asyncio.gather(
         svc.run(lexical_store.verify, svc.ch, keys),
         svc.run(lexical_store.heads, svc.ch, [(c.namespace, c.doc) for c in candidates]),

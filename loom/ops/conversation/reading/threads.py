@@ -27,12 +27,13 @@ from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import threads as thread_store
+from loom.store.keys import EmbKey
 from loom.store.search import SEARCHED_ROLES
 
 ALL_AGENTS = "*"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ThreadView:
     thread_id: str
     agent: str
@@ -58,7 +59,7 @@ class ThreadSummary:
     created_at: datetime | None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Page:
     messages: list[conv_store.Message] = field(default_factory=list)
     next_cursor: str | None = None
@@ -87,10 +88,10 @@ def embedding_status(m: conv_store.Message, state: emb_store.EmbeddingState | No
 
 
 async def _with_embedding(svc: Services, ns: str, thread_id: str, page: Page) -> Page:
-    keys = [(ns, thread_id, m.msg_id) for m in page.messages]
+    keys = [EmbKey(ns, thread_id, m.msg_id) for m in page.messages]
     states = await svc.run(emb_store.states, svc.ch, keys)
     page.embedding = {
-        m.msg_id: embedding_status(m, states.get((ns, thread_id, m.msg_id))) for m in page.messages
+        m.msg_id: embedding_status(m, states.get(EmbKey(ns, thread_id, m.msg_id))) for m in page.messages
     }
     return page
 
@@ -102,15 +103,15 @@ def _client_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
 
 def _view(row: thread_store.ThreadRow, activity: conv_store.ThreadActivity | None = None) -> ThreadView:
     return ThreadView(
-        row.thread_id,
-        row.agent,
-        row.title,
-        row.metadata,
-        row.run_id,
-        as_utc(row.created_at) if row.created_at else None,
-        as_utc(row.updated_at) if row.updated_at else None,
-        activity.turns if activity else 0,
-        as_utc(activity.last_ts) if activity and activity.last_ts else None,
+        thread_id=row.thread_id,
+        agent=row.agent,
+        title=row.title,
+        metadata=row.metadata,
+        run_id=row.run_id,
+        created_at=as_utc(row.created_at) if row.created_at else None,
+        updated_at=as_utc(row.updated_at) if row.updated_at else None,
+        turns=activity.turns if activity else 0,
+        last_ts=as_utc(activity.last_ts) if activity and activity.last_ts else None,
     )
 
 
@@ -289,7 +290,7 @@ async def _page(
         messages = messages[:limit]
         tail = messages[-1]
         next_cursor = encode_cursor({**expect, "t": micros(tail.ts), "m": tail.msg_id})
-    return Page(messages, next_cursor)
+    return Page(messages=messages, next_cursor=next_cursor)
 
 
 async def get(
@@ -349,7 +350,7 @@ async def list_turns(
     )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class HighTurnView:
     agent: str
     thread_id: str
@@ -373,14 +374,14 @@ async def high_turns(
     found = await svc.run(conv_store.high_turns, svc.ch, ns, limit=limit + 1, offset=offset)
     views = [
         HighTurnView(
-            t.agent,
-            t.thread_id,
-            t.msg_id,
-            t.role,
-            as_utc(t.ts),
-            t.origin == conv_store.SAVED_ONLY,
-            t.user_id,
-            high_reasons(t.content),
+            agent=t.agent,
+            thread_id=t.thread_id,
+            msg_id=t.msg_id,
+            role=t.role,
+            ts=as_utc(t.ts),
+            saved_only=t.origin == conv_store.SAVED_ONLY,
+            user_id=t.user_id,
+            kinds=high_reasons(t.content),
         )
         for t in found[:limit]
     ]

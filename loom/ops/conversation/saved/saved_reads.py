@@ -41,6 +41,7 @@ from loom.sensitivity import reads_as_high, window_reads_as_high
 from loom.services import Services
 from loom.store import bm25
 from loom.store import saved as saved_store
+from loom.store.keys import TurnKey
 
 HYBRID, SEMANTIC, LEXICAL = "hybrid", "semantic", "lexical"
 SEARCH_MODES = (HYBRID, SEMANTIC, LEXICAL)
@@ -62,7 +63,7 @@ class SavedItem:
     agent: str  # the agent whose copy it is (unsave names it)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SavedPage:
     messages: list[SavedItem] = field(default_factory=list)
     next_cursor: str | None = None
@@ -91,7 +92,7 @@ async def list_saved_messages(
     more = len(entries) > limit
     entries = entries[:limit]
     shown = svc.settings.conversation_search_excerpt_chars
-    keys = [(ns, e.agent, e.thread_id, e.msg_id) for e in entries]
+    keys = [TurnKey(ns, e.agent, e.thread_id, e.msg_id) for e in entries]
     found = await svc.run(saved_store.heads, svc.ch, ns, user, keys, shown + 1024)
     page = SavedPage()
     for key, e in zip(keys, entries, strict=True):

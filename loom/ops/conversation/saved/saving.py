@@ -69,6 +69,7 @@ from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import landed, search_marks
 from loom.store import saved as saved_store
+from loom.store.keys import TurnKey
 from loom.store.transcript_postings import speaker_of
 
 # Reasons of a save (stable strings clients match on: never change one).
@@ -115,7 +116,7 @@ class NewMessage:
     ts: datetime | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SaveResult:
     conversation_id: str
     message_id: str
@@ -125,7 +126,7 @@ class SaveResult:
     saved_at: datetime | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class UnsaveResult:
     found: bool
     removed: bool
@@ -145,7 +146,7 @@ class _State:
     emb: emb_store.EmbeddingRow | None
 
 
-def _read_state(svc: Services, key: conv_store.TurnKey) -> _State:
+def _read_state(svc: Services, key: TurnKey) -> _State:
     row = saved_store.transcript_row(svc.ch, key)
     emb = emb_store.get(svc.ch, key[0], key[2], key[3])
     return _State(row, emb)
@@ -165,7 +166,7 @@ def _has_live_vector(emb: emb_store.EmbeddingRow | None, text: str) -> bool:
 
 
 def _refusal(
-    key: conv_store.TurnKey, row: saved_store.TranscriptRow | None, user: str, new: NewMessage | None
+    key: TurnKey, row: saved_store.TranscriptRow | None, user: str, new: NewMessage | None
 ) -> SaveResult | None:
     """Why this message cannot be saved for `user` (None: it can). Applies as well to a
     message that is already saved; the answer says whether it stays saved."""
@@ -181,21 +182,51 @@ def _refusal(
                 )
         assert new is not None and new.content is not None
         if new.role not in EMBEDDED_ROLES:
-            return SaveResult(thread_id, msg_id, False, False, UNSUPPORTED_ROLE)
+            return SaveResult(
+                conversation_id=thread_id,
+                message_id=msg_id,
+                saved=False,
+                indexed=False,
+                reason=UNSUPPORTED_ROLE,
+            )
         if reads_as_high(new.content):
-            return SaveResult(thread_id, msg_id, False, False, HIGH_SENSITIVITY)  # not stored
+            return SaveResult(
+                conversation_id=thread_id,
+                message_id=msg_id,
+                saved=False,
+                indexed=False,
+                reason=HIGH_SENSITIVITY,
+            )  # not stored
         return None
     # Another user's message: say nothing more about it (not whether it is deleted).
     if row.user_id not in ("", user):
-        return SaveResult(thread_id, msg_id, False, False, OWNER_MISMATCH)
+        return SaveResult(
+            conversation_id=thread_id, message_id=msg_id, saved=False, indexed=False, reason=OWNER_MISMATCH
+        )
     if row.tombstoned:
-        return SaveResult(thread_id, msg_id, False, False, DELETED)
+        return SaveResult(
+            conversation_id=thread_id, message_id=msg_id, saved=False, indexed=False, reason=DELETED
+        )
     mine = row.is_saved and row.user_id == user
     saved_at = as_utc(row.saved_at) if mine and row.saved_at else None
     if row.role not in EMBEDDED_ROLES:
-        return SaveResult(thread_id, msg_id, mine, False, UNSUPPORTED_ROLE, saved_at)
+        return SaveResult(
+            conversation_id=thread_id,
+            message_id=msg_id,
+            saved=mine,
+            indexed=False,
+            reason=UNSUPPORTED_ROLE,
+            saved_at=saved_at,
+        )
     if row.high_sensitivity or reads_as_high(row.content):
-        return SaveResult(thread_id, msg_id, mine, False, HIGH_SENSITIVITY, saved_at)
+        return SaveResult(
+            conversation_id=thread_id,
+            message_id=msg_id,
+            saved=mine,
+            indexed=False,
+            reason=HIGH_SENSITIVITY,
+            saved_at=saved_at,
+        )
     return None
 
 
@@ -231,7 +262,7 @@ async def save_message(
     ns = who.namespace(namespace)
     user = acting_user(who, user_id)
     await _every_replica_keeps_saved_state(svc)
-    key = (ns, agent, conversation_id, message_id)
+    key = TurnKey(ns, agent, conversation_id, message_id)
     vector: _Vector | None = None
     for _ in range(MAX_ROUNDS):
         state = await svc.run(_read_state, svc, key)
@@ -257,7 +288,7 @@ async def save_message(
 
 
 async def _save_under_lease(
-    svc: Services, key: conv_store.TurnKey, user: str, new: NewMessage | None, vector: _Vector | None
+    svc: Services, key: TurnKey, user: str, new: NewMessage | None, vector: _Vector | None
 ) -> SaveResult | None:
     """One round under the thread lease. None: start again (the message changed so that
     the round cannot finish: a racing append's row landed, or a vector is missing)."""
@@ -309,7 +340,7 @@ def _now_ms() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
-def _dedup_token(key: conv_store.TurnKey, generation: int) -> str:
+def _dedup_token(key: TurnKey, generation: int) -> str:
     h = hashlib.sha256()
     for part in (*key, str(generation)):
         data = part.encode()
@@ -319,7 +350,7 @@ def _dedup_token(key: conv_store.TurnKey, generation: int) -> str:
 
 
 async def _store_new(
-    svc: Services, key: conv_store.TurnKey, user: str, new: NewMessage, emb: emb_store.EmbeddingRow | None
+    svc: Services, key: TurnKey, user: str, new: NewMessage, emb: emb_store.EmbeddingRow | None
 ) -> saved_store.TranscriptRow | None:
     """Insert a new message, saved. Returns the row as it reads back, or None when a
     racing append's row landed instead (the caller starts the round again)."""
@@ -345,7 +376,7 @@ async def _store_new(
 
 
 async def _insert_new(
-    svc: Services, key: conv_store.TurnKey, user: str, new: NewMessage, token: str
+    svc: Services, key: TurnKey, user: str, new: NewMessage, token: str
 ) -> saved_store.TranscriptRow:
     now = _now_ms()
     ts = as_utc(new.ts) if new.ts is not None else utcnow()
@@ -381,7 +412,7 @@ async def _insert_new(
     )
 
 
-async def _claim_turn(svc: Services, key: conv_store.TurnKey, writer: str) -> bool:
+async def _claim_turn(svc: Services, key: TurnKey, writer: str) -> bool:
     """Take append's claim on the turn (one key per turn, shared with append's flushes,
     claimed and noted by the same script, live under the same marks), so that an
     append of the same turn answers duplicate rather than writing a second, unsaved row
@@ -421,7 +452,14 @@ def _write_embedding(
     does not fit the text (the caller embeds and starts again)."""
     text = embed_text(row.content)
     saved_at = row.saved_at
-    result = SaveResult(row.thread_id, row.msg_id, True, True, None, as_utc(saved_at) if saved_at else None)
+    result = SaveResult(
+        conversation_id=row.thread_id,
+        message_id=row.msg_id,
+        saved=True,
+        indexed=True,
+        reason=None,
+        saved_at=as_utc(saved_at) if saved_at else None,
+    )
     flags: dict[str, Any] = dict(
         agent=row.agent,
         role=row.role,
@@ -497,7 +535,7 @@ async def unsave_message(
     who.require_role(Role.writer)
     ns = who.namespace(namespace)
     user = acting_user(who, user_id)
-    key = (ns, agent, conversation_id, message_id)
+    key = TurnKey(ns, agent, conversation_id, message_id)
     async with _lease(svc, ns, conversation_id):
         result = await svc.run(_unsave_sync, svc, key, user)
         if result.removed:
@@ -506,11 +544,11 @@ async def unsave_message(
     return result
 
 
-def _unsave_sync(svc: Services, key: conv_store.TurnKey, user: str) -> UnsaveResult:
+def _unsave_sync(svc: Services, key: TurnKey, user: str) -> UnsaveResult:
     ch = svc.ch
     row = saved_store.transcript_row(ch, key)
     if row is None or row.tombstoned or row.user_id != user or not row.is_saved:
-        return UnsaveResult(False, False)
+        return UnsaveResult(found=False, removed=False)
     # A recorded row is the namespace's transcript (recorded when the switch was on,
     # whatever it says now): only the flag goes. A saved-only row existed only because
     # of the save: it goes too.
@@ -519,7 +557,7 @@ def _unsave_sync(svc: Services, key: conv_store.TurnKey, user: str) -> UnsaveRes
     if removed:
         saved_store.remove(ch, key, user)
     _unsave_embedding(svc, row, removed=removed)
-    return UnsaveResult(True, removed)
+    return UnsaveResult(found=True, removed=removed)
 
 
 def _unsave_embedding(svc: Services, row: saved_store.TranscriptRow, *, removed: bool) -> None:

@@ -91,12 +91,13 @@ from loom.ops.conversation.writing import origin
 from loom.ops.embedding.client import EmbedClient, open_gate
 from loom.ops.embedding.writer import Outcome
 from loom.sensitivity import reads_as_high
-from loom.services import Services
+from loom.services import Services, Slot
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import fences, landed, recording_cache
 from loom.store import namespaces as ns_store
 from loom.store import threads as thread_store
+from loom.store.keys import EmbKey, ThreadKey, TurnKey, UserKey
 from loom.store.transcript_postings import speaker_of
 from loom.store.write_buffer import Batcher
 
@@ -154,7 +155,7 @@ class TurnInput:
     tokens: int | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class AppendResult:
     thread_id: str
     msg_id: str
@@ -177,7 +178,7 @@ class _Flushed:
     )
 
 
-def claim_key(key: conv_store.TurnKey) -> str:
+def claim_key(key: TurnKey) -> str:
     """Per turn, under its namespace's prefix (an erasure of the namespace finds them)."""
     h = hashlib.sha256("\x00".join(key).encode()).hexdigest()[:40]
     return redis_keys.turn_claim(key[0], h)
@@ -259,7 +260,9 @@ class AppendPipeline:
         gone = await origin.record_saved(self.svc, upgrade) if upgrade else set()
         results = []
         for turn, f in zip(turns, flushed, strict=True):
-            res = AppendResult(turn.thread_id, turn.msg_id, turn.role, f.stored, f.reason)
+            res = AppendResult(
+                thread_id=turn.thread_id, msg_id=turn.msg_id, role=turn.role, stored=f.stored, reason=f.reason
+            )
             if turn.key in gone:
                 res.reason = DELETED  # an unsave removed the saved-only row first
             if not f.stored:
@@ -349,8 +352,8 @@ class AppendPipeline:
         out, stored, release = _sort_out(batch, claimed)
         if release:
             await self.release(release, batch.flush_id)
-        vectors: dict[emb_store.EmbKey, str] = {}
-        shared: set[emb_store.EmbKey] = set()
+        vectors: dict[EmbKey, str] = {}
+        shared: set[EmbKey] = set()
         if stored:
             stored, vectors, shared = await self._store(batch, stored, claimed.state, out)
         later = _after_insert(out, turns, stored, vectors, shared)
@@ -389,7 +392,7 @@ class AppendPipeline:
         return _Claimed(recording, noted, {k for k, n in noted.items() if n.claimed}, state)
 
     async def _claim_keys(
-        self, keys: list[conv_store.TurnKey], flush_id: str, ttl_s: int = CLAIM_TTL_S
+        self, keys: list[TurnKey], flush_id: str, ttl_s: int = CLAIM_TTL_S
     ) -> list[landed.Noted]:
         return await landed.claim_and_note(
             self.svc.redis, keys, [claim_key(k) for k in keys], flush_id, ttl_s, FLUSH_LIVE_MS
@@ -397,9 +400,9 @@ class AppendPipeline:
 
     async def _settle(
         self,
-        contested: list[conv_store.TurnKey],
+        contested: list[TurnKey],
         flush_id: str,
-        noted: dict[conv_store.TurnKey, landed.Noted],
+        noted: dict[TurnKey, landed.Noted],
     ) -> None:
         """Turns another live writer claimed: a concurrent append of the same turn, a
         retry of one whose flush may still be inserting it (or died: its live mark
@@ -433,7 +436,7 @@ class AppendPipeline:
         stored: list[int],
         state: conv_store.Landed,
         out: list[_Flushed],
-    ) -> tuple[list[int], dict[emb_store.EmbKey, str], set[emb_store.EmbKey]]:
+    ) -> tuple[list[int], dict[EmbKey, str], set[EmbKey]]:
         """Screen the stored turns, send those no other agent logged to the model behind
         the insert gate, insert the rows (reading the vectors another agent's copy may
         have, beside it), drop the turns a delete fenced, and open the gate. Returns the
@@ -455,13 +458,13 @@ class AppendPipeline:
         return stored, vectors, shared
 
     async def _insert_reading(
-        self, batch: _Batch, stored: list[int], shared: set[emb_store.EmbKey], gate: str | None
-    ) -> dict[emb_store.EmbKey, str]:
+        self, batch: _Batch, stored: list[int], shared: set[EmbKey], gate: str | None
+    ) -> dict[EmbKey, str]:
         """The insert; the vectors to reuse are read beside it, and only for the turns
         another agent logged too (rare): no read of embedding rows otherwise. If it
         fails, the claims are released and the gate shut."""
         svc, rows = self.svc, [batch.turns[i] for i in stored]
-        vectors: dict[emb_store.EmbKey, str] = {}
+        vectors: dict[EmbKey, str] = {}
         t0 = time.perf_counter()
         try:
             if shared:
@@ -485,10 +488,10 @@ class AppendPipeline:
         erasure began before they were stamped, are tombstoned here and answered deleted
         (loom.store.fences says why this closes both races)."""
         threads = list(
-            dict.fromkeys((turns[i].namespace, turns[i].agent, turns[i].thread_id) for i in stored)
+            dict.fromkeys(ThreadKey(turns[i].namespace, turns[i].agent, turns[i].thread_id) for i in stored)
         )
         users = list(
-            dict.fromkeys((turns[i].namespace, turns[i].user_id) for i in stored if turns[i].user_id)
+            dict.fromkeys(UserKey(turns[i].namespace, turns[i].user_id) for i in stored if turns[i].user_id)
         )
         try:
             found, erased = await fences.all_fences(self.svc.redis, threads, users)
@@ -498,9 +501,9 @@ class AppendPipeline:
         reasons: dict[int, str] = {}
         for i in stored:
             t = turns[i]
-            if t.version < found.get((t.namespace, t.agent, t.thread_id), 0):
+            if t.version < found.get(ThreadKey(t.namespace, t.agent, t.thread_id), 0):
                 reasons[i] = DELETED
-            elif t.user_id and t.version < erased.get((t.namespace, t.user_id), 0):
+            elif t.user_id and t.version < erased.get(UserKey(t.namespace, t.user_id), 0):
                 reasons[i] = ERASED
         if not reasons:
             return stored
@@ -548,9 +551,7 @@ class AppendPipeline:
             switches.update(fresh)
         return {ns for ns, on in switches.items() if on}
 
-    async def _landed(
-        self, noted: dict[conv_store.TurnKey, landed.Noted], recording: set[str]
-    ) -> conv_store.Landed:
+    async def _landed(self, noted: dict[TurnKey, landed.Noted], recording: set[str]) -> conv_store.Landed:
         """Which of the claimed turns of recording namespaces already landed: from
         ClickHouse for the turns the notes cannot rule out (see loom.store.landed), none
         at all for the rest. A namespace whose notes are not complete gets them rebuilt."""
@@ -562,7 +563,9 @@ class AppendPipeline:
         )
         # A turn noted before for another agent only: its copy may have a vector to reuse.
         state.elsewhere |= {
-            (k[0], k[2], k[3]) for k, n in noted.items() if n.certainly_new and not n.first_any
+            EmbKey(k.namespace, k.thread_id, k.msg_id)
+            for k, n in noted.items()
+            if n.certainly_new and not n.first_any
         }
         for ns in {k[0] for k, n in noted.items() if not n.ready and k[0] in recording}:
             self._rebuild_notes(ns)
@@ -586,7 +589,7 @@ class AppendPipeline:
             if not await lease.try_acquire():
                 return
             since = await landed.run_id(svc.redis)
-            after: conv_store.TurnKey | None = None
+            after: TurnKey | None = None
             while True:
                 page = await svc.run(landed.key_page, svc.ch, namespace, after)
                 if not page:
@@ -602,7 +605,7 @@ class AppendPipeline:
             with contextlib.suppress(Exception):
                 await lease.release()
 
-    async def _no_wait_cycle(self, pending: list[conv_store.TurnKey], flush_id: str) -> None:
+    async def _no_wait_cycle(self, pending: list[TurnKey], flush_id: str) -> None:
         """Two flushes each holding a turn the other carries would wait on each other
         until CONTEST_WAIT_S: a waiting flush whose turn is held by another waiting
         flush with a smaller id gives up at once (its claims are released, its callers
@@ -611,7 +614,7 @@ class AppendPipeline:
         if any(h and h < flush_id for h in holders):
             raise Unavailable("two appends carry the same turns and wait on each other; retry the append")
 
-    async def release(self, keys: list[conv_store.TurnKey], flush_id: str) -> None:
+    async def release(self, keys: list[TurnKey], flush_id: str) -> None:
         """Release the claims `flush_id` (a flush, or a save) still holds on `keys`."""
         try:
             pipe = self.svc.redis.pipeline(transaction=False)
@@ -672,18 +675,18 @@ class _Batch:
 
     turns: list[conv_store.Turn]
     flush_id: str
-    first: dict[conv_store.TurnKey, int]
+    first: dict[TurnKey, int]
     embed: bool = True  # False: an import's turns, embedded later by its own pass
 
     @classmethod
     def of(cls, turns: list[conv_store.Turn], *, embed: bool = True) -> _Batch:
-        first: dict[conv_store.TurnKey, int] = {}
+        first: dict[TurnKey, int] = {}
         for i, t in enumerate(turns):
             first.setdefault(t.key, i)
         return cls(turns, uuid.uuid4().hex, first, embed)
 
     @property
-    def unique(self) -> list[conv_store.TurnKey]:
+    def unique(self) -> list[TurnKey]:
         return list(self.first)
 
 
@@ -693,17 +696,17 @@ class _Claimed:
     turns this flush claimed, and which of them landed already."""
 
     recording: set[str]
-    noted: dict[conv_store.TurnKey, landed.Noted]
-    claimed: set[conv_store.TurnKey]
+    noted: dict[TurnKey, landed.Noted]
+    claimed: set[TurnKey]
     state: conv_store.Landed
 
 
-def _sort_out(batch: _Batch, c: _Claimed) -> tuple[list[_Flushed], list[int], list[conv_store.TurnKey]]:
+def _sort_out(batch: _Batch, c: _Claimed) -> tuple[list[_Flushed], list[int], list[TurnKey]]:
     """Each turn's answer so far, the indexes of the turns to store, and the claims not
     needed (a namespace that does not record; a turn that landed already)."""
     out: list[_Flushed] = []
     stored: list[int] = []
-    release: list[conv_store.TurnKey] = []
+    release: list[TurnKey] = []
     for i, t in enumerate(batch.turns):
         first = batch.first[t.key] == i
         if t.namespace not in c.recording:
@@ -728,8 +731,8 @@ def _after_insert(
     out: list[_Flushed],
     turns: list[conv_store.Turn],
     stored: list[int],
-    vectors: dict[emb_store.EmbKey, str],
-    shared: set[emb_store.EmbKey],
+    vectors: dict[EmbKey, str],
+    shared: set[EmbKey],
 ) -> list[int]:
     """Notes each stored turn's screen on its answer; of the turns another agent's copy
     landed for, those whose vector is reused are answered, and the others returned
@@ -759,7 +762,7 @@ def _with_retry(fn: Callable[[], None], attempts: int = 3) -> None:
             time.sleep(0.05 * 4**attempt)
 
 
-def _shared_keys(turns: list[conv_store.Turn], elsewhere: set[emb_store.EmbKey]) -> set[emb_store.EmbKey]:
+def _shared_keys(turns: list[conv_store.Turn], elsewhere: set[EmbKey]) -> set[EmbKey]:
     """The embedding keys of the user/assistant turns among `turns` that another agent's
     copy already landed for: the only ones whose embedding row can hold a vector."""
     return {_emb_key(t) for t in turns if t.role in EMBEDDED_ROLES} & elsewhere
@@ -771,8 +774,8 @@ def _screen(turns: list[conv_store.Turn]) -> None:
         t.high_sensitivity = reads_as_high(t.content)
 
 
-def _emb_key(t: conv_store.Turn) -> emb_store.EmbKey:
-    return (t.namespace, t.thread_id, t.msg_id)
+def _emb_key(t: conv_store.Turn) -> EmbKey:
+    return EmbKey(t.namespace, t.thread_id, t.msg_id)
 
 
 def _embeddable(t: conv_store.Turn) -> bool:
@@ -803,16 +806,16 @@ def _embed_turn(t: conv_store.Turn) -> EmbedTurn:
     )
 
 
+_PIPELINE: Slot[AppendPipeline] = Slot("conversation.append")
+
+
 def pipeline(svc: Services) -> AppendPipeline:
     """The process's append pipeline (made on first use, in the running event loop)."""
-    p = svc.extras.get("conversation.append")
-    if p is None:
-        p = svc.extras["conversation.append"] = AppendPipeline(svc)
-    return p
+    return _PIPELINE.made(svc, lambda: AppendPipeline(svc))
 
 
 async def close_pipeline(svc: Services) -> None:
-    p = svc.extras.pop("conversation.append", None)
+    p = _PIPELINE.take(svc)
     if p is not None:
         await p.close()
 

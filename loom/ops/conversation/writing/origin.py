@@ -29,8 +29,7 @@ from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import saved as saved_store
 from loom.store import search_marks
-
-TurnKey = conv_store.TurnKey
+from loom.store.keys import TurnKey
 
 
 async def record_saved(svc: Services, keys: Sequence[TurnKey]) -> set[TurnKey]:
