@@ -33,7 +33,7 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from loom.store.rows import named, scalar
+from loom.store.rows import decoded, named, scalar
 
 K1 = 1.2
 B = 0.75
@@ -273,13 +273,7 @@ def search(
     sql = _SEARCH.replace("{thread_filter}", thread_filter)
     rows = ch.query(sql, parameters=params)
     return [
-        LexicalHit(
-            thread_id=r["thread_id"],
-            msg_id=r["msg_id"],
-            agent=r["agent"],
-            score=float(r["best"]),
-            matched=tuple(r["terms"]),
-        )
+        decoded(LexicalHit, r, {"score": "best"}, matched=tuple(r["terms"]))
         for r in named(rows)
         if r["best"] > 0
     ]

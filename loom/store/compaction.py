@@ -16,28 +16,18 @@ from clickhouse_connect.driver.client import Client
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store.deletion import Copy, copy_of
+from loom.store.rows import decoded
 
 _THREAD_WHERE = "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}"
-_COLUMNS = ", ".join(
-    f"toString({c}) AS {c}" if c in ("namespace", "agent", "role", "origin") else c
-    for c in conv_store.COLUMNS
-)
 
 
 def live_turns(ch: Client, namespace: str, agent: str, thread_id: str) -> list[conv_store.Turn]:
     """The thread's live recorded turns, oldest first ((ts, msg_id) order)."""
-    rows = ch.query(
-        f"SELECT {_COLUMNS} FROM conversations FINAL WHERE {_THREAD_WHERE} AND NOT tombstoned "
-        f"AND {conv_store.IS_RECORDED} ORDER BY ts, msg_id",
-        parameters={"ns": namespace, "ag": agent, "th": thread_id},
-    ).named_results()
-    out = []
-    for r in rows:
-        r["metadata"] = conv_store._metadata(r["metadata"])
-        for flag in ("high_sensitivity", "is_summary", "is_saved", "tombstoned"):
-            r[flag] = bool(r[flag])
-        out.append(conv_store.Turn(**r))
-    return out
+    return conv_store.newest(
+        ch,
+        f"{_THREAD_WHERE} AND NOT tombstoned AND {conv_store.IS_RECORDED}",
+        {"ns": namespace, "ag": agent, "th": thread_id},
+    )
 
 
 @dataclass
@@ -79,25 +69,13 @@ def thread_now(ch: Client, namespace: str, thread_id: str, chars: int) -> Thread
             out.copies.setdefault(c.msg_id, {})[c.agent] = c
         elif not r["tombstoned"]:  # after FINAL: the newest version of the row decides
             out.rows.append(
-                emb_store.EmbeddingRow(
+                decoded(
+                    emb_store.EmbeddingRow,
+                    r,
                     namespace=namespace,
                     thread_id=thread_id,
-                    msg_id=r["msg_id"],
-                    agent=r["agent"],
-                    role=r["role"],
-                    run_id=r["run_id"],
-                    user_id=r["user_id"],
-                    ts=r["ts"],
-                    text=r["text"],
                     embedding=[],
-                    model=r["model"],
-                    error=r["error"],
-                    is_summary=bool(r["is_summary"]),
-                    is_saved=bool(r["is_saved"]),
-                    saved_at=r["saved_at"],
                     tombstoned=False,
-                    version=int(r["version"]),
-                    origin=r["origin"],
                 )
             )
     return out

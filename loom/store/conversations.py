@@ -8,7 +8,6 @@ landed), and its state re-read picks the newest version itself (cheaper than FIN
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,7 +18,7 @@ from clickhouse_connect.driver.client import Client
 from loom.store import transcript_postings
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.keys import EmbKey, TurnKey
-from loom.store.rows import Column, column, named, table
+from loom.store.rows import Column, column, decoded, json_object, json_text, named, table
 
 # How a row came to exist (column `origin`, migration 007). A recorded row is part of the
 # namespace's transcript; a saved-only row was stored by conversation.save_message alone
@@ -30,10 +29,6 @@ SAVED_ONLY = "saved"
 # The condition every transcript read of the namespace's turns adds (search, threads,
 # get, list): saved-only rows are not part of the transcript.
 IS_RECORDED = "origin = 'recorded'"
-
-
-def _json(value: dict[str, Any]) -> str:
-    return json.dumps(value, separators=(",", ":"))
 
 
 @dataclass
@@ -50,7 +45,9 @@ class Turn:
     reasoning: str = column("String", default="")
     user_id: str = column("String", default="")
     run_id: str = column("String", default="")
-    metadata: dict[str, Any] = column("String", default_factory=dict, encode=_json)  # a JSON object
+    metadata: dict[str, Any] = column(
+        "String", default_factory=dict, encode=json_text, decode=json_object
+    )  # a JSON object
     tokens: int | None = column("Nullable(UInt32)", default=None)
     high_sensitivity: bool = column("Bool", default=False)
     is_summary: bool = column("Bool", default=False)
@@ -78,6 +75,11 @@ TABLE = table("conversations", Turn, server=[Column("created_at", "DateTime64(3,
 # Given to every insert, so the client does not ask the server to DESCRIBE the table first.
 COLUMNS = TABLE.insert_names
 COLUMN_TYPES = TABLE.insert_types
+
+
+def newest(ch: Client, where_sql: str, parameters: dict[str, Any]) -> list[Turn]:
+    """The newest version of every turn `where_sql` selects, oldest first ((ts, msg_id) order)."""
+    return TABLE.select(ch, f"WHERE {where_sql} ORDER BY ts, msg_id", parameters)
 
 
 # Left to the merges by small inserts (loom.store.clickhouse.insert_settings). idx_created
@@ -171,13 +173,7 @@ def states(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnState]:
         if key in wanted and (key not in newest or r["version"] >= newest[key][0]):
             newest[key] = (
                 r["version"],
-                TurnState(
-                    tombstoned=bool(r["tombstoned"]),
-                    is_saved=bool(r["is_saved"]),
-                    saved_at=r["saved_at"],
-                    user_id=r["user_id"],
-                    origin=r["orig"],
-                ),
+                decoded(TurnState, r, {"origin": "orig"}),
             )
     return {key: state for key, (_, state) in newest.items()}
 
@@ -199,15 +195,7 @@ class Message:
     saved_at: datetime | None
 
 
-def _metadata(raw: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-_MESSAGE = TABLE.reader(Message, metadata=_metadata)
+_MESSAGE = TABLE.reader(Message, metadata=json_object)
 
 
 def page(
@@ -291,8 +279,8 @@ def last_turns(
     )
     wanted = set(pairs)
     return {
-        (r["ag"], r["thread_id"]): LastTurn(
-            msg_id=r["last_msg"], role=r["last_role"], ts=r["last_ts"], head=r["head"]
+        (r["ag"], r["thread_id"]): decoded(
+            LastTurn, r, {"msg_id": "last_msg", "role": "last_role", "ts": "last_ts"}
         )
         for r in named(rows)
         if (r["ag"], r["thread_id"]) in wanted

@@ -17,7 +17,7 @@ from loom.clock import next_version, utcnow
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
 from loom.store import threads as thread_store
-from loom.store.rows import scalar
+from loom.store.rows import decoded, scalar
 
 _THREAD_WHERE = "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}"
 _REVISABLE = [c for c in conv_store.COLUMNS if c != "version"]
@@ -82,21 +82,7 @@ COPY_COLUMNS = (
 
 
 def copy_of(r: dict[str, Any]) -> Copy:
-    return Copy(
-        agent=r["agent"],
-        msg_id=r["msg_id"],
-        role=r["role"],
-        head=r["head"],
-        user_id=r["user_id"],
-        run_id=r["run_id"],
-        is_summary=bool(r["is_summary"]),
-        is_saved=bool(r["is_saved"]),
-        saved_at=r["saved_at"],
-        high_sensitivity=bool(r["high_sensitivity"]),
-        tombstoned=bool(r["tombstoned"]),
-        origin=r["origin"],
-        version=int(r["version"]),
-    )
+    return decoded(Copy, r)
 
 
 def copies(ch: Client, namespace: str, thread_id: str, chars: int) -> dict[str, dict[str, Copy]]:

@@ -16,7 +16,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.store.keys import EmbKey, TurnKey
-from loom.store.rows import Column, column, scalar, table
+from loom.store.rows import Column, column, decoded, scalar, table
 from loom.store.transcript_postings import SPEAKER_SQL
 
 NAME = "turns"  # the position in insert-time order
@@ -94,29 +94,11 @@ _SELECT = (
 _EMBEDDED_ROLES = "(role IN ('user', 'assistant') OR is_summary)"
 
 
+_LANDED_ALIASES = {"namespace": "ns", "agent": "ag", "role": "role_name"}
+
+
 def _landed(rows: Any) -> list[Landed]:
-    return [
-        Landed(
-            position=Position(
-                created_at=r["created_at"],
-                namespace=r["ns"],
-                agent=r["ag"],
-                thread_id=r["thread_id"],
-                msg_id=r["msg_id"],
-            ),
-            role=r["role_name"],
-            run_id=r["run_id"],
-            user_id=r["user_id"],
-            ts=r["ts"],
-            text=r["text"],
-            high_sensitivity=bool(r["high_sensitivity"]),
-            is_summary=bool(r["is_summary"]),
-            tombstoned=bool(r["tombstoned"]),
-            speaker=r["speaker"],
-            appended_by=r["appended_by"],
-        )
-        for r in rows
-    ]
+    return [decoded(Landed, r, _LANDED_ALIASES, position=decoded(Position, r, _LANDED_ALIASES)) for r in rows]
 
 
 def landed_in_key_order(ch: Client, after: Position, *, limit: int, chars: int) -> list[Landed]:

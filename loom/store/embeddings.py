@@ -20,7 +20,7 @@ from loom.read_index import feed
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.conversations import RECORDED
 from loom.store.keys import EmbKey
-from loom.store.rows import Column, column, named, scalar, table
+from loom.store.rows import KEY_ALIASES, Column, column, decoded, named, scalar, table
 from loom.store.transcript_postings import SPEAKER_SQL
 
 
@@ -111,15 +111,7 @@ def states(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingState]:
     for r in named(rows):
         key = (r["ns"], r["thread_id"], r["msg_id"])
         if key in wanted:
-            out[key] = EmbeddingState(
-                agent=r["ag"],
-                text=r["text"],
-                has_vector=bool(r["has_vector"]),
-                model=r["model_name"],
-                error=r["error"],
-                tombstoned=bool(r["tombstoned"]),
-                version=int(r["version"]),
-            )
+            out[key] = decoded(EmbeddingState, r, {"agent": "ag", "model": "model_name"})
     return out
 
 
@@ -224,17 +216,7 @@ def scan(
         f"WHERE {' AND '.join(where)} ORDER BY thread_id, msg_id LIMIT {{lim:UInt32}}",
         parameters=params,
     )
-    return [
-        ReembedCandidate(
-            namespace=r["ns"],
-            thread_id=r["thread_id"],
-            msg_id=r["msg_id"],
-            text=r["text"],
-            tombstoned=bool(r["tombstoned"]),
-            version=int(r["version"]),
-        )
-        for r in named(found)
-    ]
+    return [decoded(ReembedCandidate, r, KEY_ALIASES) for r in named(found)]
 
 
 def speakers(ch: Client, keys: Sequence[EmbKey]) -> dict[EmbKey, tuple[str, bool, str]]:

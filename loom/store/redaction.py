@@ -27,24 +27,10 @@ from loom.store.rows import column, named, scalar
 from loom.store.rows import table as declare_table
 
 _TURN = "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}"
-_COLUMNS = ", ".join(
-    f"toString({c}) AS {c}" if c in ("namespace", "agent", "role", "origin", "tombstone_reason") else c
-    for c in conv_store.COLUMNS
-)
 
 
 def _turns(ch: Client, where: str, params: dict[str, Any]) -> list[conv_store.Turn]:
-    rows = ch.query(
-        f"SELECT {_COLUMNS} FROM conversations FINAL WHERE {_TURN} AND {where} ORDER BY ts, msg_id",
-        parameters=params,
-    ).named_results()
-    out = []
-    for r in rows:
-        r["metadata"] = conv_store._metadata(r["metadata"])
-        for flag in ("high_sensitivity", "is_summary", "is_saved", "tombstoned"):
-            r[flag] = bool(r[flag])
-        out.append(conv_store.Turn(**r))
-    return out
+    return conv_store.newest(ch, f"{_TURN} AND {where}", params)
 
 
 def turn(ch: Client, namespace: str, agent: str, thread_id: str, msg_id: str) -> conv_store.Turn | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from clickhouse_connect.driver.client import Client
 
-from loom.store.rows import named
+from loom.store.rows import decoded, named
 
 _TTL = re.compile(r"\sTTL\s(.*?)(?:\sSETTINGS\s|$)", re.S)
 
@@ -37,11 +37,11 @@ def tables(ch: Client) -> list[TableStorage]:
         "GROUP BY t.name, t.engine, t.engine_full, t.storage_policy ORDER BY t.name"
     )
     return [
-        TableStorage(
-            table=r["table_name"],
-            engine=r["engine_name"],
+        decoded(
+            TableStorage,
+            r,
+            {"table": "table_name", "engine": "engine_name", "storage_policy": "policy"},
             ttl=ttl_of(r["engine_text"]),
-            storage_policy=r["policy"],
             volumes=list(r["volumes"]),
         )
         for r in named(rows)

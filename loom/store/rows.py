@@ -16,6 +16,7 @@ read with :func:`scalar`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any, Generic, TypeVar
@@ -49,6 +50,21 @@ def column(
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def json_text(value: Any) -> str:
+    """A JSON column's text: compact (no spaces), as every writer stored it."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def json_object(raw: str) -> dict[str, Any]:
+    """A JSON-object column's value; {} for an empty, malformed or non-object text (a
+    read never fails on a row a client wrote)."""
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -232,6 +248,56 @@ def named(result: QueryResult) -> Iterator[dict[str, Any]]:
     names = result.column_names
     for values in result.result_rows:
         yield dict(zip(names, values, strict=True))
+
+
+# What a by-name decode converts a value to by its field's annotation: a flag or a count
+# computed by the query (``length(x) > 0``, ``count()``) arrives as another integer type.
+_COERCE: dict[str, Callable[[Any], Any]] = {"bool": bool, "int": int, "float": float}
+
+
+# The aliases reads give the key columns they read as strings (``toString(namespace) AS
+# ns``): an alias that shadows a column would stand for it in the WHERE too.
+KEY_ALIASES = {"namespace": "ns", "agent": "ag", "role": "role_name"}
+
+
+_Plan = tuple[tuple[str, bool, Callable[[Any], Any] | None], ...]
+_PLANS: dict[type[Any], _Plan] = {}
+
+
+def _coercions(row: type[Any]) -> _Plan:
+    """Per field of `row`: its name, whether it has a default, its conversion (computed
+    once per dataclass)."""
+    plan = _PLANS.get(row)
+    if plan is None:
+        # An annotation is its text under ``from __future__ import annotations``, else the type.
+        plan = _PLANS[row] = tuple(
+            (
+                f.name,
+                f.default is not MISSING or f.default_factory is not MISSING,
+                _COERCE.get(f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")),
+            )
+            for f in fields(row)
+        )
+    return plan
+
+
+def decoded(
+    row: type[R], values: Mapping[str, Any], columns: Mapping[str, str] | None = None, **given: Any
+) -> R:
+    """`values` (one row of :func:`named`) as the dataclass `row`, by name: each field from
+    the column of its name, or of the alias `columns` maps it to (a read that keeps its
+    aliases apart from the columns it filters on), a ``bool``/``int``/``float`` field
+    converted, a field with a default that the read leaves out left to it; `given`: fields
+    that are no column (a nested key, a value computed here)."""
+    aliases = columns or {}
+    data = dict(given)
+    for name, optional, coerce in _coercions(row):
+        column_name = aliases.get(name, name)
+        if name in data or (optional and column_name not in values):
+            continue
+        value = values[column_name]
+        data[name] = coerce(value) if coerce is not None else value
+    return row(**data)
 
 
 def named_columns(result: QueryResult) -> dict[str, list[Any]]:

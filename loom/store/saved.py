@@ -22,7 +22,7 @@ from loom.store import conversations as conv_store
 from loom.store import transcript_postings
 from loom.store.clickhouse import key_sets
 from loom.store.keys import TurnKey
-from loom.store.rows import named
+from loom.store.rows import decoded, json_object, named
 
 Pair = tuple[str, str]  # (thread_id, msg_id)
 
@@ -66,7 +66,7 @@ class TranscriptRow:
         return TurnKey(self.namespace, self.agent, self.thread_id, self.msg_id)
 
 
-_TRANSCRIPT = conv_store.TABLE.reader(TranscriptRow, metadata=conv_store._metadata)
+_TRANSCRIPT = conv_store.TABLE.reader(TranscriptRow, metadata=json_object)
 _ROW_COLUMNS = _TRANSCRIPT.read_list
 
 
@@ -208,18 +208,7 @@ def saved_page(
         "ORDER BY sort_us DESC, thread_id DESC, msg_id DESC, agent DESC LIMIT {lim:UInt32}",
         parameters=params,
     )
-    return [
-        SavedEntry(
-            thread_id=r["thread_id"],
-            msg_id=r["msg_id"],
-            agent=r["agent"],
-            role=r["role"],
-            ts=r["ts"],
-            saved_at=r["saved_at"],
-            sort_us=int(r["sort_us"]),
-        )
-        for r in named(rows)
-    ]
+    return [decoded(SavedEntry, r) for r in named(rows)]
 
 
 @dataclass(frozen=True)
@@ -248,8 +237,21 @@ def heads(
     for r in rows:
         key = (namespace, r["ag"], r["th"], r["mid"])
         if key in wanted:
-            out[key] = Head(role=r["role_name"], ts=r["turn_ts"], saved_at=r["saved"], head=r["body"])
+            out[key] = decoded(Head, r, _CONFIRMED_ALIASES)
     return out
+
+
+# The fields of Head and Verified by the aliases _confirmed() reads them under (apart from
+# the columns its join filters on).
+_CONFIRMED_ALIASES = {
+    "agent": "ag",
+    "role": "role_name",
+    "ts": "turn_ts",
+    "saved_at": "saved",
+    "head": "body",
+    "content": "body",
+    "high_sensitivity": "high",
+}
 
 
 def _confirmed(
@@ -332,10 +334,7 @@ def vector_search(
         "ORDER BY sim DESC, thread_id, msg_id LIMIT {lim:UInt32}",
         parameters=params,
     )
-    return [
-        VectorHit(thread_id=r["thread_id"], msg_id=r["msg_id"], similarity=float(r["sim"]))
-        for r in named(rows)
-    ]
+    return [decoded(VectorHit, r, {"similarity": "sim"}) for r in named(rows)]
 
 
 @dataclass(frozen=True)
@@ -361,12 +360,5 @@ def verify(ch: Client, namespace: str, user_id: str, pairs: Iterable[Pair]) -> d
     for r in _confirmed(ch, namespace, user_id, pairs, "d.content", {}):
         pair = (r["th"], r["mid"])
         if pair in wanted and pair not in out:
-            out[pair] = Verified(
-                agent=r["ag"],
-                role=r["role_name"],
-                ts=r["turn_ts"],
-                saved_at=r["saved"],
-                content=r["body"],
-                high_sensitivity=bool(r["high"]),
-            )
+            out[pair] = decoded(Verified, r, _CONFIRMED_ALIASES)
     return out

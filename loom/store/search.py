@@ -35,7 +35,7 @@ from clickhouse_connect.driver.query import QueryResult
 
 from loom.store.clickhouse import key_sets
 from loom.store.keys import EmbKey, TurnKey, TurnRef
-from loom.store.rows import named
+from loom.store.rows import KEY_ALIASES, decoded, named
 
 # The dimensions migration 002 gave a vector table; other lengths are scanned exactly
 # over conversation_embeddings (:func:`exact_unindexed`).
@@ -172,26 +172,30 @@ _CANDIDATE_COLUMNS = (
 )
 
 
+_CANDIDATE_ALIASES = {**KEY_ALIASES, "similarity": "sim", "model": "vmodel"}
+
+
 def _candidates(result: QueryResult) -> list[Candidate]:
-    out = [
-        Candidate(
-            namespace=r["ns"],
-            thread_id=r["thread_id"],
-            msg_id=r["msg_id"],
-            version=int(r["version"]),
-            agent=r["ag"],
-            role=r["role_name"],
-            run_id=r["run_id"],
-            user_id=r["user_id"],
-            ts=r["ts"],
-            text=r["text"],
-            similarity=float(r["sim"]),
-            model=r.get("vmodel", ""),
-        )
-        for r in named(result)
-    ]
+    out = [decoded(Candidate, r, _CANDIDATE_ALIASES) for r in named(result)]
     out.sort(key=lambda c: (-c.similarity, c.key))
     return out
+
+
+def _nearest_params(namespaces: Sequence[str], vector: np.ndarray, fetch: int) -> dict[str, Any]:
+    return {"ns": list(namespaces), "qv": _vector_param(vector), "n": fetch}
+
+
+def _ranked(
+    ch: Client, source: str, where: str, params: dict[str, Any], settings: str = ""
+) -> list[Candidate]:
+    """The candidates of `source` (a table, FINAL or not) that `where` keeps, nearest first
+    (``{n}`` of them), with the query's `settings` (the SETTINGS clause, or none)."""
+    rows = ch.query(
+        f"SELECT {_CANDIDATE_COLUMNS} FROM {source} WHERE {where} "
+        f"ORDER BY cosineDistance(embedding, {QUERY_VECTOR}) LIMIT {{n:UInt32}}{settings}",
+        parameters=params,
+    )
+    return _candidates(rows)
 
 
 def exact(
@@ -204,15 +208,10 @@ def exact(
     model: str,
 ) -> list[Candidate]:
     """The `fetch` nearest rows of `model` by an exact scan of the namespaces' (or thread's) rows."""
-    params: dict[str, Any] = {"ns": list(namespaces), "qv": _vector_param(vector), "n": fetch}
+    params = _nearest_params(namespaces, vector, fetch)
     where = " AND ".join([*_where(filters, params, hide_key=False), _of_model(model, params)])
-    rows = ch.query(
-        f"SELECT {_CANDIDATE_COLUMNS} FROM {table} WHERE {where} "
-        f"ORDER BY cosineDistance(embedding, {QUERY_VECTOR}) LIMIT {{n:UInt32}} "
-        "SETTINGS vector_search_filter_strategy = 'prefilter', use_skip_indexes = 0",
-        parameters=params,
-    )
-    return _candidates(rows)
+    settings = " SETTINGS vector_search_filter_strategy = 'prefilter', use_skip_indexes = 0"
+    return _ranked(ch, table, where, params, settings)
 
 
 def nearest(
@@ -229,18 +228,14 @@ def nearest(
     namespaces and filters; the index fetches `multiplier` times more from each part to
     make up for the rows of other namespaces (and models, and filtered out) among its
     neighbours."""
-    fetch = min(fetch, MAX_FETCH)
-    params: dict[str, Any] = {"ns": list(namespaces), "qv": _vector_param(vector), "n": fetch}
+    params = _nearest_params(namespaces, vector, min(fetch, MAX_FETCH))
     where = " AND ".join([*_where(filters, params, hide_key=True), _of_model(model, params)])
     mult = min(1000.0, max(1.0, float(multiplier)))
-    rows = ch.query(
-        f"SELECT {_CANDIDATE_COLUMNS} FROM {table} WHERE {where} "
-        f"ORDER BY cosineDistance(embedding, {QUERY_VECTOR}) LIMIT {{n:UInt32}} "
-        f"SETTINGS vector_search_filter_strategy = 'postfilter', vector_search_index_fetch_multiplier = {mult:.3f}, "
-        f"hnsw_candidate_list_size_for_search = {HNSW_EF}",
-        parameters=params,
+    settings = (
+        f" SETTINGS vector_search_filter_strategy = 'postfilter', vector_search_index_fetch_multiplier = {mult:.3f}, "
+        f"hnsw_candidate_list_size_for_search = {HNSW_EF}"
     )
-    return _candidates(rows)
+    return _ranked(ch, table, where, params, settings)
 
 
 def exact_unindexed(
@@ -249,22 +244,17 @@ def exact_unindexed(
     """For a dimension with no vector table: an exact scan of conversation_embeddings
     (newest versions, live vectors of the query's model and length, of recorded turns
     only: the vector tables' feeds take no other, migration 007)."""
-    params: dict[str, Any] = {
-        "ns": list(namespaces),
-        "qv": _vector_param(vector),
-        "n": fetch,
+    params = {
+        **_nearest_params(namespaces, vector, fetch),
         "dim": int(np.asarray(vector).shape[0]),
         "model": model,
     }
     where = " AND ".join(_where(filters, params, hide_key=False))
-    rows = ch.query(
-        f"SELECT {_CANDIDATE_COLUMNS} FROM conversation_embeddings FINAL WHERE {where} "
-        "AND length(embedding) = {dim:UInt32} AND model = {model:String} AND error = '' AND NOT tombstoned "
-        "AND origin = 'recorded' "
-        f"ORDER BY cosineDistance(embedding, {QUERY_VECTOR}) LIMIT {{n:UInt32}}",
-        parameters=params,
+    live = (
+        "length(embedding) = {dim:UInt32} AND model = {model:String} AND error = '' AND NOT tombstoned "
+        "AND origin = 'recorded'"
     )
-    return _candidates(rows)
+    return _ranked(ch, "conversation_embeddings FINAL", f"{where} AND {live}", params)
 
 
 @dataclass(frozen=True)
@@ -314,7 +304,7 @@ def verify_embeddings(
     for r in named(rows):
         key = (r["ns"], r["thread_id"], r["msg_id"])
         if key in wanted:
-            out[key] = EmbeddingNow(version=int(r["version"]), live=bool(r["live"]), model=r["emodel"])
+            out[key] = decoded(EmbeddingNow, r, {"model": "emodel"})
     return out
 
 
@@ -334,15 +324,7 @@ def verify_turns(
     )
     wanted = set(keys)
     return {
-        TurnKey(r["ns"], r["ag"], r["thread_id"], r["msg_id"]): TurnNow(
-            role=r["role_name"],
-            run_id=r["run_id"],
-            user_id=r["user_id"],
-            ts=r["ts"],
-            live=bool(r["live"]),
-            high=bool(r["high"]),
-            recorded=bool(r["recorded"]),
-        )
+        TurnKey(r["ns"], r["ag"], r["thread_id"], r["msg_id"]): decoded(TurnNow, r, KEY_ALIASES)
         for r in named(rows)
         if (r["ns"], r["thread_id"], r["msg_id"]) in wanted
     }
@@ -400,17 +382,4 @@ def substring(
         "ORDER BY ts DESC, msg_id DESC LIMIT {n:UInt32}",
         parameters=params,
     )
-    return [
-        TextMatch(
-            namespace=r["ns"],
-            agent=r["ag"],
-            thread_id=r["thread_id"],
-            msg_id=r["msg_id"],
-            role=r["role_name"],
-            run_id=r["run_id"],
-            user_id=r["user_id"],
-            ts=r["ts"],
-            head=r["head"],
-        )
-        for r in named(rows)
-    ]
+    return [decoded(TextMatch, r, KEY_ALIASES) for r in named(rows)]

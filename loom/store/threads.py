@@ -11,7 +11,6 @@ no read first.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -20,7 +19,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.store.clickhouse import key_sets
-from loom.store.rows import column, named, table
+from loom.store.rows import column, decoded, json_object, json_text, named, table
 
 _APPEND_BASE = 2**53  # > any time in microseconds before year 2255, < any clock version in ns
 
@@ -28,18 +27,6 @@ _APPEND_BASE = 2**53  # > any time in microseconds before year 2255, < any clock
 def append_version(ts: datetime) -> int:
     """The version of a thread row an append writes for a turn at `ts`."""
     return _APPEND_BASE - int(ts.timestamp() * 1_000_000)
-
-
-def _json(value: dict[str, Any]) -> str:
-    return json.dumps(value, separators=(",", ":"))
-
-
-def _metadata(raw: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 @dataclass
@@ -50,7 +37,9 @@ class ThreadRow:
     agent: str = column("LowCardinality(String)")
     thread_id: str = column("String")
     title: str = column("String", default="")
-    metadata: dict[str, Any] = column("String", default_factory=dict, encode=_json, decode=_metadata)  # JSON
+    metadata: dict[str, Any] = column(
+        "String", default_factory=dict, encode=json_text, decode=json_object
+    )  # JSON
     run_id: str = column("String", default="")
     created_at: datetime | None = column("DateTime64(6, 'UTC')", default=None)
     # Written as created_at when unset (_written()).
@@ -135,4 +124,4 @@ def recent(
         "LIMIT {lim:UInt32} OFFSET {off:UInt32}",
         parameters=params,
     )
-    return [RecentThread(agent=r["agent"], thread_id=r["thread_id"], last_ts=r["last"]) for r in named(rows)]
+    return [decoded(RecentThread, r, {"last_ts": "last"}) for r in named(rows)]

@@ -43,7 +43,7 @@ from clickhouse_connect.driver.client import Client
 from loom.store import bm25
 from loom.store.clickhouse import key_sets
 from loom.store.keys import TurnKey
-from loom.store.rows import named, scalar
+from loom.store.rows import KEY_ALIASES, decoded, named, scalar
 from loom.store.search import Filters, filter_conditions
 
 TABLE = "conversation_terms"
@@ -126,6 +126,8 @@ def _corpora(ch: Client, namespaces: Sequence[str], query: str) -> dict[str, _Co
     return out
 
 
+# LexicalCandidate's fields by the aliases _SCORE reads them under.
+_CANDIDATE_ALIASES = {"namespace": "ns", "thread_id": "th", "msg_id": "mid", "version": "newest"}
 # The postings of the ranked terms, each weighed by its namespace's idf, summed per
 # document. A (term, document) posting can be there twice until a merge (a revision that
 # kept the text); groupUniqArray counts it once.
@@ -170,16 +172,7 @@ def search(
     sql = _SCORE.replace("{filters}", _filters(filters, params))
     out: dict[tuple[str, str, str], LexicalCandidate] = {}
     for r in named(ch.query(sql, parameters=params)):
-        c = LexicalCandidate(
-            namespace=r["ns"],
-            agent=r["agent"],
-            thread_id=r["th"],
-            msg_id=r["mid"],
-            doc=int(r["doc"]),
-            version=int(r["newest"]),
-            score=float(r["score"]),
-            held=int(r["held"]),
-        )
+        c = decoded(LexicalCandidate, r, _CANDIDATE_ALIASES)
         if c.score > 0 and c.key not in out:  # rows come best first: the turn's best copy
             out[c.key] = c
     return list(out.values())
@@ -221,16 +214,7 @@ def verify(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnNow]:
     for r in named(rows):
         key = (r["ns"], r["ag"], r["thread_id"], r["msg_id"])
         if key in wanted:
-            out[key] = TurnNow(
-                version=int(r["version"]),
-                live=bool(r["live"]),
-                high=bool(r["high"]),
-                recorded=bool(r["recorded"]),
-                role=r["role_name"],
-                run_id=r["run_id"],
-                user_id=r["user_id"],
-                ts=r["ts"],
-            )
+            out[key] = decoded(TurnNow, r, KEY_ALIASES)
     return out
 
 
