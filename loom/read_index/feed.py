@@ -44,8 +44,9 @@ MARKS = b"m"
 
 
 @dataclass(frozen=True, slots=True)
-class Row:
-    """An embedding row as the index keeps it (vector None: not a live recorded vector)."""
+class TurnCopy:
+    """The turn copy an embedding row serves, at the row's version: what the feed, the
+    index and a search candidate (loom.store.search.Candidate) each carry first."""
 
     namespace: str
     thread_id: str
@@ -55,6 +56,12 @@ class Row:
     role: str
     run_id: str
     user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Row(TurnCopy):
+    """An embedding row as the index keeps it (vector None: not a live recorded vector)."""
+
     ts_us: int
     text: str
     model: str

@@ -202,20 +202,7 @@ class IndexServer:
             "status": "ok",
             "missing": missing,
             "rows": [
-                [
-                    ns,
-                    r.thread_id,
-                    r.msg_id,
-                    r.version,
-                    r.agent,
-                    r.role,
-                    r.run_id,
-                    r.user_id,
-                    r.ts_us,
-                    r.text,
-                    r.similarity,
-                    self.index.trusted(ns, r.thread_id, marks.get((ns, r.thread_id), -1), now),
-                ]
+                [ns, *r.values(), self.index.trusted(ns, r.thread_id, marks.get((ns, r.thread_id), -1), now)]
                 for ns, r in found
             ],
         }

@@ -15,7 +15,8 @@ a key (live or removed) changes nothing, so events may be applied twice or out o
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +54,19 @@ class Found:
     ts_us: int
     text: str
     similarity: float
+
+    @classmethod
+    def of(cls, row: Row, similarity: float) -> Found:
+        """`row` as a hit (its fields of the same names) at `similarity`."""
+        return cls(**{name: getattr(row, name) for name in _FROM_ROW}, similarity=similarity)
+
+    def values(self) -> list[Any]:
+        """Its fields in declaration order: a row of the search answer (after the namespace)."""
+        return [getattr(self, name) for name in _FOUND]
+
+
+_FOUND = tuple(f.name for f in fields(Found))
+_FROM_ROW = _FOUND[:-1]  # every field but the similarity
 
 
 class _Codes:
@@ -243,19 +257,6 @@ class NamespaceVectors:
         found = []
         for i in top.tolist():
             r = self.rows[(m.dim, int(slots[i]))]
-            found.append(
-                Found(
-                    r.thread_id,
-                    r.msg_id,
-                    r.version,
-                    r.agent,
-                    r.role,
-                    r.run_id,
-                    r.user_id,
-                    r.ts_us,
-                    r.text,
-                    float(sims[i]),
-                )
-            )
+            found.append(Found.of(r, float(sims[i])))
         found.sort(key=lambda f: (-f.similarity, f.thread_id, f.msg_id))
         return found, len(slots)

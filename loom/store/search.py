@@ -33,6 +33,7 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.query import QueryResult
 
+from loom.read_index.feed import TurnCopy
 from loom.store.clickhouse import key_sets
 from loom.store.keys import EmbKey, TurnKey, TurnRef
 from loom.store.rows import KEY_ALIASES, decoded, named
@@ -65,18 +66,12 @@ class Filters:
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """A vector row as the vector table holds it, with its exact cosine similarity."""
+class Candidate(TurnCopy):
+    """A vector row as the vector table holds it, with its exact cosine similarity. Its
+    user_id and ts: the turn's owner and time as the row was written (migration 006; ''
+    and 1970 in rows written before it)."""
 
-    namespace: str
-    thread_id: str
-    msg_id: str
-    version: int
-    agent: str
-    role: str
-    run_id: str
-    user_id: str  # the turn's owner and time as the row was written (migration 006;
-    ts: datetime  # '' and 1970 in rows written before it)
+    ts: datetime
     text: str
     similarity: float
     model: str = ""  # the model that made the vector ('' in rows written before migration 022)
