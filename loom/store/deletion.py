@@ -20,7 +20,6 @@ from loom.store import threads as thread_store
 from loom.store.rows import decoded, scalar
 
 _THREAD_WHERE = "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}"
-_REVISABLE = [c for c in conv_store.COLUMNS if c != "version"]
 
 
 def tombstone_turns(ch: Client, namespace: str, agent: str, thread_id: str, reason: str) -> int:
@@ -36,12 +35,7 @@ def tombstone_turns(ch: Client, namespace: str, agent: str, thread_id: str, reas
     if not count:
         return 0
     replaced = {"tombstoned": "true", "tombstoned_at": "now64(3)", "tombstone_reason": "{why:String}"}
-    exprs = [replaced.get(c, c) for c in _REVISABLE]
-    ch.command(
-        f"INSERT INTO conversations ({', '.join([*_REVISABLE, 'version'])}) "
-        f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversations FINAL WHERE {_THREAD_WHERE} AND NOT tombstoned",
-        parameters=params,
-    )
+    conv_store.TABLE.revise(ch, replaced, f"{_THREAD_WHERE} AND NOT tombstoned", params)
     return count
 
 

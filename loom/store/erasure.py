@@ -355,8 +355,6 @@ def drop_keys(ch: Client, erasure_id: str) -> None:
 
 # -- a user erasure: tombstones (nothing readable) -----------------------------------
 
-_TURN_COLUMNS = [c for c in conv_store.COLUMNS if c != "version"]
-
 
 # The user's live rows, named by their threads (the primary key narrows the read to
 # them) and their newest version's owner: what the fixed keys name, less what was
@@ -375,12 +373,7 @@ def tombstone_turns(ch: Client, namespace: str, user_id: str, threads: Sequence[
     params = {"ns": namespace, "u": user_id, "v": version, "th": list(threads)}
     where = _USER_LIVE
     replaced = {"tombstoned": "true", "tombstoned_at": "now64(3)", "tombstone_reason": "'erased'"}
-    exprs = [replaced.get(c, c) for c in _TURN_COLUMNS]
-    ch.command(
-        f"INSERT INTO conversations ({', '.join([*_TURN_COLUMNS, 'version'])}) "
-        f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversations FINAL WHERE {where}",
-        parameters=params,
-    )
+    conv_store.TABLE.revise(ch, replaced, where, params)
     return version
 
 
@@ -561,9 +554,6 @@ def hand_over(ch: Client, erasure_id: str, namespace: str, rows: Sequence[emb_st
     )
 
 
-_EMB_COLUMNS = [c for c in emb_store.COLUMNS if c != "version"]
-
-
 def tombstone_embeddings(ch: Client, namespace: str, user_id: str, threads: Sequence[str]) -> int:
     """Tombstone every live embedding row the user owns in `threads` (text and vector
     emptied; saved_at stays so the per-user vector index takes it), in one statement;
@@ -580,12 +570,7 @@ def tombstone_embeddings(ch: Client, namespace: str, user_id: str, threads: Sequ
         "is_saved": "false",
         "tombstoned": "true",
     }
-    exprs = [replaced.get(c, c) for c in _EMB_COLUMNS]
-    ch.command(
-        f"INSERT INTO conversation_embeddings ({', '.join([*_EMB_COLUMNS, 'version'])}) "
-        f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversation_embeddings FINAL WHERE {where}",
-        parameters=params,
-    )
+    emb_store.TABLE.revise(ch, replaced, where, params)
     return version
 
 

@@ -191,6 +191,20 @@ class Table(Generic[T]):
         own = result.column_names[n:]
         return [(self.decode(r[:n]), dict(zip(own, r[n:], strict=True))) for r in result.result_rows]
 
+    def revise(
+        self, ch: Client, replaced: Mapping[str, str], where_sql: str, parameters: Mapping[str, Any]
+    ) -> None:
+        """A new version (``{v:UInt64}`` of `parameters`) of the newest version of every row
+        `where_sql` selects, written by the engine in one statement (no row to the client):
+        each column copied, or the SQL expression `replaced` gives for it."""
+        names = [n for n in self.insert_names if n != "version"]
+        exprs = [replaced.get(n, n) for n in names]
+        ch.command(
+            f"INSERT INTO {self.name} ({', '.join([*names, 'version'])}) "
+            f"SELECT {', '.join(exprs)}, {{v:UInt64}} FROM {self.name} FINAL WHERE {where_sql}",
+            parameters=dict(parameters),
+        )
+
     def reader(self, row: type[R], **decoders: Callable[[Any], Any]) -> Reader[R]:
         """A read of the columns `row` names (its fields) into `row`."""
         return Reader(self, row, decoders)

@@ -90,19 +90,14 @@ def copies(ch: Client, namespace: str, thread_id: str, msg_id: str) -> list[Tran
 # A revision of one transcript row with some columns replaced, written by the engine
 # from the row's newest version: the WHERE clause is the revision's condition, so a
 # row that no longer satisfies it (another user claimed it, it was tombstoned) gets no
-# revision at all.
-_REVISABLE = [c for c in conv_store.COLUMNS if c != "version"]
+# revision at all (conversations' Table.revise).
 
 
 def _revise(
     ch: Client, key: TurnKey, replaced: dict[str, str], condition: str, params: dict[str, Any], version: int
 ) -> None:
-    exprs = [replaced.get(c, c) for c in _REVISABLE]
-    columns = ", ".join([*_REVISABLE, "version"])
-    ch.command(
-        f"INSERT INTO conversations ({columns}) SELECT {', '.join(exprs)}, {{v:UInt64}} FROM conversations FINAL "
-        f"WHERE {_KEY_WHERE} AND {condition}",
-        parameters={**_key_params(key), **params, "v": version},
+    conv_store.TABLE.revise(
+        ch, replaced, f"{_KEY_WHERE} AND {condition}", {**_key_params(key), **params, "v": version}
     )
     # The postings carry the owner and version (and a saved-only row that became
     # recorded gets its first ones); a revision that wrote nothing rewrites them as they were.
