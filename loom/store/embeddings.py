@@ -94,46 +94,44 @@ class EmbeddingState:
     version: int
 
 
-def states(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingState]:
-    """The newest version of each named embedding row (keys with no row are absent)."""
+def newest_of(
+    ch: Client, keys: Iterable[EmbKey], columns: str, condition: str = ""
+) -> dict[EmbKey, dict[str, Any]]:
+    """`columns` (SQL, after ``ns, thread_id, msg_id``) of the newest version of each
+    named row, by name, for the rows `condition` (SQL, `` AND ...``) keeps. The IN lists
+    also match keys not named (their cross product): those rows are left out here."""
     keys = list(keys)
     if not keys:
         return {}
-    rows = ch.query(
-        "SELECT toString(namespace) AS ns, thread_id, msg_id, toString(agent) AS ag, text, "
-        "length(embedding) > 0 AS has_vector, toString(model) AS model_name, error, tombstoned, version "
-        "FROM conversation_embeddings FINAL "
-        "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
+    found = ch.query(
+        f"SELECT toString(namespace) AS ns, thread_id, msg_id, {columns} FROM conversation_embeddings FINAL "
+        "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}"
+        f"{condition}",
         parameters=key_sets(keys, ns=0, th=1, ids=2),
     )
     wanted = set(keys)
-    out: dict[EmbKey, EmbeddingState] = {}
-    for r in named(rows):
-        key = (r["ns"], r["thread_id"], r["msg_id"])
-        if key in wanted:
-            out[key] = decoded(EmbeddingState, r, {"agent": "ag", "model": "model_name"})
-    return out
+    by_key = ((EmbKey(r["ns"], r["thread_id"], r["msg_id"]), r) for r in named(found))
+    return {key: r for key, r in by_key if key in wanted}
+
+
+def states(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingState]:
+    """The newest version of each named embedding row (keys with no row are absent)."""
+    found = newest_of(
+        ch,
+        keys,
+        "toString(agent) AS ag, text, length(embedding) > 0 AS has_vector, toString(model) AS model_name, "
+        "error, tombstoned, version",
+    )
+    return {
+        key: decoded(EmbeddingState, r, {"agent": "ag", "model": "model_name"}) for key, r in found.items()
+    }
 
 
 def live_texts(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, str]:
     """For each named row that holds a live vector (no error, not tombstoned), the text
     the vector was built from: what an append of another agent's copy of the turn reuses."""
-    keys = list(keys)
-    if not keys:
-        return {}
-    found = ch.query(
-        "SELECT toString(namespace) AS ns, thread_id, msg_id, text FROM conversation_embeddings FINAL "
-        "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)} "
-        "AND length(embedding) > 0 AND error = '' AND NOT tombstoned",
-        parameters=key_sets(keys, ns=0, th=1, ids=2),
-    )
-    wanted = set(keys)
-    out: dict[EmbKey, str] = {}
-    for r in named(found):
-        key = (r["ns"], r["thread_id"], r["msg_id"])
-        if key in wanted:
-            out[key] = r["text"]
-    return out
+    found = newest_of(ch, keys, "text", " AND length(embedding) > 0 AND error = '' AND NOT tombstoned")
+    return {key: r["text"] for key, r in found.items()}
 
 
 _FULL = f"SELECT {TABLE.read_list} FROM conversation_embeddings FINAL "
@@ -227,19 +225,8 @@ def speakers(ch: Client, keys: Sequence[EmbKey]) -> dict[EmbKey, tuple[str, bool
     if not keys:
         return {}
     names = _speaker_names(ch, keys)
-    rows = ch.query(
-        "SELECT toString(namespace) AS ns, thread_id, msg_id, toString(role) AS role_name, is_summary "
-        "FROM conversation_embeddings FINAL WHERE namespace IN {ns:Array(String)} "
-        "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
-        parameters=key_sets(keys, ns=0, th=1, ids=2),
-    )
-    wanted = set(keys)
-    out: dict[EmbKey, tuple[str, bool, str]] = {}
-    for r in named(rows):
-        key = (r["ns"], r["thread_id"], r["msg_id"])
-        if key in wanted:
-            out[key] = (r["role_name"], bool(r["is_summary"]), names.get(key, ""))
-    return out
+    found = newest_of(ch, keys, "toString(role) AS role_name, is_summary")
+    return {key: (r["role_name"], bool(r["is_summary"]), names.get(key, "")) for key, r in found.items()}
 
 
 def _speaker_names(ch: Client, keys: Sequence[EmbKey]) -> dict[EmbKey, str]:
