@@ -43,7 +43,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from loom.store.keys import EmbKey, TurnRef
+from loom.store.keys import EmbRef, TurnRef
 
 EMBED_TURNS = "embed_turns"
 REEMBED_ROWS = "reembed_rows"
@@ -68,17 +68,10 @@ class EmbedTurn(TurnRef):
 
 
 @dataclass(frozen=True)
-class ReembedItem:
+class ReembedItem(EmbRef):
     """One embedding row to embed again from the text it keeps."""
 
-    namespace: str
-    thread_id: str
-    msg_id: str
     text: str
-
-    @property
-    def key(self) -> EmbKey:
-        return EmbKey(self.namespace, self.thread_id, self.msg_id)
 
 
 class JobPayload(BaseModel):

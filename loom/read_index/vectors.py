@@ -30,13 +30,20 @@ _ROW_OVERHEAD = (
 
 
 @dataclass(frozen=True)
-class Wanted:
-    """A search's filters (None: any)."""
+class TurnFilters:
+    """The filters on the turn every vector search takes, in the index or in the store
+    (loom.store.search.Filters); None: any."""
 
     thread_id: str | None = None
     run_id: str | None = None
     role: str | None = None
     agent: str | None = None
+
+
+@dataclass(frozen=True)
+class Wanted(TurnFilters):
+    """A search's filters (None: any)."""
+
     model: str | None = None
 
 

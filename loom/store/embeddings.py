@@ -19,7 +19,7 @@ from clickhouse_connect.driver.client import Client
 from loom.read_index import feed
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.conversations import RECORDED
-from loom.store.keys import EmbKey
+from loom.store.keys import EmbKey, EmbRef
 from loom.store.rows import KEY_ALIASES, Column, column, decoded, named, scalar, table
 from loom.store.transcript_postings import SPEAKER_SQL
 
@@ -183,17 +183,10 @@ def count(ch: Client, namespace: str, thread_id: str | None = None) -> int:
 
 
 @dataclass(frozen=True)
-class ReembedCandidate:
-    namespace: str
-    thread_id: str
-    msg_id: str
+class ReembedCandidate(EmbRef):
     text: str
     tombstoned: bool
     version: int
-
-    @property
-    def key(self) -> EmbKey:
-        return EmbKey(self.namespace, self.thread_id, self.msg_id)
 
 
 def scan(

@@ -38,6 +38,20 @@ class UserKey(NamedTuple):
 
 
 @dataclass(frozen=True)
+class EmbRef:
+    """An embedding row's address: what a re-embed candidate (loom.store.embeddings) and
+    a re-embed job's item (loom.jobs) carry before their own fields."""
+
+    namespace: str
+    thread_id: str
+    msg_id: str
+
+    @property
+    def key(self) -> EmbKey:
+        return EmbKey(self.namespace, self.thread_id, self.msg_id)
+
+
+@dataclass(frozen=True)
 class TurnRef:
     """A turn's address and whose it is: its key, role, run, owner and time. What a
     search hit, a text match and an embedding job's turn each carry before their own

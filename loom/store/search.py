@@ -34,6 +34,7 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.query import QueryResult
 
 from loom.read_index.feed import TurnCopy
+from loom.read_index.vectors import TurnFilters
 from loom.store.clickhouse import key_sets
 from loom.store.keys import EmbKey, TurnKey, TurnRef
 from loom.store.rows import KEY_ALIASES, decoded, named
@@ -53,14 +54,10 @@ SEARCHED_ROLES = ("user", "assistant")  # plus compaction summaries (system, is_
 
 
 @dataclass(frozen=True)
-class Filters:
+class Filters(TurnFilters):
     """The optional filters of a search; None means "any". `since` and `until` bound the
     turn's time (``since <= ts < until``: time phrases of the query, loom.query_time)."""
 
-    thread_id: str | None = None
-    run_id: str | None = None
-    role: str | None = None
-    agent: str | None = None
     since: datetime | None = None
     until: datetime | None = None
 
