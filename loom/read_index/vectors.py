@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from loom.read_index.feed import Row
+from loom.read_index.feed import Row, TurnCopy
 
 Key = tuple[str, str]  # (thread_id, msg_id)
 _GROW = 1.5
@@ -48,16 +48,9 @@ class Wanted(TurnFilters):
 
 
 @dataclass(frozen=True)
-class Found:
+class Found(TurnCopy):
     """A ranked row, with what a hit shows."""
 
-    thread_id: str
-    msg_id: str
-    version: int
-    agent: str
-    role: str
-    run_id: str
-    user_id: str
     ts_us: int
     text: str
     similarity: float
@@ -68,12 +61,13 @@ class Found:
         return cls(**{name: getattr(row, name) for name in _FROM_ROW}, similarity=similarity)
 
     def values(self) -> list[Any]:
-        """Its fields in declaration order: a row of the search answer (after the namespace)."""
-        return [getattr(self, name) for name in _FOUND]
+        """Its fields after the namespace, in declaration order: a row of the search
+        answer (after the namespace it was searched under)."""
+        return [getattr(self, name) for name in _ANSWERED]
 
 
-_FOUND = tuple(f.name for f in fields(Found))
-_FROM_ROW = _FOUND[:-1]  # every field but the similarity
+_FROM_ROW = tuple(f.name for f in fields(Found) if f.name != "similarity")
+_ANSWERED = tuple(f.name for f in fields(Found) if f.name != "namespace")
 
 
 class _Codes:
