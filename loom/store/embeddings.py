@@ -17,6 +17,7 @@ import numpy as np
 from clickhouse_connect.driver.client import Client
 
 from loom.read_index import feed
+from loom.store.by_key import embedding_columns
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.conversations import RECORDED
 from loom.store.keys import EmbKey, EmbRef
@@ -94,29 +95,9 @@ class EmbeddingState:
     version: int
 
 
-def newest_of(
-    ch: Client, keys: Iterable[EmbKey], columns: str, condition: str = ""
-) -> dict[EmbKey, dict[str, Any]]:
-    """`columns` (SQL, after ``ns, thread_id, msg_id``) of the newest version of each
-    named row, by name, for the rows `condition` (SQL, `` AND ...``) keeps. The IN lists
-    also match keys not named (their cross product): those rows are left out here."""
-    keys = list(keys)
-    if not keys:
-        return {}
-    found = ch.query(
-        f"SELECT toString(namespace) AS ns, thread_id, msg_id, {columns} FROM conversation_embeddings FINAL "
-        "WHERE namespace IN {ns:Array(String)} AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}"
-        f"{condition}",
-        parameters=key_sets(keys, ns=0, th=1, ids=2),
-    )
-    wanted = set(keys)
-    by_key = ((EmbKey(r["ns"], r["thread_id"], r["msg_id"]), r) for r in named(found))
-    return {key: r for key, r in by_key if key in wanted}
-
-
 def states(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingState]:
     """The newest version of each named embedding row (keys with no row are absent)."""
-    found = newest_of(
+    found = embedding_columns(
         ch,
         keys,
         "toString(agent) AS ag, text, length(embedding) > 0 AS has_vector, toString(model) AS model_name, "
@@ -130,7 +111,9 @@ def states(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, EmbeddingState]:
 def live_texts(ch: Client, keys: Iterable[EmbKey]) -> dict[EmbKey, str]:
     """For each named row that holds a live vector (no error, not tombstoned), the text
     the vector was built from: what an append of another agent's copy of the turn reuses."""
-    found = newest_of(ch, keys, "text", " AND length(embedding) > 0 AND error = '' AND NOT tombstoned")
+    found = embedding_columns(
+        ch, keys, "text", " AND length(embedding) > 0 AND error = '' AND NOT tombstoned"
+    )
     return {key: r["text"] for key, r in found.items()}
 
 
@@ -218,7 +201,7 @@ def speakers(ch: Client, keys: Sequence[EmbKey]) -> dict[EmbKey, tuple[str, bool
     if not keys:
         return {}
     names = _speaker_names(ch, keys)
-    found = newest_of(ch, keys, "toString(role) AS role_name, is_summary")
+    found = embedding_columns(ch, keys, "toString(role) AS role_name, is_summary")
     return {key: (r["role_name"], bool(r["is_summary"]), names.get(key, "")) for key, r in found.items()}
 
 

@@ -35,6 +35,7 @@ from clickhouse_connect.driver.query import QueryResult
 
 from loom.read_index.feed import TurnCopy
 from loom.read_index.vectors import TurnFilters
+from loom.store.by_key import embedding_columns
 from loom.store.clickhouse import key_sets
 from loom.store.keys import EmbKey, TurnKey, TurnRef
 from loom.store.rows import KEY_ALIASES, decoded, named
@@ -281,23 +282,13 @@ def verify_embeddings(
     ch: Client, keys: Sequence[tuple[str, str, str]]
 ) -> dict[tuple[str, str, str], EmbeddingNow]:
     """The newest embedding row of each key."""
-    if not keys:
-        return {}
-    rows = ch.query(
+    found = embedding_columns(
+        ch,
+        [EmbKey(*k) for k in keys],
         # embedding.size0, not length(embedding): under FINAL the latter reads every vector.
-        "SELECT toString(namespace) AS ns, thread_id, msg_id, version, "
-        "toUInt8(NOT tombstoned AND error = '' AND embedding.size0 > 0) AS live, toString(model) AS emodel "
-        "FROM conversation_embeddings FINAL WHERE namespace IN {ns:Array(String)} "
-        "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
-        parameters=key_sets(keys, ns=0, th=1, ids=2),
+        "version, toUInt8(NOT tombstoned AND error = '' AND embedding.size0 > 0) AS live, toString(model) AS emodel",
     )
-    wanted = set(keys)
-    out: dict[tuple[str, str, str], EmbeddingNow] = {}
-    for r in named(rows):
-        key = (r["ns"], r["thread_id"], r["msg_id"])
-        if key in wanted:
-            out[key] = decoded(EmbeddingNow, r, {"model": "emodel"})
-    return out
+    return {key: decoded(EmbeddingNow, r, {"model": "emodel"}) for key, r in found.items()}
 
 
 def verify_turns(
