@@ -13,7 +13,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.store.clickhouse import key_sets
-from loom.store.keys import EmbKey
+from loom.store.keys import EmbKey, TurnKey
 from loom.store.rows import named
 
 
@@ -34,4 +34,23 @@ def embedding_columns(
     )
     wanted = set(keys)
     by_key = ((EmbKey(r["ns"], r["thread_id"], r["msg_id"]), r) for r in named(found))
+    return {key: r for key, r in by_key if key in wanted}
+
+
+def turn_columns(
+    ch: Client, keys: Iterable[TurnKey], columns: str, parameters: dict[str, Any] | None = None
+) -> dict[TurnKey, dict[str, Any]]:
+    """`columns` (SQL, after ``ns, ag, thread_id, msg_id``; `parameters`: theirs) of the
+    newest version of each named turn copy of loom.conversations, by name."""
+    keys = list(keys)
+    if not keys:
+        return {}
+    found = ch.query(
+        f"SELECT toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, {columns} "
+        "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
+        "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
+        parameters={**(parameters or {}), **key_sets(keys, ns=0, ag=1, th=2, ids=3)},
+    )
+    wanted = set(keys)
+    by_key = ((TurnKey(r["ns"], r["ag"], r["thread_id"], r["msg_id"]), r) for r in named(found))
     return {key: r for key, r in by_key if key in wanted}

@@ -35,7 +35,7 @@ from clickhouse_connect.driver.query import QueryResult
 
 from loom.read_index.feed import TurnCopy
 from loom.read_index.vectors import TurnFilters
-from loom.store.by_key import embedding_columns
+from loom.store.by_key import embedding_columns, turn_columns
 from loom.store.clickhouse import key_sets
 from loom.store.keys import EmbKey, TurnKey, TurnRef
 from loom.store.rows import KEY_ALIASES, decoded, named
@@ -316,22 +316,8 @@ def verify_turns(
 def heads(ch: Client, keys: Sequence[TurnKey], chars: int) -> dict[TurnKey, str]:
     """The first `chars` characters of each named turn (for an embedding row whose text
     is shorter than what the excerpt and its screen need: rows of earlier builds)."""
-    if not keys:
-        return {}
-    rows = ch.query(
-        "SELECT toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, "
-        "leftUTF8(content, {n:UInt32}) AS head "
-        "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
-        "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
-        parameters={"n": chars, **key_sets(keys, ns=0, ag=1, th=2, ids=3)},
-    )
-    wanted = set(keys)
-    out: dict[TurnKey, str] = {}
-    for r in named(rows):
-        key = (r["ns"], r["ag"], r["thread_id"], r["msg_id"])
-        if key in wanted:
-            out[key] = r["head"]
-    return out
+    found = turn_columns(ch, keys, "leftUTF8(content, {n:UInt32}) AS head", {"n": chars})
+    return {key: r["head"] for key, r in found.items()}
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.store import bm25
-from loom.store.clickhouse import key_sets
+from loom.store.by_key import turn_columns
 from loom.store.keys import TurnKey
 from loom.store.rows import KEY_ALIASES, decoded, named, scalar
 from loom.store.search import Filters, filter_conditions
@@ -198,24 +198,13 @@ def verify(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnNow]:
     its document's newest posting version is the row's newest version: postings are
     written for live, recorded, not-high rows only, and a revision that keeps the text
     writes the same postings again with its own version."""
-    keys = list(keys)
-    if not keys:
-        return {}
-    rows = ch.query(
-        "SELECT toString(namespace) AS ns, toString(agent) AS ag, thread_id, msg_id, version, "
-        "toUInt8(NOT tombstoned) AS live, toUInt8(high_sensitivity) AS high, "
-        "toUInt8(origin = 'recorded') AS recorded, toString(role) AS role_name, run_id, user_id, ts "
-        "FROM conversations FINAL WHERE namespace IN {ns:Array(String)} AND agent IN {ag:Array(String)} "
-        "AND thread_id IN {th:Array(String)} AND msg_id IN {ids:Array(String)}",
-        parameters=key_sets(keys, ns=0, ag=1, th=2, ids=3),
+    found = turn_columns(
+        ch,
+        keys,
+        "version, toUInt8(NOT tombstoned) AS live, toUInt8(high_sensitivity) AS high, "
+        "toUInt8(origin = 'recorded') AS recorded, toString(role) AS role_name, run_id, user_id, ts",
     )
-    wanted = set(keys)
-    out: dict[TurnKey, TurnNow] = {}
-    for r in named(rows):
-        key = (r["ns"], r["ag"], r["thread_id"], r["msg_id"])
-        if key in wanted:
-            out[key] = decoded(TurnNow, r, KEY_ALIASES)
-    return out
+    return {key: decoded(TurnNow, r, KEY_ALIASES) for key, r in found.items()}
 
 
 HEAD_CHARS = 2_048  # what a document's empty-term posting keeps of its text (migration 016)
