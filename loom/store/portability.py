@@ -69,10 +69,12 @@ class Job:
 JOBS = table("import_jobs", Job)
 
 
+# One job's row, in either table.
+_OF_JOB = "WHERE namespace = {ns:String} AND job_id = {j:String}"
+
+
 def job(ch: Client, namespace: str, job_id: str) -> Job | None:
-    return JOBS.first(
-        ch, "WHERE namespace = {ns:String} AND job_id = {j:String}", {"ns": namespace, "j": job_id}
-    )
+    return JOBS.first(ch, _OF_JOB, {"ns": namespace, "j": job_id})
 
 
 def job_by_id(ch: Client, job_id: str) -> Job | None:
@@ -106,9 +108,7 @@ EMBEDDINGS = table("import_embeddings", Embedding)
 
 
 def embedding(ch: Client, namespace: str, job_id: str) -> Embedding | None:
-    return EMBEDDINGS.first(
-        ch, "WHERE namespace = {ns:String} AND job_id = {j:String}", {"ns": namespace, "j": job_id}
-    )
+    return EMBEDDINGS.first(ch, _OF_JOB, {"ns": namespace, "j": job_id})
 
 
 def embeddings(ch: Client, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Embedding]:
