@@ -34,8 +34,8 @@ from dataclasses import replace
 from datetime import UTC
 
 from loom.auth.principal import Principal, Role
-from loom.clock import next_version, utcnow
-from loom.errors import Forbidden, InvalidRequest, NotFound
+from loom.clock import utcnow
+from loom.errors import Forbidden, InvalidRequest
 from loom.ops.conversation.lifecycle import message_removal as mr
 from loom.sensitivity import high_spans, reads_as_high
 from loom.services import Services
@@ -160,11 +160,7 @@ async def redact(
     )
     while True:
         async with mr.guarded(svc, ns, thread_id) as window:
-            v = next_version()
-            snap = await mr.snapshot(svc, ns, agent, thread_id, msg_id, v)
-            t = snap.turn
-            if t is None:
-                raise NotFound(f"no message {msg_id!r} in this thread", field="msg_id", rule="exists")
+            v, snap, t = await mr.snapshot_of_turn(svc, ns, agent, thread_id, msg_id)
             if not _vector_on_its_way(svc, t, snap.emb):
                 located = locate(t.content, spans or [], ranges or [], high)
                 receipt.high_sensitivity = t.high_sensitivity

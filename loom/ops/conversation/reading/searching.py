@@ -77,7 +77,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Final, Literal, cast
+from typing import Final, Literal, Protocol, cast
 
 import numpy as np
 
@@ -680,7 +680,59 @@ async def _verified(svc: Services, ask: _Ask, candidates: list[Candidate], trust
 VECTOR_LEGS = ("vector",)
 LEXICAL_LEGS = ("lexical",)
 
-_Kept = tuple[Candidate, str, str, str, datetime]  # a candidate and its turn's role, run, owner, time
+
+class _Addressed(Protocol):
+    """Where a candidate's turn is (a vector candidate, a lexical one, a substring row)."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def agent(self) -> str: ...
+    @property
+    def thread_id(self) -> str: ...
+    @property
+    def msg_id(self) -> str: ...
+
+
+class _Owned(Protocol):
+    """What a turn's row says of it: role, run, owner, time (a candidate as written, or
+    the row verification read)."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def ts(self) -> datetime: ...
+
+
+def _hit(
+    at: _Addressed,
+    turn: _Owned,
+    similarity: float | None,
+    excerpt: str,
+    score: float | None = None,
+    legs: tuple[str, ...] = (),
+) -> Hit:
+    return Hit(
+        at.namespace,
+        at.agent,
+        at.thread_id,
+        at.msg_id,
+        turn.role,
+        turn.run_id,
+        turn.user_id,
+        as_utc(turn.ts),
+        similarity,
+        excerpt,
+        score,
+        legs,
+    )
+
+
+_Kept = tuple[Candidate, _Owned]  # a candidate and what its turn's row says
 
 
 async def _verified_slice(
@@ -695,7 +747,7 @@ async def _verified_slice(
     doubted: list[Candidate] = []
     for c in fresh:
         if trust.covers(c, marks, repeated):
-            kept.append((c, c.role, c.run_id, c.user_id, c.ts))
+            kept.append((c, c))
         else:
             doubted.append(c)
     kept += await _checked(svc, ask, doubted)
@@ -722,7 +774,7 @@ async def _checked(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[_Ke
         turn = turns.get(TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id))
         if turn is None or not turn.live or turn.high or not turn.recorded:
             continue  # a saved-only row belongs to its user, not to search
-        kept.append((c, turn.role, turn.run_id, turn.user_id, turn.ts))
+        kept.append((c, turn))
     return kept
 
 
@@ -731,26 +783,12 @@ async def _hits(svc: Services, ask: _Ask, kept: list[_Kept]) -> list[Hit]:
     not read as high."""
     heads = await _heads(svc, ask, [k[0] for k in kept])
     hits = []
-    for c, role, run_id, user_id, ts in kept:
+    for c, turn in kept:
         head = heads.get(c.key, c.text)
         if window_reads_as_high(head, ask.shown, SCREEN_PAST):
             continue
-        hits.append(
-            Hit(
-                c.namespace,
-                c.agent,
-                c.thread_id,
-                c.msg_id,
-                role,
-                run_id,
-                user_id,
-                as_utc(ts),
-                round(c.similarity, 6),
-                head[: ask.shown],
-                round(c.similarity, 6),
-                VECTOR_LEGS,
-            )
-        )
+        similarity = round(c.similarity, 6)
+        hits.append(_hit(c, turn, similarity, head[: ask.shown], similarity, VECTOR_LEGS))
     return hits
 
 
@@ -796,18 +834,7 @@ async def _by_substring(svc: Services, ask: _Ask, query: str, reason: str) -> Se
             store.substring, svc.ch, ask.namespaces, query, ask.filters, fetch=n, chars=ask.window
         )
         hits = [
-            Hit(
-                r.namespace,
-                r.agent,
-                r.thread_id,
-                r.msg_id,
-                r.role,
-                r.run_id,
-                r.user_id,
-                as_utc(r.ts),
-                None,
-                r.head[: ask.shown],
-            )
+            _hit(r, r, None, r.head[: ask.shown])
             for r in rows
             if not window_reads_as_high(r.head, ask.shown, SCREEN_PAST)
         ]
@@ -979,22 +1006,7 @@ async def _lexical_slice(
         head = longer.get(key) or heads.get((c.namespace, c.doc), "")
         if window_reads_as_high(head, ask.shown, SCREEN_PAST):
             continue
-        hits.append(
-            Hit(
-                c.namespace,
-                c.agent,
-                c.thread_id,
-                c.msg_id,
-                turn.role,
-                turn.run_id,
-                turn.user_id,
-                as_utc(turn.ts),
-                None,
-                head[: ask.shown],
-                round(c.score, 6),
-                LEXICAL_LEGS,
-            )
-        )
+        hits.append(_hit(c, turn, None, head[: ask.shown], round(c.score, 6), LEXICAL_LEGS))
     return hits
 
 

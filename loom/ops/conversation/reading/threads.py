@@ -115,6 +115,27 @@ def _view(row: thread_store.ThreadRow, activity: conv_store.ThreadActivity | Non
     )
 
 
+async def _write(
+    svc: Services,
+    row: thread_store.ThreadRow,
+    now: datetime,
+    *,
+    title: str | None,
+    metadata: dict[str, Any] | None,
+    run_id: str | None,
+) -> None:
+    """Attach the fields a client gave (None leaves one as it is) and write a new version."""
+    if title is not None:
+        row.title = title
+    if metadata is not None:
+        row.metadata = _client_metadata(metadata)
+    if run_id is not None:
+        row.run_id = run_id
+    row.updated_at = now
+    row.version = next_version()
+    await svc.run(thread_store.insert, svc.ch, [row])
+
+
 async def create(
     svc: Services,
     who: Principal,
@@ -141,16 +162,8 @@ async def create(
             else current
         )
         assert row is not None
-        if title is not None:
-            row.title = title
-        if metadata is not None:
-            row.metadata = _client_metadata(metadata)
-        if run_id is not None:
-            row.run_id = run_id
         row.tombstoned = False
-        row.updated_at = now
-        row.version = next_version()
-        await svc.run(thread_store.insert, svc.ch, [row])
+        await _write(svc, row, now, title=title, metadata=metadata, run_id=run_id)
     return _view(row), created
 
 
@@ -189,15 +202,7 @@ async def update(
                 namespace=ns, agent=agent, thread_id=thread_id, created_at=activity.first_ts or now
             )
         )
-        if title is not None:
-            row.title = title
-        if metadata is not None:
-            row.metadata = _client_metadata(metadata)
-        if run_id is not None:
-            row.run_id = run_id
-        row.updated_at = now
-        row.version = next_version()
-        await svc.run(thread_store.insert, svc.ch, [row])
+        await _write(svc, row, now, title=title, metadata=metadata, run_id=run_id)
     return _view(row, activity)
 
 
