@@ -681,19 +681,6 @@ VECTOR_LEGS = ("vector",)
 LEXICAL_LEGS = ("lexical",)
 
 
-class _Addressed(Protocol):
-    """Where a candidate's turn is (a vector candidate, a lexical one, a substring row)."""
-
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def agent(self) -> str: ...
-    @property
-    def thread_id(self) -> str: ...
-    @property
-    def msg_id(self) -> str: ...
-
-
 class _Owned(Protocol):
     """What a turn's row says of it: role, run, owner, time (a candidate as written, or
     the row verification read)."""
@@ -708,8 +695,12 @@ class _Owned(Protocol):
     def ts(self) -> datetime: ...
 
 
+def _turn_key(c: Candidate | lexical_store.LexicalCandidate) -> TurnKey:
+    return TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id)
+
+
 def _hit(
-    at: _Addressed,
+    at: TurnKey,
     turn: _Owned,
     similarity: float | None,
     excerpt: str,
@@ -717,10 +708,7 @@ def _hit(
     legs: tuple[str, ...] = (),
 ) -> Hit:
     return Hit(
-        at.namespace,
-        at.agent,
-        at.thread_id,
-        at.msg_id,
+        *at,
         turn.role,
         turn.run_id,
         turn.user_id,
@@ -771,7 +759,7 @@ async def _checked(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[_Ke
             continue  # tombstoned, failed, or re-embedded since this vector
         if (c.model or now.model) != ask.model:
             continue  # another model's vector (a row older than the vector tables' model column)
-        turn = turns.get(TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id))
+        turn = turns.get(_turn_key(c))
         if turn is None or not turn.live or turn.high or not turn.recorded:
             continue  # a saved-only row belongs to its user, not to search
         kept.append((c, turn))
@@ -788,7 +776,7 @@ async def _hits(svc: Services, ask: _Ask, kept: list[_Kept]) -> list[Hit]:
         if window_reads_as_high(head, ask.shown, SCREEN_PAST):
             continue
         similarity = round(c.similarity, 6)
-        hits.append(_hit(c, turn, similarity, head[: ask.shown], similarity, VECTOR_LEGS))
+        hits.append(_hit(_turn_key(c), turn, similarity, head[: ask.shown], similarity, VECTOR_LEGS))
     return hits
 
 
@@ -816,9 +804,7 @@ async def _heads(svc: Services, ask: _Ask, candidates: list[Candidate]) -> dict[
     short = [c for c in candidates if not _text_covers(c.text, ask.window)]
     if not short:
         return {}
-    found = await svc.run(
-        store.heads, svc.ch, [TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id) for c in short], ask.window
-    )
+    found = await svc.run(store.heads, svc.ch, [_turn_key(c) for c in short], ask.window)
     return {(k[0], k[2], k[3]): head for k, head in found.items()}
 
 
@@ -834,7 +820,7 @@ async def _by_substring(svc: Services, ask: _Ask, query: str, reason: str) -> Se
             store.substring, svc.ch, ask.namespaces, query, ask.filters, fetch=n, chars=ask.window
         )
         hits = [
-            _hit(r, r, None, r.head[: ask.shown])
+            _hit(r.turn_key, r, None, r.head[: ask.shown])
             for r in rows
             if not window_reads_as_high(r.head, ask.shown, SCREEN_PAST)
         ]
@@ -988,7 +974,7 @@ async def _lexical_slice(
     excerpts are read from the index (see loom.store.transcript_terms)."""
     if not candidates:
         return []
-    keys = [TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id) for c in candidates]
+    keys = [_turn_key(c) for c in candidates]
     now, heads = await asyncio.gather(
         svc.run(lexical_store.verify, svc.ch, keys),
         svc.run(lexical_store.heads, svc.ch, [(c.namespace, c.doc) for c in candidates]),
@@ -1006,7 +992,7 @@ async def _lexical_slice(
         head = longer.get(key) or heads.get((c.namespace, c.doc), "")
         if window_reads_as_high(head, ask.shown, SCREEN_PAST):
             continue
-        hits.append(_hit(c, turn, None, head[: ask.shown], round(c.score, 6), LEXICAL_LEGS))
+        hits.append(_hit(key, turn, None, head[: ask.shown], round(c.score, 6), LEXICAL_LEGS))
     return hits
 
 
