@@ -118,15 +118,8 @@ def _input(t: TurnIn | AppendRequest, thread_id: str, role: str, content: str) -
 
 
 def _result(r: AppendResult) -> dict[str, object]:
-    return {
-        "thread_id": r.thread_id,
-        "msg_id": r.msg_id,
-        "role": r.role,
-        "stored": r.stored,
-        "reason": r.reason,
-        "embedding": r.embedding,
-        "embedding_error": r.embedding_error,
-    }
+    """An AppendTurnResult as JSON: the result's fields are its fields, in its order."""
+    return asdict(r)
 
 
 @router.post("/conversation.create", response_model=CreateResponse)
