@@ -193,6 +193,26 @@ class _Ask:
         # Room for a few stale, dead or screened rows without a second round trip.
         return min(store.MAX_FETCH, self.limit * 2 + 10)
 
+    def answer(
+        self,
+        mode: Mode,
+        hits: list[Hit],
+        plan: list[str],
+        fallback: str | None = None,
+        *,
+        vectors: bool = True,
+    ) -> SearchResult:
+        """The answer over this search's namespaces; `vectors`: a vector leg ran, so the
+        answer names the model whose vectors it compared."""
+        return SearchResult(
+            mode=mode,
+            fallback_reason=fallback,
+            namespaces=list(self.namespaces),
+            hits=hits,
+            plan=plan,
+            model=self.model if vectors else None,
+        )
+
 
 # A retention TTL may remove a turn this long before its due time by our clock (skew).
 TTL_MARGIN = timedelta(hours=1)
@@ -490,24 +510,10 @@ async def _by_vector(
         [INDEX_PLAN],
     )
     if not got.missing:
-        return SearchResult(
-            mode=VECTOR,
-            fallback_reason=None,
-            namespaces=list(ask.namespaces),
-            hits=hits,
-            plan=plan,
-            model=ask.model,
-        )
+        return ask.answer(VECTOR, hits, plan)
     FALLBACKS.labels(INDEX_MISSING).inc()
     rest = await _by_engine(svc, replace(ask, namespaces=tuple(got.missing)), vector, None, trust)
-    return SearchResult(
-        mode=VECTOR,
-        fallback_reason=INDEX_MISSING,
-        namespaces=list(ask.namespaces),
-        hits=_best(hits + rest.hits, ask.limit),
-        plan=plan + rest.plan,
-        model=ask.model,
-    )
+    return ask.answer(VECTOR, _best(hits + rest.hits, ask.limit), plan + rest.plan, INDEX_MISSING)
 
 
 async def _from_index(
@@ -540,14 +546,7 @@ async def _by_engine(
     if table is None:
         await _discard(counting)
         hits = await _unindexed(svc, ask, vector, trust)
-        return SearchResult(
-            mode=VECTOR,
-            fallback_reason=None,
-            namespaces=list(ask.namespaces),
-            hits=hits,
-            plan=[UNINDEXED],
-            model=ask.model,
-        )
+        return ask.answer(VECTOR, hits, [UNINDEXED])
     per_ns, total = await _counts(svc, ask, table, counting)
     small, large = _split(ask.namespaces, per_ns, svc.settings.conversation_search_exact_max_rows)
     jobs: list[Awaitable[list[Hit]]] = []
@@ -560,14 +559,7 @@ async def _by_engine(
         jobs.append(_indexed(svc, ask, table, large, vector, trust, share=matched / max(1, total)))
         plan.append(INDEX)
     found = [h for group in await asyncio.gather(*jobs) for h in group]
-    return SearchResult(
-        mode=VECTOR,
-        fallback_reason=None,
-        namespaces=list(ask.namespaces),
-        hits=_best(found, ask.limit),
-        plan=plan,
-        model=ask.model,
-    )
+    return ask.answer(VECTOR, _best(found, ask.limit), plan)
 
 
 def _split(
@@ -827,13 +819,7 @@ async def _by_substring(svc: Services, ask: _Ask, query: str, reason: str) -> Se
         if len(hits) >= ask.limit or len(rows) < n:
             break
         n *= GROWTH
-    return SearchResult(
-        mode=SUBSTRING,
-        fallback_reason=reason,
-        namespaces=list(ask.namespaces),
-        hits=hits[: ask.limit],
-        plan=[SUBSTRING],
-    )
+    return ask.answer(SUBSTRING, hits[: ask.limit], [SUBSTRING], reason, vectors=False)
 
 
 # -- lexical and hybrid modes ---------------------------------------------------------
@@ -866,13 +852,7 @@ async def _legs(
 ) -> SearchResult:
     plan = [LEXICAL_PLAN]
     if mode == LEXICAL:
-        return SearchResult(
-            mode=LEXICAL,
-            fallback_reason=None,
-            namespaces=list(ask.namespaces),
-            hits=_best_lexical(await lexical, ask.limit),
-            plan=plan,
-        )
+        return ask.answer(LEXICAL, _best_lexical(await lexical, ask.limit), plan, vectors=False)
     fallback = QUERY_HIGH if reads_as_high(query) else None
     vector_hits: list[Hit] = []
     vector_reason: str | None = None  # the vector leg read the engine instead of the index: why
@@ -891,22 +871,9 @@ async def _legs(
             log.warning("conversation.search: hybrid answered by its lexical leg", reason=fallback)
     lexical_hits = await lexical
     if fallback is not None:
-        return SearchResult(
-            mode=LEXICAL,
-            fallback_reason=fallback,
-            namespaces=list(ask.namespaces),
-            hits=_best_lexical(lexical_hits, ask.limit),
-            plan=plan,
-        )
+        return ask.answer(LEXICAL, _best_lexical(lexical_hits, ask.limit), plan, fallback, vectors=False)
     fused = fuse(vector_hits, lexical_hits, lexical_weight)
-    return SearchResult(
-        mode=HYBRID,
-        fallback_reason=vector_reason,
-        namespaces=list(ask.namespaces),
-        hits=fused[: ask.limit],
-        plan=plan,
-        model=ask.model,
-    )
+    return ask.answer(HYBRID, fused[: ask.limit], plan, vector_reason)
 
 
 def _best_lexical(hits: list[Hit], limit: int) -> list[Hit]:
