@@ -443,6 +443,7 @@ async def test_a_redaction_racing_the_turns_own_embedding_leaves_no_vector_of_th
     """The worker embeds a turn's text and writes its vector under the thread lease. A
     redaction that finds the turn with no embedding row yet waits for that vector with the
     lease released, then settles it: the row left is built from the redacted text."""
+    from loom.models.conversation.lifecycle import RedactRequest
     from loom.ops.conversation import TurnInput, append
     from loom.ops.conversation.lifecycle.redacting import redact
     from loom.providers.embedders import FakeEmbedder
@@ -460,7 +461,8 @@ async def test_a_redaction_racing_the_turns_own_embedding_leaves_no_vector_of_th
 
     assert await wait_for(landed)
     assert emb_row(services.ch, ns, "t", "m1") is None  # its vector is still on its way
-    receipt = await redact(services, admin, ns, "a", "t", "m1", spans=[SECRET])
+    ask = RedactRequest(namespace=ns, agent="a", thread_id="t", msg_id="m1", spans=[SECRET])
+    receipt = await redact(services, admin, ask)
     assert receipt.done and receipt.embedding == "embedded"
     assert (await appending)[0].stored
     await asyncio.sleep(0.3)

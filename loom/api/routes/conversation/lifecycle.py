@@ -39,16 +39,7 @@ async def compact(body: CompactRequest, who: Caller, svc: Svc) -> CompactRespons
     namespace's owner switched model calls off). Runs on the worker pool; `defer: true`
     answers the `job_id` at once. When nothing was compacted, `reason` says why and
     `retry` whether a retry may do better."""
-    got = await compacting.compact(
-        svc,
-        who,
-        body.namespace,
-        body.agent,
-        body.thread_id,
-        keep_recent=body.keep_recent,
-        min_to_compact=body.min_to_compact,
-        defer=body.defer,
-    )
+    got = await compacting.compact(svc, who, body)
     return CompactResponse(**asdict(got))
 
 
@@ -101,18 +92,7 @@ async def redact(body: RedactRequest, who: Caller, svc: Svc) -> RedactResponse:
     """Replace spans of one turn (exact `spans`, character `ranges`, or `high: true`) with
     a placeholder, keeping the turn in place; the old text leaves the disk and every
     derived copy; the turn is screened and embedded again. A receipt, never the text."""
-    r = await redacting.redact(
-        svc,
-        who,
-        body.namespace,
-        body.agent,
-        body.thread_id,
-        body.msg_id,
-        spans=body.spans,
-        ranges=body.ranges,
-        high=body.high,
-        placeholder=body.placeholder,
-    )
+    r = await redacting.redact(svc, who, body)
     return RedactResponse(redacted=r.done, **_receipt(r))
 
 

@@ -118,15 +118,8 @@ def _input(t: TurnIn | AppendRequest, thread_id: str, role: str, content: str) -
 
 
 def _result(r: AppendResult) -> dict[str, object]:
-    return {
-        "thread_id": r.thread_id,
-        "msg_id": r.msg_id,
-        "role": r.role,
-        "stored": r.stored,
-        "reason": r.reason,
-        "embedding": r.embedding,
-        "embedding_error": r.embedding_error,
-    }
+    """An AppendTurnResult as JSON: the result's fields are its fields, in its order."""
+    return asdict(r)
 
 
 @router.post("/conversation.create", response_model=CreateResponse)
@@ -134,16 +127,7 @@ async def create(body: CreateRequest, who: Caller, svc: Svc) -> CreateResponse:
     """Start a thread with a title, metadata or run_id up front (appends create threads
     on their own; this only attaches those). On an existing thread the given fields are
     attached to it and `created` is false."""
-    view, created = await ops.create(
-        svc,
-        who,
-        body.namespace,
-        body.agent,
-        body.thread_id,
-        title=body.title,
-        metadata=body.metadata,
-        run_id=body.run_id,
-    )
+    view, created = await ops.create(svc, who, body)
     return CreateResponse(**asdict(view), created=created)
 
 
@@ -151,16 +135,7 @@ async def create(body: CreateRequest, who: Caller, svc: Svc) -> CreateResponse:
 async def update(body: UpdateRequest, who: Caller, svc: Svc) -> ThreadOut:
     """Change a thread's title, metadata or run_id. New metadata replaces the old one,
     including the titler's `title_refused` mark."""
-    view = await ops.update(
-        svc,
-        who,
-        body.namespace,
-        body.agent,
-        body.thread_id,
-        title=body.title,
-        metadata=body.metadata,
-        run_id=body.run_id,
-    )
+    view = await ops.update(svc, who, body)
     return ThreadOut(**asdict(view))
 
 
@@ -169,15 +144,7 @@ async def threads(body: ThreadsRequest, who: Caller, svc: Svc) -> ThreadsRespons
     """Recent threads, newest first, with each one's title and an excerpt of its last
     turn. `agent: "*"` lists every agent's threads. A last turn or a title that reads as
     high is shown empty."""
-    found, has_more = await ops.threads(
-        svc,
-        who,
-        body.namespace,
-        body.agent,
-        window_days=body.window_days,
-        limit=body.limit,
-        offset=body.offset,
-    )
+    found, has_more = await ops.threads(svc, who, body)
     return ThreadsResponse(
         threads=[ThreadSummaryOut(**asdict(t)) for t in found],
         limit=body.limit,
@@ -191,18 +158,7 @@ async def get(body: GetRequest, who: Caller, svc: Svc) -> GetResponse:
     """One thread's metadata and the first page of its turns (`order: "desc"` for the
     tail, `cursor` for the next page); `include_messages: false` for the metadata alone
     (`messages: []`)."""
-    view, page = await ops.get(
-        svc,
-        who,
-        body.namespace,
-        body.agent,
-        body.thread_id,
-        include_messages=body.include_messages,
-        include_embedding=body.include_embedding,
-        limit=body.limit,
-        order=body.order,
-        cursor=body.cursor,
-    )
+    view, page = await ops.get(svc, who, body)
     if page is None:
         return GetResponse(thread=ThreadOut(**asdict(view)))
     return GetResponse(
@@ -216,17 +172,7 @@ async def get(body: GetRequest, who: Caller, svc: Svc) -> GetResponse:
 async def list_turns(body: ListRequest, who: Caller, svc: Svc) -> ListResponse:
     """A thread's turns, oldest first (`order: "desc"` for newest first), in pages of
     `limit`; pass `next_cursor` back as `cursor`. Optionally only one run's turns."""
-    page = await ops.list_turns(
-        svc,
-        who,
-        body.namespace,
-        body.agent,
-        body.thread_id,
-        limit=body.limit,
-        order=body.order,
-        cursor=body.cursor,
-        run_id=body.run_id,
-    )
+    page = await ops.list_turns(svc, who, body)
     return ListResponse(messages=_messages(page.messages, page.embedding), next_cursor=page.next_cursor)
 
 

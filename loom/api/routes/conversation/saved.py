@@ -73,15 +73,7 @@ async def unsave_message(body: UnsaveRequest, who: Caller, svc: Svc) -> UnsaveRe
 async def list_saved_messages(body: ListSavedRequest, who: Caller, svc: Svc) -> ListSavedResponse:
     """One user's saved messages, most recently saved first (`ts` is when the user
     saved it), in pages of `limit`; pass `next_cursor` back as `cursor`."""
-    page = await saved_reads.list_saved_messages(
-        svc,
-        who,
-        body.namespace,
-        body.user_id,
-        limit=body.limit,
-        cursor=body.cursor,
-        conversation_id=body.conversation_id,
-    )
+    page = await saved_reads.list_saved_messages(svc, who, body)
     return ListSavedResponse(
         messages=[SavedMessageOut(**asdict(m)) for m in page.messages], next_cursor=page.next_cursor
     )
@@ -103,15 +95,5 @@ async def search_saved_messages(body: SearchSavedRequest, who: Caller, svc: Svc)
     by reciprocal rank, `lexical_weight` scaling the BM25 leg; `semantic` and `lexical`
     run one leg. When the query cannot be embedded the answer is lexical, with
     `fallback_reason`."""
-    found = await saved_reads.search_saved_messages(
-        svc,
-        who,
-        body.namespace,
-        body.user_id,
-        body.query,
-        limit=body.limit,
-        search_mode=body.search_mode,
-        lexical_weight=body.lexical_weight,
-        conversation_id=body.conversation_id,
-    )
+    found = await saved_reads.search_saved_messages(svc, who, body)
     return SearchSavedResponse.model_validate(found, from_attributes=True)

@@ -71,6 +71,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest, LoomError, NotFound, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
+from loom.models.conversation.lifecycle import CompactRequest
 from loom.ops.conversation.common import EMBED_CHARS, embed_text, model_text
 from loom.ops.conversation.lifecycle.compaction_gate import CompactionGate
 from loom.ops.conversation.lifecycle.deleting import ThreadState, settle_writes, with_vectors
@@ -458,22 +459,13 @@ def _check(keep_recent: int, min_to_compact: int) -> None:
         raise InvalidRequest("min_to_compact must be >= 1", field="min_to_compact", rule="ge_1")
 
 
-async def compact(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    agent: str,
-    thread_id: str,
-    *,
-    keep_recent: int = KEEP_RECENT,
-    min_to_compact: int = MIN_TO_COMPACT,
-    defer: bool = False,
-) -> CompactResult:
+async def compact(svc: Services, who: Principal, ask: CompactRequest) -> CompactResult:
     """conversation.compact (writer). Awaits the worker pool's job, or with ``defer``
     answers its ``job_id`` at once (poll it with :func:`compact_status`)."""
     who.require_role(Role.writer)
-    ns = who.namespace(namespace)
-    _check(keep_recent, min_to_compact)
+    ns = who.namespace(ask.namespace)
+    agent, thread_id = ask.agent, ask.thread_id
+    _check(ask.keep_recent, ask.min_to_compact)
     if not svc.llm.configured:
         raise ProviderMissing(
             "conversation.compact needs an LLM provider to write the summary, and none is configured "
@@ -502,8 +494,8 @@ async def compact(
             namespace=ns,
             agent=agent,
             thread_id=thread_id,
-            keep_recent=keep_recent,
-            min_to_compact=min_to_compact,
+            keep_recent=ask.keep_recent,
+            min_to_compact=ask.min_to_compact,
         ),
         _job_id=job_id,
         _queue_name=QUEUE,
@@ -511,7 +503,7 @@ async def compact(
     if job is None:
         raise Unavailable("the compaction job could not be queued; retry", field="thread_id", rule="retry")
     await wake_workers(svc.redis)
-    if defer:
+    if ask.defer:
         return CompactResult(thread_id=thread_id, agent=agent, job_id=job_id)
     try:
         got = await _answer(svc, job)

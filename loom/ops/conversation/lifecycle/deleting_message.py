@@ -34,8 +34,8 @@ import asyncio
 from dataclasses import replace
 
 from loom.auth.principal import Principal, Role
-from loom.clock import next_version, utcnow
-from loom.errors import Forbidden, NotFound
+from loom.clock import utcnow
+from loom.errors import Forbidden
 from loom.ops.conversation.common import DELETED
 from loom.ops.conversation.lifecycle import message_removal as mr
 from loom.ops.conversation.saved import saving
@@ -75,11 +75,7 @@ async def delete_message(
         namespace=ns, agent=agent, thread_id=thread_id, msg_id=msg_id, action=store.DELETED, by=who.token_id
     )
     async with mr.guarded(svc, ns, thread_id) as window:
-        v = next_version()
-        snap = await mr.snapshot(svc, ns, agent, thread_id, msg_id, v)
-        t = snap.turn
-        if t is None:
-            raise NotFound(f"no message {msg_id!r} in this thread", field="msg_id", rule="exists")
+        v, snap, t = await mr.snapshot_of_turn(svc, ns, agent, thread_id, msg_id)
         _check_owner(who, t)
         if _nothing_left(t):
             # Removed before. Only older versions a removal cut short left on disk can

@@ -59,7 +59,7 @@ from typing import Any
 
 from loom import logging as loom_logging
 from loom.clock import next_version, utcnow
-from loom.errors import Unavailable
+from loom.errors import NotFound, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
 from loom.ops.conversation.common import EMBED_CHARS, EMBEDDED_ROLES, embed_text, model_text
 from loom.ops.conversation.lifecycle.deleting import ThreadState, settle_writes, with_vectors
@@ -179,6 +179,18 @@ class Snapshot:
     copies: dict[str, dict[str, deletion.Copy]]  # every agent's copy of every turn of the thread
     rows: list[emb_store.EmbeddingRow]  # the thread's live embedding rows, without vectors
     emb: emb_store.EmbeddingRow | None  # the turn's embedding row, newest version, any state, no vector
+
+
+async def snapshot_of_turn(
+    svc: Services, ns: str, agent: str, thread_id: str, msg_id: str
+) -> tuple[int, Snapshot, conv_store.Turn]:
+    """The version a removal writes and its snapshot below it, of a turn that must
+    exist (404 else)."""
+    v = next_version()
+    snap = await snapshot(svc, ns, agent, thread_id, msg_id, v)
+    if snap.turn is None:
+        raise NotFound(f"no message {msg_id!r} in this thread", field="msg_id", rule="exists")
+    return v, snap, snap.turn
 
 
 async def snapshot(svc: Services, ns: str, agent: str, thread_id: str, msg_id: str, below: int) -> Snapshot:

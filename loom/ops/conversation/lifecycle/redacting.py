@@ -34,8 +34,9 @@ from dataclasses import replace
 from datetime import UTC
 
 from loom.auth.principal import Principal, Role
-from loom.clock import next_version, utcnow
-from loom.errors import Forbidden, InvalidRequest, NotFound
+from loom.clock import utcnow
+from loom.errors import Forbidden, InvalidRequest
+from loom.models.conversation.lifecycle import RedactRequest
 from loom.ops.conversation.lifecycle import message_removal as mr
 from loom.sensitivity import high_spans, reads_as_high
 from loom.services import Services
@@ -130,25 +131,14 @@ class Replacer:
         return text
 
 
-async def redact(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    agent: str,
-    thread_id: str,
-    msg_id: str,
-    *,
-    spans: Sequence[str] | None = None,
-    ranges: Sequence[Sequence[int]] | None = None,
-    high: bool = False,
-    placeholder: str = PLACEHOLDER,
-) -> mr.Receipt:
+async def redact(svc: Services, who: Principal, ask: RedactRequest) -> mr.Receipt:
     """conversation.redact (admin)."""
     who.require_role(Role.admin)
     if who.bounded:
         raise Forbidden("a token bound to one user or session cannot redact", rule="read_scope")
-    ns = who.namespace(namespace)
-    _check(spans, ranges, high, placeholder)
+    ns = who.namespace(ask.namespace)
+    agent, thread_id, msg_id, placeholder = ask.agent, ask.thread_id, ask.msg_id, ask.placeholder
+    _check(ask.spans, ask.ranges, ask.high, placeholder)
     receipt = mr.Receipt(
         namespace=ns,
         agent=agent,
@@ -160,13 +150,9 @@ async def redact(
     )
     while True:
         async with mr.guarded(svc, ns, thread_id) as window:
-            v = next_version()
-            snap = await mr.snapshot(svc, ns, agent, thread_id, msg_id, v)
-            t = snap.turn
-            if t is None:
-                raise NotFound(f"no message {msg_id!r} in this thread", field="msg_id", rule="exists")
+            v, snap, t = await mr.snapshot_of_turn(svc, ns, agent, thread_id, msg_id)
             if not _vector_on_its_way(svc, t, snap.emb):
-                located = locate(t.content, spans or [], ranges or [], high)
+                located = locate(t.content, ask.spans or [], ask.ranges or [], ask.high)
                 receipt.high_sensitivity = t.high_sensitivity
                 if not located:
                     return receipt

@@ -77,7 +77,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Final, Literal, cast
+from typing import Final, Literal, Protocol, cast
 
 import numpy as np
 
@@ -192,6 +192,26 @@ class _Ask:
     def first_fetch(self) -> int:
         # Room for a few stale, dead or screened rows without a second round trip.
         return min(store.MAX_FETCH, self.limit * 2 + 10)
+
+    def answer(
+        self,
+        mode: Mode,
+        hits: list[Hit],
+        plan: list[str],
+        fallback: str | None = None,
+        *,
+        vectors: bool = True,
+    ) -> SearchResult:
+        """The answer over this search's namespaces; `vectors`: a vector leg ran, so the
+        answer names the model whose vectors it compared."""
+        return SearchResult(
+            mode=mode,
+            fallback_reason=fallback,
+            namespaces=list(self.namespaces),
+            hits=hits,
+            plan=plan,
+            model=self.model if vectors else None,
+        )
 
 
 # A retention TTL may remove a turn this long before its due time by our clock (skew).
@@ -490,24 +510,10 @@ async def _by_vector(
         [INDEX_PLAN],
     )
     if not got.missing:
-        return SearchResult(
-            mode=VECTOR,
-            fallback_reason=None,
-            namespaces=list(ask.namespaces),
-            hits=hits,
-            plan=plan,
-            model=ask.model,
-        )
+        return ask.answer(VECTOR, hits, plan)
     FALLBACKS.labels(INDEX_MISSING).inc()
     rest = await _by_engine(svc, replace(ask, namespaces=tuple(got.missing)), vector, None, trust)
-    return SearchResult(
-        mode=VECTOR,
-        fallback_reason=INDEX_MISSING,
-        namespaces=list(ask.namespaces),
-        hits=_best(hits + rest.hits, ask.limit),
-        plan=plan + rest.plan,
-        model=ask.model,
-    )
+    return ask.answer(VECTOR, _best(hits + rest.hits, ask.limit), plan + rest.plan, INDEX_MISSING)
 
 
 async def _from_index(
@@ -540,14 +546,7 @@ async def _by_engine(
     if table is None:
         await _discard(counting)
         hits = await _unindexed(svc, ask, vector, trust)
-        return SearchResult(
-            mode=VECTOR,
-            fallback_reason=None,
-            namespaces=list(ask.namespaces),
-            hits=hits,
-            plan=[UNINDEXED],
-            model=ask.model,
-        )
+        return ask.answer(VECTOR, hits, [UNINDEXED])
     per_ns, total = await _counts(svc, ask, table, counting)
     small, large = _split(ask.namespaces, per_ns, svc.settings.conversation_search_exact_max_rows)
     jobs: list[Awaitable[list[Hit]]] = []
@@ -560,14 +559,7 @@ async def _by_engine(
         jobs.append(_indexed(svc, ask, table, large, vector, trust, share=matched / max(1, total)))
         plan.append(INDEX)
     found = [h for group in await asyncio.gather(*jobs) for h in group]
-    return SearchResult(
-        mode=VECTOR,
-        fallback_reason=None,
-        namespaces=list(ask.namespaces),
-        hits=_best(found, ask.limit),
-        plan=plan,
-        model=ask.model,
-    )
+    return ask.answer(VECTOR, _best(found, ask.limit), plan)
 
 
 def _split(
@@ -680,7 +672,47 @@ async def _verified(svc: Services, ask: _Ask, candidates: list[Candidate], trust
 VECTOR_LEGS = ("vector",)
 LEXICAL_LEGS = ("lexical",)
 
-_Kept = tuple[Candidate, str, str, str, datetime]  # a candidate and its turn's role, run, owner, time
+
+class _Owned(Protocol):
+    """What a turn's row says of it: role, run, owner, time (a candidate as written, or
+    the row verification read)."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def ts(self) -> datetime: ...
+
+
+def _turn_key(c: Candidate | lexical_store.LexicalCandidate) -> TurnKey:
+    return TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id)
+
+
+def _hit(
+    at: TurnKey,
+    turn: _Owned,
+    similarity: float | None,
+    excerpt: str,
+    score: float | None = None,
+    legs: tuple[str, ...] = (),
+) -> Hit:
+    return Hit(
+        *at,
+        turn.role,
+        turn.run_id,
+        turn.user_id,
+        as_utc(turn.ts),
+        similarity,
+        excerpt,
+        score,
+        legs,
+    )
+
+
+_Kept = tuple[Candidate, _Owned]  # a candidate and what its turn's row says
 
 
 async def _verified_slice(
@@ -695,7 +727,7 @@ async def _verified_slice(
     doubted: list[Candidate] = []
     for c in fresh:
         if trust.covers(c, marks, repeated):
-            kept.append((c, c.role, c.run_id, c.user_id, c.ts))
+            kept.append((c, c))
         else:
             doubted.append(c)
     kept += await _checked(svc, ask, doubted)
@@ -719,10 +751,10 @@ async def _checked(svc: Services, ask: _Ask, fresh: list[Candidate]) -> list[_Ke
             continue  # tombstoned, failed, or re-embedded since this vector
         if (c.model or now.model) != ask.model:
             continue  # another model's vector (a row older than the vector tables' model column)
-        turn = turns.get(TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id))
+        turn = turns.get(_turn_key(c))
         if turn is None or not turn.live or turn.high or not turn.recorded:
             continue  # a saved-only row belongs to its user, not to search
-        kept.append((c, turn.role, turn.run_id, turn.user_id, turn.ts))
+        kept.append((c, turn))
     return kept
 
 
@@ -731,26 +763,12 @@ async def _hits(svc: Services, ask: _Ask, kept: list[_Kept]) -> list[Hit]:
     not read as high."""
     heads = await _heads(svc, ask, [k[0] for k in kept])
     hits = []
-    for c, role, run_id, user_id, ts in kept:
+    for c, turn in kept:
         head = heads.get(c.key, c.text)
         if window_reads_as_high(head, ask.shown, SCREEN_PAST):
             continue
-        hits.append(
-            Hit(
-                c.namespace,
-                c.agent,
-                c.thread_id,
-                c.msg_id,
-                role,
-                run_id,
-                user_id,
-                as_utc(ts),
-                round(c.similarity, 6),
-                head[: ask.shown],
-                round(c.similarity, 6),
-                VECTOR_LEGS,
-            )
-        )
+        similarity = round(c.similarity, 6)
+        hits.append(_hit(_turn_key(c), turn, similarity, head[: ask.shown], similarity, VECTOR_LEGS))
     return hits
 
 
@@ -778,9 +796,7 @@ async def _heads(svc: Services, ask: _Ask, candidates: list[Candidate]) -> dict[
     short = [c for c in candidates if not _text_covers(c.text, ask.window)]
     if not short:
         return {}
-    found = await svc.run(
-        store.heads, svc.ch, [TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id) for c in short], ask.window
-    )
+    found = await svc.run(store.heads, svc.ch, [_turn_key(c) for c in short], ask.window)
     return {(k[0], k[2], k[3]): head for k, head in found.items()}
 
 
@@ -796,31 +812,14 @@ async def _by_substring(svc: Services, ask: _Ask, query: str, reason: str) -> Se
             store.substring, svc.ch, ask.namespaces, query, ask.filters, fetch=n, chars=ask.window
         )
         hits = [
-            Hit(
-                r.namespace,
-                r.agent,
-                r.thread_id,
-                r.msg_id,
-                r.role,
-                r.run_id,
-                r.user_id,
-                as_utc(r.ts),
-                None,
-                r.head[: ask.shown],
-            )
+            _hit(r.turn_key, r, None, r.head[: ask.shown])
             for r in rows
             if not window_reads_as_high(r.head, ask.shown, SCREEN_PAST)
         ]
         if len(hits) >= ask.limit or len(rows) < n:
             break
         n *= GROWTH
-    return SearchResult(
-        mode=SUBSTRING,
-        fallback_reason=reason,
-        namespaces=list(ask.namespaces),
-        hits=hits[: ask.limit],
-        plan=[SUBSTRING],
-    )
+    return ask.answer(SUBSTRING, hits[: ask.limit], [SUBSTRING], reason, vectors=False)
 
 
 # -- lexical and hybrid modes ---------------------------------------------------------
@@ -853,13 +852,7 @@ async def _legs(
 ) -> SearchResult:
     plan = [LEXICAL_PLAN]
     if mode == LEXICAL:
-        return SearchResult(
-            mode=LEXICAL,
-            fallback_reason=None,
-            namespaces=list(ask.namespaces),
-            hits=_best_lexical(await lexical, ask.limit),
-            plan=plan,
-        )
+        return ask.answer(LEXICAL, _best_lexical(await lexical, ask.limit), plan, vectors=False)
     fallback = QUERY_HIGH if reads_as_high(query) else None
     vector_hits: list[Hit] = []
     vector_reason: str | None = None  # the vector leg read the engine instead of the index: why
@@ -878,22 +871,9 @@ async def _legs(
             log.warning("conversation.search: hybrid answered by its lexical leg", reason=fallback)
     lexical_hits = await lexical
     if fallback is not None:
-        return SearchResult(
-            mode=LEXICAL,
-            fallback_reason=fallback,
-            namespaces=list(ask.namespaces),
-            hits=_best_lexical(lexical_hits, ask.limit),
-            plan=plan,
-        )
+        return ask.answer(LEXICAL, _best_lexical(lexical_hits, ask.limit), plan, fallback, vectors=False)
     fused = fuse(vector_hits, lexical_hits, lexical_weight)
-    return SearchResult(
-        mode=HYBRID,
-        fallback_reason=vector_reason,
-        namespaces=list(ask.namespaces),
-        hits=fused[: ask.limit],
-        plan=plan,
-        model=ask.model,
-    )
+    return ask.answer(HYBRID, fused[: ask.limit], plan, vector_reason)
 
 
 def _best_lexical(hits: list[Hit], limit: int) -> list[Hit]:
@@ -961,7 +941,7 @@ async def _lexical_slice(
     excerpts are read from the index (see loom.store.transcript_terms)."""
     if not candidates:
         return []
-    keys = [TurnKey(c.namespace, c.agent, c.thread_id, c.msg_id) for c in candidates]
+    keys = [_turn_key(c) for c in candidates]
     now, heads = await asyncio.gather(
         svc.run(lexical_store.verify, svc.ch, keys),
         svc.run(lexical_store.heads, svc.ch, [(c.namespace, c.doc) for c in candidates]),
@@ -979,22 +959,7 @@ async def _lexical_slice(
         head = longer.get(key) or heads.get((c.namespace, c.doc), "")
         if window_reads_as_high(head, ask.shown, SCREEN_PAST):
             continue
-        hits.append(
-            Hit(
-                c.namespace,
-                c.agent,
-                c.thread_id,
-                c.msg_id,
-                turn.role,
-                turn.run_id,
-                turn.user_id,
-                as_utc(turn.ts),
-                None,
-                head[: ask.shown],
-                round(c.score, 6),
-                LEXICAL_LEGS,
-            )
-        )
+        hits.append(_hit(key, turn, None, head[: ask.shown], round(c.score, 6), LEXICAL_LEGS))
     return hits
 
 

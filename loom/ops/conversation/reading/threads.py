@@ -21,6 +21,13 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest, NotFound
 from loom.leases import thread_lease
+from loom.models.conversation.reading import (
+    CreateRequest,
+    GetRequest,
+    ListRequest,
+    ThreadsRequest,
+    UpdateRequest,
+)
 from loom.ops.conversation.common import TITLE_REFUSED, as_utc, decode_cursor, encode_cursor, micros
 from loom.sensitivity import high_reasons, reads_as_high, window_reads_as_high
 from loom.services import Services
@@ -115,22 +122,43 @@ def _view(row: thread_store.ThreadRow, activity: conv_store.ThreadActivity | Non
     )
 
 
-async def create(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    agent: str,
-    thread_id: str | None,
-    *,
-    title: str | None = None,
-    metadata: dict[str, Any] | None = None,
-    run_id: str | None = None,
-) -> tuple[ThreadView, bool]:
+async def _write(
+    svc: Services, row: thread_store.ThreadRow, now: datetime, ask: CreateRequest | UpdateRequest
+) -> None:
+    """Attach the fields a client gave (None leaves one as it is) and write a new version."""
+    if ask.title is not None:
+        row.title = ask.title
+    if ask.metadata is not None:
+        row.metadata = _client_metadata(ask.metadata)
+    if ask.run_id is not None:
+        row.run_id = ask.run_id
+    row.updated_at = now
+    row.version = next_version()
+    await svc.run(thread_store.insert, svc.ch, [row])
+
+
+async def _existing(
+    svc: Services, ns: str, agent: str, thread_id: str
+) -> tuple[thread_store.ThreadRow | None, conv_store.ThreadActivity]:
+    """The thread's live row (None when only its turns say it exists) and its activity;
+    404 when there is neither."""
+    row, activity = await asyncio.gather(
+        svc.run(thread_store.get, svc.ch, ns, agent, thread_id),
+        svc.run(conv_store.activity, svc.ch, ns, agent, thread_id),
+    )
+    live = row if row is not None and not row.tombstoned else None
+    if live is None and activity.turns == 0:
+        raise NotFound(f"no thread {thread_id!r} for agent {agent!r}", field="thread_id")
+    return live, activity
+
+
+async def create(svc: Services, who: Principal, ask: CreateRequest) -> tuple[ThreadView, bool]:
     """conversation.create (writer): a thread with its title, metadata or run_id up front.
     On a thread that exists, the given fields are attached to it (created: false)."""
     who.require_role(Role.writer)
-    ns = who.namespace(namespace)
-    thread_id = thread_id or f"th_{uuid.uuid4().hex}"
+    ns = who.namespace(ask.namespace)
+    agent = ask.agent
+    thread_id = ask.thread_id or f"th_{uuid.uuid4().hex}"
     async with thread_lease(svc.redis, ns, thread_id):
         current = await svc.run(thread_store.get, svc.ch, ns, agent, thread_id)
         created = current is None or current.tombstoned
@@ -141,81 +169,45 @@ async def create(
             else current
         )
         assert row is not None
-        if title is not None:
-            row.title = title
-        if metadata is not None:
-            row.metadata = _client_metadata(metadata)
-        if run_id is not None:
-            row.run_id = run_id
         row.tombstoned = False
-        row.updated_at = now
-        row.version = next_version()
-        await svc.run(thread_store.insert, svc.ch, [row])
+        await _write(svc, row, now, ask)
     return _view(row), created
 
 
-async def update(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    agent: str,
-    thread_id: str,
-    *,
-    title: str | None = None,
-    metadata: dict[str, Any] | None = None,
-    run_id: str | None = None,
-) -> ThreadView:
+async def update(svc: Services, who: Principal, ask: UpdateRequest) -> ThreadView:
     """conversation.update (writer): change a thread's title, metadata or run_id. New
     metadata replaces the old, including a title_refused mark."""
     who.require_role(Role.writer)
-    ns = who.namespace(namespace)
-    if title is None and metadata is None and run_id is None:
+    ns = who.namespace(ask.namespace)
+    agent, thread_id = ask.agent, ask.thread_id
+    if ask.title is None and ask.metadata is None and ask.run_id is None:
         raise InvalidRequest(
             "nothing to update: give title, metadata or run_id", field="title", rule="one_of"
         )
     async with thread_lease(svc.redis, ns, thread_id):
-        current, activity = await asyncio.gather(
-            svc.run(thread_store.get, svc.ch, ns, agent, thread_id),
-            svc.run(conv_store.activity, svc.ch, ns, agent, thread_id),
-        )
-        live = current is not None and not current.tombstoned
-        if not live and activity.turns == 0:
-            raise NotFound(f"no thread {thread_id!r} for agent {agent!r}", field="thread_id")
+        live, activity = await _existing(svc, ns, agent, thread_id)
         now = utcnow()
-        row = (
-            current
-            if live and current is not None
-            else thread_store.ThreadRow(
-                namespace=ns, agent=agent, thread_id=thread_id, created_at=activity.first_ts or now
-            )
+        row = live or thread_store.ThreadRow(
+            namespace=ns, agent=agent, thread_id=thread_id, created_at=activity.first_ts or now
         )
-        if title is not None:
-            row.title = title
-        if metadata is not None:
-            row.metadata = _client_metadata(metadata)
-        if run_id is not None:
-            row.run_id = run_id
-        row.updated_at = now
-        row.version = next_version()
-        await svc.run(thread_store.insert, svc.ch, [row])
+        await _write(svc, row, now, ask)
     return _view(row, activity)
 
 
-async def threads(
-    svc: Services, who: Principal, namespace: str, agent: str, *, window_days: int, limit: int, offset: int
-) -> tuple[list[ThreadSummary], bool]:
+async def threads(svc: Services, who: Principal, ask: ThreadsRequest) -> tuple[list[ThreadSummary], bool]:
     """conversation.threads (viewer): recent threads, newest first; `agent="*"` for all."""
     who.require_role(Role.viewer)
-    ns = who.namespace(namespace)
-    since = utcnow() - timedelta(days=window_days)
+    ns = who.namespace(ask.namespace)
+    since = utcnow() - timedelta(days=ask.window_days)
+    limit = ask.limit
     recent = await svc.run(
         thread_store.recent,
         svc.ch,
         ns,
-        None if agent == ALL_AGENTS else agent,
+        None if ask.agent == ALL_AGENTS else ask.agent,
         since,
         limit=limit + 1,
-        offset=offset,
+        offset=ask.offset,
     )
     has_more = len(recent) > limit
     recent = recent[:limit]
@@ -253,21 +245,13 @@ async def threads(
 
 
 async def _page(
-    svc: Services,
-    ns: str,
-    agent: str,
-    thread_id: str,
-    *,
-    kind: str,
-    limit: int,
-    order: str,
-    cursor: str | None,
-    run_id: str | None,
+    svc: Services, ns: str, ask: GetRequest | ListRequest, *, kind: str, run_id: str | None
 ) -> Page:
-    expect = {"k": kind, "th": thread_id, "ag": agent, "o": order, "r": run_id}
+    agent, thread_id, limit = ask.agent, ask.thread_id, ask.limit
+    expect = {"k": kind, "th": thread_id, "ag": agent, "o": ask.order, "r": run_id}
     after = None
-    if cursor:
-        pos = decode_cursor(cursor, expect=expect)
+    if ask.cursor:
+        pos = decode_cursor(ask.cursor, expect=expect)
         try:
             after = (int(pos["t"]), str(pos["m"]))
         except (KeyError, TypeError, ValueError):
@@ -281,7 +265,7 @@ async def _page(
         agent,
         thread_id,
         limit=limit + 1,
-        descending=order == "desc",
+        descending=ask.order == "desc",
         after=after,
         run_id=run_id,
     )
@@ -293,61 +277,28 @@ async def _page(
     return Page(messages=messages, next_cursor=next_cursor)
 
 
-async def get(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    agent: str,
-    thread_id: str,
-    *,
-    include_messages: bool = True,
-    include_embedding: bool = False,
-    limit: int = 50,
-    order: str = "asc",
-    cursor: str | None = None,
-) -> tuple[ThreadView, Page | None]:
+async def get(svc: Services, who: Principal, ask: GetRequest) -> tuple[ThreadView, Page | None]:
     """conversation.get (viewer): a thread's metadata; with include_messages, a page of its
     turns (with include_embedding, each with its embedding's state)."""
     who.require_role(Role.viewer)
-    ns = who.namespace(namespace)
-    row, activity = await asyncio.gather(
-        svc.run(thread_store.get, svc.ch, ns, agent, thread_id),
-        svc.run(conv_store.activity, svc.ch, ns, agent, thread_id),
-    )
-    if (row is None or row.tombstoned) and activity.turns == 0:
-        raise NotFound(f"no thread {thread_id!r} for agent {agent!r}", field="thread_id")
-    if row is None or row.tombstoned:
+    ns = who.namespace(ask.namespace)
+    row, activity = await _existing(svc, ns, ask.agent, ask.thread_id)
+    if row is None:
         row = thread_store.ThreadRow(
-            namespace=ns, agent=agent, thread_id=thread_id, created_at=activity.first_ts
+            namespace=ns, agent=ask.agent, thread_id=ask.thread_id, created_at=activity.first_ts
         )
     page = None
-    if include_messages:
-        page = await _page(
-            svc, ns, agent, thread_id, kind="get", limit=limit, order=order, cursor=cursor, run_id=None
-        )
-        if include_embedding:
-            page = await _with_embedding(svc, ns, thread_id, page)
+    if ask.include_messages:
+        page = await _page(svc, ns, ask, kind="get", run_id=None)
+        if ask.include_embedding:
+            page = await _with_embedding(svc, ns, ask.thread_id, page)
     return _view(row, activity), page
 
 
-async def list_turns(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    agent: str,
-    thread_id: str,
-    *,
-    limit: int = 50,
-    order: str = "asc",
-    cursor: str | None = None,
-    run_id: str | None = None,
-) -> Page:
+async def list_turns(svc: Services, who: Principal, ask: ListRequest) -> Page:
     """conversation.list (viewer): a thread's turns, cursor-paginated, optionally by run_id."""
     who.require_role(Role.viewer)
-    ns = who.namespace(namespace)
-    return await _page(
-        svc, ns, agent, thread_id, kind="list", limit=limit, order=order, cursor=cursor, run_id=run_id
-    )
+    return await _page(svc, who.namespace(ask.namespace), ask, kind="list", run_id=ask.run_id)
 
 
 @dataclass(kw_only=True)

@@ -33,7 +33,7 @@ from typing import Any
 
 from loom.auth.principal import Principal, Role
 from loom.errors import InvalidRequest
-from loom.limits import SAVED_LEXICAL_WEIGHT
+from loom.models.conversation.saved import ListSavedRequest, SearchSavedRequest
 from loom.ops.conversation.common import as_utc, check_lexical_weight, decode_cursor, encode_cursor, rrf_score
 from loom.ops.conversation.saved.saving import acting_user
 from loom.ops.embedding import inline
@@ -69,23 +69,15 @@ class SavedPage:
     next_cursor: str | None = None
 
 
-async def list_saved_messages(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    *,
-    limit: int = 50,
-    cursor: str | None = None,
-    conversation_id: str | None = None,
-) -> SavedPage:
+async def list_saved_messages(svc: Services, who: Principal, ask: ListSavedRequest) -> SavedPage:
     """conversation.list_saved_messages (viewer): one user's saved messages, most
     recently saved first, in pages of `limit` (pass `next_cursor` back as `cursor`)."""
     who.require_role(Role.viewer)
-    ns = who.namespace(namespace)
-    user = acting_user(who, user_id)
+    ns = who.namespace(ask.namespace)
+    user = acting_user(who, ask.user_id)
+    limit, conversation_id = ask.limit, ask.conversation_id
     expect = {"k": "saved", "n": ns, "u": user, "c": conversation_id}
-    after = _position(decode_cursor(cursor, expect=expect)) if cursor else None
+    after = _position(decode_cursor(ask.cursor, expect=expect)) if ask.cursor else None
     entries = await svc.run(
         saved_store.saved_page, svc.ch, ns, user, limit=limit + 1, thread_id=conversation_id, after=after
     )
@@ -171,23 +163,14 @@ class _Candidate:
     lexical_rank: int | None = None
 
 
-async def search_saved_messages(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    query: str,
-    *,
-    limit: int = 10,
-    search_mode: str = HYBRID,
-    lexical_weight: float = SAVED_LEXICAL_WEIGHT,
-    conversation_id: str | None = None,
-) -> SavedSearch:
+async def search_saved_messages(svc: Services, who: Principal, ask: SearchSavedRequest) -> SavedSearch:
     """conversation.search_saved_messages (viewer): this user's saved, live messages
     ranked for `query` (see the module's docstring)."""
     who.require_role(Role.viewer)
-    ns = who.namespace(namespace)
-    user = acting_user(who, user_id)
+    ns = who.namespace(ask.namespace)
+    user = acting_user(who, ask.user_id)
+    query, limit, search_mode, lexical_weight = ask.query, ask.limit, ask.search_mode, ask.lexical_weight
+    conversation_id = ask.conversation_id
     if search_mode not in SEARCH_MODES:
         raise InvalidRequest(
             f"search_mode must be one of {', '.join(SEARCH_MODES)}", field="search_mode", rule="one_of"
@@ -200,7 +183,8 @@ async def search_saved_messages(
             svc.run(bm25.search, svc.ch, ns, user, query, limit=depth, thread_id=conversation_id)
         )
 
-    mode, fallback = search_mode, None
+    mode: str = search_mode
+    fallback = None
     lex_job = lexical() if mode in (HYBRID, LEXICAL) else None  # runs while the query is embedded
     vector_hits: list[saved_store.VectorHit] = []
     if mode in (HYBRID, SEMANTIC):

@@ -99,7 +99,7 @@ from loom.store import namespaces as ns_store
 from loom.store import threads as thread_store
 from loom.store.keys import EmbKey, ThreadKey, TurnKey, UserKey
 from loom.store.transcript_postings import speaker_of
-from loom.store.write_buffer import Batcher
+from loom.store.write_buffer import Batcher, FlushFn
 
 log = loom_logging.get("loom.conversation.append")
 
@@ -190,39 +190,46 @@ class AppendPipeline:
     def __init__(self, svc: Services) -> None:
         self.svc = svc
         cfg = svc.settings
-        self.buffer: Batcher[conv_store.Turn, _Flushed] = Batcher(
-            self._flush,
-            max_items=cfg.write_batch_max_rows,
-            max_wait_s=cfg.write_batch_max_wait_ms / 1000.0,
-            max_inflight=4,
-            name="conversation-append",
-        )
+        self.buffer = self._batcher(self._flush, "conversation-append", cfg.write_batch_max_wait_ms)
         # User and assistant turns have a buffer of their own with a longer window
         # (LOOM_WRITE_BATCH_EMBED_WAIT_MS): they wait for their embedding anyway, and a
         # flush that gathers all of a round's concurrent appends costs one insert and
         # one embedding job (each ~10-50 ms of the engine's CPU, which the model lacks)
         # instead of several. System and tool turns keep the short window.
-        self.embed_buffer: Batcher[conv_store.Turn, _Flushed] = Batcher(
+        self.embed_buffer = self._batcher(
             self._flush,
-            max_items=cfg.write_batch_max_rows,
-            max_wait_s=cfg.write_batch_embed_wait_ms / 1000.0,
-            quiet_s=cfg.write_batch_embed_quiet_ms / 1000.0 or None,
-            max_inflight=4,
-            name="conversation-append-embedded",
+            "conversation-append-embedded",
+            cfg.write_batch_embed_wait_ms,
+            quiet_ms=cfg.write_batch_embed_quiet_ms,
         )
         # An import's turns (embed=False): no embedding job, so no wait for one.
-        self.import_buffer: Batcher[conv_store.Turn, _Flushed] = Batcher(
-            self._flush_unembedded,
-            max_items=cfg.write_batch_max_rows,
-            max_wait_s=cfg.write_batch_max_wait_ms / 1000.0,
-            max_inflight=2,
-            name="conversation-import",
+        self.import_buffer = self._batcher(
+            self._flush_unembedded, "conversation-import", cfg.write_batch_max_wait_ms, max_inflight=2
         )
         self.embedder = EmbedClient(svc)
         self._known_threads: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._rebuilding: set[str] = set()
         self._flushing: set[str] = set()  # the writers running: their live marks are renewed
         self._renewer: asyncio.Task[None] | None = None
+
+    def _batcher(
+        self,
+        flush: FlushFn[conv_store.Turn, _Flushed],
+        name: str,
+        wait_ms: float,
+        *,
+        quiet_ms: float = 0.0,
+        max_inflight: int = 4,
+    ) -> Batcher[conv_store.Turn, _Flushed]:
+        """A buffer of turns flushed by `flush`, at most the configured rows per batch."""
+        return Batcher(
+            flush,
+            max_items=self.svc.settings.write_batch_max_rows,
+            max_wait_s=wait_ms / 1000.0,
+            quiet_s=quiet_ms / 1000.0 or None,
+            max_inflight=max_inflight,
+            name=name,
+        )
 
     async def close(self) -> None:
         await self.buffer.close()
