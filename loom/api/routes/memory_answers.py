@@ -34,17 +34,7 @@ async def memory_ask(
     """A plain-language question about the user, answered by the LLM from the user's facts,
     profile and evidence, with citations and the time basis. With no model configured (or a
     question that reads as high) it answers the ranked context, `answer: null` and a `reason`."""
-    out = await asking.ask(
-        svc,
-        who,
-        body.namespace,
-        body.user_id,
-        body.question,
-        session_id=body.session_id,
-        run_id=body.run_id,
-        as_of=body.as_of,
-        limit=body.limit,
-    )
+    out = await asking.ask(svc, who, **body.model_dump())
     return MemoryAskResponse.model_validate(
         {
             "answer": out.answer,
