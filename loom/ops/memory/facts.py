@@ -150,22 +150,8 @@ async def set_facts(
             mid = keyed_memory_id(scope, f.key) if f.key else new_memory_id()
             if head is not None:
                 mid = validity.successor_id(scope.namespace, scope.user_id, head.memory_id)
-            row = Fact(
-                namespace=scope.namespace,
-                user_id=scope.user_id,
-                memory_id=mid,
-                session_id=scope.session_id,
-                run_id=scope.run_id,
-                kind=f.kind,
-                key=f.key,
-                text=f.text,
-                source=SET,
-                evidence_ids=[],
-                created_at=now,
-                updated_at=now,
-                valid_from=start,
-                valid_until=end,
-            )
+            said = validity.Statement(text=f.text, kind=f.kind, key=f.key, source=SET, evidence_ids=[])
+            row = validity.new_fact(scope, mid, said, now, (start, end))
             if head is not None:
                 old = validity.link(head, row, now)
                 if any(r is head for r in rows):  # set earlier in this call: close it there
