@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from fastapi import APIRouter
+from pydantic import BaseModel
 
 from loom.api.deps import Caller, Svc
 from loom.clock import utcnow
@@ -15,7 +17,6 @@ from loom.models.memory import (
     ContextPackResponse,
     ConversationHitOut,
     ConversationSectionOut,
-    DecisionOut,
     EvidenceOut,
     FactHitOut,
     FactOut,
@@ -47,56 +48,35 @@ from loom.models.memory import (
     UnifiedSearchResponse,
 )
 from loom.ops.memory import context, extraction, facts, observe, profile, recall, unified, validity
+from loom.ops.memory.facts import FactHit
 from loom.store.memories import Fact
 
 router = APIRouter(prefix="/v1", tags=["memory"], responses=error_responses(*COMMON))
 
 
+def _named(obj: object, model: type[BaseModel]) -> dict[str, Any]:
+    """The attributes of `obj` that `model` answers, by name."""
+    return {name: getattr(obj, name) for name in model.model_fields if hasattr(obj, name)}
+
+
 def _fact(f: Fact) -> dict[str, object]:
-    return {
-        "memory_id": f.memory_id,
-        "text": f.text,
-        "kind": f.kind,
-        "key": f.key,
-        "session_id": f.session_id,
-        "run_id": f.run_id,
-        "source": f.source,
-        "evidence_ids": f.evidence_ids,
-        "created_at": f.created_at,
-        "updated_at": f.updated_at,
-        "valid_from": f.valid_from,
-        "valid_until": f.valid_until,
-        "supersedes": f.supersedes or None,
-        "superseded_by": f.superseded_by or None,
-    }
+    # No link is answered as null, not as the row's empty string.
+    links = {"supersedes": f.supersedes or None, "superseded_by": f.superseded_by or None}
+    return _named(f, FactOut) | links
 
 
 def evidence_out(h: recall.RecallHit) -> EvidenceOut:
     """One evidence hit as answered (memory.recall, memory.ask)."""
-    e = h.evidence
-    return EvidenceOut(
-        evidence_id=e.evidence_id,
-        msg_id=e.msg_id,
-        role=e.role,
-        content=e.content,
-        source=e.source,
-        session_id=e.session_id,
-        run_id=e.run_id,
-        ts=e.ts,
-        score=h.score,
-        matched=h.matched,
-    )
+    return EvidenceOut(**_named(h.evidence, EvidenceOut), score=h.score, matched=h.matched)
+
+
+def fact_hit_out(h: FactHit) -> FactHitOut:
+    """One fact hit as answered (memory.search, search, memory.ask)."""
+    return FactHitOut(**_fact(h.fact), score=h.score, legs=h.legs, similarity=h.similarity, bm25=h.bm25)
 
 
 def _extraction_response(out: extraction.Extraction) -> SetFromMessagesResponse:
-    return SetFromMessagesResponse(
-        evidence_ids=out.evidence_ids,
-        extracted=out.extracted,
-        decisions=[DecisionOut.model_validate(d, from_attributes=True) for d in out.decisions],
-        reason=out.reason,
-        job_id=out.job_id,
-        extraction_id=out.extraction_id,
-    )
+    return SetFromMessagesResponse.model_validate(out, from_attributes=True)
 
 
 @router.post("/memory.set", response_model=MemorySetResponse)
@@ -125,16 +105,7 @@ async def memory_search(
     each hit with its score, legs, source, validity and links. Session briefs are never
     in it."""
     found = await facts.search(svc, who, **body.model_dump())
-    hits = [
-        FactHitOut(
-            **_fact(h.fact),
-            score=h.score,
-            legs=h.legs,
-            similarity=h.similarity,
-            bm25=h.bm25,
-        )
-        for h in found.hits
-    ]
+    hits = [fact_hit_out(h) for h in found.hits]
     window = FactWindowOut(**asdict(found.time_window)) if found.time_window else None
     return MemorySearchResponse(hits=hits, fallback_reason=found.fallback_reason, time_window=window)
 
@@ -278,10 +249,7 @@ async def search(
     u = await unified.search(svc, who, **body.model_dump())
     return UnifiedSearchResponse(
         memory=MemorySectionOut(
-            hits=[
-                FactHitOut(**_fact(h.fact), score=h.score, legs=h.legs, similarity=h.similarity, bm25=h.bm25)
-                for h in u.memory
-            ],
+            hits=[fact_hit_out(h) for h in u.memory],
             note=u.memory_note,
         ),
         conversation=ConversationSectionOut(

@@ -8,9 +8,8 @@ from dataclasses import asdict
 from fastapi import APIRouter
 
 from loom.api.deps import Caller, Svc
-from loom.api.routes.memory import _fact, evidence_out
+from loom.api.routes.memory import evidence_out, fact_hit_out
 from loom.models.errors import COMMON, error_responses
-from loom.models.memory import FactHitOut
 from loom.models.memory_answers import (
     CitationOut,
     JobStatusRequest,
@@ -41,10 +40,7 @@ async def memory_ask(
             "reason": out.reason,
             "citations": [CitationOut(kind=c.kind, id=c.id, time=c.time) for c in out.citations],
             "time_basis": TimeBasisOut(newest=out.newest, as_of=out.as_of),
-            "facts": [
-                FactHitOut(**_fact(h.fact), score=h.score, legs=h.legs, similarity=h.similarity, bm25=h.bm25)
-                for h in out.facts
-            ],
+            "facts": [fact_hit_out(h) for h in out.facts],
             "evidence": [evidence_out(e) for e in out.evidence],
             "profile": [ProfileSectionOut(name=n, text=t) for n, t in out.profile],
             "fallback_reason": out.fallback_reason,
