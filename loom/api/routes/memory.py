@@ -118,7 +118,7 @@ async def memory_list(
 ) -> MemoryListResponse:
     """Page through the user's current facts (or those valid at `as_of`), most recently
     updated first."""
-    page = await facts.list_facts(svc, who, **body.model_dump())
+    page = await facts.list_facts(svc, who, body)
     return MemoryListResponse(
         facts=[FactOut(**_fact(f)) for f in page.facts],
         next_cursor=page.next_cursor,

@@ -34,6 +34,7 @@ from datetime import datetime
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
+from loom.models.memory import MemoryListRequest
 from loom.ops.conversation.common import decode_cursor, encode_cursor
 from loom.ops.embedding import inline
 from loom.ops.memory import erasing, large_scope, scan_cache, time_window, validity
@@ -413,33 +414,23 @@ class FactPage:
     next_cursor: str | None
 
 
-async def list_facts(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    *,
-    session_id: str = "",
-    run_id: str = "",
-    kind: str | None = None,
-    limit: int = 50,
-    cursor: str | None = None,
-    as_of: datetime | None = None,
-) -> FactPage:
+async def list_facts(svc: Services, who: Principal, req: MemoryListRequest) -> FactPage:
     """memory.list: the scope's current facts (or those valid at `as_of`), most recently
     updated first."""
     who.require_role(Role.writer)
-    scope = scope_for(who, namespace, user_id, session_id, run_id)
-    at = "" if as_of is None else as_of.isoformat()
-    expect = {"u": scope.user_id, "s": scope.session_id, "r": scope.run_id, "k": kind or "", "a": at}
+    scope = scope_for(who, req.namespace, req.user_id, req.session_id, req.run_id)
+    at = "" if req.as_of is None else req.as_of.isoformat()
+    expect = {"u": scope.user_id, "s": scope.session_id, "r": scope.run_id, "k": req.kind or "", "a": at}
     after = None
-    if cursor:
-        payload = decode_cursor(cursor, expect=expect)
+    if req.cursor:
+        payload = decode_cursor(req.cursor, expect=expect)
         after = (int(payload["ms"]), str(payload["id"]))
-    rows = await svc.run(store.page, svc.ch, scope, limit=limit + 1, after=after, kind=kind, as_of=as_of)
+    rows = await svc.run(
+        store.page, svc.ch, scope, limit=req.limit + 1, after=after, kind=req.kind, as_of=req.as_of
+    )
     nxt = None
-    if len(rows) > limit:
-        rows = rows[:limit]
+    if len(rows) > req.limit:
+        rows = rows[: req.limit]
         last = rows[-1]
         nxt = encode_cursor({**expect, "ms": int(last.updated_at.timestamp() * 1000), "id": last.memory_id})
     return FactPage(rows, nxt)
