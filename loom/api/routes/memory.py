@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from fastapi import APIRouter
+from pydantic import BaseModel
 
 from loom.api.deps import Caller, Svc
 from loom.clock import utcnow
@@ -15,7 +17,6 @@ from loom.models.memory import (
     ContextPackResponse,
     ConversationHitOut,
     ConversationSectionOut,
-    DecisionOut,
     EvidenceOut,
     FactHitOut,
     FactOut,
@@ -37,8 +38,6 @@ from loom.models.memory import (
     ObserveCrystallizeRequest,
     ObserveRecordRequest,
     ObserveRecordResponse,
-    PackItemOut,
-    PackSectionOut,
     ProfileSectionOut,
     RecallRequest,
     RecallResponse,
@@ -49,59 +48,35 @@ from loom.models.memory import (
     UnifiedSearchResponse,
 )
 from loom.ops.memory import context, extraction, facts, observe, profile, recall, unified, validity
+from loom.ops.memory.facts import FactHit
 from loom.store.memories import Fact
 
 router = APIRouter(prefix="/v1", tags=["memory"], responses=error_responses(*COMMON))
 
 
+def _named(obj: object, model: type[BaseModel]) -> dict[str, Any]:
+    """The attributes of `obj` that `model` answers, by name."""
+    return {name: getattr(obj, name) for name in model.model_fields if hasattr(obj, name)}
+
+
 def _fact(f: Fact) -> dict[str, object]:
-    return {
-        "memory_id": f.memory_id,
-        "text": f.text,
-        "kind": f.kind,
-        "key": f.key,
-        "session_id": f.session_id,
-        "run_id": f.run_id,
-        "source": f.source,
-        "evidence_ids": f.evidence_ids,
-        "created_at": f.created_at,
-        "updated_at": f.updated_at,
-        "valid_from": f.valid_from,
-        "valid_until": f.valid_until,
-        "supersedes": f.supersedes or None,
-        "superseded_by": f.superseded_by or None,
-    }
+    # No link is answered as null, not as the row's empty string.
+    links = {"supersedes": f.supersedes or None, "superseded_by": f.superseded_by or None}
+    return _named(f, FactOut) | links
 
 
 def evidence_out(h: recall.RecallHit) -> EvidenceOut:
     """One evidence hit as answered (memory.recall, memory.ask)."""
-    e = h.evidence
-    return EvidenceOut(
-        evidence_id=e.evidence_id,
-        msg_id=e.msg_id,
-        role=e.role,
-        content=e.content,
-        source=e.source,
-        session_id=e.session_id,
-        run_id=e.run_id,
-        ts=e.ts,
-        score=h.score,
-        matched=h.matched,
-    )
+    return EvidenceOut(**_named(h.evidence, EvidenceOut), score=h.score, matched=h.matched)
+
+
+def fact_hit_out(h: FactHit) -> FactHitOut:
+    """One fact hit as answered (memory.search, search, memory.ask)."""
+    return FactHitOut(**_fact(h.fact), score=h.score, legs=h.legs, similarity=h.similarity, bm25=h.bm25)
 
 
 def _extraction_response(out: extraction.Extraction) -> SetFromMessagesResponse:
-    return SetFromMessagesResponse(
-        evidence_ids=out.evidence_ids,
-        extracted=out.extracted,
-        decisions=[
-            DecisionOut(action=d.action, memory_id=d.memory_id, text=d.text, supersedes=d.supersedes)
-            for d in out.decisions
-        ],
-        reason=out.reason,
-        job_id=out.job_id,
-        extraction_id=out.extraction_id,
-    )
+    return SetFromMessagesResponse.model_validate(out, from_attributes=True)
 
 
 @router.post("/memory.set", response_model=MemorySetResponse)
@@ -114,28 +89,9 @@ async def memory_set(
     different text supersedes its current fact (kept, closed). A fact that reads as high
     is refused (`high_sensitivity`, not stored); an embed failure stores the fact for BM25
     only (`embed_failed`)."""
-    out = await facts.set_facts(
-        svc,
-        who,
-        body.namespace,
-        body.user_id,
-        [facts.NewFact(f.text, f.kind, f.key, f.valid_from, f.valid_until) for f in body.facts],
-        session_id=body.session_id,
-        run_id=body.run_id,
-    )
-    return MemorySetResponse(
-        results=[
-            SetResult(
-                memory_id=o.memory_id,
-                stored=o.stored,
-                updated=o.updated,
-                supersedes=o.supersedes,
-                indexed=o.indexed,
-                reason=o.reason,
-            )
-            for o in out
-        ]
-    )
+    new = [facts.NewFact(f.text, f.kind, f.key, f.valid_from, f.valid_until) for f in body.facts]
+    out = await facts.set_facts(svc, who, facts=new, **body.model_dump(exclude={"facts"}))
+    return MemorySetResponse(results=[SetResult.model_validate(o, from_attributes=True) for o in out])
 
 
 @router.post("/memory.search", response_model=MemorySearchResponse)
@@ -148,28 +104,8 @@ async def memory_search(
     a time phrase of the query names): vector and BM25 legs fused by reciprocal rank,
     each hit with its score, legs, source, validity and links. Session briefs are never
     in it."""
-    found = await facts.search(
-        svc,
-        who,
-        body.namespace,
-        body.user_id,
-        body.query,
-        session_id=body.session_id,
-        run_id=body.run_id,
-        limit=body.limit,
-        as_of=body.as_of,
-        time_phrases=body.time_phrases,
-    )
-    hits = [
-        FactHitOut(
-            **_fact(h.fact),
-            score=h.score,
-            legs=h.legs,
-            similarity=h.similarity,
-            bm25=h.bm25,
-        )
-        for h in found.hits
-    ]
+    found = await facts.search(svc, who, **body.model_dump())
+    hits = [fact_hit_out(h) for h in found.hits]
     window = FactWindowOut(**asdict(found.time_window)) if found.time_window else None
     return MemorySearchResponse(hits=hits, fallback_reason=found.fallback_reason, time_window=window)
 
@@ -182,18 +118,7 @@ async def memory_list(
 ) -> MemoryListResponse:
     """Page through the user's current facts (or those valid at `as_of`), most recently
     updated first."""
-    page = await facts.list_facts(
-        svc,
-        who,
-        body.namespace,
-        body.user_id,
-        session_id=body.session_id,
-        run_id=body.run_id,
-        kind=body.kind,
-        limit=body.limit,
-        cursor=body.cursor,
-        as_of=body.as_of,
-    )
+    page = await facts.list_facts(svc, who, body)
     return MemoryListResponse(
         facts=[FactOut(**_fact(f)) for f in page.facts],
         next_cursor=page.next_cursor,
@@ -260,16 +185,7 @@ async def set_from_messages(
     the user's most similar facts. `defer: true` answers a job id and extracts on the
     worker pool. With no model configured the evidence is stored and no fact extracted."""
     msgs = [extraction.Message(m.role, m.content, m.msg_id, m.ts) for m in body.messages]
-    out = await extraction.set_from_messages(
-        svc,
-        who,
-        body.namespace,
-        body.user_id,
-        msgs,
-        session_id=body.session_id,
-        run_id=body.run_id,
-        defer=body.defer,
-    )
+    out = await extraction.set_from_messages(svc, who, messages=msgs, **body.model_dump(exclude={"messages"}))
     return _extraction_response(out)
 
 
@@ -281,18 +197,7 @@ async def memory_recall(
 ) -> RecallResponse:
     """BM25 (with `query`) and time-window (`since`, `until`) reads over the user's
     evidence: what extractions read, recorded or not. Never the transcript."""
-    hits = await recall.recall(
-        svc,
-        who,
-        body.namespace,
-        body.user_id,
-        query=body.query,
-        session_id=body.session_id,
-        run_id=body.run_id,
-        since=body.since,
-        until=body.until,
-        limit=body.limit,
-    )
+    hits = await recall.recall(svc, who, **body.model_dump())
     return RecallResponse(hits=[evidence_out(h) for h in hits])
 
 
@@ -304,19 +209,7 @@ async def observe_record(
 ) -> ObserveRecordResponse:
     """Keep an episodic observation of a tool action (run, tool, input summary, outcome)
     as evidence. It never becomes a fact by itself: see observe.crystallize."""
-    eid = await observe.record(
-        svc,
-        who,
-        body.namespace,
-        body.user_id,
-        run_id=body.run_id,
-        tool=body.tool,
-        input_summary=body.input_summary,
-        outcome=body.outcome,
-        obs_id=body.obs_id,
-        session_id=body.session_id,
-        ts=body.ts,
-    )
+    eid = await observe.record(svc, who, **body.model_dump())
     return ObserveRecordResponse(evidence_id=eid)
 
 
@@ -328,7 +221,7 @@ async def observe_crystallize(
 ) -> SetFromMessagesResponse:
     """Extract facts from a run's observations (source `crystallize`), with the same
     add / update / delete / leave decisions as memory.set_from_messages."""
-    out = await observe.crystallize(svc, who, body.namespace, body.user_id, run_id=body.run_id)
+    out = await observe.crystallize(svc, who, **body.model_dump())
     return _extraction_response(out)
 
 
@@ -341,32 +234,8 @@ async def context_pack(
     """What an agent needs to resume a (user, session/thread) scope within a token budget:
     the relevant facts, the transcript tail (when recorded), evidence hits, each labelled
     with its source. Deterministic, no LLM. A brief only when `brief_key` names one."""
-    p = await context.pack(
-        svc,
-        who,
-        body.namespace,
-        body.user_id,
-        session_id=body.session_id,
-        thread_id=body.thread_id,
-        agent=body.agent,
-        query=body.query,
-        token_budget=body.token_budget,
-        brief_key=body.brief_key,
-        include_profile=body.include_profile,
-    )
-    return ContextPackResponse(
-        sections=[
-            PackSectionOut(
-                name=s.name,
-                items=[PackItemOut(text=i.text, source=i.source, ts=i.ts) for i in s.items],
-                tokens=s.tokens,
-                note=s.note,
-            )
-            for s in p.sections
-        ],
-        token_budget=p.token_budget,
-        tokens_used=p.tokens_used,
-    )
+    pack = await context.pack(svc, who, **body.model_dump())
+    return ContextPackResponse.model_validate(pack, from_attributes=True)
 
 
 @router.post("/search", response_model=UnifiedSearchResponse)
@@ -377,28 +246,14 @@ async def search(
 ) -> UnifiedSearchResponse:
     """One query over the planes the caller may read, in sections: `memory` (the user's
     facts) and `conversation` (recorded turns; not for a token pinned to one user)."""
-    u = await unified.search(svc, who, body.namespace, body.query, user_id=body.user_id, limit=body.limit)
+    u = await unified.search(svc, who, **body.model_dump())
     return UnifiedSearchResponse(
         memory=MemorySectionOut(
-            hits=[
-                FactHitOut(**_fact(h.fact), score=h.score, legs=h.legs, similarity=h.similarity, bm25=h.bm25)
-                for h in u.memory
-            ],
+            hits=[fact_hit_out(h) for h in u.memory],
             note=u.memory_note,
         ),
         conversation=ConversationSectionOut(
-            hits=[
-                ConversationHitOut(
-                    agent=h.agent,
-                    thread_id=h.thread_id,
-                    msg_id=h.msg_id,
-                    role=h.role,
-                    ts=h.ts,
-                    similarity=h.similarity,
-                    excerpt=h.excerpt,
-                )
-                for h in u.conversation
-            ],
+            hits=[ConversationHitOut.model_validate(h, from_attributes=True) for h in u.conversation],
             note=u.conversation_note,
         ),
     )

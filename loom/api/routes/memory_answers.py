@@ -8,9 +8,8 @@ from dataclasses import asdict
 from fastapi import APIRouter
 
 from loom.api.deps import Caller, Svc
-from loom.api.routes.memory import _fact, evidence_out
+from loom.api.routes.memory import evidence_out, fact_hit_out
 from loom.models.errors import COMMON, error_responses
-from loom.models.memory import FactHitOut
 from loom.models.memory_answers import (
     CitationOut,
     JobStatusRequest,
@@ -34,27 +33,14 @@ async def memory_ask(
     """A plain-language question about the user, answered by the LLM from the user's facts,
     profile and evidence, with citations and the time basis. With no model configured (or a
     question that reads as high) it answers the ranked context, `answer: null` and a `reason`."""
-    out = await asking.ask(
-        svc,
-        who,
-        body.namespace,
-        body.user_id,
-        body.question,
-        session_id=body.session_id,
-        run_id=body.run_id,
-        as_of=body.as_of,
-        limit=body.limit,
-    )
+    out = await asking.ask(svc, who, **body.model_dump())
     return MemoryAskResponse.model_validate(
         {
             "answer": out.answer,
             "reason": out.reason,
             "citations": [CitationOut(kind=c.kind, id=c.id, time=c.time) for c in out.citations],
             "time_basis": TimeBasisOut(newest=out.newest, as_of=out.as_of),
-            "facts": [
-                FactHitOut(**_fact(h.fact), score=h.score, legs=h.legs, similarity=h.similarity, bm25=h.bm25)
-                for h in out.facts
-            ],
+            "facts": [fact_hit_out(h) for h in out.facts],
             "evidence": [evidence_out(e) for e in out.evidence],
             "profile": [ProfileSectionOut(name=n, text=t) for n, t in out.profile],
             "fallback_reason": out.fallback_reason,

@@ -31,40 +31,16 @@ async def brief_save(body: BriefSaveRequest, who: Caller, svc: Svc) -> BriefSave
     """Revise (or start) a brief from events, from sections the agent wrote, or both."""
     events = [Event(e.kind, e.text, e.path, e.exit_code) for e in body.events]
     sections = body.sections.model_dump() if body.sections is not None else None
-    result = await ops.save(
-        svc,
-        who,
-        ops.SaveRequest(
-            namespace=body.namespace,
-            agent=body.agent,
-            brief_key=body.brief_key,
-            project=body.project,
-            branch=body.branch,
-            session_id=body.session_id,
-            user_id=body.user_id,
-            events=events,
-            sections=sections,
-            use_llm=body.use_llm,
-            event_cursor=body.event_cursor,
-            if_revision=body.if_revision,
-        ),
-    )
+    # The request's other fields are the op's, by name.
+    fields = body.model_dump(exclude={"events", "sections"})
+    result = await ops.save(svc, who, ops.SaveRequest(**fields, events=events, sections=sections))
     return BriefSaveResponse(**asdict(result))
 
 
 @router.post("/session.brief_get", response_model=BriefGetResponse, responses=error_responses(404))
 async def brief_get(body: BriefGetRequest, who: Caller, svc: Svc) -> BriefGetResponse:
     """Load a brief by brief_key, else the newest one a session wrote, else the newest for a project."""
-    view = await ops.brief_get(
-        svc,
-        who,
-        body.namespace,
-        brief_key=body.brief_key,
-        from_session=body.from_session,
-        project=body.project,
-        revision=body.revision,
-        full=body.full,
-    )
+    view = await ops.brief_get(svc, who, body.namespace, **body.model_dump(exclude={"namespace"}))
     data = asdict(view)
     data["sections"] = BriefSections(**view.sections.to_dict())
     return BriefGetResponse(**data)
@@ -73,16 +49,7 @@ async def brief_get(body: BriefGetRequest, who: Caller, svc: Svc) -> BriefGetRes
 @router.post("/session.brief_list", response_model=BriefListResponse)
 async def brief_list(body: BriefListRequest, who: Caller, svc: Svc) -> BriefListResponse:
     """The namespace's briefs, newest first, one line each."""
-    items = await ops.brief_list(
-        svc,
-        who,
-        body.namespace,
-        mine_only=body.mine_only,
-        user_id=body.user_id,
-        project=body.project,
-        limit=body.limit,
-        offset=body.offset,
-    )
+    items = await ops.brief_list(svc, who, body.namespace, **body.model_dump(exclude={"namespace"}))
     return BriefListResponse(
         namespace=who.namespace(body.namespace), briefs=[BriefListItem(**asdict(i)) for i in items]
     )

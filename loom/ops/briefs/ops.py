@@ -4,6 +4,7 @@ for the rules and the decisions taken where the rules are ambiguous."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -303,9 +304,7 @@ async def save(
     target = _target(who, req)
     cur = await _read_checked(svc, target)
     if cur.retry:
-        return SaveResult(
-            namespace=target.ns, brief_key=target.shown, revision=cur.revision, changed=False, reason=RETRY
-        )
+        return _as_is(target, cur, RETRY)
     got = await _from_events(
         svc,
         settings or svc.settings,
@@ -314,11 +313,8 @@ async def save(
         req.events,
         req.use_llm,
     )
-    result = SaveResult(
-        namespace=target.ns,
-        brief_key=target.shown,
-        revision=cur.revision,
-        changed=False,
+    result = dataclasses.replace(
+        _as_is(target, cur),
         windows=got.windows,
         windows_revised=got.revised,
         windows_failed=got.failed,
@@ -331,13 +327,7 @@ async def save(
         async with hold(svc.redis, lease_key(target.ns, target.stored)):
             cur = await _read_checked(svc, target)
             if cur.retry:
-                return SaveResult(
-                    namespace=target.ns,
-                    brief_key=target.shown,
-                    revision=cur.revision,
-                    changed=False,
-                    reason=RETRY,
-                )
+                return _as_is(target, cur, RETRY)
             return await _write(svc, who, target, cur, got, result)
     except LeaseTimeout as exc:
         raise Unavailable("another save of this brief holds it; send it again", rule="lease") from exc
@@ -368,6 +358,11 @@ async def _read_checked(svc: Services, t: _Target) -> _Current:
         return _Current(row, live, retry=True)
     _check_cas(live, t.req.if_revision)
     return _Current(row, live, retry=False)
+
+
+def _as_is(t: _Target, cur: _Current, reason: str | None = None) -> SaveResult:
+    """The answer of a save that writes nothing (yet): the brief as it stands."""
+    return SaveResult(namespace=t.ns, brief_key=t.shown, revision=cur.revision, changed=False, reason=reason)
 
 
 def _refused(got: _FromEvents, result: SaveResult) -> SaveResult:
@@ -428,26 +423,22 @@ async def _write(
         created_at=live.created_at if live else now,
         updated_at=now,
     )
-    revision_row = store.RevisionRow(
-        namespace=t.ns,
-        brief_key=t.stored,
-        revision=revision,
-        project=brief_row.project,
-        branch=brief_row.branch,
-        session_id=t.session,
-        user_id=t.user,
-        agent=req.agent,
-        token_id=who.token_id,
-        sections=brief_row.sections,
-        author=author,
-        event_cursor=req.event_cursor,
-        last_summary=summary,
-        created_at=now,
+    revision_row = _revision_of(
+        brief_row, session_id=t.session, token_id=who.token_id, event_cursor=req.event_cursor, created_at=now
     )
     await svc.run(store.write, svc.ch, brief_row, revision_row)
     result.revision = revision
     result.changed = True
     return result
+
+
+def _revision_of(row: store.BriefRow, **own: Any) -> store.RevisionRow:
+    """The revision row a save writes with its brief row: the brief row's fields by name,
+    and `own`, what the brief row does not hold (or holds as of the brief's start)."""
+    shared = {
+        f.name: getattr(row, f.name) for f in dataclasses.fields(store.RevisionRow) if hasattr(row, f.name)
+    }
+    return store.RevisionRow(**(shared | own))
 
 
 async def brief_get(

@@ -33,12 +33,11 @@ from loom import failures, jobs, redis_calls, redis_keys
 from loom import logging as loom_logging
 from loom.clock import next_version
 from loom.jobs import EmbedTurn, ReembedItem
-from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, skipped
-from loom.ops.embedding.writer import Outcome, embedding_row, states_of, write_under_leases
+from loom.ops.conversation.common import EMBEDDED, FAILED
+from loom.ops.embedding.writer import LiveTurn, Outcome, embedding_row, write_live
 from loom.replies import Reply, ReplyChannel
 from loom.services import Services
 from loom.store import embeddings as emb_store
-from loom.store.keys import EmbKey
 
 log = loom_logging.get("loom.conversation.embedding")
 
@@ -88,28 +87,16 @@ async def record_unanswered(
     that lands later still wins)."""
     error = failures.safe(error)
 
-    def write(idxs: list[int]) -> dict[int, Outcome]:
-        batch = [turns[i] for i in idxs]
-        live, current = states_of(svc.ch, batch)
-        rows: dict[EmbKey, emb_store.EmbeddingRow] = {}
-        local: dict[int, Outcome] = {}
-        for i, t in zip(idxs, batch, strict=True):
-            st = live.get(t.turn_key)
-            cur = current.get(t.emb_key)
-            if st is None or st.tombstoned:
-                local[i] = Outcome(skipped(DELETED))
-            elif cur is not None and cur.has_vector and not cur.tombstoned and cur.text == t.text:
-                local[i] = Outcome(EMBEDDED)  # the vector landed meanwhile
-            elif cur is not None and (cur.version >= version or (cur.has_vector and not cur.tombstoned)):
-                local[i] = Outcome(FAILED, error)  # the worker recorded it already, or a live vector stays
-            else:
-                local[i] = Outcome(FAILED, error)
-                rows[t.emb_key] = embedding_row(t, st, vector=None, model="", error=error, version=version)
-        if rows:
-            emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"unanswered-{version}-{idxs[0]}")
-        return local
+    def decide(lt: LiveTurn) -> tuple[Outcome, emb_store.EmbeddingRow | None]:
+        cur, t = lt.current, lt.turn
+        if cur is not None and cur.has_vector and not cur.tombstoned and cur.text == t.text:
+            return Outcome(EMBEDDED), None  # the vector landed meanwhile
+        if cur is not None and (cur.version >= version or (cur.has_vector and not cur.tombstoned)):
+            return Outcome(FAILED, error), None  # the worker recorded it already, or a live vector stays
+        row = embedding_row(t, lt.state, vector=None, model="", error=error, version=version)
+        return Outcome(FAILED, error), row
 
-    return await write_under_leases(svc, turns, write)
+    return await write_live(svc, turns, decide, lambda idxs: f"unanswered-{version}-{idxs[0]}")
 
 
 # -- the client ------------------------------------------------------------------

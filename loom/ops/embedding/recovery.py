@@ -38,7 +38,6 @@ one turn. Turns an import stored without embedding them are its own background p
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
@@ -46,8 +45,9 @@ from loom import logging as loom_logging
 from loom import redis_keys
 from loom.clock import next_version
 from loom.jobs import EmbedTurn
-from loom.leases import Lease, LeaseLost, keep_renewed
+from loom.leases import Lease
 from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED, FAILED, model_text, skipped
+from loom.ops.embedding.leased import kept_renewed
 from loom.ops.embedding.writer import PRESENT, ModelFn, Outcome, write_recovered
 from loom.ops.portability import windows
 from loom.sensitivity import reads_as_high
@@ -83,6 +83,18 @@ class RecoveryReport:
         return asdict(self)
 
 
+@dataclass(kw_only=True)
+class _Pass:
+    """One pass's fixed inputs, handed down its steps."""
+
+    svc: Services
+    model: ModelFn
+    grace: float
+    page: int
+    keeper: asyncio.Task[None]  # done: the lease was lost, another runner may be going on
+    report: RecoveryReport
+
+
 async def recover(
     svc: Services,
     model: ModelFn,
@@ -97,75 +109,55 @@ async def recover(
     if not await lease.try_acquire():
         return report
     report.ran = True
-    keeper = asyncio.get_running_loop().create_task(keep_renewed(lease), name="embed-recovery-lease")
-    try:
+    async with kept_renewed(lease, "embed-recovery-lease") as keeper:
         grace = svc.settings.recovery_grace_seconds if grace_s is None else grace_s
-        await _pass(svc, model, grace, page, max_pages, keeper, report)
-    finally:
-        keeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError, LeaseLost):
-            await keeper
-        with contextlib.suppress(Exception):
-            await lease.release()
+        run = _Pass(svc=svc, model=model, grace=grace, page=page, keeper=keeper, report=report)
+        await _pass(run, max_pages)
     return report
 
 
-async def _pass(
-    svc: Services,
-    model: ModelFn,
-    grace: float,
-    page: int,
-    max_pages: int,
-    keeper: asyncio.Task[None],
-    report: RecoveryReport,
-) -> None:
+async def _pass(run: _Pass, max_pages: int) -> None:
+    svc = run.svc
     pos = await svc.run(store.position, svc.ch)
     if pos is None:
-        pos, max_pages = await _first_pass(svc, model, grace, page, max_pages, keeper, report)
+        pos, max_pages = await _first_pass(run, max_pages)
         if pos is None:
             return
-    upto = await svc.run(store.horizon, svc.ch, grace)
+    upto = await svc.run(store.horizon, svc.ch, run.grace)
     for _ in range(max_pages):
-        if keeper.done():  # the lease was lost: another runner may be going on
+        if run.keeper.done():
             return
-        rows = await svc.run(store.landed_after, svc.ch, pos, upto, limit=page, chars=EMBED_CHARS)
-        report.scanned += len(rows)
+        rows = await svc.run(store.landed_after, svc.ch, pos, upto, limit=run.page, chars=EMBED_CHARS)
+        run.report.scanned += len(rows)
         if rows:
-            await _recover(svc, model, rows, report)
+            await _recover(svc, run.model, rows, run.report)
             pos = rows[-1].position
             await svc.run(store.save_position, svc.ch, pos, next_version())
-        if len(rows) < page:
-            report.caught_up = True
+        if len(rows) < run.page:
+            run.report.caught_up = True
             return
 
 
-async def _first_pass(
-    svc: Services,
-    model: ModelFn,
-    grace: float,
-    page: int,
-    max_pages: int,
-    keeper: asyncio.Task[None],
-    report: RecoveryReport,
-) -> tuple[store.Position | None, int]:
+async def _first_pass(run: _Pass, max_pages: int) -> tuple[store.Position | None, int]:
     """With no position yet (a new deployment, or one whose turns predate the pass):
     every turn inserted up to the horizon of the first pass, in key order, over as many
     passes as it takes. Then the position in insert-time order starts at that horizon.
     Returns it and the pages left for this pass (None: not done yet)."""
+    svc = run.svc
     sweep = await svc.run(store.position, svc.ch, store.SWEEP)
     if sweep is None:  # fixed for the whole sweep, whichever passes carry it out
-        sweep = store.Position(created_at=await svc.run(store.horizon, svc.ch, grace))
+        sweep = store.Position(created_at=await svc.run(store.horizon, svc.ch, run.grace))
         await svc.run(store.save_position, svc.ch, sweep, next_version(), store.SWEEP)
     for used in range(max_pages):
-        if keeper.done():
+        if run.keeper.done():
             break
-        rows = await svc.run(store.landed_in_key_order, svc.ch, sweep, limit=page, chars=EMBED_CHARS)
-        report.scanned += len(rows)
+        rows = await svc.run(store.landed_in_key_order, svc.ch, sweep, limit=run.page, chars=EMBED_CHARS)
+        run.report.scanned += len(rows)
         if rows:
-            await _recover(svc, model, rows, report)
+            await _recover(svc, run.model, rows, run.report)
             sweep = replace(rows[-1].position, created_at=sweep.created_at)
             await svc.run(store.save_position, svc.ch, sweep, next_version(), store.SWEEP)
-        if len(rows) < page:
+        if len(rows) < run.page:
             start = store.Position(created_at=sweep.created_at)
             await svc.run(store.save_position, svc.ch, start, next_version())
             return start, max_pages - used - 1

@@ -361,12 +361,25 @@ def states_of(
     )
 
 
-async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: ModelResult) -> list[Outcome]:
-    """The recovery pass's write (loom.ops.embedding.recovery), after its model call:
-    under the thread leases, for each turn still live that has no embedding row at all,
-    a row with its vector, or with its error (fail-open, as an append's embed). A row
-    that landed meanwhile (a late append job, a save, another pass) is kept as it is:
-    the pass never writes over an embedding row, so it needs no search marks."""
+@dataclass(frozen=True, kw_only=True)
+class LiveTurn:
+    """A turn found live under its thread lease, as a batch write decides on it."""
+
+    index: int  # in the turns written
+    turn: EmbedTurn
+    state: conv_store.TurnState  # its transcript row now
+    current: emb_store.EmbeddingState | None  # its embedding row now (None: none)
+    pending: bool  # this batch already writes a row for its key
+
+
+Decide = Callable[[LiveTurn], tuple[Outcome, emb_store.EmbeddingRow | None]]  # its outcome and row
+
+
+async def write_live(
+    svc: Services, turns: Sequence[EmbedTurn], decide: Decide, dedup: Callable[[list[int]], str]
+) -> list[Outcome]:
+    """Under the thread leases: skip each turn deleted meanwhile, let `decide` answer the
+    others' outcomes and rows, insert the rows (deduplicated by `dedup` of the batch)."""
 
     def write(idxs: list[int]) -> dict[int, Outcome]:
         batch = [turns[i] for i in idxs]
@@ -378,25 +391,38 @@ async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: Mod
             if st is None or st.tombstoned:
                 local[i] = Outcome(skipped(DELETED))
                 continue
-            if t.emb_key in current or t.emb_key in rows:
-                local[i] = Outcome(skipped(PRESENT))
-                continue
-            vector, error = result.vectors[i], result.errors[i]
-            if error or vector is None:
-                local[i] = Outcome(FAILED, failures.safe(error))
-                vector = None
-            else:
-                local[i] = Outcome(EMBEDDED)
-            rows[t.emb_key] = embedding_row(
-                t,
-                st,
-                vector=vector,
-                model=result.model_id if vector is not None else "",
-                error=local[i].error,
-                version=next_version(),
+            live_turn = LiveTurn(
+                index=i, turn=t, state=st, current=current.get(t.emb_key), pending=t.emb_key in rows
             )
+            local[i], row = decide(live_turn)
+            if row is not None:
+                rows[t.emb_key] = row
         if rows:
-            emb_store.insert(svc.ch, list(rows.values()), dedup_token=f"recovered-{uuid.uuid4().hex}")
+            emb_store.insert(svc.ch, list(rows.values()), dedup_token=dedup(idxs))
         return local
 
     return await write_under_leases(svc, turns, write)
+
+
+async def write_recovered(svc: Services, turns: Sequence[EmbedTurn], result: ModelResult) -> list[Outcome]:
+    """The recovery pass's write (loom.ops.embedding.recovery), after its model call:
+    under the thread leases, for each turn still live that has no embedding row at all,
+    a row with its vector, or with its error (fail-open, as an append's embed). A row
+    that landed meanwhile (a late append job, a save, another pass) is kept as it is:
+    the pass never writes over an embedding row, so it needs no search marks."""
+
+    def decide(lt: LiveTurn) -> tuple[Outcome, emb_store.EmbeddingRow | None]:
+        if lt.current is not None or lt.pending:
+            return Outcome(skipped(PRESENT)), None
+        vector, error = result.vectors[lt.index], result.errors[lt.index]
+        if error or vector is None:
+            outcome, vector = Outcome(FAILED, failures.safe(error)), None
+        else:
+            outcome = Outcome(EMBEDDED)
+        model = result.model_id if vector is not None else ""
+        row = embedding_row(
+            lt.turn, lt.state, vector=vector, model=model, error=outcome.error, version=next_version()
+        )
+        return outcome, row
+
+    return await write_live(svc, turns, decide, lambda _: f"recovered-{uuid.uuid4().hex}")

@@ -408,48 +408,20 @@ async def _apply(
     rows: list[Fact] = []  # new facts (embedded)
     closed: list[Fact] = []  # closing versions of old ones
     for d in decisions:
+        valid = validity.times_for(d.text, None, None, said_at)
         if d.action == "add":
-            start, end = validity.times_for(d.text, None, None, said_at)
-            rows.append(
-                Fact(
-                    namespace=scope.namespace,
-                    user_id=scope.user_id,
-                    memory_id=d.memory_id,
-                    session_id=scope.session_id,
-                    run_id=scope.run_id,
-                    kind="",
-                    key="",
-                    text=d.text,
-                    source=fact_source,
-                    evidence_ids=used,
-                    created_at=now,
-                    updated_at=now,
-                    valid_from=start,
-                    valid_until=end,
-                )
-            )
+            said = validity.Statement(text=d.text, source=fact_source, evidence_ids=used)
+            rows.append(validity.new_fact(scope, d.memory_id, said, now, valid))
             continue
         old = olds.get(d.memory_id)
         if old is None or old.tombstoned:
             continue  # forgotten meanwhile
         if d.action == "update":
-            start, end = validity.times_for(d.text, None, None, said_at)
-            new = Fact(
-                namespace=old.namespace,
-                user_id=old.user_id,
-                memory_id=validity.successor_id(old.namespace, old.user_id, old.memory_id),
-                session_id=old.session_id,
-                run_id=old.run_id,
-                kind=old.kind,
-                key=old.key,
-                text=d.text,
-                source=fact_source,
-                evidence_ids=used,
-                created_at=now,
-                updated_at=now,
-                valid_from=start,
-                valid_until=end,
+            said = validity.Statement(
+                text=d.text, kind=old.kind, key=old.key, source=fact_source, evidence_ids=used
             )
+            mid = validity.successor_id(old.namespace, old.user_id, old.memory_id)
+            new = validity.new_fact(old, mid, said, now, valid)
             closed.append(validity.link(old, new, now))
             rows.append(new)
             d.supersedes, d.memory_id = old.memory_id, new.memory_id

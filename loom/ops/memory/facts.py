@@ -34,6 +34,7 @@ from datetime import datetime
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
+from loom.models.memory import MemoryListRequest
 from loom.ops.conversation.common import decode_cursor, encode_cursor
 from loom.ops.embedding import inline
 from loom.ops.memory import erasing, large_scope, scan_cache, time_window, validity
@@ -150,22 +151,8 @@ async def set_facts(
             mid = keyed_memory_id(scope, f.key) if f.key else new_memory_id()
             if head is not None:
                 mid = validity.successor_id(scope.namespace, scope.user_id, head.memory_id)
-            row = Fact(
-                namespace=scope.namespace,
-                user_id=scope.user_id,
-                memory_id=mid,
-                session_id=scope.session_id,
-                run_id=scope.run_id,
-                kind=f.kind,
-                key=f.key,
-                text=f.text,
-                source=SET,
-                evidence_ids=[],
-                created_at=now,
-                updated_at=now,
-                valid_from=start,
-                valid_until=end,
-            )
+            said = validity.Statement(text=f.text, kind=f.kind, key=f.key, source=SET, evidence_ids=[])
+            row = validity.new_fact(scope, mid, said, now, (start, end))
             if head is not None:
                 old = validity.link(head, row, now)
                 if any(r is head for r in rows):  # set earlier in this call: close it there
@@ -427,33 +414,23 @@ class FactPage:
     next_cursor: str | None
 
 
-async def list_facts(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    *,
-    session_id: str = "",
-    run_id: str = "",
-    kind: str | None = None,
-    limit: int = 50,
-    cursor: str | None = None,
-    as_of: datetime | None = None,
-) -> FactPage:
+async def list_facts(svc: Services, who: Principal, req: MemoryListRequest) -> FactPage:
     """memory.list: the scope's current facts (or those valid at `as_of`), most recently
     updated first."""
     who.require_role(Role.writer)
-    scope = scope_for(who, namespace, user_id, session_id, run_id)
-    at = "" if as_of is None else as_of.isoformat()
-    expect = {"u": scope.user_id, "s": scope.session_id, "r": scope.run_id, "k": kind or "", "a": at}
+    scope = scope_for(who, req.namespace, req.user_id, req.session_id, req.run_id)
+    at = "" if req.as_of is None else req.as_of.isoformat()
+    expect = {"u": scope.user_id, "s": scope.session_id, "r": scope.run_id, "k": req.kind or "", "a": at}
     after = None
-    if cursor:
-        payload = decode_cursor(cursor, expect=expect)
+    if req.cursor:
+        payload = decode_cursor(req.cursor, expect=expect)
         after = (int(payload["ms"]), str(payload["id"]))
-    rows = await svc.run(store.page, svc.ch, scope, limit=limit + 1, after=after, kind=kind, as_of=as_of)
+    rows = await svc.run(
+        store.page, svc.ch, scope, limit=req.limit + 1, after=after, kind=req.kind, as_of=req.as_of
+    )
     nxt = None
-    if len(rows) > limit:
-        rows = rows[:limit]
+    if len(rows) > req.limit:
+        rows = rows[: req.limit]
         last = rows[-1]
         nxt = encode_cursor({**expect, "ms": int(last.updated_at.timestamp() * 1000), "id": last.memory_id})
     return FactPage(rows, nxt)

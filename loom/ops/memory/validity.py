@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from loom.auth.principal import Principal, Role
 from loom.errors import NotFound
@@ -72,6 +74,53 @@ def times_for(
     if end is not None and end <= start:
         end = None
     return start, end
+
+
+class Owner(Protocol):
+    """Whose a new fact is: a scope, or the fact it supersedes."""
+
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def user_id(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Statement:
+    """What a new fact version says, and what it was learnt from."""
+
+    text: str
+    kind: str = ""
+    key: str = ""
+    source: str
+    evidence_ids: list[str]
+
+
+def new_fact(
+    owner: Owner, memory_id: str, said: Statement, now: datetime, valid: tuple[datetime, datetime | None]
+) -> Fact:
+    """A fact version made now (memory.set, an extraction's add or update): unlinked
+    (:func:`link` chains it to the fact it supersedes) and not yet embedded."""
+    return Fact(
+        namespace=owner.namespace,
+        user_id=owner.user_id,
+        memory_id=memory_id,
+        session_id=owner.session_id,
+        run_id=owner.run_id,
+        kind=said.kind,
+        key=said.key,
+        text=said.text,
+        source=said.source,
+        evidence_ids=said.evidence_ids,
+        created_at=now,
+        updated_at=now,
+        valid_from=valid[0],
+        valid_until=valid[1],
+    )
 
 
 def successor_id(namespace: str, user_id: str, old_id: str) -> str:

@@ -25,7 +25,6 @@ then the window is removed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
@@ -36,9 +35,10 @@ from loom import failures, redis_keys
 from loom import logging as loom_logging
 from loom.clock import next_version, utcnow
 from loom.jobs import IMPORT_EMBED, ImportEmbedJob, build
-from loom.leases import Lease, LeaseLost, keep_renewed
+from loom.leases import Lease
 from loom.ops.conversation.common import EMBED_CHARS
 from loom.ops.embedding import recovery
+from loom.ops.embedding.leased import kept_renewed
 from loom.ops.embedding.writer import ModelFn, write_recovered
 from loom.ops.portability import windows
 from loom.queue import QUEUE, wake_workers
@@ -92,15 +92,8 @@ async def run(svc: Services, model: ModelFn, job_id: str, *, slice_s: float = SL
     lease = Lease(svc.redis, redis_keys.import_embed_lease(job_id), LEASE_TTL_MS)
     if not await lease.try_acquire():
         return {"ran": False, "done": False}
-    keeper = asyncio.get_running_loop().create_task(keep_renewed(lease), name=f"import-embed-{job_id}")
-    try:
+    async with kept_renewed(lease, f"import-embed-{job_id}") as keeper:
         answer, seen = await _run(svc, model, job_id, slice_s, keeper)
-    finally:
-        keeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError, LeaseLost):
-            await keeper
-        with contextlib.suppress(Exception):
-            await lease.release()
     if not answer["done"]:
         # A batch committed while this run held the lease asked for a run that found it
         # taken: read the job again now that the lease is free (a batch committed after

@@ -91,26 +91,13 @@ async def _namespace(svc: Services, target: Target, line: lines.NamespaceLine, c
 
 async def _turns(svc: Services, target: Target, recs: list[lines.TurnLine], counts: Counter[str]) -> None:
     rows = [
-        conv_store.Turn(
+        _row(
+            conv_store.Turn,
+            r,
             namespace=target.namespace,
-            agent=r.agent,
-            thread_id=r.thread_id,
-            msg_id=r.msg_id,
             ts=r.ts or target.default_ts + timedelta(microseconds=i),
-            role=r.role,
-            content=r.content,
-            reasoning=r.reasoning,
-            user_id=r.user_id,
-            run_id=r.run_id,
             metadata=dict(r.metadata),
-            tokens=r.tokens,
-            is_summary=r.is_summary,
-            is_saved=r.is_saved,
-            saved_at=r.saved_at,
-            tombstoned=r.tombstoned,
-            tombstoned_at=r.tombstoned_at,
-            tombstone_reason=r.tombstone_reason,
-            origin=r.origin,
+            high_sensitivity=False,  # an import screens the text again (the exported verdict is not taken)
             appended_by=target.token_id,
             version=next_version(),
         )

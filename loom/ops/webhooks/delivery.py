@@ -17,7 +17,7 @@ exception's text. A worker killed mid-attempt leaves the job to arq, which runs 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any
 
@@ -79,6 +79,9 @@ async def _post(url: str, text: str, secret: str, job: jobs.WebhookDeliverJob, t
     return Attempt(answer.status_code, REDIRECT if 300 <= answer.status_code < 400 else HTTP_STATUS)
 
 
+_JOB_FIELDS = {f.name for f in fields(Delivery)} & set(jobs.WebhookDeliverJob.model_fields)
+
+
 async def deliver(svc: Services, payload: dict[str, Any]) -> dict[str, Any]:
     job = jobs.read(jobs.WebhookDeliverJob, payload)
     cfg = svc.settings
@@ -105,29 +108,15 @@ async def deliver(svc: Services, payload: dict[str, Any]) -> dict[str, Any]:
         wait = backoff_s(cfg.webhook_backoff_seconds, job.attempt)
         next_at = now + timedelta(seconds=wait)
         outcome = RETRYING
-        await events.enqueue(
-            svc,
-            job.namespace,
-            job.webhook_id,
-            job.event,
-            job.event_id,
-            job.event_at,
-            job.body,
-            attempt=job.attempt + 1,
-            defer_s=wait,
-        )
+        await events.enqueue(svc, job.model_copy(update={"attempt": job.attempt + 1}), defer_s=wait)
     else:
         outcome = GAVE_UP
+    # The delivery row repeats the job's fields (its body aside) by name.
     row = Delivery(
-        namespace=job.namespace,
-        webhook_id=job.webhook_id,
-        event_id=job.event_id,
-        event=job.event,
-        attempt=job.attempt,
+        **job.model_dump(include=_JOB_FIELDS),
         status_code=got.status_code,
         error=got.error,
         outcome=outcome,
-        event_at=job.event_at,
         attempted_at=now,
         duration_ms=int((time.monotonic() - started) * 1000),
         next_attempt_at=next_at,

@@ -44,7 +44,17 @@ async def emit(svc: Services, namespace: str, event: str, data: dict[str, Any]) 
         event_id = "evt_" + uuid.uuid4().hex
         text = body(event_id, event, namespace, now.isoformat(), data)
         for hook in hooks:
-            await enqueue(svc, namespace, hook.webhook_id, event, event_id, now, text, attempt=1)
+            job = jobs.WebhookDeliverJob.model_construct(
+                v=jobs.WebhookDeliverJob.VERSION,
+                namespace=namespace,
+                webhook_id=hook.webhook_id,
+                event=event,
+                event_id=event_id,
+                event_at=now,
+                body=text,
+                attempt=1,
+            )
+            await enqueue(svc, job)
         await wake_workers(svc.redis)
         return event_id
     except Exception as exc:  # a notification must not fail the op that emits it
@@ -52,32 +62,11 @@ async def emit(svc: Services, namespace: str, event: str, data: dict[str, Any]) 
         return None
 
 
-async def enqueue(
-    svc: Services,
-    namespace: str,
-    webhook_id: str,
-    event: str,
-    event_id: str,
-    event_at: Any,
-    text: str,
-    *,
-    attempt: int,
-    defer_s: float | None = None,
-) -> None:
-    payload = jobs.build(
-        jobs.WebhookDeliverJob,
-        namespace=namespace,
-        webhook_id=webhook_id,
-        event=event,
-        event_id=event_id,
-        event_at=event_at,
-        body=text,
-        attempt=attempt,
-    )
+async def enqueue(svc: Services, job: jobs.WebhookDeliverJob, *, defer_s: float | None = None) -> None:
     await svc.arq.enqueue_job(
         JOB,
-        payload,
-        _job_id=f"wh-{event_id}-{webhook_id}-{attempt}",  # a retry enqueued twice runs once
+        job.model_dump(),
+        _job_id=f"wh-{job.event_id}-{job.webhook_id}-{job.attempt}",  # a retry enqueued twice runs once
         _queue_name=QUEUE,
         _defer_by=defer_s,
     )
