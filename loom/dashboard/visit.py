@@ -31,6 +31,11 @@ class SignInNeeded(Exception):
     """No valid token in the cookie: the page answers with the sign-in form."""
 
 
+class SavedOnly(Exception):
+    """An end-user token on a page for namespace-wide tokens: it is sent to the one page
+    it sees, its Saved panel."""
+
+
 @dataclass(frozen=True)
 class Visit:
     who: Principal
@@ -79,6 +84,14 @@ async def open_visit(request: Request, namespace: str | None = None) -> Visit:
     if who is None:
         raise SignInNeeded
     return Visit(who, _namespace(who, namespace), token, request)
+
+
+async def staff_visit(request: Request, namespace: str | None = None) -> Visit:
+    """open_visit for a page an end-user token does not see (SavedOnly)."""
+    visit = await open_visit(request, namespace)
+    if visit.end_user:
+        raise SavedOnly
+    return visit
 
 
 def _namespace(who: Principal, asked: str | None) -> str:

@@ -14,8 +14,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import Outcome, attempt, refused, status_of
-from loom.dashboard.render import back, page, same_origin
+from loom.dashboard.calls import Outcome, attempt, change, status_of
+from loom.dashboard.forms import Name, Namespace
+from loom.dashboard.render import page, same_origin
 from loom.dashboard.visit import Visit, open_visit
 
 router = APIRouter()
@@ -97,13 +98,16 @@ async def _evidence(api: Any, history: Any, whose: dict[str, Any]) -> Outcome[An
 @router.post("/memory/forget", dependencies=[Depends(same_origin)], response_model=None)
 async def forget(
     request: Request,
-    ns: Annotated[str, Form()],
+    ns: Namespace,
     memory_id: Annotated[str, Form(min_length=1, max_length=64)],
-    user: Annotated[str, Form(max_length=256)] = "",
+    user: Name = "",
 ) -> HTMLResponse | RedirectResponse:
     visit = await open_visit(request, ns)
-    async with visit.api() as api:
-        done = await attempt(api.memory.delete(memory_ids=[memory_id], **_user(visit, user)))
-    if done.problem:
-        return refused(visit, done.problem)
-    return back("/memory", ns=visit.namespace, user=user, forgotten=memory_id)
+    return await change(
+        visit,
+        lambda api: api.memory.delete(memory_ids=[memory_id], **_user(visit, user)),
+        "/memory",
+        ns=visit.namespace,
+        user=user,
+        forgotten=memory_id,
+    )

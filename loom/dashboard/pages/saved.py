@@ -10,8 +10,9 @@ from typing import Annotated, Any, cast
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import Outcome, attempt, refused
-from loom.dashboard.render import back, page, same_origin
+from loom.dashboard.calls import Outcome, ask, attempt, change
+from loom.dashboard.forms import Name, Namespace, Text
+from loom.dashboard.render import page, same_origin
 from loom.dashboard.visit import Visit, open_visit
 from loom.replicas import SAVED_STATE
 
@@ -29,8 +30,7 @@ def _user(visit: Visit, user: str) -> dict[str, Any]:
 async def _search(visit: Visit, user: str, q: str) -> Outcome[Any] | None:
     if not q.strip() or not (visit.end_user or user):
         return None
-    async with visit.api() as api:
-        return await attempt(api.saved.search(query=q.strip(), limit=20, **_user(visit, user)))
+    return await ask(visit, lambda api: api.saved.search(query=q.strip(), limit=20, **_user(visit, user)))
 
 
 @router.get("/saved", response_model=None)
@@ -79,48 +79,48 @@ async def results(
 @router.post("/saved/save", dependencies=[Depends(same_origin)], response_model=None)
 async def save(
     request: Request,
-    ns: Annotated[str, Form()],
-    conversation_id: Annotated[str, Form(max_length=256)],
-    message_id: Annotated[str, Form(max_length=256)],
-    agent: Annotated[str, Form(max_length=256)] = "default",
-    content: Annotated[str, Form(max_length=100_000)] = "",
+    ns: Namespace,
+    conversation_id: Name,
+    message_id: Name,
+    agent: Name = "default",
+    content: Text = "",
     role: Annotated[str, Form(max_length=32)] = "user",
-    user: Annotated[str, Form(max_length=256)] = "",
+    user: Name = "",
 ) -> HTMLResponse | RedirectResponse:
     visit = await open_visit(request, ns)
     # Content only for a message not in the transcript yet (the op's rule).
-    async with visit.api() as api:
-        done = await attempt(
-            api.saved.save(
-                conversation_id=conversation_id,
-                message_id=message_id,
-                agent=agent,
-                role=cast(Any, role) if content else None,  # the op's model checks it
-                content=content or None,
-                **_user(visit, user),
-            )
-        )
-    if done.problem:
-        return refused(visit, done.problem)
-    return back("/saved", ns=visit.namespace, user=user)
+    saving = {"role": cast(Any, role), "content": content} if content else {}  # the op's model checks role
+    return await change(
+        visit,
+        lambda api: api.saved.save(
+            conversation_id=conversation_id,
+            message_id=message_id,
+            agent=agent,
+            **saving,
+            **_user(visit, user),
+        ),
+        "/saved",
+        ns=visit.namespace,
+        user=user,
+    )
 
 
 @router.post("/saved/unsave", dependencies=[Depends(same_origin)], response_model=None)
 async def unsave(
     request: Request,
-    ns: Annotated[str, Form()],
-    conversation_id: Annotated[str, Form(max_length=256)],
-    message_id: Annotated[str, Form(max_length=256)],
-    agent: Annotated[str, Form(max_length=256)] = "default",
-    user: Annotated[str, Form(max_length=256)] = "",
+    ns: Namespace,
+    conversation_id: Name,
+    message_id: Name,
+    agent: Name = "default",
+    user: Name = "",
 ) -> HTMLResponse | RedirectResponse:
     visit = await open_visit(request, ns)
-    async with visit.api() as api:
-        done = await attempt(
-            api.saved.unsave(
-                conversation_id=conversation_id, message_id=message_id, agent=agent, **_user(visit, user)
-            )
-        )
-    if done.problem:
-        return refused(visit, done.problem)
-    return back("/saved", ns=visit.namespace, user=user)
+    return await change(
+        visit,
+        lambda api: api.saved.unsave(
+            conversation_id=conversation_id, message_id=message_id, agent=agent, **_user(visit, user)
+        ),
+        "/saved",
+        ns=visit.namespace,
+        user=user,
+    )
