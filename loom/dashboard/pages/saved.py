@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from loom.dashboard.calls import Outcome, ask, attempt, change
-from loom.dashboard.forms import Name, Namespace, Text
+from loom.dashboard.forms import MessageForm, SaveForm
 from loom.dashboard.render import page, same_origin
 from loom.dashboard.visit import Visit, open_visit
 from loom.replicas import SAVED_STATE
@@ -76,51 +76,27 @@ async def results(
     return page(visit, request, "_saved_list.html", listed=listed, user=user, q=q)
 
 
+def _message(visit: Visit, form: MessageForm) -> dict[str, Any]:
+    """The message a save or unsave acts on, for whose saved messages."""
+    ids = {"conversation_id": form.conversation_id, "message_id": form.message_id, "agent": form.agent}
+    return ids | _user(visit, form.user)
+
+
 @router.post("/saved/save", dependencies=[Depends(same_origin)], response_model=None)
-async def save(
-    request: Request,
-    ns: Namespace,
-    conversation_id: Name,
-    message_id: Name,
-    agent: Name = "default",
-    content: Text = "",
-    role: Annotated[str, Form(max_length=32)] = "user",
-    user: Name = "",
-) -> HTMLResponse | RedirectResponse:
-    visit = await open_visit(request, ns)
-    # Content only for a message not in the transcript yet (the op's rule).
-    saving = {"role": cast(Any, role), "content": content} if content else {}  # the op's model checks role
+async def save(request: Request, form: Annotated[SaveForm, Form()]) -> HTMLResponse | RedirectResponse:
+    visit = await open_visit(request, form.ns)
+    # The op's model checks the role.
+    saving = {"role": cast(Any, form.role), "content": form.content} if form.content else {}
+    message = _message(visit, form)
     return await change(
-        visit,
-        lambda api: api.saved.save(
-            conversation_id=conversation_id,
-            message_id=message_id,
-            agent=agent,
-            **saving,
-            **_user(visit, user),
-        ),
-        "/saved",
-        ns=visit.namespace,
-        user=user,
+        visit, lambda api: api.saved.save(**message, **saving), "/saved", ns=visit.namespace, user=form.user
     )
 
 
 @router.post("/saved/unsave", dependencies=[Depends(same_origin)], response_model=None)
-async def unsave(
-    request: Request,
-    ns: Namespace,
-    conversation_id: Name,
-    message_id: Name,
-    agent: Name = "default",
-    user: Name = "",
-) -> HTMLResponse | RedirectResponse:
-    visit = await open_visit(request, ns)
+async def unsave(request: Request, form: Annotated[MessageForm, Form()]) -> HTMLResponse | RedirectResponse:
+    visit = await open_visit(request, form.ns)
+    message = _message(visit, form)
     return await change(
-        visit,
-        lambda api: api.saved.unsave(
-            conversation_id=conversation_id, message_id=message_id, agent=agent, **_user(visit, user)
-        ),
-        "/saved",
-        ns=visit.namespace,
-        user=user,
+        visit, lambda api: api.saved.unsave(**message), "/saved", ns=visit.namespace, user=form.user
     )
