@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from fastapi import Request
@@ -47,6 +48,15 @@ class Visit:
     def end_user(self) -> bool:
         """A token pinned to one user: it sees only its own Saved panel."""
         return self.who.bounded
+
+    def has_user(self, user: str) -> bool:
+        """Whether a per-user page has a user to show: an end-user token's own, or `user`."""
+        return self.end_user or bool(user)
+
+    def whose(self, user: str) -> dict[str, Any]:
+        """The user a per-user op acts for: an end-user token's own (the API knows it, so
+        none is sent), else `user`."""
+        return {} if self.end_user else {"user_id": user}
 
     def may(self, role: str) -> bool:
         return not self.end_user and self.who.role >= Role[role]

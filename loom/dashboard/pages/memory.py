@@ -27,11 +27,6 @@ UserQuery = Annotated[str, Query(max_length=256)]
 Ident = Annotated[str, Query(max_length=64)]
 
 
-def _user(visit: Visit, user: str) -> dict[str, Any]:
-    """Whose memory: an end-user token's own (the API knows it), else the named user."""
-    return {} if visit.end_user else {"user_id": user}
-
-
 def as_of_time(raw: str) -> datetime | None:
     """The as-of field (a browser's `datetime-local`, read as UTC); ValueError if it is
     no date and time."""
@@ -58,7 +53,7 @@ async def memory(
         when = None
         context["as_of_problem"] = "not a date and time (e.g. 2026-01-31T09:30, read as UTC)"
     context["as_of_at"] = when
-    if visit.end_user or user:
+    if visit.has_user(user):
         context.update(await _read(visit, user, when, cursor, fact))
     # The page's status is its main op's (memory.list: writer).
     status = status_of(context["facts"]) if "facts" in context else 200
@@ -68,7 +63,7 @@ async def memory(
 async def _read(
     visit: Visit, user: str, when: datetime | None, cursor: str | None, fact: str
 ) -> dict[str, Any]:
-    whose = _user(visit, user)
+    whose = visit.whose(user)
     async with visit.api() as api:
         facts, profile = await asyncio.gather(
             attempt(api.memory.list(limit=PAGE_SIZE, cursor=cursor, as_of=when, **whose)),
@@ -105,7 +100,7 @@ async def forget(
     visit = await open_visit(request, ns)
     return await change(
         visit,
-        lambda api: api.memory.delete(memory_ids=[memory_id], **_user(visit, user)),
+        lambda api: api.memory.delete(memory_ids=[memory_id], **visit.whose(user)),
         "/memory",
         ns=visit.namespace,
         user=user,
