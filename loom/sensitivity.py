@@ -2241,18 +2241,25 @@ def _grouped_before(text: str, sep_at: int) -> bool:
     )
 
 
+def _glued_before(text: str, i: int) -> bool:
+    """Whether the number found at `i` goes on from what stands before it (a word, an
+    amount, a longer number), so is no number of its own."""
+    if i == 0:
+        return False
+    prev = text[i - 1]
+    if _is_alnum_ascii(prev) or prev in "_+/$€£@\\":
+        return True
+    return prev in ".,-" and i > 1 and _is_alnum_ascii(text[i - 2])
+
+
 def _scan_cards(text: str, low: str, a: int, b: int) -> Iterator[str]:
     for m in _CARD.finditer(text, a, min(len(text), b + 2)):
         i = m.start()
-        if i > 0:
-            prev = text[i - 1]
-            if _is_alnum_ascii(prev) or prev in "_+/$€£@\\":
-                continue
-            if prev in ".,-" and i > 1 and _is_alnum_ascii(text[i - 2]):
-                continue
-            sep = m.group("s") or m.group("t")
-            if sep and prev == sep and _grouped_before(text, i - 1):
-                continue  # one group of a longer grouped number (IBAN, account numbers)
+        if _glued_before(text, i):
+            continue
+        sep = m.group("s") or m.group("t")
+        if sep and i > 0 and text[i - 1] == sep and _grouped_before(text, i - 1):
+            continue  # one group of a longer grouped number (IBAN, account numbers)
         digits = m.group(0).replace(" ", "").replace("-", "")
         if not (_plausible_iin(digits) and luhn.is_valid(digits)):
             continue
@@ -2278,12 +2285,8 @@ _NOT_SSN_CTX = re.compile(
 def _scan_ssn(text: str, low: str, a: int, b: int) -> Iterator[str]:
     for m in _SSN_NUM.finditer(text, a, min(len(text), b + 2)):
         i = m.start()
-        if i > 0:
-            prev = text[i - 1]
-            if _is_alnum_ascii(prev) or prev in "_+/$€£@\\":
-                continue
-            if prev in ".,-" and i > 1 and _is_alnum_ascii(text[i - 2]):
-                continue
+        if _glued_before(text, i):
+            continue
         number = m.group(0)
         if not us_ssn.is_valid(number.replace(" ", "-") if m.group("sep") == " " else number):
             continue

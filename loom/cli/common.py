@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from loom.settings import Settings, SettingsError, load_settings
 
@@ -15,6 +16,17 @@ if TYPE_CHECKING:
     from clickhouse_connect.driver.client import Client
 
 console = Console(stderr=True)
+
+
+def progress_bar(doing: str) -> Progress:
+    """A long command's progress on stderr: `doing` what, how many of how many, the time left."""
+    return Progress(
+        TextColumn(f"[bold]{doing}[/bold] {{task.description}}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    )
 
 
 def settings_or_exit() -> Settings:

@@ -10,13 +10,11 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from loom.cli.common import admin_client, settings_or_exit
+from loom.cli.common import admin_client, console, progress_bar, settings_or_exit
 
 erasure_app = typer.Typer(help="Export a user's rows (erasure.request is an API op).", no_args_is_help=True)
 retention_app = typer.Typer(help="Retention and tiering in force.", no_args_is_help=True)
-console = Console(stderr=True)
 
 
 @erasure_app.command("export")
@@ -41,13 +39,7 @@ def export(
         total = sum(store.count_turns(ch, ns, user, include_tombstoned) for ns in namespace)
         out.write(header(user, namespace, include_tombstoned))
         rows = 0
-        columns = (
-            TextColumn("[bold]exporting[/bold] {task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-        )
-        with Progress(*columns, console=console) as progress:
+        with progress_bar("exporting") as progress:
             task = progress.add_task(user, total=total)
             for body, n in store.user_rows(ch, user, namespace, include_tombstoned, page_rows or PAGE_ROWS):
                 out.write(body)

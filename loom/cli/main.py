@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from loom import logging as loom_logging
-from loom.cli.common import admin_client, console, settings_or_exit
+from loom.cli.common import admin_client, console, progress_bar, settings_or_exit
 from loom.cli.erasure import erasure_app, retention_app
 from loom.cli.ingest import ingest_transcript
 from loom.cli.mcp import mcp_stdio
@@ -199,8 +199,6 @@ def reembed(
     run it once more to catch up with the turns appended meanwhile."""
     import asyncio
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from loom.embedded.backends import start_backends
     from loom.ops.conversation.lifecycle.reembedding import reembed_to_model, reembed_with
     from loom.ops.embedding.writer import model_from_embedder
@@ -220,13 +218,7 @@ def reembed(
                 build_embedder(model) if model else embedder_from_settings(settings, single_threaded=False)
             )
             total = await svc.run(embeddings.count, svc.ch, namespace, thread_id or None)
-            columns = (
-                TextColumn("[bold]re-embedding[/bold] {task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-            )
-            with Progress(*columns, console=console) as progress:
+            with progress_bar("re-embedding") as progress:
                 task = progress.add_task(f"{namespace} ({embedder.model_id})", total=total)
                 if model:
                     return await reembed_to_model(

@@ -20,8 +20,8 @@ from loom.dashboard.pages import (
     signin,
     threads,
 )
-from loom.dashboard.render import HERE, page
-from loom.dashboard.visit import PATH, SignInNeeded, Visit, open_visit
+from loom.dashboard.render import HERE, back, page
+from loom.dashboard.visit import PATH, SavedOnly, SignInNeeded, Visit, open_visit
 
 PAGES = [signin, conversations, threads, saved, memory, briefs, review, knowledge, operations, imports]
 
@@ -38,6 +38,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(SignInNeeded)
     async def sign_in(request: Request, exc: SignInNeeded) -> RedirectResponse:
         return RedirectResponse(f"{PATH}/signin", status_code=303, headers={"Cache-Control": "no-store"})
+
+    @app.exception_handler(SavedOnly)
+    async def saved_only(request: Request, exc: SavedOnly) -> RedirectResponse:
+        return back("/saved")
 
 
 async def not_found(request: Request) -> HTMLResponse:

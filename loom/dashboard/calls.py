@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.render import page, problem
+from loom.dashboard.render import back, page, problem
 from loom.dashboard.visit import Visit
+from loom.sdk.agent import Agent
 from loom.sdk.transport import LoomError
 
 T = TypeVar("T")
@@ -26,6 +27,22 @@ async def attempt(call: Awaitable[T]) -> Outcome[T]:
         return Outcome(value=await call)
     except LoomError as exc:
         return Outcome(problem=problem(exc))
+
+
+async def ask(visit: Visit, call: Callable[[Agent], Awaitable[T]]) -> Outcome[T]:
+    """One op, called on the visit's client of the API (`call(api)`)."""
+    async with visit.api() as api:
+        return await attempt(call(api))
+
+
+async def change(
+    visit: Visit, call: Callable[[Agent], Awaitable[Any]], where: str, **query: Any
+) -> HTMLResponse | RedirectResponse:
+    """A form's op: the page saying it refused, or back to `where` (with `query`)."""
+    done = await ask(visit, call)
+    if done.problem:
+        return refused(visit, done.problem)
+    return back(where, **query)
 
 
 def status_of(outcome: Outcome[Any]) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from fastapi import Request
@@ -31,6 +32,11 @@ class SignInNeeded(Exception):
     """No valid token in the cookie: the page answers with the sign-in form."""
 
 
+class SavedOnly(Exception):
+    """An end-user token on a page for namespace-wide tokens: it is sent to the one page
+    it sees, its Saved panel."""
+
+
 @dataclass(frozen=True)
 class Visit:
     who: Principal
@@ -42,6 +48,15 @@ class Visit:
     def end_user(self) -> bool:
         """A token pinned to one user: it sees only its own Saved panel."""
         return self.who.bounded
+
+    def has_user(self, user: str) -> bool:
+        """Whether a per-user page has a user to show: an end-user token's own, or `user`."""
+        return self.end_user or bool(user)
+
+    def whose(self, user: str) -> dict[str, Any]:
+        """The user a per-user op acts for: an end-user token's own (the API knows it, so
+        none is sent), else `user`."""
+        return {} if self.end_user else {"user_id": user}
 
     def may(self, role: str) -> bool:
         return not self.end_user and self.who.role >= Role[role]
@@ -79,6 +94,14 @@ async def open_visit(request: Request, namespace: str | None = None) -> Visit:
     if who is None:
         raise SignInNeeded
     return Visit(who, _namespace(who, namespace), token, request)
+
+
+async def staff_visit(request: Request, namespace: str | None = None) -> Visit:
+    """open_visit for a page an end-user token does not see (SavedOnly)."""
+    visit = await open_visit(request, namespace)
+    if visit.end_user:
+        raise SavedOnly
+    return visit
 
 
 def _namespace(who: Principal, asked: str | None) -> str:

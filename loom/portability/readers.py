@@ -171,6 +171,42 @@ def _thread(
     unit.records.append(rec)
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Export:
+    """Where a chat export keeps a conversation's header fields."""
+
+    source: str  # the export's name: the threads' id prefix and their metadata's "source"
+    title: str
+    created: str
+    updated: str
+
+
+_CHATGPT = _Export(source="chatgpt", title="title", created="create_time", updated="update_time")
+_CLAUDE = _Export(source="claude", title="name", created="created_at", updated="updated_at")
+
+
+def _conversation_thread(
+    mapping: Mapping, unit: Unit, export: _Export, conv: dict[str, Any], conv_id: str
+) -> str:
+    """The conversation's thread record, added to the unit; its thread id."""
+    thread_id = mapping.thread(f"{export.source}-{conv_id}")
+    _thread(
+        mapping,
+        unit,
+        thread_id,
+        str(conv.get(export.title) or ""),
+        {"source": export.source, "conversation_id": conv_id},
+        created_at=_iso(conv.get(export.created)),
+        updated_at=_iso(conv.get(export.updated)),
+    )
+    return thread_id
+
+
+def _whole_digest(conv: dict[str, Any]) -> str:
+    """An id for a conversation whose export names none: its content's digest."""
+    return _digest(json.dumps(conv, sort_keys=True)[:4096])
+
+
 def _items(stream: BinaryIO, what: str) -> Iterator[tuple[int, Any]]:
     """The items of a top-level JSON array, one at a time; a syntax error stops the
     reader, naming the last item read whole."""
@@ -194,19 +230,8 @@ def _chatgpt(stream: BinaryIO, mapping: Mapping) -> Iterator[Unit]:
             unit.bad.append(Bad(f"conversation {i}", "not a ChatGPT conversation (no mapping)"))
             yield unit
             continue
-        conv_id = str(
-            conv.get("conversation_id") or conv.get("id") or _digest(json.dumps(conv, sort_keys=True)[:4096])
-        )
-        thread_id = mapping.thread(f"chatgpt-{conv_id}")
-        _thread(
-            mapping,
-            unit,
-            thread_id,
-            str(conv.get("title") or ""),
-            {"source": "chatgpt", "conversation_id": conv_id},
-            created_at=_iso(conv.get("create_time")),
-            updated_at=_iso(conv.get("update_time")),
-        )
+        conv_id = str(conv.get("conversation_id") or conv.get("id") or _whole_digest(conv))
+        thread_id = _conversation_thread(mapping, unit, _CHATGPT, conv, conv_id)
         for node_id, msg in _branch(conv["mapping"], conv.get("current_node")):
             pos = f"conversation {i} ({conv_id[:40]}) message {node_id[:60]}"
             text = _chatgpt_text(msg.get("content"))
@@ -285,17 +310,8 @@ def _claude(stream: BinaryIO, mapping: Mapping) -> Iterator[Unit]:
             unit.bad.append(Bad(f"conversation {i}", "not a Claude conversation (no chat_messages)"))
             yield unit
             continue
-        conv_id = str(conv.get("uuid") or _digest(json.dumps(conv, sort_keys=True)[:4096]))
-        thread_id = mapping.thread(f"claude-{conv_id}")
-        _thread(
-            mapping,
-            unit,
-            thread_id,
-            str(conv.get("name") or ""),
-            {"source": "claude", "conversation_id": conv_id},
-            created_at=_iso(conv.get("created_at")),
-            updated_at=_iso(conv.get("updated_at")),
-        )
+        conv_id = str(conv.get("uuid") or _whole_digest(conv))
+        thread_id = _conversation_thread(mapping, unit, _CLAUDE, conv, conv_id)
         for j, msg in enumerate(messages):
             if not isinstance(msg, dict):
                 unit.bad.append(Bad(f"conversation {i} ({conv_id[:40]}) message {j}", "not a message object"))

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
-
-import httpx
+from typing import Any, Unpack
 
 from loom.models.conversation.reading import AppendBatchResponse
 from loom.models.memory import ContextPackResponse, SetFromMessagesResponse
@@ -41,7 +39,7 @@ from loom.sdk.ops import (
     Settings,
     Webhooks,
 )
-from loom.sdk.transport import Retry, Transport
+from loom.sdk.transport import Connection, Transport
 
 FLUSH_EVERY = 10  # turns buffered before they go to memory.set_from_messages
 
@@ -52,17 +50,10 @@ class Agent:
         namespace: str,
         environment: str,
         name: str,
-        *,
-        base_url: str | None = None,
-        token: str | None = None,
-        timeout_s: float = 60.0,
-        retry: Retry | None = None,
-        http_transport: httpx.AsyncBaseTransport | None = None,
+        **connection: Unpack[Connection],
     ) -> None:
         self.namespace, self.environment, self.name = namespace, environment, name
-        self.transport = Transport(
-            base_url, token, timeout_s=timeout_s, retry=retry, http_transport=http_transport
-        )
+        self.transport = Transport(**connection)
         self.conversation = Conversation(self)
         self.saved = Saved(self)
         self.memory = Memory(self)

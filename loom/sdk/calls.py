@@ -4,8 +4,9 @@ API's own edge model before it is sent, the answer parsed into the response mode
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Iterator
-from typing import Any, Protocol, TypeVar
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -13,6 +14,8 @@ from loom.sdk.transport import LoomError, Transport
 
 R = TypeVar("R", bound=BaseModel)
 T = TypeVar("T")
+G = TypeVar("G", bound="Group")
+P = ParamSpec("P")
 
 
 class Agent(Protocol):
@@ -101,3 +104,27 @@ class SyncGroup:
 
     def __init__(self, group: Any, runner: Runner) -> None:
         self._group, self._runner = group, runner
+
+
+def blocking(method: Callable[Concatenate[G, P], Awaitable[T]]) -> Callable[Concatenate[SyncGroup, P], T]:
+    """The Agent's `method` as a SyncGroup's, waited for: the same parameters (for mypy
+    and an editor, through P) and docstring (for `help()`), one body for every op."""
+
+    @functools.wraps(method)
+    def call(self: SyncGroup, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._runner.run(method(self._group, *args, **kwargs))
+
+    return call
+
+
+def iterating(
+    method: Callable[Concatenate[G, P], AsyncIterator[T]],
+) -> Callable[Concatenate[SyncGroup, P], Iterator[T]]:
+    """The Agent's streaming `method` as a SyncGroup's: a plain iterator of its lines."""
+
+    @functools.wraps(method)
+    def call(self: SyncGroup, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        return self._runner.iterate(method(self._group, *args, **kwargs))
+
+    call.__annotations__ = {**call.__annotations__, "return": Iterator[Any]}
+    return call

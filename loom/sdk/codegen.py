@@ -22,7 +22,7 @@ import subprocess
 import sys
 import textwrap
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -92,7 +92,7 @@ class Group:
     attr: str  # the Agent's attribute
     doc: str
     methods: tuple[Method, ...]
-    extra: Sequence[str] = field(default_factory=tuple)  # hand-written methods (ops.py's code)
+    extra: Mapping[str, str] = field(default_factory=dict)  # hand-written methods: name to ops.py's code
 
 
 SAVED_AVAILABLE = '''
@@ -102,13 +102,6 @@ SAVED_AVAILABLE = '''
         hides its "save" action while this is false."""
         shared = await self._op("replicas.show", d.ReplicasShowRequest, d.ReplicasShowResponse, {})
         return SAVED_STATE in shared.capabilities
-'''
-SYNC_SAVED_AVAILABLE = '''
-    def available(self) -> bool:
-        """Whether saving is open now: false while a replica of a rolling deploy could
-        lose saved state (a save then answers 503 replica_lacks_capability). A client
-        hides its "save" action while this is false."""
-        return self._runner.run(self._group.available())
 '''
 
 GROUPS: tuple[Group, ...] = (
@@ -173,7 +166,7 @@ GROUPS: tuple[Group, ...] = (
                 "search", "conversation.search_saved_messages", s.SearchSavedRequest, s.SearchSavedResponse
             ),
         ),
-        extra=(SAVED_AVAILABLE,),
+        extra={"available": SAVED_AVAILABLE},
     ),
     Group(
         "Memory",
@@ -618,18 +611,10 @@ def async_method(method: Method, routes: dict[str, str]) -> str:
     )
 
 
-def sync_method(method: Method, routes: dict[str, str]) -> str:
-    ps = params(method)
-    doc = docstring(method, ps, routes, " " * 8)
-    call = f"self._group.{method.name}(" + ", ".join(f"{p.name}={p.name}" for p in ps) + ")"
-    if method.stream:
-        return (
-            f"    def {method.name}({signature(ps)}) -> Iterator[dict[str, Any]]:\n"
-            f"        {doc}\n"
-            f"        return self._runner.iterate({call})\n"
-        )
-    resp = model_name(method.response)
-    return f"    def {method.name}({signature(ps)}) -> {resp}:\n        {doc}\n        return self._runner.run({call})\n"
+def sync_method(group: Group, name: str, stream: bool = False) -> str:
+    """SyncAgent's method: the Agent's, wrapped (its signature and docstring are kept)."""
+    wrap = "iterating" if stream else "blocking"
+    return f"    {name} = {wrap}(ops.{group.cls}.{name})\n"
 
 
 def render_async(routes: dict[str, str]) -> str:
@@ -647,24 +632,22 @@ def render_async(routes: dict[str, str]) -> str:
         out += f'\n\nclass {group.cls}(Group):\n    """{group.doc}"""\n'
         for method in group.methods:
             out += "\n" + async_method(method, routes)
-        out += "".join(group.extra)
+        out += "".join(group.extra.values())
     out += "\n\n__all__ = [" + ", ".join(f'"{g.cls}"' for g in GROUPS) + ', "SAVED_STATE"]\n'
     return out
 
 
-def render_sync(routes: dict[str, str]) -> str:
+def render_sync() -> str:
     out = HEADER.format(
         doc="SyncAgent's groups: the Agent's op methods (loom/sdk/ops.py), each call blocking.",
-        imports="from collections.abc import Iterator, Mapping, Sequence\nfrom datetime import datetime\nfrom typing import TYPE_CHECKING, Any, Literal\n\n"
-        + MODEL_IMPORTS
-        + "\nfrom loom.sdk import ops\nfrom loom.sdk.calls import Runner, SyncGroup\n\nif TYPE_CHECKING:\n    from loom.sdk.agent import Agent\n",
+        imports="from typing import TYPE_CHECKING\n\n"
+        "from loom.sdk import ops\nfrom loom.sdk.calls import Runner, SyncGroup, blocking, iterating\n\n"
+        "if TYPE_CHECKING:\n    from loom.sdk.agent import Agent\n",
     )
     for group in GROUPS:
-        out += f'\n\nclass {group.cls}(SyncGroup):\n    """{group.doc}"""\n\n    _group: ops.{group.cls}\n'
-        for method in group.methods:
-            out += "\n" + sync_method(method, routes)
-        if group.extra:
-            out += SYNC_SAVED_AVAILABLE
+        out += f'\n\nclass {group.cls}(SyncGroup):\n    """{group.doc}"""\n\n'
+        out += "".join(sync_method(group, m.name, m.stream) for m in group.methods)
+        out += "".join(sync_method(group, name) for name in group.extra)
     out += (
         '\n\nclass Groups:\n    """The Agent\'s groups, each call blocking (SyncAgent\'s attributes)."""\n\n'
     )
@@ -699,7 +682,7 @@ def generated() -> dict[Path, str]:
     routes = route_docs()
     return {
         ASYNC_FILE: formatted(render_async(routes), ASYNC_FILE),
-        SYNC_FILE: formatted(render_sync(routes), SYNC_FILE),
+        SYNC_FILE: formatted(render_sync(), SYNC_FILE),
     }
 
 

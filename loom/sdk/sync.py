@@ -19,12 +19,13 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from loom.models.conversation.reading import AppendBatchResponse
 from loom.models.memory import ContextPackResponse, SetFromMessagesResponse
 from loom.sdk.agent import FLUSH_EVERY, Agent, Session
 from loom.sdk.sync_ops import Groups
+from loom.sdk.transport import Connection
 
 T = TypeVar("T")
 
@@ -57,7 +58,7 @@ class _Loop:
 class SyncAgent(Groups):
     """`Agent(namespace, environment, name, **options)` (loom.sdk.agent), blocking."""
 
-    def __init__(self, namespace: str, environment: str, name: str, **options: Any) -> None:
+    def __init__(self, namespace: str, environment: str, name: str, **options: Unpack[Connection]) -> None:
         self._runner = _Loop()
 
         async def build() -> Agent:  # the Agent's HTTP client belongs to the runner's loop

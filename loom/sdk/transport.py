@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -47,6 +47,17 @@ class Retry:
     attempts: int = 5  # in all, the first included
     first_backoff_s: float = FIRST_BACKOFF_S
     max_backoff_s: float = MAX_BACKOFF_S
+
+
+class Connection(TypedDict, total=False):
+    """How an Agent reaches the API: Transport's keyword arguments, which Agent (and
+    SyncAgent) take as they are and hand on."""
+
+    base_url: str | None
+    token: str | None
+    timeout_s: float
+    retry: Retry | None
+    http_transport: httpx.AsyncBaseTransport | None
 
 
 def resolve_url(base_url: str | None) -> str:

@@ -9,9 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import attempt, refused, status_of
-from loom.dashboard.render import back, page, same_origin
-from loom.dashboard.visit import open_visit
+from loom.dashboard.calls import ask, change, status_of
+from loom.dashboard.forms import Namespace
+from loom.dashboard.render import page, same_origin
+from loom.dashboard.visit import open_visit, staff_visit
 
 router = APIRouter()
 
@@ -24,11 +25,8 @@ async def brief(
     revision: Annotated[int | None, Query(ge=1)] = None,
     full: bool = False,
 ) -> HTMLResponse | RedirectResponse:
-    visit = await open_visit(request, ns)
-    if visit.end_user:
-        return back("/saved")
-    async with visit.api() as api:
-        got = await attempt(api.briefs.get(brief_key=key, revision=revision, full=full))
+    visit = await staff_visit(request, ns)
+    got = await ask(visit, lambda api: api.briefs.get(brief_key=key, revision=revision, full=full))
     return page(
         visit,
         request,
@@ -44,11 +42,9 @@ async def brief(
 
 @router.post("/brief/delete", dependencies=[Depends(same_origin)], response_model=None)
 async def delete(
-    request: Request, ns: Annotated[str, Form()], key: Annotated[str, Form(max_length=512)]
+    request: Request, ns: Namespace, key: Annotated[str, Form(max_length=512)]
 ) -> HTMLResponse | RedirectResponse:
     visit = await open_visit(request, ns)
-    async with visit.api() as api:
-        done = await attempt(api.briefs.delete(brief_key=key))
-    if done.problem:
-        return refused(visit, done.problem)
-    return back("/conversations", ns=visit.namespace)
+    return await change(
+        visit, lambda api: api.briefs.delete(brief_key=key), "/conversations", ns=visit.namespace
+    )

@@ -9,9 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import attempt, refused
-from loom.dashboard.render import back, page, same_origin
-from loom.dashboard.visit import open_visit
+from loom.dashboard.calls import attempt, change
+from loom.dashboard.forms import Namespace
+from loom.dashboard.render import page, same_origin
+from loom.dashboard.visit import open_visit, staff_visit
 
 router = APIRouter()
 
@@ -28,9 +29,7 @@ async def conversations(
     offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
     q: Annotated[str, Query(max_length=4_000)] = "",
 ) -> HTMLResponse | RedirectResponse:
-    visit = await open_visit(request, ns)
-    if visit.end_user:
-        return back("/saved")
+    visit = await staff_visit(request, ns)
     async with visit.api() as api:
         config, threads, briefs = await asyncio.gather(
             attempt(api.namespaces.get_config()),
@@ -63,11 +62,9 @@ async def conversations(
 
 @router.post("/conversations/recording", dependencies=[Depends(same_origin)], response_model=None)
 async def recording(
-    request: Request, ns: Annotated[str, Form()], enabled: Annotated[bool, Form()]
+    request: Request, ns: Namespace, enabled: Annotated[bool, Form()]
 ) -> HTMLResponse | RedirectResponse:
     visit = await open_visit(request, ns)
-    async with visit.api() as api:
-        done = await attempt(api.conversation.set_logging(enabled=enabled))
-    if done.problem:
-        return refused(visit, done.problem)
-    return back("/conversations", ns=visit.namespace)
+    return await change(
+        visit, lambda api: api.conversation.set_logging(enabled=enabled), "/conversations", ns=visit.namespace
+    )

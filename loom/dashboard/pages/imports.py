@@ -7,18 +7,15 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import attempt, status_of
-from loom.dashboard.render import back, page
-from loom.dashboard.visit import open_visit
+from loom.dashboard.calls import ask, status_of
+from loom.dashboard.render import page
+from loom.dashboard.visit import staff_visit
 
 router = APIRouter()
 
 
 @router.get("/imports", response_model=None)
 async def imports(request: Request, ns: str | None = None) -> HTMLResponse | RedirectResponse:
-    visit = await open_visit(request, ns)
-    if visit.end_user:
-        return back("/saved")
-    async with visit.api() as api:
-        found = await attempt(api.portability.import_status(namespace=visit.namespace))
+    visit = await staff_visit(request, ns)
+    found = await ask(visit, lambda api: api.portability.import_status(namespace=visit.namespace))
     return page(visit, request, "imports.html", status=status_of(found), title="Imports", found=found)

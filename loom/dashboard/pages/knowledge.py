@@ -12,9 +12,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import attempt, status_of
+from loom.dashboard.calls import ask, status_of
 from loom.dashboard.render import back, page, same_origin
-from loom.dashboard.visit import Visit, open_visit
+from loom.dashboard.visit import Visit, open_visit, staff_visit
 
 router = APIRouter()
 
@@ -26,9 +26,7 @@ CONFIRM = "confirm_shorter_retention"  # the form's checkbox: shortening retenti
 async def settings(
     request: Request, ns: str | None = None, saved: int = 0
 ) -> HTMLResponse | RedirectResponse:
-    visit = await open_visit(request, ns)
-    if visit.end_user:
-        return back("/saved")
+    visit = await staff_visit(request, ns)
     return await _render(visit, saved=bool(saved))
 
 
@@ -36,8 +34,7 @@ async def settings(
 async def change(request: Request) -> HTMLResponse | RedirectResponse:
     form = await request.form()
     visit = await open_visit(request, str(form.get("ns", "")) or None)
-    async with visit.api() as api:
-        current = await attempt(api.settings.get())
+    current = await ask(visit, lambda api: api.settings.get())
     if current.value is None:
         return await _render(visit)
     known = {s.name: s for s in current.value.settings}
@@ -49,8 +46,9 @@ async def change(request: Request) -> HTMLResponse | RedirectResponse:
         values = {name: value for name, value in entered.items() if value != known[name].value}
     if not values:
         return back("/settings", ns=visit.namespace)
-    async with visit.api() as api:
-        done = await attempt(api.settings.set(values=values, confirm_shorter_retention=CONFIRM in form))
+    done = await ask(
+        visit, lambda api: api.settings.set(values=values, confirm_shorter_retention=CONFIRM in form)
+    )
     if done.problem:
         typed = {name: str(form[name]) for name in known if name in form}
         return await _render(visit, problem=done.problem, entered=typed, status=status_of(done))
@@ -65,8 +63,7 @@ async def _render(
     entered: dict[str, str] | None = None,
     status: int = 200,
 ) -> HTMLResponse:
-    async with visit.api() as api:
-        shown = await attempt(api.settings.get())
+    shown = await ask(visit, lambda api: api.settings.get())
     error_field = str(problem.get("field") or "") if problem else ""
     return page(
         visit,

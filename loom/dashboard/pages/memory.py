@@ -14,8 +14,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import Outcome, attempt, refused, status_of
-from loom.dashboard.render import back, page, same_origin
+from loom.dashboard.calls import Outcome, attempt, change, status_of
+from loom.dashboard.forms import Name, Namespace
+from loom.dashboard.render import page, same_origin
 from loom.dashboard.visit import Visit, open_visit
 
 router = APIRouter()
@@ -24,11 +25,6 @@ PAGE_SIZE = 50
 EVIDENCE_READ = 100  # evidence read by the fact's words to find the rows it names
 UserQuery = Annotated[str, Query(max_length=256)]
 Ident = Annotated[str, Query(max_length=64)]
-
-
-def _user(visit: Visit, user: str) -> dict[str, Any]:
-    """Whose memory: an end-user token's own (the API knows it), else the named user."""
-    return {} if visit.end_user else {"user_id": user}
 
 
 def as_of_time(raw: str) -> datetime | None:
@@ -57,7 +53,7 @@ async def memory(
         when = None
         context["as_of_problem"] = "not a date and time (e.g. 2026-01-31T09:30, read as UTC)"
     context["as_of_at"] = when
-    if visit.end_user or user:
+    if visit.has_user(user):
         context.update(await _read(visit, user, when, cursor, fact))
     # The page's status is its main op's (memory.list: writer).
     status = status_of(context["facts"]) if "facts" in context else 200
@@ -67,7 +63,7 @@ async def memory(
 async def _read(
     visit: Visit, user: str, when: datetime | None, cursor: str | None, fact: str
 ) -> dict[str, Any]:
-    whose = _user(visit, user)
+    whose = visit.whose(user)
     async with visit.api() as api:
         facts, profile = await asyncio.gather(
             attempt(api.memory.list(limit=PAGE_SIZE, cursor=cursor, as_of=when, **whose)),
@@ -97,13 +93,16 @@ async def _evidence(api: Any, history: Any, whose: dict[str, Any]) -> Outcome[An
 @router.post("/memory/forget", dependencies=[Depends(same_origin)], response_model=None)
 async def forget(
     request: Request,
-    ns: Annotated[str, Form()],
+    ns: Namespace,
     memory_id: Annotated[str, Form(min_length=1, max_length=64)],
-    user: Annotated[str, Form(max_length=256)] = "",
+    user: Name = "",
 ) -> HTMLResponse | RedirectResponse:
     visit = await open_visit(request, ns)
-    async with visit.api() as api:
-        done = await attempt(api.memory.delete(memory_ids=[memory_id], **_user(visit, user)))
-    if done.problem:
-        return refused(visit, done.problem)
-    return back("/memory", ns=visit.namespace, user=user, forgotten=memory_id)
+    return await change(
+        visit,
+        lambda api: api.memory.delete(memory_ids=[memory_id], **visit.whose(user)),
+        "/memory",
+        ns=visit.namespace,
+        user=user,
+        forgotten=memory_id,
+    )

@@ -6,9 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import attempt, status_of
-from loom.dashboard.render import back, page
-from loom.dashboard.visit import open_visit
+from loom.dashboard.calls import ask, status_of
+from loom.dashboard.render import page
+from loom.dashboard.visit import staff_visit
 
 router = APIRouter()
 
@@ -28,11 +28,8 @@ USER_TABLES = {
 
 @router.get("/retention", response_model=None)
 async def retention(request: Request, ns: str | None = None) -> HTMLResponse | RedirectResponse:
-    visit = await open_visit(request, ns)
-    if visit.end_user:
-        return back("/saved")
-    async with visit.api() as api:
-        shown = await attempt(api.erasure.retention())
+    visit = await staff_visit(request, ns)
+    shown = await ask(visit, lambda api: api.erasure.retention())
     tables = shown.value.tables if shown.value else []
     return page(
         visit,
@@ -48,9 +45,6 @@ async def retention(request: Request, ns: str | None = None) -> HTMLResponse | R
 
 @router.get("/health", response_model=None)
 async def health(request: Request, ns: str | None = None) -> HTMLResponse | RedirectResponse:
-    visit = await open_visit(request, ns)
-    if visit.end_user:
-        return back("/saved")
-    async with visit.api() as api:
-        shown = await attempt(api.ops.health())
+    visit = await staff_visit(request, ns)
+    shown = await ask(visit, lambda api: api.ops.health())
     return page(visit, request, "health.html", status=status_of(shown), title="Health", shown=shown)

@@ -9,9 +9,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import attempt, status_of
-from loom.dashboard.render import back, page
-from loom.dashboard.visit import open_visit
+from loom.dashboard.calls import ask, status_of
+from loom.dashboard.render import page
+from loom.dashboard.visit import staff_visit
 
 router = APIRouter()
 
@@ -22,11 +22,8 @@ PAGE_SIZE = 50
 async def review(
     request: Request, ns: str | None = None, offset: Annotated[int, Query(ge=0, le=100_000)] = 0
 ) -> HTMLResponse | RedirectResponse:
-    visit = await open_visit(request, ns)
-    if visit.end_user:
-        return back("/saved")
-    async with visit.api() as api:
-        found = await attempt(api.conversation.high_turns(limit=PAGE_SIZE, offset=offset))
+    visit = await staff_visit(request, ns)
+    found = await ask(visit, lambda api: api.conversation.high_turns(limit=PAGE_SIZE, offset=offset))
     return page(
         visit,
         request,

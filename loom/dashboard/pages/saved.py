@@ -10,8 +10,9 @@ from typing import Annotated, Any, cast
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import Outcome, attempt, refused
-from loom.dashboard.render import back, page, same_origin
+from loom.dashboard.calls import Outcome, ask, change
+from loom.dashboard.forms import MessageForm, SaveForm
+from loom.dashboard.render import page, same_origin
 from loom.dashboard.visit import Visit, open_visit
 from loom.replicas import SAVED_STATE
 
@@ -21,16 +22,16 @@ UserQuery = Annotated[str, Query(max_length=256)]
 SearchQuery = Annotated[str, Query(max_length=4_000)]
 
 
-def _user(visit: Visit, user: str) -> dict[str, Any]:
-    """The user the saved-message ops act for: an end-user token's own (the API knows it)."""
-    return {} if visit.end_user else {"user_id": user}
+async def _list(visit: Visit, user: str) -> Outcome[Any] | None:
+    if not visit.has_user(user):
+        return None
+    return await ask(visit, lambda api: api.saved.list(limit=50, **visit.whose(user)))
 
 
 async def _search(visit: Visit, user: str, q: str) -> Outcome[Any] | None:
-    if not q.strip() or not (visit.end_user or user):
+    if not q.strip() or not visit.has_user(user):
         return None
-    async with visit.api() as api:
-        return await attempt(api.saved.search(query=q.strip(), limit=20, **_user(visit, user)))
+    return await ask(visit, lambda api: api.saved.search(query=q.strip(), limit=20, **visit.whose(user)))
 
 
 @router.get("/saved", response_model=None)
@@ -38,13 +39,8 @@ async def saved(
     request: Request, ns: str | None = None, user: UserQuery = "", q: SearchQuery = ""
 ) -> HTMLResponse:
     visit = await open_visit(request, ns)
-    listed = hits = None
-    async with visit.api() as api:
-        deploy = await attempt(api.ops.replicas())
-        if visit.end_user or user:
-            listed, hits = await asyncio.gather(
-                attempt(api.saved.list(limit=50, **_user(visit, user))), _search(visit, user, q)
-            )
+    deploy = await ask(visit, lambda api: api.ops.replicas())
+    listed, hits = await asyncio.gather(_list(visit, user), _search(visit, user, q))
     # Saving pauses while a replica of a rolling deploy could lose saved state: no form then.
     may_save = deploy.value is not None and SAVED_STATE in deploy.value.capabilities
     return page(
@@ -69,58 +65,31 @@ async def results(
     if q.strip():
         hits = await _search(visit, user, q)
         return page(visit, request, "_saved_hits.html", hits=hits, user=user, q=q)
-    async with visit.api() as api:
-        listed = (
-            await attempt(api.saved.list(limit=50, **_user(visit, user))) if visit.end_user or user else None
-        )
+    listed = await _list(visit, user)
     return page(visit, request, "_saved_list.html", listed=listed, user=user, q=q)
 
 
+def _message(visit: Visit, form: MessageForm) -> dict[str, Any]:
+    """The message a save or unsave acts on, for whose saved messages."""
+    ids = {"conversation_id": form.conversation_id, "message_id": form.message_id, "agent": form.agent}
+    return ids | visit.whose(form.user)
+
+
 @router.post("/saved/save", dependencies=[Depends(same_origin)], response_model=None)
-async def save(
-    request: Request,
-    ns: Annotated[str, Form()],
-    conversation_id: Annotated[str, Form(max_length=256)],
-    message_id: Annotated[str, Form(max_length=256)],
-    agent: Annotated[str, Form(max_length=256)] = "default",
-    content: Annotated[str, Form(max_length=100_000)] = "",
-    role: Annotated[str, Form(max_length=32)] = "user",
-    user: Annotated[str, Form(max_length=256)] = "",
-) -> HTMLResponse | RedirectResponse:
-    visit = await open_visit(request, ns)
-    # Content only for a message not in the transcript yet (the op's rule).
-    async with visit.api() as api:
-        done = await attempt(
-            api.saved.save(
-                conversation_id=conversation_id,
-                message_id=message_id,
-                agent=agent,
-                role=cast(Any, role) if content else None,  # the op's model checks it
-                content=content or None,
-                **_user(visit, user),
-            )
-        )
-    if done.problem:
-        return refused(visit, done.problem)
-    return back("/saved", ns=visit.namespace, user=user)
+async def save(request: Request, form: Annotated[SaveForm, Form()]) -> HTMLResponse | RedirectResponse:
+    visit = await open_visit(request, form.ns)
+    # The op's model checks the role.
+    saving = {"role": cast(Any, form.role), "content": form.content} if form.content else {}
+    message = _message(visit, form)
+    return await change(
+        visit, lambda api: api.saved.save(**message, **saving), "/saved", ns=visit.namespace, user=form.user
+    )
 
 
 @router.post("/saved/unsave", dependencies=[Depends(same_origin)], response_model=None)
-async def unsave(
-    request: Request,
-    ns: Annotated[str, Form()],
-    conversation_id: Annotated[str, Form(max_length=256)],
-    message_id: Annotated[str, Form(max_length=256)],
-    agent: Annotated[str, Form(max_length=256)] = "default",
-    user: Annotated[str, Form(max_length=256)] = "",
-) -> HTMLResponse | RedirectResponse:
-    visit = await open_visit(request, ns)
-    async with visit.api() as api:
-        done = await attempt(
-            api.saved.unsave(
-                conversation_id=conversation_id, message_id=message_id, agent=agent, **_user(visit, user)
-            )
-        )
-    if done.problem:
-        return refused(visit, done.problem)
-    return back("/saved", ns=visit.namespace, user=user)
+async def unsave(request: Request, form: Annotated[MessageForm, Form()]) -> HTMLResponse | RedirectResponse:
+    visit = await open_visit(request, form.ns)
+    message = _message(visit, form)
+    return await change(
+        visit, lambda api: api.saved.unsave(**message), "/saved", ns=visit.namespace, user=form.user
+    )

@@ -5,14 +5,17 @@ and answered with the op's receipt."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Form, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import attempt, refused, status_of
+from loom.dashboard.calls import ask, attempt, change, refused, status_of
+from loom.dashboard.forms import Name, Namespace, Text
 from loom.dashboard.render import back, page, same_origin
-from loom.dashboard.visit import open_visit
+from loom.dashboard.visit import Visit, open_visit, staff_visit
+from loom.sdk.agent import Agent
 
 router = APIRouter()
 
@@ -30,9 +33,7 @@ async def thread(
     cursor: Annotated[str | None, Query(max_length=4096)] = None,
     job: Annotated[str, Query(max_length=128)] = "",
 ) -> HTMLResponse | RedirectResponse:
-    visit = await open_visit(request, ns)
-    if visit.end_user:
-        return back("/saved")
+    visit = await staff_visit(request, ns)
     async with visit.api() as api:
         got = await attempt(
             api.conversation.get(
@@ -64,14 +65,10 @@ async def thread(
 
 @router.post("/thread/compact", dependencies=[Depends(same_origin)], response_model=None)
 async def compact(
-    request: Request,
-    ns: Annotated[str, Form()],
-    agent: Annotated[str, Form(max_length=256)],
-    thread: Annotated[str, Form(max_length=256)],
+    request: Request, ns: Namespace, agent: Name, thread: Name
 ) -> HTMLResponse | RedirectResponse:
     visit = await open_visit(request, ns)
-    async with visit.api() as api:
-        done = await attempt(api.conversation.compact(agent=agent, thread_id=thread, defer=True))
+    done = await ask(visit, lambda api: api.conversation.compact(agent=agent, thread_id=thread, defer=True))
     if done.value is None:
         return refused(visit, done.problem)
     return back("/thread", ns=visit.namespace, agent=agent, thread=thread, job=done.value.job_id)
@@ -79,63 +76,57 @@ async def compact(
 
 @router.post("/thread/delete", dependencies=[Depends(same_origin)], response_model=None)
 async def delete(
-    request: Request,
-    ns: Annotated[str, Form()],
-    agent: Annotated[str, Form(max_length=256)],
-    thread: Annotated[str, Form(max_length=256)],
-    confirm: Annotated[str, Form(max_length=256)] = "",
+    request: Request, ns: Namespace, agent: Name, thread: Name, confirm: Name = ""
 ) -> HTMLResponse | RedirectResponse:
     visit = await open_visit(request, ns)
-    async with visit.api() as api:
-        done = await attempt(
-            api.conversation.delete(agent=agent, thread_id=thread, confirm_thread_id=confirm)
-        )
-    if done.problem:
+    return await change(
+        visit,
+        lambda api: api.conversation.delete(agent=agent, thread_id=thread, confirm_thread_id=confirm),
+        "/conversations",
+        ns=visit.namespace,
+        deleted=thread,
+    )
+
+
+async def _removed(
+    visit: Visit, kind: str, agent: str, thread: str, call: Callable[[Agent], Awaitable[Any]]
+) -> HTMLResponse | RedirectResponse:
+    """Back to the thread after a removal, saying what the op's receipt counts (never any text)."""
+    done = await ask(visit, call)
+    if done.value is None:
         return refused(visit, done.problem)
-    return back("/conversations", ns=visit.namespace, deleted=thread)
-
-
-def _receipt_query(kind: str, receipt: Any) -> dict[str, Any]:
-    """What the thread page says about a removal: the op's counts, never any text."""
+    receipt = done.value
     written = sum(t.written for t in receipt.tables.values())
     removed = sum(t.removed for t in receipt.tables.values())
-    return {"done": kind, "msg": receipt.msg_id, "written": written, "removed": removed}
+    counts = {"done": kind, "msg": receipt.msg_id, "written": written, "removed": removed}
+    return back("/thread", ns=visit.namespace, agent=agent, thread=thread, **counts)
 
 
 @router.post("/message/delete", dependencies=[Depends(same_origin)], response_model=None)
 async def delete_message(
-    request: Request,
-    ns: Annotated[str, Form()],
-    agent: Annotated[str, Form(max_length=256)],
-    thread: Annotated[str, Form(max_length=256)],
-    msg: Annotated[str, Form(max_length=256)],
+    request: Request, ns: Namespace, agent: Name, thread: Name, msg: Name
 ) -> HTMLResponse | RedirectResponse:
     visit = await open_visit(request, ns)
-    async with visit.api() as api:
-        done = await attempt(api.conversation.delete_message(agent=agent, thread_id=thread, msg_id=msg))
-    if done.value is None:
-        return refused(visit, done.problem)
-    return back(
-        "/thread", ns=visit.namespace, agent=agent, thread=thread, **_receipt_query("deleted", done.value)
+    return await _removed(
+        visit,
+        "deleted",
+        agent,
+        thread,
+        lambda api: api.conversation.delete_message(agent=agent, thread_id=thread, msg_id=msg),
     )
 
 
 @router.post("/message/redact", dependencies=[Depends(same_origin)], response_model=None)
 async def redact(
-    request: Request,
-    ns: Annotated[str, Form()],
-    agent: Annotated[str, Form(max_length=256)],
-    thread: Annotated[str, Form(max_length=256)],
-    msg: Annotated[str, Form(max_length=256)],
-    span: Annotated[str, Form(max_length=100_000)] = "",
+    request: Request, ns: Namespace, agent: Name, thread: Name, msg: Name, span: Text = ""
 ) -> HTMLResponse | RedirectResponse:
     """An exact text given: every occurrence of it; none: every span that reads as high."""
     visit = await open_visit(request, ns)
     what: dict[str, Any] = {"spans": [span]} if span else {"high": True}
-    async with visit.api() as api:
-        done = await attempt(api.conversation.redact(agent=agent, thread_id=thread, msg_id=msg, **what))
-    if done.value is None:
-        return refused(visit, done.problem)
-    return back(
-        "/thread", ns=visit.namespace, agent=agent, thread=thread, **_receipt_query("redacted", done.value)
+    return await _removed(
+        visit,
+        "redacted",
+        agent,
+        thread,
+        lambda api: api.conversation.redact(agent=agent, thread_id=thread, msg_id=msg, **what),
     )

@@ -6,8 +6,9 @@ run it in worker threads or processes, never on the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +19,22 @@ Vectors = npt.NDArray[np.float32]
 
 class EmbedderError(Exception):
     """An embedding provider failed (network, bad response, model error)."""
+
+
+class Picklable:
+    """An embedder a process pool can copy: the copy leaves behind its lock and what
+    `_left_behind` names (a loaded model, an open client: each set to the empty value
+    given), which it opens again on first use, and makes a lock of its own."""
+
+    _left_behind: ClassVar[Mapping[str, Any]] = {}
+    _lock: threading.Lock
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_lock": None, **self._left_behind}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 @runtime_checkable

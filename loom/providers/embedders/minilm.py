@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from loom.providers.embedders.base import EmbedderError, Vectors, check_texts, empty
+from loom.providers.embedders.base import EmbedderError, Picklable, Vectors, check_texts, empty
 
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 DIM = 384
@@ -76,11 +76,13 @@ def verify_model_file(path: Path, *, size: int, sha256: str) -> None:
         _verified.add(key)
 
 
-class MiniLMEmbedder:
+class MiniLMEmbedder(Picklable):
     """all-MiniLM-L6-v2 (int8 ONNX), 384-d, mean pooled and L2-normalised."""
 
     model_id: str = MODEL_ID
     dim: int = DIM
+    # For a process pool: the session and tokenizer do not travel (loaded again on first use).
+    _left_behind = {"_session": None, "_tokenizer": None, "_input_names": frozenset()}
 
     def __init__(
         self,
@@ -203,20 +205,6 @@ class MiniLMEmbedder:
         norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         out: np.ndarray[Any, np.dtype[np.float32]] = (pooled / norms).astype(np.float32, copy=False)
         return out
-
-    # -- pickling (for process pools): the session and lock do not travel ------
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_lock"] = None
-        state["_session"] = None
-        state["_tokenizer"] = None
-        state["_input_names"] = frozenset()
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 
 from loom.providers._http import auth_headers, endpoint, json_body, request_failure
-from loom.providers.embedders.base import EmbedderError, Vectors, check_texts, empty, l2_normalise
+from loom.providers.embedders.base import EmbedderError, Picklable, Vectors, check_texts, empty, l2_normalise
 
 #: Output sizes of well-known hosted models, used when ``dim`` is not given.
 KNOWN_DIMS: dict[str, int] = {
@@ -32,8 +32,11 @@ KNOWN_DIMS: dict[str, int] = {
 DEFAULT_DIM = 384
 
 
-class OpenAICompatEmbedder:
+class OpenAICompatEmbedder(Picklable):
     """Embeds over HTTP with the OpenAI embeddings protocol (sync, one reused httpx.Client)."""
+
+    # A process pool gets a copy without the client; it opens its own on first use.
+    _left_behind = {"_client": None}
 
     def __init__(
         self,
@@ -136,17 +139,6 @@ class OpenAICompatEmbedder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # A process pool gets a copy without the client; it opens its own on first use.
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_client"] = None
-        state["_lock"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"OpenAICompatEmbedder(url={self.url!r}, model={self.model!r}, dim={self.dim})"
