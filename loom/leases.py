@@ -80,15 +80,31 @@ async def hold(redis: Redis, key: str, *, ttl_ms: int = 10_000, wait_s: float = 
     """Hold a lease for the block, renewing it at a third of its TTL."""
     lease = Lease(redis, key, ttl_ms)
     await lease.acquire(wait_s)
-
-    renewer = asyncio.create_task(keep_renewed(lease))
-    try:
+    async with kept_renewed(lease, f"renew {key}", release_errors=True):
         yield lease
+
+
+@contextlib.asynccontextmanager
+async def kept_renewed(
+    lease: Lease, name: str, *, release_errors: bool = False
+) -> AsyncIterator[asyncio.Task[None]]:
+    """Run the body with `lease` (already acquired) renewed by a keeper task, which it
+    gets to check (done: the lease was lost); the keeper is stopped and the lease
+    released however the body ends. A background pass (the embedding recovery pass, an
+    import's embedding) passes ``release_errors=False``: a failed release there only lets
+    the lease expire, and must not fail a pass whose work is written."""
+    keeper = asyncio.get_running_loop().create_task(keep_renewed(lease), name=name)
+    try:
+        yield keeper
     finally:
-        renewer.cancel()
+        keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError, LeaseLost):
-            await renewer
-        await lease.release()
+            await keeper
+        if release_errors:
+            await lease.release()
+        else:
+            with contextlib.suppress(Exception):
+                await lease.release()
 
 
 def thread_lease(

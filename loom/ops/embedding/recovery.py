@@ -45,9 +45,8 @@ from loom import logging as loom_logging
 from loom import redis_keys
 from loom.clock import next_version
 from loom.jobs import EmbedTurn
-from loom.leases import Lease
+from loom.leases import Lease, kept_renewed
 from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED, FAILED, model_text, skipped
-from loom.ops.embedding.leased import kept_renewed
 from loom.ops.embedding.writer import PRESENT, ModelFn, Outcome, write_recovered
 from loom.ops.portability import windows
 from loom.sensitivity import reads_as_high

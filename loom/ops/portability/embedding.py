@@ -35,10 +35,9 @@ from loom import failures, redis_keys
 from loom import logging as loom_logging
 from loom.clock import next_version, utcnow
 from loom.jobs import IMPORT_EMBED, ImportEmbedJob, build
-from loom.leases import Lease
+from loom.leases import Lease, kept_renewed
 from loom.ops.conversation.common import EMBED_CHARS
 from loom.ops.embedding import recovery
-from loom.ops.embedding.leased import kept_renewed
 from loom.ops.embedding.writer import ModelFn, write_recovered
 from loom.ops.portability import windows
 from loom.queue import QUEUE, wake_workers
