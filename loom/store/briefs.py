@@ -8,16 +8,16 @@ briefs: keys that start with the prefix and hold no further ``~``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import next_version, utcnow
-from loom.store.rows import Column, column, scalar, table
+from loom.store.rows import Column, column, frozen_table_row, scalar, table
 
 
-@dataclass(frozen=True)
+@frozen_table_row
 class BriefRow:
     """A row of loom.session_briefs (its ``version`` is the writer's)."""
 
@@ -39,7 +39,7 @@ class BriefRow:
     deleted: bool = column("Bool", default=False)
 
 
-@dataclass(frozen=True)
+@frozen_table_row
 class RevisionRow:
     """A row of loom.session_brief_revisions (its ``version`` is the writer's)."""
 

@@ -18,7 +18,7 @@ from clickhouse_connect.driver.client import Client
 from loom.store import transcript_postings
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.keys import EmbKey, TurnKey
-from loom.store.rows import Column, column, decoded, json_object, json_text, named, table
+from loom.store.rows import Column, column, decoded, json_object, json_text, named, table, table_row
 
 # How a row came to exist (column `origin`, migration 007). A recorded row is part of the
 # namespace's transcript; a saved-only row was stored by conversation.save_message alone
@@ -31,7 +31,7 @@ SAVED_ONLY = "saved"
 IS_RECORDED = "origin = 'recorded'"
 
 
-@dataclass
+@table_row
 class Turn:
     """A row of loom.conversations (every column but the server's ``created_at``)."""
 

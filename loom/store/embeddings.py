@@ -21,7 +21,7 @@ from loom.store.by_key import embedding_columns
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.conversations import RECORDED
 from loom.store.keys import EmbKey, EmbRef
-from loom.store.rows import KEY_ALIASES, Column, column, decoded, named, scalar, table
+from loom.store.rows import KEY_ALIASES, Column, column, decoded, named, scalar, table, table_row
 from loom.store.transcript_postings import SPEAKER_SQL
 
 
@@ -31,7 +31,7 @@ def _vector(vec: Any) -> list[float]:
     return list(vec) if vec is not None else []
 
 
-@dataclass
+@table_row
 class EmbeddingRow:
     """A row of loom.conversation_embeddings (every column but the server's ``created_at``)."""
 

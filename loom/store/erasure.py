@@ -25,7 +25,7 @@ from loom.store import conversations as conv_store
 from loom.store import deletion
 from loom.store import embeddings as emb_store
 from loom.store.clickhouse import key_sets
-from loom.store.rows import Column, column, named, scalar
+from loom.store.rows import Column, column, frozen_table_row, named, scalar, table_row
 from loom.store.rows import table as declare_table
 
 # Every table that holds rows of a namespace, with the columns that key a row in it
@@ -145,7 +145,7 @@ def _receipt(raw: str) -> Receipt:
     return Receipt.model_validate_json(raw or "{}")
 
 
-@dataclass
+@table_row
 class Request:
     """A row of loom.erasure_requests (its ``version`` is the writer's)."""
 
@@ -167,7 +167,7 @@ class Request:
 REQUESTS = declare_table("erasure_requests", Request, extra=[Column("version", "UInt64")])
 
 
-@dataclass(frozen=True)
+@frozen_table_row
 class ErasureKey:
     """A row of loom.erasure_keys: a key a request erases (or, kind handed, leaves)."""
 

@@ -9,7 +9,6 @@ the scope and the message's id, so posting the same message again writes the sam
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -17,11 +16,13 @@ from clickhouse_connect.driver.client import Client
 
 from loom.store.bm25 import query_terms_sql, stop_words_param, terms_sql
 from loom.store.memories import LexicalSource, Scope, bm25, rank_scored
-from loom.store.rows import Column, column, table
+from loom.store.rows import Column, column, table, table_row
 
 
-@dataclass
+@table_row
 class Evidence:
+    """A row of loom.memory_evidence (every column but the server's ``doc`` and ``doc_len``)."""
+
     namespace: str = column("LowCardinality(String)")
     user_id: str = column("String")
     evidence_id: str = column("String")

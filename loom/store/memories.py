@@ -22,7 +22,7 @@ from clickhouse_connect.driver.client import Client
 
 from loom.clock import utcnow
 from loom.store.bm25 import K1, B, query_terms_sql, stop_words_param
-from loom.store.rows import Column, Table, column, named, table
+from loom.store.rows import Column, Table, column, named, table, table_row
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # "not given" for valid_from (the row's created_at then)
 
@@ -109,9 +109,9 @@ def _floats(value: Any) -> list[float]:
     return [float(x) for x in value]
 
 
-@dataclass
+@table_row
 class Fact:
-    """The newest version of one fact."""
+    """A row of loom.memories, as reads return it: the newest version of one fact."""
 
     namespace: str = column("LowCardinality(String)")
     user_id: str = column("String")
@@ -460,9 +460,9 @@ def rank_scored(
 # -- decisions ----------------------------------------------------------------------------
 
 
-@dataclass
+@table_row
 class DecisionRow:
-    """One decision an extraction took (add, update, delete, leave) and its evidence."""
+    """A row of loom.memory_decisions: a decision an extraction took (add, update, delete, leave)."""
 
     namespace: str = column("LowCardinality(String)")
     user_id: str = column("String")

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import next_version
-from loom.store.rows import Column, column, table
+from loom.store.rows import Column, column, frozen_table_row, table
 
 
-@dataclass(frozen=True)
+@frozen_table_row
 class NamespaceConfig:
+    """A row of loom.namespaces: a namespace's switches (its ``version`` is the writer's)."""
+
     namespace: str = column("String")
     conversation_logging_enabled: bool = column("Bool", default=False)
     model_calls_enabled: bool = column("Bool", default=True)

@@ -18,7 +18,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.store.clickhouse import key_sets
-from loom.store.rows import column, named, named_columns, scalar, table
+from loom.store.rows import column, named, named_columns, scalar, table, table_row
 
 
 def _json_list(value: list[dict[str, str]]) -> str:
@@ -41,7 +41,7 @@ def _load_list(raw: str) -> list[dict[str, str]]:
     return got if isinstance(got, list) else []
 
 
-@dataclass
+@table_row
 class Job:
     """A row of loom.import_jobs."""
 
@@ -90,7 +90,7 @@ def jobs(ch: Client, namespaces: Sequence[str], limit: int) -> list[Job]:
     )
 
 
-@dataclass
+@table_row
 class Embedding:
     """A row of loom.import_embeddings: an import's background embedding."""
 

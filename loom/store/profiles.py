@@ -8,17 +8,18 @@ it ran (a later stamp) keeps the profile stale (clickhouse_schema/017).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import next_version, utcnow
-from loom.store.rows import column, table
+from loom.store.rows import column, table, table_row
 
 
-@dataclass
+@table_row
 class Profile:
+    """A row of loom.memory_profiles: one user's profile (or its stale mark)."""
+
     namespace: str = column("LowCardinality(String)")
     user_id: str = column("String")
     section_names: list[str] = column("Array(String)", default_factory=list)

@@ -23,7 +23,7 @@ from clickhouse_connect.driver.client import Client
 
 from loom.store import conversations as conv_store
 from loom.store import evidence as evidence_store
-from loom.store.rows import column, named, scalar
+from loom.store.rows import column, named, scalar, table_row
 from loom.store.rows import table as declare_table
 
 _TURN = "namespace = {ns:String} AND agent = {ag:String} AND thread_id = {th:String}"
@@ -120,7 +120,7 @@ REDACTED = "redacted"
 DELETED = "deleted"
 
 
-@dataclass
+@table_row
 class Record:
     """A row of loom.message_redactions (no text of the turn)."""
 

@@ -1,6 +1,7 @@
 """Rows by name: each table's columns declared once, on its row dataclass.
 
-A row dataclass declares every column it carries with :func:`column` (its ClickHouse
+A row dataclass (:func:`table_row`, or :func:`frozen_table_row` for a row nothing
+changes once built) declares every column it carries with :func:`column` (its ClickHouse
 type beside the field); a :class:`Table` adds the columns only the writer fills (the
 ``version`` a store module stamps) and derives from that one declaration what used to be
 kept by hand in several places: the insert's column names and types, the read's column
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, dataclass_transform
 
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.insert import InsertContext
@@ -50,6 +51,21 @@ def column(
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+# The row decorators are dataclasses that type checkers are told take `column` as a field
+# specifier, so a column without a default is a required argument to them (a plain
+# dataclass reads ``= column(...)`` as a default: a row built without a column passed).
+@dataclass_transform(field_specifiers=(column,))
+def table_row(cls: type[T]) -> type[T]:
+    """A table's row: a dataclass whose fields are the table's columns."""
+    return dataclass(cls)
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(column,))
+def frozen_table_row(cls: type[T]) -> type[T]:
+    """A table's row that is never changed once built (a frozen dataclass)."""
+    return dataclass(frozen=True)(cls)
 
 
 def json_text(value: Any) -> str:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
@@ -38,7 +37,7 @@ from redis.asyncio import Redis
 
 from loom import redis_calls, redis_keys
 from loom.read_index import feed
-from loom.store.rows import column, named, table
+from loom.store.rows import column, frozen_table_row, named, table
 
 CLOCK_MARGIN_NS = 2_000_000_000
 WHOLE = ""  # thread_id of a namespace-wide mark
@@ -108,7 +107,7 @@ def _by_namespace(pairs: Iterable[Pair]) -> dict[str, list[str]]:
 # -- ClickHouse: the truth ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen_table_row
 class Mark:
     """A row of loom.search_marks (the newest mark of a thread wins)."""
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import next_version, utcnow
-from loom.store.rows import Column, column
+from loom.store.rows import Column, column, frozen_table_row
 from loom.store.rows import table as declare_table
 
 
@@ -27,7 +26,7 @@ def _unjson(raw: str) -> Any:
     return json.loads(raw) if raw else None
 
 
-@dataclass(frozen=True)
+@frozen_table_row
 class Override:
     """A row of loom.settings_overrides: one setting's stored value (JSON-able)."""
 
@@ -58,7 +57,7 @@ def write(ch: Client, values: Mapping[str, Any], token_id: str) -> None:
     TABLE.insert(ch, rows, version=next_version())
 
 
-@dataclass(frozen=True)
+@frozen_table_row
 class Change:
     """A row of loom.settings_changes: one setting changed by settings.set."""
 

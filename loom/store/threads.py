@@ -19,7 +19,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.store.clickhouse import key_sets
-from loom.store.rows import column, decoded, json_object, json_text, named, table
+from loom.store.rows import column, decoded, json_object, json_text, named, table, table_row
 
 _APPEND_BASE = 2**53  # > any time in microseconds before year 2255, < any clock version in ns
 
@@ -29,7 +29,7 @@ def append_version(ts: datetime) -> int:
     return _APPEND_BASE - int(ts.timestamp() * 1_000_000)
 
 
-@dataclass
+@table_row
 class ThreadRow:
     """A row of loom.threads."""
 

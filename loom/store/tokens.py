@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import next_version
-from loom.store.rows import Column, column, table
+from loom.store.rows import Column, column, frozen_table_row, table
 
 
-@dataclass(frozen=True)
+@frozen_table_row
 class TokenRow:
+    """A row of loom.tokens (its ``version`` is the writer's)."""
+
     token_id: str = column("String")
     token_hash: str = column("String")
     namespaces: list[str] = column("Array(String)")

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -40,7 +39,7 @@ from clickhouse_connect.driver.client import Client
 
 from loom.store import bm25
 from loom.store.clickhouse import insert_settings
-from loom.store.rows import column, table
+from loom.store.rows import column, table, table_row
 from loom.store.transcript_terms import HEAD_CHARS
 
 
@@ -70,7 +69,7 @@ _INDEXED_ROLES = ("user", "assistant")
 SPEAKER_CHARS = 64
 
 
-@dataclass
+@table_row
 class Posting:
     """A row of loom.conversation_terms."""
 

@@ -7,17 +7,16 @@ newest (FINAL). The delivery log is append-only, one row per attempt, newest fir
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import next_version
-from loom.store.rows import Column, column
+from loom.store.rows import Column, column, frozen_table_row, table_row
 from loom.store.rows import table as declare_table
 
 
-@dataclass
+@table_row
 class Webhook:
     """A row of loom.webhooks (its ``version`` is the writer's)."""
 
@@ -33,7 +32,7 @@ class Webhook:
 WEBHOOKS = declare_table("webhooks", Webhook, extra=[Column("version", "UInt64")])
 
 
-@dataclass(frozen=True)
+@frozen_table_row
 class Secret:
     """A row of loom.webhook_secrets: the namespace's signing secret."""
 
@@ -46,7 +45,7 @@ class Secret:
 SECRETS = declare_table("webhook_secrets", Secret, extra=[Column("version", "UInt64")])
 
 
-@dataclass(frozen=True)
+@frozen_table_row
 class Delivery:
     """A row of loom.webhook_deliveries: one attempt to deliver one event to one webhook."""
 
