@@ -14,7 +14,7 @@ from datetime import datetime
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import next_version, utcnow
-from loom.store.rows import Column, column, frozen_table_row, scalar, table
+from loom.store.rows import VERSION, column, frozen_table_row, scalar, table
 
 
 @frozen_table_row
@@ -59,9 +59,8 @@ class RevisionRow:
     created_at: datetime = column("DateTime64(3, 'UTC')")
 
 
-_VERSION = [Column("version", "UInt64")]
-BRIEFS = table("session_briefs", BriefRow, extra=_VERSION)
-REVISIONS = table("session_brief_revisions", RevisionRow, extra=_VERSION)
+BRIEFS = table("session_briefs", BriefRow, extra=[VERSION])
+REVISIONS = table("session_brief_revisions", RevisionRow, extra=[VERSION])
 
 
 def _scope_sql(prefix: str) -> str:

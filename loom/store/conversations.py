@@ -18,7 +18,16 @@ from clickhouse_connect.driver.client import Client
 from loom.store import transcript_postings
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.keys import EmbKey, TurnKey
-from loom.store.rows import Column, column, decoded, json_object, json_text, named, table, table_row
+from loom.store.rows import (
+    INSERTED_AT,
+    column,
+    decoded,
+    json_object,
+    json_text,
+    named,
+    table,
+    table_row,
+)
 
 # How a row came to exist (column `origin`, migration 007). A recorded row is part of the
 # namespace's transcript; a saved-only row was stored by conversation.save_message alone
@@ -71,7 +80,7 @@ class Turn:
         return TABLE.values(self)
 
 
-TABLE = table("conversations", Turn, server=[Column("created_at", "DateTime64(3, 'UTC')")])
+TABLE = table("conversations", Turn, server=[INSERTED_AT])
 # Given to every insert, so the client does not ask the server to DESCRIBE the table first.
 COLUMNS = TABLE.insert_names
 COLUMN_TYPES = TABLE.insert_types

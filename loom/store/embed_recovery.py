@@ -16,7 +16,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.store.keys import EmbKey, TurnKey
-from loom.store.rows import Column, column, decoded, scalar, table
+from loom.store.rows import VERSION, Column, column, decoded, scalar, table
 from loom.store.transcript_postings import SPEAKER_SQL
 
 NAME = "turns"  # the position in insert-time order
@@ -35,7 +35,7 @@ class Position:
 
 
 # A row of loom.embed_recovery: a named position (NAME or SWEEP) at a version.
-TABLE = table("embed_recovery", Position, extra=[Column("name", "String"), Column("version", "UInt64")])
+TABLE = table("embed_recovery", Position, extra=[Column("name", "String"), VERSION])
 
 
 @dataclass(frozen=True)

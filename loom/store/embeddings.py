@@ -21,7 +21,7 @@ from loom.store.by_key import embedding_columns
 from loom.store.clickhouse import insert_settings, key_sets
 from loom.store.conversations import RECORDED
 from loom.store.keys import EmbKey, EmbRef
-from loom.store.rows import KEY_ALIASES, Column, column, decoded, named, scalar, table, table_row
+from loom.store.rows import INSERTED_AT, KEY_ALIASES, column, decoded, named, scalar, table, table_row
 from loom.store.transcript_postings import SPEAKER_SQL
 
 
@@ -66,7 +66,7 @@ class EmbeddingRow:
         return TABLE.values(self)
 
 
-TABLE = table("conversation_embeddings", EmbeddingRow, server=[Column("created_at", "DateTime64(3, 'UTC')")])
+TABLE = table("conversation_embeddings", EmbeddingRow, server=[INSERTED_AT])
 COLUMNS = TABLE.insert_names
 COLUMN_TYPES = TABLE.insert_types
 

@@ -25,7 +25,7 @@ from loom.store import conversations as conv_store
 from loom.store import deletion
 from loom.store import embeddings as emb_store
 from loom.store.clickhouse import key_sets
-from loom.store.rows import Column, column, frozen_table_row, named, scalar, table_row
+from loom.store.rows import VERSION, column, frozen_table_row, named, scalar, table_row
 from loom.store.rows import table as declare_table
 
 # Every table that holds rows of a namespace, with the columns that key a row in it
@@ -164,7 +164,7 @@ class Request:
     updated_at: datetime | None = column("DateTime64(3, 'UTC')", default=None)
 
 
-REQUESTS = declare_table("erasure_requests", Request, extra=[Column("version", "UInt64")])
+REQUESTS = declare_table("erasure_requests", Request, extra=[VERSION])
 
 
 @frozen_table_row

@@ -15,8 +15,8 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.store.bm25 import query_terms_sql, stop_words_param, terms_sql
-from loom.store.memories import LexicalSource, Scope, bm25, rank_scored
-from loom.store.rows import Column, column, table, table_row
+from loom.store.memories import BM25_DOCUMENT, LexicalSource, Scope, bm25, rank_scored
+from loom.store.rows import column, table, table_row
 
 
 @table_row
@@ -39,8 +39,7 @@ class Evidence:
     version: int = column("UInt64", default=0)
 
 
-# doc and doc_len: the BM25 document id and length, MATERIALIZED by the server.
-TABLE = table("memory_evidence", Evidence, server=[Column("doc", "UInt64"), Column("doc_len", "UInt32")])
+TABLE = table("memory_evidence", Evidence, server=BM25_DOCUMENT)
 LEXICAL = LexicalSource(
     spec=TABLE, terms="evidence_terms", id_col="evidence_id", live="NOT tombstoned AND NOT high_sensitivity"
 )

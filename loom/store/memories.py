@@ -154,8 +154,10 @@ class Fact:
         return self.valid_from <= at and (self.valid_until is None or self.valid_until > at)
 
 
-# doc and doc_len: the BM25 document id and length, MATERIALIZED by the server.
-TABLE = table("memories", Fact, server=[Column("doc", "UInt64"), Column("doc_len", "UInt32")])
+# doc and doc_len: the BM25 document id and length, MATERIALIZED by the server (evidence
+# rows have them too).
+BM25_DOCUMENT = [Column("doc", "UInt64"), Column("doc_len", "UInt32")]
+TABLE = table("memories", Fact, server=BM25_DOCUMENT)
 _READ = TABLE.read_list
 # Reads that answer a client skip the vector (1.5 KB a fact).
 _READ_NO_VECTOR = _READ.replace(", embedding,", ", [] AS embedding,")

@@ -7,7 +7,7 @@ from dataclasses import replace
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import next_version
-from loom.store.rows import Column, column, frozen_table_row, table
+from loom.store.rows import VERSION, Column, column, frozen_table_row, table
 
 
 @frozen_table_row
@@ -23,7 +23,7 @@ class NamespaceConfig:
 TABLE = table(
     "namespaces",
     NamespaceConfig,
-    extra=[Column("version", "UInt64")],
+    extra=[VERSION],
     server=[Column("updated_at", "DateTime64(3, 'UTC')")],
 )
 

@@ -89,6 +89,12 @@ class Column:
     type: str
 
 
+# The column of a table whose writer stamps each row's version (an insert's ``version=``).
+VERSION = Column("version", "UInt64")
+# The column the server fills with the time a row landed (a DEFAULT no insert names).
+INSERTED_AT = Column("created_at", "DateTime64(3, 'UTC')")
+
+
 def _columns_of(row: type) -> list[Field[Any]]:
     return [f for f in fields(row) if _TYPE in f.metadata]
 

@@ -14,7 +14,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import next_version, utcnow
-from loom.store.rows import Column, column, frozen_table_row
+from loom.store.rows import VERSION, column, frozen_table_row
 from loom.store.rows import table as declare_table
 
 
@@ -37,7 +37,7 @@ class Override:
     updated_by: str = column("String", default="")
 
 
-TABLE = declare_table("settings_overrides", Override, extra=[Column("version", "UInt64")])
+TABLE = declare_table("settings_overrides", Override, extra=[VERSION])
 
 
 def live(ch: Client) -> dict[str, Override]:

@@ -7,7 +7,7 @@ from datetime import datetime
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import next_version
-from loom.store.rows import Column, column, frozen_table_row, table
+from loom.store.rows import VERSION, column, frozen_table_row, table
 
 
 @frozen_table_row
@@ -27,7 +27,7 @@ class TokenRow:
     expires_at: datetime | None = column("Nullable(DateTime64(3, 'UTC'))", default=None)
 
 
-TABLE = table("tokens", TokenRow, extra=[Column("version", "UInt64")])
+TABLE = table("tokens", TokenRow, extra=[VERSION])
 COLUMNS = TABLE.insert_names
 
 

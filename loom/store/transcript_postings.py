@@ -47,21 +47,24 @@ class Turn(Protocol):
     """What the postings read of a transcript row (loom.store.conversations.Turn, whose
     module imports this one)."""
 
+    # Whether the lexical leg covers it (:func:`indexed`).
+    role: str
+    is_summary: bool
+    origin: str
+    tombstoned: bool
+    high_sensitivity: bool
+    # What it indexes (:func:`indexed_text`); the content is also the excerpt and in the document id.
+    content: str
+    metadata: dict[str, Any]
+    # What every posting of it copies (:data:`_PER_TURN`, the role too).
     namespace: str
     agent: str
     thread_id: str
     msg_id: str
-    role: str
     run_id: str
     user_id: str
     ts: datetime
     version: int
-    content: str
-    metadata: dict[str, Any]
-    tombstoned: bool
-    high_sensitivity: bool
-    origin: str
-    is_summary: bool
 
 
 _INDEXED_ROLES = ("user", "assistant")

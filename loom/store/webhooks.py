@@ -12,7 +12,7 @@ from datetime import datetime
 from clickhouse_connect.driver.client import Client
 
 from loom.clock import next_version
-from loom.store.rows import Column, column, frozen_table_row, table_row
+from loom.store.rows import VERSION, column, frozen_table_row, table_row
 from loom.store.rows import table as declare_table
 
 
@@ -29,7 +29,7 @@ class Webhook:
     deleted: bool = column("Bool", default=False)
 
 
-WEBHOOKS = declare_table("webhooks", Webhook, extra=[Column("version", "UInt64")])
+WEBHOOKS = declare_table("webhooks", Webhook, extra=[VERSION])
 
 
 @frozen_table_row
@@ -42,7 +42,7 @@ class Secret:
     created_by: str = column("String", default="")
 
 
-SECRETS = declare_table("webhook_secrets", Secret, extra=[Column("version", "UInt64")])
+SECRETS = declare_table("webhook_secrets", Secret, extra=[VERSION])
 
 
 @frozen_table_row
