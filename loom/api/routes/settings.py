@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter
-
-from loom.api.deps import Caller, Svc
-from loom.models.errors import COMMON, error_responses
+from loom.api.deps import Caller, Svc, op_router
 from loom.models.settings import (
     ChangeOut,
     ProcessOut,
@@ -20,7 +17,7 @@ from loom.models.settings import (
 from loom.ops.platform import settings as ops
 from loom.ops.platform.settings import SettingsReport
 
-router = APIRouter(prefix="/v1", tags=["settings"], responses=error_responses(*COMMON))
+router = op_router("settings")
 
 
 def _answer(report: SettingsReport) -> SettingsResponse:

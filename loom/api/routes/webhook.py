@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-
-from loom.api.deps import Caller, Svc
-from loom.models.errors import COMMON, error_responses
+from loom.api.deps import Caller, Svc, op_router
+from loom.models.errors import error_responses
 from loom.models.webhook import (
     WebhookDeleteRequest,
     WebhookDeleteResponse,
@@ -22,7 +20,7 @@ from loom.models.webhook import (
 from loom.ops.webhooks import registry
 from loom.store.webhooks import Webhook
 
-router = APIRouter(prefix="/v1", tags=["webhooks"], responses=error_responses(*COMMON))
+router = op_router("webhooks")
 
 
 def _out(h: Webhook) -> WebhookOut:

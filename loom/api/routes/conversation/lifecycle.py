@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter
-
-from loom.api.deps import Caller, Svc
+from loom.api.deps import Caller, Svc, op_router
 from loom.models.conversation.lifecycle import (
     CompactRequest,
     CompactResponse,
@@ -21,13 +19,13 @@ from loom.models.conversation.lifecycle import (
     RedactResponse,
     SetLoggingRequest,
 )
-from loom.models.errors import COMMON, error_responses
+from loom.models.errors import error_responses
 from loom.models.namespace import NamespaceConfigResponse
 from loom.ops.conversation.lifecycle import compacting, deleting, deleting_message, redacting
 from loom.ops.conversation.lifecycle.message_removal import Receipt
 from loom.ops.platform import namespaces
 
-router = APIRouter(prefix="/v1", tags=["conversation"], responses=error_responses(*COMMON))
+router = op_router("conversation")
 
 
 @router.post("/conversation.compact", response_model=CompactResponse, responses=error_responses(409))
