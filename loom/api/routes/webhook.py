@@ -11,20 +11,14 @@ from loom.models.webhook import (
     WebhookDeliveriesResponse,
     WebhookListRequest,
     WebhookListResponse,
-    WebhookOut,
     WebhookRegisterRequest,
     WebhookRegisterResponse,
     WebhookRotateRequest,
     WebhookRotateResponse,
 )
 from loom.ops.webhooks import registry
-from loom.store.webhooks import Webhook
 
 router = op_router("webhooks")
-
-
-def _out(h: Webhook) -> WebhookOut:
-    return WebhookOut.model_validate(h, from_attributes=True)  # its fields only: never the secret
 
 
 @router.post("/webhook.register", response_model=WebhookRegisterResponse)
@@ -32,15 +26,15 @@ async def register(body: WebhookRegisterRequest, who: Caller, svc: Svc) -> Webho
     """Register a URL for some events of the namespace. The namespace's first registration
     answers its signing secret (this once); see docs/webhooks.md to verify deliveries."""
     got = await registry.register(svc, who, body.namespace, body.url, body.events)
-    return WebhookRegisterResponse(webhook=_out(got.webhook), secret=got.secret)
+    return WebhookRegisterResponse.model_validate(got, from_attributes=True)
 
 
 @router.post("/webhook.list", response_model=WebhookListResponse)
 async def list_webhooks(body: WebhookListRequest, who: Caller, svc: Svc) -> WebhookListResponse:
     """The namespace's webhooks (never the secret)."""
-    return WebhookListResponse(
-        webhooks=[_out(h) for h in await registry.list_webhooks(svc, who, body.namespace)]
-    )
+    hooks = await registry.list_webhooks(svc, who, body.namespace)
+    # WebhookOut's fields only: never the secret
+    return WebhookListResponse.model_validate({"webhooks": hooks}, from_attributes=True)
 
 
 @router.post("/webhook.delete", response_model=WebhookDeleteResponse, responses=error_responses(404))
