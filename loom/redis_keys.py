@@ -52,6 +52,8 @@ each is a rule of that code, not of the key.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 # -- the job queue (loom.queue) -------------------------------------------------------
 
 QUEUE = "loom:queue"
@@ -150,63 +152,69 @@ READ_INDEX_EVENTS = "loom:readindex:events"
 raised), in order; its entry ids are the positions the index records as applied."""
 
 
-def memory_lease(namespace: str, user_id: str) -> str:
-    return f"{MEMORY_LEASE}{namespace}:{user_id}"
+# -- the keys' builders ------------------------------------------------------------------
+# Most families join their prefix and parts in one of three ways: those are declared
+# below by their prefix alone, so no family can join its parts in a way of its own. The
+# few whose layouts differ are spelled out after them.
 
 
-def memory_erasing(namespace: str, user_id: str) -> str:
-    return f"{MEMORY_ERASING}{namespace}:{user_id}"
+def _of(prefix: str) -> Callable[[str], str]:
+    """A family with a key per one part (a namespace, or a job, gate or process id)."""
+
+    def key(part: str) -> str:
+        return prefix + part
+
+    return key
 
 
-def webhook_lease(namespace: str) -> str:
-    return f"{WEBHOOK_LEASE}{namespace}"
+def _under(prefix: str) -> Callable[[str], str]:
+    """The prefix every key of a namespace in the family starts with (an erasure scans it)."""
+
+    def key(namespace: str) -> str:
+        return f"{prefix}{namespace}:"
+
+    return key
 
 
-def memory_jobs_of(namespace: str) -> str:
-    """The prefix every job status of the namespace starts with (an erasure scans it)."""
-    return f"{MEMORY_JOB}{namespace}:"
+def _of_namespace(prefix: str) -> Callable[[str, str], str]:
+    """A family with a key per namespace and one more part (a user, thread, turn or job)."""
+
+    namespaced = _under(prefix)
+
+    def key(namespace: str, part: str) -> str:
+        return namespaced(namespace) + part
+
+    return key
 
 
-def memory_job(namespace: str, job_id: str) -> str:
-    return f"{memory_jobs_of(namespace)}{job_id}"
+# (namespace, user_id)
+memory_lease = _of_namespace(MEMORY_LEASE)
+memory_erasing = _of_namespace(MEMORY_ERASING)
+memory_version = _of_namespace(MEMORY_VERSION)
+# (namespace, turn_hash), (namespace, thread_id), (namespace, stored_key), (namespace, job_id)
+turn_claim = _of_namespace(TURN_CLAIM)
+thread_lease = _of_namespace(THREAD_LEASE)
+brief_lease = _of_namespace(BRIEF_LEASE)
+memory_job = _of_namespace(MEMORY_JOB)
 
-
-def memory_version(namespace: str, user_id: str) -> str:
-    return f"{MEMORY_VERSION}{namespace}:{user_id}"
-
-
-def memory_version_of(namespace: str) -> str:
-    return MEMORY_NS_VERSION + namespace
-
-
-def settings_applied(process: str) -> str:
-    return f"{SETTINGS_APPLIED}{process}"
-
-
-def compact_job(job_id: str) -> str:
-    return f"{COMPACT_JOB}{job_id}"
-
-
-def compact_done(job_id: str) -> str:
-    return f"{COMPACT_DONE}{job_id}"
-
-
-def turn_claim(namespace: str, turn_hash: str) -> str:
-    return f"{TURN_CLAIM}{namespace}:{turn_hash}"
-
-
-def append_flush(flush_id: str) -> str:
-    return f"{APPEND_FLUSH}{flush_id}"
-
-
-def turn_claims_of(namespace: str) -> str:
-    """The prefix every claim of the namespace starts with (an erasure scans it)."""
-    return f"{TURN_CLAIM}{namespace}:"
-
-
-def landed_of(namespace: str) -> str:
-    """The prefix of every landed-notes key of the namespace."""
-    return f"{LANDED}{namespace}:"
+# (namespace)
+turn_claims_of = _under(TURN_CLAIM)
+memory_jobs_of = _under(MEMORY_JOB)
+landed_of = _under(LANDED)
+webhook_lease = _of(WEBHOOK_LEASE)
+memory_version_of = _of(MEMORY_NS_VERSION)
+fences = _of(FENCES)
+recording = _of(RECORDING)
+namespace_config = _of(NAMESPACE_CONFIG)
+search_marks = _of(SEARCH_MARKS)
+# (job_id), (flush_id), (gate), (process)
+compact_job = _of(COMPACT_JOB)
+compact_done = _of(COMPACT_DONE)
+import_embed_lease = _of(IMPORT_EMBED_LEASE)
+append_flush = _of(APPEND_FLUSH)
+embed_gate = _of(EMBED_GATE)
+reply = _of(REPLY)
+settings_applied = _of(SETTINGS_APPLIED)
 
 
 def landed_bucket(namespace: str, bucket: int) -> str:
@@ -221,41 +229,5 @@ def landed_rebuilding(namespace: str) -> str:
     return f"{landed_ready(namespace)}:rebuilding"
 
 
-def fences(namespace: str) -> str:
-    return FENCES + namespace
-
-
-def recording(namespace: str) -> str:
-    return RECORDING + namespace
-
-
-def namespace_config(namespace: str) -> str:
-    return NAMESPACE_CONFIG + namespace
-
-
-def search_marks(namespace: str) -> str:
-    return SEARCH_MARKS + namespace
-
-
-def thread_lease(namespace: str, thread_id: str) -> str:
-    return f"{THREAD_LEASE}{namespace}:{thread_id}"
-
-
-def brief_lease(namespace: str, stored_key: str) -> str:
-    return f"{BRIEF_LEASE}{namespace}:{stored_key}"
-
-
-def embed_gate(gate: str) -> str:
-    return f"{EMBED_GATE}{gate}"
-
-
 def embed_gate_wake(gate: str) -> str:
-    return f"{EMBED_GATE}{gate}:wake"
-
-
-def reply(process_id: str) -> str:
-    return f"{REPLY}{process_id}"
-
-
-def import_embed_lease(job_id: str) -> str:
-    return f"{IMPORT_EMBED_LEASE}{job_id}"
+    return f"{embed_gate(gate)}:wake"

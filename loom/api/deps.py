@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 
 from loom.auth import policy, tokens
 from loom.auth.principal import Principal
 from loom.errors import Unauthorized
+from loom.models.errors import COMMON, error_responses
 from loom.services import Services
 
 OP_PREFIX = "/v1/"
 PRINCIPAL = "loom.principal"  # the scope key of the caller the gate (loom.api.gate) verified
+
+
+def op_router(tag: str) -> APIRouter:
+    """The router of a group of ops: under /v1, in the docs' section `tag`, each op
+    answering the errors every op may answer."""
+    return APIRouter(prefix=OP_PREFIX.rstrip("/"), tags=[tag], responses=error_responses(*COMMON))
+
 
 bearer = HTTPBearer(auto_error=False, description="A token from `loom token mint`.")
 

@@ -67,19 +67,35 @@ def _r(op: str, role: Role, bounded: Bounded, sees: str = "", owns: str = "") ->
 V, W, A = Role.viewer, Role.writer, Role.admin
 REFUSED, OWN_USER, OWN_SCOPE = Bounded.REFUSED, Bounded.OWN_USER, Bounded.OWN_SCOPE
 
+
+def _thread_op(op: str, role: Role) -> Rule:
+    """A transcript op: a thread mixes users, so a bounded token may not call it."""
+    return _r(op, role, REFUSED, _THREAD)
+
+
+def _facts_op(op: str, role: Role) -> Rule:
+    """An op on a user's facts: a bounded token acts as its user (and session)."""
+    return _r(op, role, OWN_SCOPE, _OWN_FACTS)
+
+
+def _operator_op(op: str) -> Rule:
+    """An operator's op: a namespace-wide admin's only."""
+    return _r(op, A, REFUSED, "refused")
+
+
 RULES: tuple[Rule, ...] = (
     # The conversation plane: a thread mixes users, so every transcript op refuses
     # bounded tokens; the saved-message ops are per user and act as the token's user.
-    _r("conversation.append", W, REFUSED, _THREAD),
-    _r("conversation.create", W, REFUSED, _THREAD),
-    _r("conversation.update", W, REFUSED, _THREAD),
-    _r("conversation.threads", V, REFUSED, _THREAD),
-    _r("conversation.get", V, REFUSED, _THREAD),
-    _r("conversation.list", V, REFUSED, _THREAD),
-    _r("conversation.search", V, REFUSED, _THREAD),
-    _r("conversation.compact", W, REFUSED, _THREAD),
-    _r("conversation.compact_status", W, REFUSED, _THREAD),
-    _r("conversation.delete", A, REFUSED, _THREAD),
+    _thread_op("conversation.append", W),
+    _thread_op("conversation.create", W),
+    _thread_op("conversation.update", W),
+    _thread_op("conversation.threads", V),
+    _thread_op("conversation.get", V),
+    _thread_op("conversation.list", V),
+    _thread_op("conversation.search", V),
+    _thread_op("conversation.compact", W),
+    _thread_op("conversation.compact_status", W),
+    _thread_op("conversation.delete", A),
     _r(
         "conversation.delete_message",
         W,
@@ -89,9 +105,9 @@ RULES: tuple[Rule, ...] = (
         "else answers found: false",
         "an admin removes any turn; a writer only the turns its own token appended",
     ),
-    _r("conversation.redact", A, REFUSED, _THREAD),
-    _r("conversation.reembed", A, REFUSED, _THREAD),
-    _r("conversation.high_turns", A, REFUSED, _THREAD),
+    _thread_op("conversation.redact", A),
+    _thread_op("conversation.reembed", A),
+    _thread_op("conversation.high_turns", A),
     _r("conversation.set_logging", A, REFUSED, "refused: recording is the owner's choice"),
     _r(
         "conversation.save_message",
@@ -122,23 +138,23 @@ RULES: tuple[Rule, ...] = (
         "an admin deletes any brief; a writer only a brief every revision of which its own token wrote",
     ),
     # Memory: per user; a bounded token acts as its user (and session).
-    _r("memory.set", W, OWN_SCOPE, _OWN_FACTS),
-    _r("memory.search", V, OWN_SCOPE, _OWN_FACTS),
-    _r("memory.list", W, OWN_SCOPE, _OWN_FACTS),
-    _r("memory.delete", W, OWN_SCOPE, _OWN_FACTS),
-    _r("memory.history", V, OWN_SCOPE, _OWN_FACTS),
+    _facts_op("memory.set", W),
+    _facts_op("memory.search", V),
+    _facts_op("memory.list", W),
+    _facts_op("memory.delete", W),
+    _facts_op("memory.history", V),
     _r(
         "memory.profile",
         V,
         OWN_SCOPE,
         "only its own user's profile (a session token: built from that session)",
     ),
-    _r("memory.set_from_messages", W, OWN_SCOPE, _OWN_FACTS),
+    _facts_op("memory.set_from_messages", W),
     _r("memory.recall", V, OWN_SCOPE, "only its own user's evidence"),
     _r("memory.ask", V, OWN_SCOPE, "answered from its own user's memory only"),
     _r("memory.job_status", V, OWN_SCOPE, "only its own user's (and session's) jobs"),
-    _r("observe.record", W, OWN_SCOPE, _OWN_FACTS),
-    _r("observe.crystallize", W, OWN_SCOPE, _OWN_FACTS),
+    _facts_op("observe.record", W),
+    _facts_op("observe.crystallize", W),
     _r(
         "context.pack",
         V,
@@ -148,26 +164,26 @@ RULES: tuple[Rule, ...] = (
     _r("search", V, OWN_SCOPE, "the memory section for its own user; never the conversation section"),
     # The namespace and the deploy.
     _r("namespace.get_config", V, OWN_SCOPE, "the namespace's recording switch and policy (no user data)"),
-    _r("namespace.set_policy", A, REFUSED, "refused"),
+    _operator_op("namespace.set_policy"),
     _r("replicas.show", V, OWN_SCOPE, "what the deploy's replicas share (no user data)"),
     # Operators: namespace-wide admins only.
-    _r("erasure.request", A, REFUSED, "refused"),
-    _r("erasure.status", A, REFUSED, "refused"),
-    _r("erasure.export", A, REFUSED, "refused"),
-    _r("retention.show", A, REFUSED, "refused"),
-    _r("health.show", A, REFUSED, "refused"),
-    _r("settings.get", A, REFUSED, "refused"),
-    _r("settings.set", A, REFUSED, "refused"),
-    _r("webhook.register", A, REFUSED, "refused"),
-    _r("webhook.list", A, REFUSED, "refused"),
-    _r("webhook.delete", A, REFUSED, "refused"),
-    _r("webhook.rotate_secret", A, REFUSED, "refused"),
-    _r("webhook.deliveries", A, REFUSED, "refused"),
+    _operator_op("erasure.request"),
+    _operator_op("erasure.status"),
+    _operator_op("erasure.export"),
+    _operator_op("retention.show"),
+    _operator_op("health.show"),
+    _operator_op("settings.get"),
+    _operator_op("settings.set"),
+    _operator_op("webhook.register"),
+    _operator_op("webhook.list"),
+    _operator_op("webhook.delete"),
+    _operator_op("webhook.rotate_secret"),
+    _operator_op("webhook.deliveries"),
     # Import and export: a whole namespace's history in or out.
-    _r("import.start", A, REFUSED, "refused"),
-    _r("import.write", A, REFUSED, "refused"),
-    _r("import.status", A, REFUSED, "refused"),
-    _r("export.start", A, REFUSED, "refused"),
+    _operator_op("import.start"),
+    _operator_op("import.write"),
+    _operator_op("import.status"),
+    _operator_op("export.start"),
 )
 
 POLICY: dict[str, Rule] = {r.op: r for r in RULES}

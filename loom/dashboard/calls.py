@@ -53,6 +53,11 @@ def status_of(outcome: Outcome[Any]) -> int:
     return status if isinstance(status, int) and status >= 400 else 502
 
 
+def about(visit: Visit, name: str, got: Outcome[Any], **context: Any) -> HTMLResponse:
+    """The page about one op's outcome (`got` in its template), with that op's status."""
+    return page(visit, visit.request, name, status_of(got), got=got, **context)
+
+
 def refused(visit: Visit, refusal: dict[str, Any] | None) -> HTMLResponse:
     """The page that says an op refused a change (its status: a call that got no answer
     at all, status 0, is a 502)."""

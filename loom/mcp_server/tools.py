@@ -50,54 +50,40 @@ class ToolSpec:
         return "run_id" in self.request.model_fields or self.op == "conversation.append"
 
 
-def _spec(
-    op: str, request: type[BaseModel], description: str, *, core: bool = False, name: str = ""
-) -> ToolSpec:
-    return ToolSpec(name or "loom_" + op.replace(".", "_"), op, request, description, core)
+def _spec(op: str, request: type[BaseModel], description: str, *, core: bool = False) -> ToolSpec:
+    return ToolSpec("loom_" + op.replace(".", "_"), op, request, description, core)
+
+
+def _core(op: str, request: type[BaseModel], description: str) -> ToolSpec:
+    """A tool of the core listing (and so of every listing)."""
+    return _spec(op, request, description, core=True)
 
 
 SPECS: tuple[ToolSpec, ...] = (
     # core
-    _spec(
+    _core(
         "search",
         m.UnifiedSearchRequest,
         "Search what Loom holds for a question: the user's memory and the namespace's recorded "
         "conversations, in one answer.",
-        core=True,
     ),
-    _spec(
-        "memory.search", m.MemorySearchRequest, "Find a user's durable facts by meaning and words.", core=True
-    ),
-    _spec(
-        "memory.set",
-        m.MemorySetRequest,
-        "Remember durable facts about a user (a key revises one).",
-        core=True,
-    ),
-    _spec("memory.list", m.MemoryListRequest, "Page through a user's facts, newest first.", core=True),
-    _spec("memory.delete", m.MemoryDeleteRequest, "Forget facts by id.", core=True),
-    _spec(
+    _core("memory.search", m.MemorySearchRequest, "Find a user's durable facts by meaning and words."),
+    _core("memory.set", m.MemorySetRequest, "Remember durable facts about a user (a key revises one)."),
+    _core("memory.list", m.MemoryListRequest, "Page through a user's facts, newest first."),
+    _core("memory.delete", m.MemoryDeleteRequest, "Forget facts by id."),
+    _core(
         "context.pack",
         m.ContextPackRequest,
         "What is needed to resume a user's work within a token budget: relevant facts, the thread's "
         "recent transcript, evidence; a brief only when named.",
-        core=True,
     ),
-    _spec(
+    _core(
         "session.brief_save",
         b.BriefSaveRequest,
         "Save or revise a session brief (the state of a line of work).",
-        core=True,
     ),
-    _spec(
-        "session.brief_get", b.BriefGetRequest, "Load a session brief by key, session or project.", core=True
-    ),
-    _spec(
-        "session.brief_list",
-        b.BriefListRequest,
-        "List the namespace's session briefs, newest first.",
-        core=True,
-    ),
+    _core("session.brief_get", b.BriefGetRequest, "Load a session brief by key, session or project."),
+    _core("session.brief_list", b.BriefListRequest, "List the namespace's session briefs, newest first."),
     # all
     _spec("conversation.append", c.AppendRequest, "Append a turn (or a batch) to a thread's transcript."),
     _spec("conversation.create", c.CreateRequest, "Create a thread."),

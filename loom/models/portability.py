@@ -27,6 +27,7 @@ Word = Annotated[str, Field(max_length=64)]
 Text = Annotated[str, Field(max_length=1_000_000)]
 Ids = Annotated[list[Key], Field(max_length=1_000)]
 Position = Annotated[str, Field(max_length=200, description="Where in the source file (for messages).")]
+UInt32 = Annotated[int, Field(ge=0, le=4_294_967_295)]  # the column's ClickHouse type
 
 FORMAT_NAME = "loom-export"
 FORMAT_VERSION = 1
@@ -113,7 +114,7 @@ class BriefLine(StrictModel):
     session_id: Key = ""
     user_id: ShortText = ""
     agent: AgentId = "default"
-    revision: Annotated[int, Field(ge=0, le=4_294_967_295)]
+    revision: UInt32
     sections: JsonObject = Field(default_factory=dict)
     author: Word = ""
     last_session_id: Key = ""
@@ -128,7 +129,7 @@ class BriefLine(StrictModel):
 class BriefRevisionLine(StrictModel):
     kind: Literal["brief_revision"]
     brief_key: Key
-    revision: Annotated[int, Field(ge=0, le=4_294_967_295)]
+    revision: UInt32
     project: Key = ""
     branch: Key = ""
     session_id: Key = ""
@@ -190,7 +191,7 @@ class DecisionLine(StrictModel):
     kind: Literal["memory_decision"]
     user_id: ShortText
     extraction_id: Key
-    seq: Annotated[int, Field(ge=0, le=4_294_967_295)]
+    seq: UInt32
     action: Word
     memory_id: Key = ""
     text: Text = ""

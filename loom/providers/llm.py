@@ -19,7 +19,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
 import httpx
 
@@ -96,23 +96,47 @@ class LLM(Protocol):
         ...
 
 
+# -- the built-in kinds' complete() ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """One call of complete(): what every built-in kind answers, and a ScriptedLLM records."""
+
+    messages: list[ChatMessage]
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float = 0.0
+
+
+class _Options(TypedDict, total=False):
+    """complete()'s keyword arguments (LLM's), with LLMCall's defaults."""
+
+    model: str | None
+    max_tokens: int | None
+    temperature: float
+
+
+class _Answering:
+    """complete() for the built-in kinds: its arguments, as one LLMCall, go to the kind's _answer."""
+
+    async def complete(self, messages: Sequence[ChatMessage], **options: Unpack[_Options]) -> str:
+        return await self._answer(LLMCall(list(messages), **options))
+
+    async def _answer(self, call: LLMCall) -> str:
+        raise NotImplementedError
+
+
 # -- the stock fake ----------------------------------------------------------------
 
 
-class FakeLLM:
+class FakeLLM(_Answering):
     """No model: ``configured`` is False and :meth:`complete` raises LLMNotConfigured."""
 
     name = "fake"
     configured = False
 
-    async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-    ) -> str:
+    async def _answer(self, call: LLMCall) -> str:
         raise LLMNotConfigured(
             "no LLM is configured (LOOM_LLM=fake); set LOOM_LLM=openai, LOOM_LLM_URL and LOOM_LLM_MODEL"
         )
@@ -124,21 +148,11 @@ class FakeLLM:
 # -- the scripted fake for tests ------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LLMCall:
-    """One call a ScriptedLLM received."""
-
-    messages: list[ChatMessage]
-    model: str | None
-    max_tokens: int | None
-    temperature: float
-
-
 Script = Sequence[str | BaseException] | Callable[[list[ChatMessage]], Any]
 
 
 @dataclass
-class ScriptedLLM:
+class ScriptedLLM(_Answering):
     """A configured fake: answers from a list (in order) or a function of the messages.
 
     List items that are exceptions are raised instead of answered; running out of
@@ -162,24 +176,16 @@ class ScriptedLLM:
         """Scripted answers not yet used (0 for a function script)."""
         return len(self._queue) if self._queue is not None else 0
 
-    async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-    ) -> str:
-        msgs = list(messages)
+    async def _answer(self, call: LLMCall) -> str:
         with self._lock:
-            self.calls.append(LLMCall(msgs, model, max_tokens, temperature))
+            self.calls.append(call)
             if self._queue is not None:
                 if not self._queue:
                     raise LLMError(f"ScriptedLLM ran out of responses after {len(self.calls) - 1} calls")
                 item: Any = self._queue.pop(0)
         if self._queue is None:
             assert callable(self.responses)
-            item = self.responses(msgs)
+            item = self.responses(call.messages)
             if inspect.isawaitable(item):
                 item = await item
         if isinstance(item, BaseException):
@@ -192,7 +198,7 @@ class ScriptedLLM:
 # -- OpenAI-compatible chat -----------------------------------------------------------
 
 
-class OpenAICompatLLM:
+class OpenAICompatLLM(_Answering):
     """Chat completions over the OpenAI protocol (one reused httpx.AsyncClient per event loop)."""
 
     name = "openai"
@@ -230,24 +236,17 @@ class OpenAICompatLLM:
                 self._clients[loop] = client
         return client
 
-    async def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        model: str | None = None,
-        max_tokens: int | None = None,
-        temperature: float = 0.0,
-    ) -> str:
-        use_model = model or self.model
+    async def _answer(self, call: LLMCall) -> str:
+        use_model = call.model or self.model
         if not use_model:
             raise LLMError("no chat model given: set LOOM_LLM_MODEL or pass model=")
         payload: dict[str, Any] = {
             "model": use_model,
-            "messages": [m.to_dict() for m in messages],
-            "temperature": temperature,
+            "messages": [m.to_dict() for m in call.messages],
+            "temperature": call.temperature,
         }
-        if max_tokens is not None:
-            payload["max_tokens"] = max_tokens
+        if call.max_tokens is not None:
+            payload["max_tokens"] = call.max_tokens
         where = f"LLM {use_model!r} at {self.url}"
         try:
             resp = await self._http().post(self.url, json=payload)

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from loom.api.deps import Caller, Svc
+from loom.api.deps import Caller, Svc, op_router
 from loom.models.erasure import (
     ErasureRequest,
     ErasureResponse,
@@ -17,12 +16,12 @@ from loom.models.erasure import (
     RetentionShowRequest,
     RetentionShowResponse,
 )
-from loom.models.errors import COMMON, error_responses
+from loom.models.errors import error_responses
 from loom.ops import erasure as ops
 from loom.ops.erasure import retention
 from loom.store.erasure import Request
 
-router = APIRouter(prefix="/v1", tags=["deletion and erasure"], responses=error_responses(*COMMON))
+router = op_router("deletion and erasure")
 
 
 def _erasure(req: Request) -> ErasureResponse:

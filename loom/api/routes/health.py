@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter
-
-from loom.api.deps import Caller, Svc
-from loom.models.errors import COMMON, error_responses
+from loom.api.deps import Caller, Svc, op_router
 from loom.models.health import HealthShowRequest, HealthShowResponse
 from loom.ops.platform import health
 
-router = APIRouter(prefix="/v1", tags=["ops"], responses=error_responses(*COMMON))
+router = op_router("ops")
 
 
 @router.post("/health.show", response_model=HealthShowResponse)

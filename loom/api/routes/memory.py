@@ -80,11 +80,7 @@ def _extraction_response(out: extraction.Extraction) -> SetFromMessagesResponse:
 
 
 @router.post("/memory.set", response_model=MemorySetResponse)
-async def memory_set(
-    body: MemorySetRequest,
-    who: Caller,
-    svc: Svc,
-) -> MemorySetResponse:
+async def memory_set(body: MemorySetRequest, who: Caller, svc: Svc) -> MemorySetResponse:
     """Store facts for a user (optionally a session and run). A `key` names one chain: a
     different text supersedes its current fact (kept, closed). A fact that reads as high
     is refused (`high_sensitivity`, not stored); an embed failure stores the fact for BM25
@@ -95,11 +91,7 @@ async def memory_set(
 
 
 @router.post("/memory.search", response_model=MemorySearchResponse)
-async def memory_search(
-    body: MemorySearchRequest,
-    who: Caller,
-    svc: Svc,
-) -> MemorySearchResponse:
+async def memory_search(body: MemorySearchRequest, who: Caller, svc: Svc) -> MemorySearchResponse:
     """The user's current facts for `query` (or those valid at `as_of`, or in the window
     a time phrase of the query names): vector and BM25 legs fused by reciprocal rank,
     each hit with its score, legs, source, validity and links. Session briefs are never
@@ -111,11 +103,7 @@ async def memory_search(
 
 
 @router.post("/memory.list", response_model=MemoryListResponse)
-async def memory_list(
-    body: MemoryListRequest,
-    who: Caller,
-    svc: Svc,
-) -> MemoryListResponse:
+async def memory_list(body: MemoryListRequest, who: Caller, svc: Svc) -> MemoryListResponse:
     """Page through the user's current facts (or those valid at `as_of`), most recently
     updated first."""
     page = await facts.list_facts(svc, who, body)
@@ -126,11 +114,7 @@ async def memory_list(
 
 
 @router.post("/memory.delete", response_model=MemoryDeleteResponse)
-async def memory_delete(
-    body: MemoryDeleteRequest,
-    who: Caller,
-    svc: Svc,
-) -> MemoryDeleteResponse:
+async def memory_delete(body: MemoryDeleteRequest, who: Caller, svc: Svc) -> MemoryDeleteResponse:
     """Forget facts, each with its whole chain (history included). Unknown or already
     forgotten ids are not an error."""
     out = await facts.delete_facts(svc, who, body.namespace, body.user_id, body.memory_ids)
@@ -138,11 +122,7 @@ async def memory_delete(
 
 
 @router.post("/memory.history", response_model=MemoryHistoryResponse, responses=error_responses(404))
-async def memory_history(
-    body: MemoryHistoryRequest,
-    who: Caller,
-    svc: Svc,
-) -> MemoryHistoryResponse:
+async def memory_history(body: MemoryHistoryRequest, who: Caller, svc: Svc) -> MemoryHistoryResponse:
     """One fact's chain, oldest to newest: each version's text, validity, source and the
     evidence it came from. A forgotten fact has none (404)."""
     chain = await validity.history(svc, who, body.namespace, body.user_id, body.memory_id)
@@ -154,11 +134,7 @@ async def memory_history(
 
 
 @router.post("/memory.profile", response_model=MemoryProfileResponse)
-async def memory_profile(
-    body: MemoryProfileRequest,
-    who: Caller,
-    svc: Svc,
-) -> MemoryProfileResponse:
+async def memory_profile(body: MemoryProfileRequest, who: Caller, svc: Svc) -> MemoryProfileResponse:
     """The user's profile: a short summary in sections, built from their current facts
     (by the model, or from the facts alone: `basis`), rebuilt first when stale."""
     view = await profile.get_profile(svc, who, body.namespace, body.user_id)
@@ -175,11 +151,7 @@ async def memory_profile(
 
 
 @router.post("/memory.set_from_messages", response_model=SetFromMessagesResponse)
-async def set_from_messages(
-    body: SetFromMessagesRequest,
-    who: Caller,
-    svc: Svc,
-) -> SetFromMessagesResponse:
+async def set_from_messages(body: SetFromMessagesRequest, who: Caller, svc: Svc) -> SetFromMessagesResponse:
     """Store the messages as evidence (whether or not the namespace records
     conversations), then extract facts and decide add / update / delete / leave against
     the user's most similar facts. `defer: true` answers a job id and extracts on the
@@ -190,11 +162,7 @@ async def set_from_messages(
 
 
 @router.post("/memory.recall", response_model=RecallResponse)
-async def memory_recall(
-    body: RecallRequest,
-    who: Caller,
-    svc: Svc,
-) -> RecallResponse:
+async def memory_recall(body: RecallRequest, who: Caller, svc: Svc) -> RecallResponse:
     """BM25 (with `query`) and time-window (`since`, `until`) reads over the user's
     evidence: what extractions read, recorded or not. Never the transcript."""
     hits = await recall.recall(svc, who, **body.model_dump())
@@ -202,11 +170,7 @@ async def memory_recall(
 
 
 @router.post("/observe.record", response_model=ObserveRecordResponse)
-async def observe_record(
-    body: ObserveRecordRequest,
-    who: Caller,
-    svc: Svc,
-) -> ObserveRecordResponse:
+async def observe_record(body: ObserveRecordRequest, who: Caller, svc: Svc) -> ObserveRecordResponse:
     """Keep an episodic observation of a tool action (run, tool, input summary, outcome)
     as evidence. It never becomes a fact by itself: see observe.crystallize."""
     eid = await observe.record(svc, who, **body.model_dump())
@@ -215,9 +179,7 @@ async def observe_record(
 
 @router.post("/observe.crystallize", response_model=SetFromMessagesResponse)
 async def observe_crystallize(
-    body: ObserveCrystallizeRequest,
-    who: Caller,
-    svc: Svc,
+    body: ObserveCrystallizeRequest, who: Caller, svc: Svc
 ) -> SetFromMessagesResponse:
     """Extract facts from a run's observations (source `crystallize`), with the same
     add / update / delete / leave decisions as memory.set_from_messages."""
@@ -226,11 +188,7 @@ async def observe_crystallize(
 
 
 @router.post("/context.pack", response_model=ContextPackResponse, responses=error_responses(404))
-async def context_pack(
-    body: ContextPackRequest,
-    who: Caller,
-    svc: Svc,
-) -> ContextPackResponse:
+async def context_pack(body: ContextPackRequest, who: Caller, svc: Svc) -> ContextPackResponse:
     """What an agent needs to resume a (user, session/thread) scope within a token budget:
     the relevant facts, the transcript tail (when recorded), evidence hits, each labelled
     with its source. Deterministic, no LLM. A brief only when `brief_key` names one."""
@@ -239,11 +197,7 @@ async def context_pack(
 
 
 @router.post("/search", response_model=UnifiedSearchResponse)
-async def search(
-    body: UnifiedSearchRequest,
-    who: Caller,
-    svc: Svc,
-) -> UnifiedSearchResponse:
+async def search(body: UnifiedSearchRequest, who: Caller, svc: Svc) -> UnifiedSearchResponse:
     """One query over the planes the caller may read, in sections: `memory` (the user's
     facts) and `conversation` (recorded turns; not for a token pinned to one user)."""
     u = await unified.search(svc, who, **body.model_dump())

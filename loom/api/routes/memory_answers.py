@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter
-
-from loom.api.deps import Caller, Svc
+from loom.api.deps import Caller, Svc, op_router
 from loom.api.routes.memory import evidence_out, fact_hit_out
-from loom.models.errors import COMMON, error_responses
+from loom.models.errors import error_responses
 from loom.models.memory_answers import (
     CitationOut,
     JobStatusRequest,
@@ -21,7 +19,7 @@ from loom.models.memory_answers import (
 )
 from loom.ops.memory import asking, job_status
 
-router = APIRouter(prefix="/v1", tags=["memory"], responses=error_responses(*COMMON))
+router = op_router("memory")
 
 
 @router.post("/memory.ask", response_model=MemoryAskResponse)

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter
-
-from loom.api.deps import Caller, Svc
-from loom.models.errors import COMMON, error_responses
+from loom.api.deps import Caller, Svc, op_router
 from loom.models.namespace import GetConfigRequest, NamespaceConfigResponse, SetPolicyRequest
 from loom.ops.platform import namespaces as ops
 
-router = APIRouter(prefix="/v1", tags=["namespaces"], responses=error_responses(*COMMON))
+router = op_router("namespaces")
 
 
 @router.post("/namespace.get_config", response_model=NamespaceConfigResponse)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
-from loom.api.deps import Caller, Svc
-from loom.models.errors import COMMON, error_responses
+from loom.api.deps import Caller, Svc, op_router
+from loom.models.errors import error_responses
 from loom.models.portability import (
     ExportStartRequest,
     ImportJobOut,
@@ -21,7 +20,7 @@ from loom.models.portability import (
 )
 from loom.ops.portability import exporting, importing
 
-router = APIRouter(prefix="/v1", tags=["import and export"], responses=error_responses(*COMMON))
+router = op_router("import and export")
 
 
 def _out(s: importing.Status) -> ImportJobOut:

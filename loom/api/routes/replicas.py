@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-
-from loom.api.deps import Caller, Svc
-from loom.models.errors import COMMON, error_responses
+from loom.api.deps import Caller, Svc, op_router
 from loom.models.replicas import ReplicasShowRequest, ReplicasShowResponse
 from loom.ops.platform import deploy as ops
 
-router = APIRouter(prefix="/v1", tags=["ops"], responses=error_responses(*COMMON))
+router = op_router("ops")
 
 
 @router.post("/replicas.show", response_model=ReplicasShowResponse)

@@ -9,9 +9,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import ask, change, status_of
+from loom.dashboard.calls import about, ask, change
 from loom.dashboard.forms import Namespace
-from loom.dashboard.render import page, same_origin
+from loom.dashboard.render import same_origin
 from loom.dashboard.visit import open_visit, staff_visit
 
 router = APIRouter()
@@ -27,17 +27,7 @@ async def brief(
 ) -> HTMLResponse | RedirectResponse:
     visit = await staff_visit(request, ns)
     got = await ask(visit, lambda api: api.briefs.get(brief_key=key, revision=revision, full=full))
-    return page(
-        visit,
-        request,
-        "brief.html",
-        status=status_of(got),
-        title=f"Brief {key}",
-        got=got,
-        key=key,
-        full=full,
-        revision=revision,
-    )
+    return about(visit, "brief.html", got, title=f"Brief {key}", key=key, full=full, revision=revision)
 
 
 @router.post("/brief/delete", dependencies=[Depends(same_origin)], response_model=None)

@@ -11,9 +11,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from loom.dashboard.calls import ask, attempt, change, refused, status_of
+from loom.dashboard.calls import about, ask, attempt, change, refused
 from loom.dashboard.forms import Name, Namespace, Text
-from loom.dashboard.render import back, page, same_origin
+from loom.dashboard.render import back, same_origin
 from loom.dashboard.visit import Visit, open_visit, staff_visit
 from loom.sdk.agent import Agent
 
@@ -48,13 +48,11 @@ async def thread(
         compaction = await attempt(api.conversation.compact_status(job_id=job)) if job else None
     # Only an admin may reveal, and only the one turn asked for: the others stay out of the HTML.
     revealed = reveal if visit.may("admin") else ""
-    return page(
+    return about(
         visit,
-        request,
         "thread.html",
-        status=status_of(got),
+        got,
         title=f"Thread {thread}",
-        got=got,
         agent=agent,
         thread_id=thread,
         revealed=revealed,

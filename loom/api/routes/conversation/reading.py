@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from loom.api.deps import Caller, Svc
+from loom.api.deps import Caller, Svc, op_router
 from loom.api.direct import DirectRoute
 from loom.models.conversation.reading import (
     AppendBatchResponse,
@@ -33,13 +32,13 @@ from loom.models.conversation.reading import (
     TurnIn,
     UpdateRequest,
 )
-from loom.models.errors import COMMON, error_responses
+from loom.models.errors import error_responses
 from loom.ops import conversation as ops
 from loom.ops.conversation.common import as_utc
 from loom.ops.conversation.writing.appending import AppendResult, TurnInput
 from loom.store.conversations import Message
 
-router = APIRouter(prefix="/v1", tags=["conversation"], responses=error_responses(*COMMON))
+router = op_router("conversation")
 
 
 def _messages(messages: list[Message], embedding: dict[str, str] | None = None) -> list[MessageOut]:

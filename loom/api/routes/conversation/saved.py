@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter
-
-from loom.api.deps import Caller, Svc
+from loom.api.deps import Caller, Svc, op_router
 from loom.models.conversation.saved import (
     ListSavedRequest,
     ListSavedResponse,
@@ -22,11 +20,10 @@ from loom.models.conversation.saved import (
     UnsaveRequest,
     UnsaveResponse,
 )
-from loom.models.errors import COMMON, error_responses
 from loom.ops.conversation.saved import saved_reads, saving
 from loom.ops.conversation.saved.saving import NewMessage
 
-router = APIRouter(prefix="/v1", tags=["saved messages"], responses=error_responses(*COMMON))
+router = op_router("saved messages")
 
 
 def _new_message(body: SaveRequest) -> NewMessage | None:

@@ -3,16 +3,15 @@ to one user or session (a thread mixes users and has no user axis to bound)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 
-from loom.api.deps import Caller, Svc
+from loom.api.deps import Caller, Svc, op_router
 from loom.models.conversation.search import SearchRequest, SearchResponse
-from loom.models.errors import COMMON, error_responses
 from loom.ops.conversation.reading import searching
 from loom.ops.conversation.reading.threads import ALL_AGENTS
 from loom.store.search import Filters
 
-router = APIRouter(prefix="/v1", tags=["conversation"], responses=error_responses(*COMMON))
+router = op_router("conversation")
 
 PLAN_HEADER = "x-loom-search-plan"
 
