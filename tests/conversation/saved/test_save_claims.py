@@ -27,7 +27,7 @@ from loom.ops.conversation.saved import saving
 from loom.ops.conversation.writing.appending import CLAIM_TTL_S, claim_key
 from loom.store import conversations as conv_store
 from loom.store import landed
-from tests.conversation.helpers import emb_row, turn_rows
+from tests.conversation.helpers import alice_saves, emb_row, turn_rows
 
 TEXT = "the invoices moved to the new ledger"
 
@@ -91,7 +91,7 @@ def _recorded_row(ns: str, msg_id: str = "m1") -> conv_store.Turn:
 async def _save_new(services: Any, ns: str, msg_id: str = "m1", thread_id: str = "t") -> saving.SaveResult:
     who = Principal("t", (ns,), Role.writer)
     return await saving.save_message(
-        services, who, ns, "alice", thread_id, msg_id, new=saving.NewMessage("user", TEXT)
+        services, who, alice_saves(ns, thread_id, msg_id, role="user", content=TEXT)
     )
 
 

@@ -53,6 +53,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import CapabilityMissing, Forbidden, InvalidRequest, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
+from loom.models.conversation.saved import SaveRequest, UnsaveRequest
 from loom.ops.conversation.common import EMBEDDED_ROLES, as_utc, embed_text, model_text
 from loom.ops.conversation.writing.appending import (
     CLAIM_TTL_S,
@@ -116,6 +117,21 @@ class NewMessage:
     ts: datetime | None = None
 
 
+def _new_message(req: SaveRequest) -> NewMessage | None:
+    """What the request says about a message the transcript may not hold (role and
+    content are required only then, which save_message decides)."""
+    if req.role is None and req.content is None:
+        return None
+    return NewMessage(req.role, req.content, req.run_id, dict(req.metadata), req.ts)
+
+
+def _turn_of(who: Principal, req: SaveRequest | UnsaveRequest) -> tuple[TurnKey, str]:
+    """A writer's (un)save: the message it names, and the user it acts for."""
+    who.require_role(Role.writer)
+    ns = who.namespace(req.namespace)
+    return TurnKey(ns, req.agent, req.conversation_id, req.message_id), acting_user(who, req.user_id)
+
+
 @dataclass(kw_only=True)
 class SaveResult:
     conversation_id: str
@@ -124,6 +140,21 @@ class SaveResult:
     indexed: bool
     reason: str | None = None
     saved_at: datetime | None = None
+
+    @classmethod
+    def refused(
+        cls, key: TurnKey, reason: str, *, saved: bool = False, saved_at: datetime | None = None
+    ) -> SaveResult:
+        """A save that leaves the message out of the vector leg, and why (`saved`: it
+        stays saved all the same)."""
+        return cls(
+            conversation_id=key.thread_id,
+            message_id=key.msg_id,
+            saved=saved,
+            indexed=False,
+            reason=reason,
+            saved_at=saved_at,
+        )
 
 
 @dataclass(kw_only=True)
@@ -170,7 +201,6 @@ def _refusal(
 ) -> SaveResult | None:
     """Why this message cannot be saved for `user` (None: it can). Applies as well to a
     message that is already saved; the answer says whether it stays saved."""
-    _, _, thread_id, msg_id = key
     if row is None:
         for name in ("content", "role"):
             if new is None or getattr(new, name) is None:
@@ -182,51 +212,21 @@ def _refusal(
                 )
         assert new is not None and new.content is not None
         if new.role not in EMBEDDED_ROLES:
-            return SaveResult(
-                conversation_id=thread_id,
-                message_id=msg_id,
-                saved=False,
-                indexed=False,
-                reason=UNSUPPORTED_ROLE,
-            )
+            return SaveResult.refused(key, UNSUPPORTED_ROLE)
         if reads_as_high(new.content):
-            return SaveResult(
-                conversation_id=thread_id,
-                message_id=msg_id,
-                saved=False,
-                indexed=False,
-                reason=HIGH_SENSITIVITY,
-            )  # not stored
+            return SaveResult.refused(key, HIGH_SENSITIVITY)  # not stored
         return None
     # Another user's message: say nothing more about it (not whether it is deleted).
     if row.user_id not in ("", user):
-        return SaveResult(
-            conversation_id=thread_id, message_id=msg_id, saved=False, indexed=False, reason=OWNER_MISMATCH
-        )
+        return SaveResult.refused(key, OWNER_MISMATCH)
     if row.tombstoned:
-        return SaveResult(
-            conversation_id=thread_id, message_id=msg_id, saved=False, indexed=False, reason=DELETED
-        )
+        return SaveResult.refused(key, DELETED)
     mine = row.is_saved and row.user_id == user
     saved_at = as_utc(row.saved_at) if mine and row.saved_at else None
     if row.role not in EMBEDDED_ROLES:
-        return SaveResult(
-            conversation_id=thread_id,
-            message_id=msg_id,
-            saved=mine,
-            indexed=False,
-            reason=UNSUPPORTED_ROLE,
-            saved_at=saved_at,
-        )
+        return SaveResult.refused(key, UNSUPPORTED_ROLE, saved=mine, saved_at=saved_at)
     if row.high_sensitivity or reads_as_high(row.content):
-        return SaveResult(
-            conversation_id=thread_id,
-            message_id=msg_id,
-            saved=mine,
-            indexed=False,
-            reason=HIGH_SENSITIVITY,
-            saved_at=saved_at,
-        )
+        return SaveResult.refused(key, HIGH_SENSITIVITY, saved=mine, saved_at=saved_at)
     return None
 
 
@@ -245,24 +245,12 @@ async def _every_replica_keeps_saved_state(svc: Services) -> None:
         )
 
 
-async def save_message(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    conversation_id: str,
-    message_id: str,
-    *,
-    agent: str = "default",
-    new: NewMessage | None = None,
-) -> SaveResult:
+async def save_message(svc: Services, who: Principal, req: SaveRequest) -> SaveResult:
     """conversation.save_message (writer): flag one message saved for the acting user,
     storing it first when the transcript does not hold it."""
-    who.require_role(Role.writer)
-    ns = who.namespace(namespace)
-    user = acting_user(who, user_id)
+    key, user = _turn_of(who, req)
+    ns, new = key.namespace, _new_message(req)
     await _every_replica_keeps_saved_state(svc)
-    key = TurnKey(ns, agent, conversation_id, message_id)
     vector: _Vector | None = None
     for _ in range(MAX_ROUNDS):
         state = await svc.run(_read_state, svc, key)
@@ -278,7 +266,7 @@ async def save_message(
             meta = state.row.metadata if state.row is not None else new.metadata if new else None
             read = model_text(text, role, False, svc.settings.embed_speaker_prefix, speaker_of(meta))
             vector = _Vector(text, await inline.embed(svc, [read]))
-        async with _lease(svc, ns, conversation_id):
+        async with _lease(svc, ns, key.thread_id):
             done = await _save_under_lease(svc, key, user, new, vector)
         if done is not None:
             return done
@@ -518,25 +506,13 @@ def _write_embedding(
 # -- unsave ----------------------------------------------------------------------------
 
 
-async def unsave_message(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    conversation_id: str,
-    message_id: str,
-    *,
-    agent: str = "default",
-) -> UnsaveResult:
+async def unsave_message(svc: Services, who: Principal, req: UnsaveRequest) -> UnsaveResult:
     """conversation.unsave_message (writer): withdraw a saved message from its owner's
     search: a saved-only row is removed (removed: true), a recorded one keeps its place
     in the transcript with the flag cleared. found: false for a message this user has
     not saved (never saved, or saved by another user: the answer does not say which)."""
-    who.require_role(Role.writer)
-    ns = who.namespace(namespace)
-    user = acting_user(who, user_id)
-    key = TurnKey(ns, agent, conversation_id, message_id)
-    async with _lease(svc, ns, conversation_id):
+    key, user = _turn_of(who, req)
+    async with _lease(svc, key.namespace, key.thread_id):
         result = await svc.run(_unsave_sync, svc, key, user)
         if result.removed:
             # The row is gone: no claim may keep saying the turn landed.
