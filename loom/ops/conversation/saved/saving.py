@@ -54,7 +54,17 @@ from loom.clock import next_version, utcnow
 from loom.errors import CapabilityMissing, Forbidden, InvalidRequest, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
 from loom.models.conversation.saved import SaveRequest, UnsaveRequest
-from loom.ops.conversation.common import EMBEDDED_ROLES, as_utc, embed_text, model_text
+from loom.ops.conversation.common import (
+    EMBEDDED_ROLES,
+    KEPT,
+    SPEAKER,
+    TURN_KEY,
+    as_utc,
+    embed_text,
+    model_text,
+    picked,
+)
+from loom.ops.conversation.lifecycle.deleting import emptied
 from loom.ops.conversation.writing.appending import (
     CLAIM_TTL_S,
     CONTEST_POLL_S,
@@ -448,17 +458,7 @@ def _write_embedding(
         reason=None,
         saved_at=as_utc(saved_at) if saved_at else None,
     )
-    flags: dict[str, Any] = dict(
-        agent=row.agent,
-        role=row.role,
-        run_id=row.run_id,
-        user_id=row.user_id,
-        ts=row.ts,
-        is_saved=True,
-        saved_at=saved_at,
-        tombstoned=False,
-        origin=row.origin,
-    )
+    flags = picked(row, *SPEAKER, "ts", *KEPT) | {"is_saved": True, "tombstoned": False}
     if emb is not None and _has_live_vector(emb, text):
         if row.saved_only and emb.origin == conv_store.RECORDED and emb.agent != row.agent:
             # The vector serves another agent's recorded copy of the same text: it keeps
@@ -475,9 +475,7 @@ def _write_embedding(
     if vector.result.ok:
         assert vector.result.vectors is not None
         fresh = emb_store.EmbeddingRow(
-            namespace=row.namespace,
-            thread_id=row.thread_id,
-            msg_id=row.msg_id,
+            **picked(row, *TURN_KEY),
             text=text,
             embedding=vector.result.vectors[0],
             model=vector.result.model_id,
@@ -488,9 +486,7 @@ def _write_embedding(
         return result
     # Fail-open: stored and saved; the error is recorded and a later save retries it.
     failed = emb_store.EmbeddingRow(
-        namespace=row.namespace,
-        thread_id=row.thread_id,
-        msg_id=row.msg_id,
+        **picked(row, *TURN_KEY),
         text=text,
         embedding=[],
         model="",
@@ -553,53 +549,19 @@ def _unsave_embedding(svc: Services, row: saved_store.TranscriptRow, *, removed:
         other = max(others, key=lambda c: (c.is_saved, c.saved_at or datetime.min))
         emb_store.insert(
             ch,
-            [
-                replace(
-                    emb,
-                    agent=other.agent,
-                    role=other.role,
-                    run_id=other.run_id,
-                    user_id=other.user_id,
-                    is_saved=other.is_saved,
-                    saved_at=other.saved_at,
-                    origin=other.origin,
-                    version=version,
-                )
-            ],
+            [replace(emb, **picked(other, *SPEAKER, *KEPT), version=version)],
         )
     elif not removed:
         if emb is not None:
             emb_store.insert(ch, [replace(emb, is_saved=False, version=version)])
     elif emb is not None:
-        # saved_at stays so the revision reaches the per-user vector index.
-        emb_store.insert(
-            ch,
-            [
-                replace(
-                    emb,
-                    text="",
-                    embedding=[],
-                    model="",
-                    error="",
-                    is_saved=False,
-                    tombstoned=True,
-                    version=version,
-                )
-            ],
-        )
+        emb_store.insert(ch, [emptied(emb, version)])
     else:
         emb_store.insert(
             ch,
             [
                 emb_store.EmbeddingRow(
-                    namespace=row.namespace,
-                    thread_id=row.thread_id,
-                    msg_id=row.msg_id,
-                    agent=row.agent,
-                    role=row.role,
-                    run_id=row.run_id,
-                    user_id=row.user_id,
-                    ts=row.ts,
+                    **picked(row, *TURN_KEY, *SPEAKER, "ts"),
                     text="",
                     embedding=[],
                     model="",
