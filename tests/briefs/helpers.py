@@ -14,6 +14,7 @@ from loom.models.session import (
     BriefGetResponse,
     BriefListRequest,
     BriefSaveRequest,
+    BriefSaveResponse,
 )
 from loom.ops import briefs as ops
 from loom.ops.briefs.events import Event
@@ -39,7 +40,7 @@ def notes(n: int, size: int = 100, tag: str = "n") -> list[Event]:
 # The ops take their request models; these build them from keywords, as the tests name them.
 async def brief_save(
     svc: Services, who: Principal, ns: str, *, settings: Settings | None = None, **fields: Any
-) -> ops.SaveResult:
+) -> BriefSaveResponse:
     events = [BriefEvent(**asdict(e)) for e in fields.pop("events", [])]
     req = BriefSaveRequest(namespace=ns, events=events, **fields)
     return await ops.save(svc, who, req, settings=settings)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from loom.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
-from loom.ops import briefs as ops
+from loom.models.session import BriefSaveResponse
 from loom.providers.llm import LLMError, ScriptedLLM
 from loom.store import namespaces as ns_store
 from tests.briefs.helpers import answer, brief_delete, brief_get, brief_list, brief_save, ev, notes
@@ -214,7 +214,7 @@ async def test_if_revision_conflict_and_concurrent_saves(services, ns, who):
             ),
             return_exceptions=True,
         )
-        wins = [r for r in results if isinstance(r, ops.SaveResult)]
+        wins = [r for r in results if isinstance(r, BriefSaveResponse)]
         losses = [r for r in results if isinstance(r, Conflict)]
         assert len(wins) == 1 and len(losses) == 1, results
         assert wins[0].revision == rev + 1 and losses[0].extra["current_revision"] == rev + 1

@@ -27,8 +27,7 @@ router = APIRouter(prefix="/v1", tags=["session"], responses=error_responses(*CO
 @router.post("/session.brief_save", response_model=BriefSaveResponse, responses=error_responses(409))
 async def brief_save(body: BriefSaveRequest, who: Caller, svc: Svc) -> BriefSaveResponse:
     """Revise (or start) a brief from events, from sections the agent wrote, or both."""
-    result = await ops.save(svc, who, body)
-    return BriefSaveResponse(**asdict(result))
+    return await ops.save(svc, who, body)
 
 
 @router.post("/session.brief_get", response_model=BriefGetResponse, responses=error_responses(404))

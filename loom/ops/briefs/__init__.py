@@ -82,7 +82,6 @@ How a save is revised, and the decisions taken where the rules leave room:
 
 from loom.ops.briefs.ops import (
     ListItem,
-    SaveResult,
     brief_delete,
     brief_get,
     brief_list,
@@ -91,7 +90,6 @@ from loom.ops.briefs.ops import (
 
 __all__ = [
     "ListItem",
-    "SaveResult",
     "brief_delete",
     "brief_get",
     "brief_list",

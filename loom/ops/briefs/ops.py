@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from loom import failures, redis_keys, sensitivity
 from loom import logging as loom_logging
@@ -22,6 +22,7 @@ from loom.models.session import (
     BriefGetResponse,
     BriefListRequest,
     BriefSaveRequest,
+    BriefSaveResponse,
 )
 from loom.ops.briefs import builder
 from loom.ops.briefs.events import Event, check_events, last_summary, plan_windows, withhold_high
@@ -51,22 +52,6 @@ UNCHANGED = "unchanged"
 SUMMARY_HEADING = "## Last compaction summary (verbatim)"
 
 
-@dataclass(kw_only=True)
-class SaveResult:
-    namespace: str
-    brief_key: str
-    revision: int
-    changed: bool
-    reason: str | None = None
-    author: str | None = None
-    windows: int = 0
-    windows_revised: int = 0
-    windows_failed: int = 0
-    events_withheld: int = 0
-    events_dropped: int = 0
-    summary_kept: bool = False
-
-
 @dataclass
 class ListItem:
     brief_key: str
@@ -94,7 +79,7 @@ class _FromEvents:
     dropped: int = 0
 
     @property
-    def author(self) -> str | None:
+    def author(self) -> Literal["llm", "deterministic"] | None:
         if self.patch is not None:
             return "llm"
         if self.deterministic is not None:
@@ -259,7 +244,7 @@ class _Current:
 
 async def save(
     svc: Services, who: Principal, req: BriefSaveRequest, *, settings: Settings | None = None
-) -> SaveResult:
+) -> BriefSaveResponse:
     """session.brief_save (writer): revise or start a brief from events, sections, or both.
 
     The retry and revision checks run on a first read, so that a save answered by them
@@ -277,14 +262,9 @@ async def save(
         target.events,
         req.use_llm,
     )
-    result = dataclasses.replace(
-        _as_is(target, cur),
-        windows=got.windows,
-        windows_revised=got.revised,
-        windows_failed=got.failed,
-        events_withheld=got.withheld,
-        events_dropped=got.dropped,
-    )
+    result = _as_is(target, cur)
+    result.windows, result.windows_revised, result.windows_failed = got.windows, got.revised, got.failed
+    result.events_withheld, result.events_dropped = got.withheld, got.dropped
     if got.refusal is not None and target.agent_patch is None:
         return _refused(got, result)
     try:
@@ -325,12 +305,14 @@ async def _read_checked(svc: Services, t: _Target) -> _Current:
     return _Current(row, live, retry=False)
 
 
-def _as_is(t: _Target, cur: _Current, reason: str | None = None) -> SaveResult:
+def _as_is(t: _Target, cur: _Current, reason: str | None = None) -> BriefSaveResponse:
     """The answer of a save that writes nothing (yet): the brief as it stands."""
-    return SaveResult(namespace=t.ns, brief_key=t.shown, revision=cur.revision, changed=False, reason=reason)
+    return BriefSaveResponse(
+        namespace=t.ns, brief_key=t.shown, revision=cur.revision, changed=False, reason=reason
+    )
 
 
-def _refused(got: _FromEvents, result: SaveResult) -> SaveResult:
+def _refused(got: _FromEvents, result: BriefSaveResponse) -> BriefSaveResponse:
     """Events alone that revised nothing: 503 when a model or a switch failed (send
     again), else not-revised."""
     if got.refusal == "unavailable":
@@ -346,8 +328,8 @@ def _refused(got: _FromEvents, result: SaveResult) -> SaveResult:
 
 
 async def _write(
-    svc: Services, who: Principal, t: _Target, cur: _Current, got: _FromEvents, result: SaveResult
-) -> SaveResult:
+    svc: Services, who: Principal, t: _Target, cur: _Current, got: _FromEvents, result: BriefSaveResponse
+) -> BriefSaveResponse:
     """Under the lease: apply the events' patch, then the agent's, and write the brief
     and its revision (nothing when the brief and its summary come out the same)."""
     req, live = t.req, cur.live
