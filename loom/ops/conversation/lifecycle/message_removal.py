@@ -426,14 +426,8 @@ def record(svc: Services, receipt: Receipt, user_id: str) -> None:
     store.record(
         svc.ch,
         store.Record(
-            namespace=receipt.namespace,
-            agent=receipt.agent,
-            thread_id=receipt.thread_id,
-            msg_id=receipt.msg_id,
+            **picked(receipt, *TURN_KEY, "agent", "action", "placeholder", "spans"),
             user_id=user_id,
-            action=receipt.action,
-            placeholder=receipt.placeholder,
-            spans=receipt.spans,
             token_id=receipt.by,
             redacted_at=receipt.at or utcnow(),
         ),
