@@ -36,8 +36,7 @@ async def save_message(body: SaveRequest, who: Caller, svc: Svc) -> SaveResponse
     send `role` and `content` to save one it does not hold. Ownership, deletion, role
     and sensitivity are checked on every save (`reason`); saving again is safe and
     repairs what an interrupted save left (a failed embed is retried)."""
-    result = await saving.save_message(svc, who, body)
-    return SaveResponse(**asdict(result))
+    return await saving.save_message(svc, who, body)
 
 
 @router.post("/conversation.unsave_message", response_model=UnsaveResponse)
@@ -45,8 +44,7 @@ async def unsave_message(body: UnsaveRequest, who: Caller, svc: Svc) -> UnsaveRe
     """Withdraw a saved message from its owner's search. Where the namespace records,
     the turn stays in the transcript with the flag cleared; where it does not, it is
     removed (`removed: true`). Idempotent; saving again restores it."""
-    result = await saving.unsave_message(svc, who, body)
-    return UnsaveResponse(**asdict(result))
+    return await saving.unsave_message(svc, who, body)
 
 
 @router.post("/conversation.list_saved_messages", response_model=ListSavedResponse)

@@ -46,14 +46,20 @@ import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from loom import failures, replicas
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import CapabilityMissing, Forbidden, InvalidRequest, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
-from loom.models.conversation.saved import SaveRequest, UnsaveRequest
+from loom.models.conversation.saved import (
+    SaveReason,
+    SaveRequest,
+    SaveResponse,
+    UnsaveRequest,
+    UnsaveResponse,
+)
 from loom.ops.conversation.common import (
     EMBEDDED_ROLES,
     KEPT,
@@ -84,11 +90,11 @@ from loom.store.keys import TurnKey
 from loom.store.transcript_postings import speaker_of
 
 # Reasons of a save (stable strings clients match on: never change one).
-OWNER_MISMATCH = "owner_mismatch"
-DELETED = "deleted"
-UNSUPPORTED_ROLE = "unsupported_role"
-HIGH_SENSITIVITY = "high_sensitivity"
-EMBED_FAILED = "embed_failed"
+OWNER_MISMATCH: Final = "owner_mismatch"
+DELETED: Final = "deleted"
+UNSUPPORTED_ROLE: Final = "unsupported_role"
+HIGH_SENSITIVITY: Final = "high_sensitivity"
+EMBED_FAILED: Final = "embed_failed"
 
 MAX_ROUNDS = 4  # re-reads when the message changed under a computed vector
 
@@ -142,35 +148,19 @@ def _turn_of(who: Principal, req: SaveRequest | UnsaveRequest) -> tuple[TurnKey,
     return TurnKey(ns, req.agent, req.conversation_id, req.message_id), acting_user(who, req.user_id)
 
 
-@dataclass(kw_only=True)
-class SaveResult:
-    conversation_id: str
-    message_id: str
-    saved: bool
-    indexed: bool
-    reason: str | None = None
-    saved_at: datetime | None = None
-
-    @classmethod
-    def refused(
-        cls, key: TurnKey, reason: str, *, saved: bool = False, saved_at: datetime | None = None
-    ) -> SaveResult:
-        """A save that leaves the message out of the vector leg, and why (`saved`: it
-        stays saved all the same)."""
-        return cls(
-            conversation_id=key.thread_id,
-            message_id=key.msg_id,
-            saved=saved,
-            indexed=False,
-            reason=reason,
-            saved_at=saved_at,
-        )
-
-
-@dataclass(kw_only=True)
-class UnsaveResult:
-    found: bool
-    removed: bool
+def _refused(
+    key: TurnKey, reason: SaveReason, *, saved: bool = False, saved_at: datetime | None = None
+) -> SaveResponse:
+    """A save that leaves the message out of the vector leg, and why (`saved`: it stays
+    saved all the same)."""
+    return SaveResponse(
+        conversation_id=key.thread_id,
+        message_id=key.msg_id,
+        saved=saved,
+        indexed=False,
+        reason=reason,
+        saved_at=saved_at,
+    )
 
 
 @dataclass(frozen=True)
@@ -208,7 +198,7 @@ def _has_live_vector(emb: emb_store.EmbeddingRow | None, text: str) -> bool:
 
 def _refusal(
     key: TurnKey, row: saved_store.TranscriptRow | None, user: str, new: NewMessage | None
-) -> SaveResult | None:
+) -> SaveResponse | None:
     """Why this message cannot be saved for `user` (None: it can). Applies as well to a
     message that is already saved; the answer says whether it stays saved."""
     if row is None:
@@ -222,21 +212,21 @@ def _refusal(
                 )
         assert new is not None and new.content is not None
         if new.role not in EMBEDDED_ROLES:
-            return SaveResult.refused(key, UNSUPPORTED_ROLE)
+            return _refused(key, UNSUPPORTED_ROLE)
         if reads_as_high(new.content):
-            return SaveResult.refused(key, HIGH_SENSITIVITY)  # not stored
+            return _refused(key, HIGH_SENSITIVITY)  # not stored
         return None
     # Another user's message: say nothing more about it (not whether it is deleted).
     if row.user_id not in ("", user):
-        return SaveResult.refused(key, OWNER_MISMATCH)
+        return _refused(key, OWNER_MISMATCH)
     if row.tombstoned:
-        return SaveResult.refused(key, DELETED)
+        return _refused(key, DELETED)
     mine = row.is_saved and row.user_id == user
     saved_at = as_utc(row.saved_at) if mine and row.saved_at else None
     if row.role not in EMBEDDED_ROLES:
-        return SaveResult.refused(key, UNSUPPORTED_ROLE, saved=mine, saved_at=saved_at)
+        return _refused(key, UNSUPPORTED_ROLE, saved=mine, saved_at=saved_at)
     if row.high_sensitivity or reads_as_high(row.content):
-        return SaveResult.refused(key, HIGH_SENSITIVITY, saved=mine, saved_at=saved_at)
+        return _refused(key, HIGH_SENSITIVITY, saved=mine, saved_at=saved_at)
     return None
 
 
@@ -255,7 +245,7 @@ async def _every_replica_keeps_saved_state(svc: Services) -> None:
         )
 
 
-async def save_message(svc: Services, who: Principal, req: SaveRequest) -> SaveResult:
+async def save_message(svc: Services, who: Principal, req: SaveRequest) -> SaveResponse:
     """conversation.save_message (writer): flag one message saved for the acting user,
     storing it first when the transcript does not hold it."""
     key, user = _turn_of(who, req)
@@ -287,7 +277,7 @@ async def save_message(svc: Services, who: Principal, req: SaveRequest) -> SaveR
 
 async def _save_under_lease(
     svc: Services, key: TurnKey, user: str, new: NewMessage | None, vector: _Vector | None
-) -> SaveResult | None:
+) -> SaveResponse | None:
     """One round under the thread lease. None: start again (the message changed so that
     the round cannot finish: a racing append's row landed, or a vector is missing)."""
     state = await svc.run(_read_state, svc, key)
@@ -443,14 +433,14 @@ async def _claim_turn(svc: Services, key: TurnKey, writer: str) -> bool:
 
 def _write_embedding(
     svc: Services, row: saved_store.TranscriptRow, emb: emb_store.EmbeddingRow | None, vector: _Vector | None
-) -> SaveResult | None:
+) -> SaveResponse | None:
     """Under the lease, once the transcript row reads back as the caller's: make the
     embedding row a flagged copy of it (a live vector of the same text is kept, a failed
     or missing one is written from `vector`). None: a vector is needed and `vector`
     does not fit the text (the caller embeds and starts again)."""
     text = embed_text(row.content)
     saved_at = row.saved_at
-    result = SaveResult(
+    result = SaveResponse(
         conversation_id=row.thread_id,
         message_id=row.msg_id,
         saved=True,
@@ -502,7 +492,7 @@ def _write_embedding(
 # -- unsave ----------------------------------------------------------------------------
 
 
-async def unsave_message(svc: Services, who: Principal, req: UnsaveRequest) -> UnsaveResult:
+async def unsave_message(svc: Services, who: Principal, req: UnsaveRequest) -> UnsaveResponse:
     """conversation.unsave_message (writer): withdraw a saved message from its owner's
     search: a saved-only row is removed (removed: true), a recorded one keeps its place
     in the transcript with the flag cleared. found: false for a message this user has
@@ -516,11 +506,11 @@ async def unsave_message(svc: Services, who: Principal, req: UnsaveRequest) -> U
     return result
 
 
-def _unsave_sync(svc: Services, key: TurnKey, user: str) -> UnsaveResult:
+def _unsave_sync(svc: Services, key: TurnKey, user: str) -> UnsaveResponse:
     ch = svc.ch
     row = saved_store.transcript_row(ch, key)
     if row is None or row.tombstoned or row.user_id != user or not row.is_saved:
-        return UnsaveResult(found=False, removed=False)
+        return UnsaveResponse(found=False, removed=False)
     # A recorded row is the namespace's transcript (recorded when the switch was on,
     # whatever it says now): only the flag goes. A saved-only row existed only because
     # of the save: it goes too.
@@ -529,7 +519,7 @@ def _unsave_sync(svc: Services, key: TurnKey, user: str) -> UnsaveResult:
     if removed:
         saved_store.remove(ch, key, user)
     _unsave_embedding(svc, row, removed=removed)
-    return UnsaveResult(found=True, removed=removed)
+    return UnsaveResponse(found=True, removed=removed)
 
 
 def _unsave_embedding(svc: Services, row: saved_store.TranscriptRow, *, removed: bool) -> None:
@@ -580,8 +570,6 @@ __all__ = [
     "OWNER_MISMATCH",
     "UNSUPPORTED_ROLE",
     "NewMessage",
-    "SaveResult",
-    "UnsaveResult",
     "acting_user",
     "save_message",
     "unsave_message",
