@@ -63,7 +63,5 @@ async def rotate_secret(body: WebhookRotateRequest, who: Caller, svc: Svc) -> We
 async def deliveries(body: WebhookDeliveriesRequest, who: Caller, svc: Svc) -> WebhookDeliveriesResponse:
     """The delivery log, newest attempt first: event, webhook, attempt, status code,
     error code, outcome, times (never the body)."""
-    rows = await registry.deliveries(
-        svc, who, body.namespace, webhook_id=body.webhook_id, event_id=body.event_id, limit=body.limit
-    )
+    rows = await registry.deliveries(svc, who, body)
     return WebhookDeliveriesResponse.model_validate({"deliveries": rows}, from_attributes=True)
