@@ -67,6 +67,16 @@ import loom.ops.conversation  # noqa: F401
 from bench.datasets import dataset_path
 from bench.loom_stack import LoomStack
 from loom.auth.principal import Principal, Role
+from loom.models.memory import (
+    ContextPackRequest,
+    FactIn,
+    MemorySetRequest,
+    MessageIn,
+    RecallRequest,
+    SetFromMessagesRequest,
+    UnifiedSearchRequest,
+)
+from loom.models.memory_answers import MemoryAskRequest
 from loom.ops.memory import asking, context, extraction, facts, recall, unified
 from loom.providers.llm import ChatMessage
 from loom.services import Services, open_services
@@ -144,24 +154,29 @@ async def store_question(svc: Services, who: Principal, q: Question) -> dict[str
     where: dict[str, str] = {}
     for sid, turns in q.sessions.items():
         messages = [
-            extraction.Message(t["role"], t["content"], f"{sid}:{i}", q.dates[sid])
+            MessageIn(role=t["role"], content=t["content"], msg_id=f"{sid}:{i}", ts=q.dates[sid])
             for i, t in enumerate(turns)
         ]
-        out = await extraction.set_from_messages(svc, who, NS, q.qid, messages, session_id=sid)
+        said = SetFromMessagesRequest(namespace=NS, user_id=q.qid, session_id=sid, messages=messages)
+        out = await extraction.set_from_messages(svc, who, said)
         where.update(zip(out.evidence_ids, (m.msg_id or "" for m in messages), strict=True))
         if not svc.llm.configured:
             verbatim = [
-                facts.NewFact(t["content"][:2_000], key=f"{sid}:{i}")
+                FactIn(text=t["content"][:2_000], key=f"{sid}:{i}")
                 for i, t in enumerate(turns)
                 if t["role"] == "user" and t["content"].strip()
             ]
             for lo in range(0, len(verbatim), 100):
-                await facts.set_facts(svc, who, NS, q.qid, verbatim[lo : lo + 100], session_id=sid)
+                batch = verbatim[lo : lo + 100]
+                await facts.set_facts(
+                    svc, who, MemorySetRequest(namespace=NS, user_id=q.qid, session_id=sid, facts=batch)
+                )
     return where
 
 
 async def answer_correct(svc: Services, who: Principal, q: Question) -> bool:
-    pack = await context.pack(svc, who, NS, q.qid, query=q.question, token_budget=4_000)
+    req = ContextPackRequest(namespace=NS, user_id=q.qid, query=q.question, token_budget=4_000)
+    pack = await context.pack(svc, who, req)
     notes = "\n".join(f"[{i.source} {i.ts}] {i.text}" for s in pack.sections for i in s.items)
     reply = await svc.llm.complete(
         [
@@ -190,12 +205,16 @@ async def judged(svc: Services, q: Question, reply: str) -> bool:
 async def score_question(svc: Services, who: Principal, q: Question, where: dict[str, str]) -> dict[str, Any]:
     row: dict[str, Any] = {"qid": q.qid, "type": q.qtype}
     t0 = time.perf_counter()
-    hits = await recall.recall(svc, who, NS, q.qid, query=q.question, limit=max(KS))
+    hits = await recall.recall(
+        svc, who, RecallRequest(namespace=NS, user_id=q.qid, query=q.question, limit=max(KS))
+    )
     row["recall_ms"] = (time.perf_counter() - t0) * 1000
     turns = [where.get(h.evidence.evidence_id, "") for h in hits]
     sessions = [h.evidence.session_id for h in hits]
     t0 = time.perf_counter()
-    found = await unified.search(svc, who, NS, q.question, user_id=q.qid, limit=max(KS))
+    found = await unified.search(
+        svc, who, UnifiedSearchRequest(namespace=NS, query=q.question, user_id=q.qid, limit=max(KS))
+    )
     row["search_ms"] = (time.perf_counter() - t0) * 1000
     f_sessions, f_turns = [], []
     for h in found.memory:
@@ -209,7 +228,8 @@ async def score_question(svc: Services, who: Principal, q: Question, where: dict
         row[f"search_session@{k}"] = recall_at(f_sessions, q.answer_sessions, k)
         row[f"search_turn@{k}"] = recall_at(f_turns, q.answer_turns, k)
     t0 = time.perf_counter()
-    asked = await asking.ask(svc, who, NS, q.qid, q.question, as_of=q.asked_at, limit=max(KS))
+    ask = MemoryAskRequest(namespace=NS, user_id=q.qid, question=q.question, as_of=q.asked_at, limit=max(KS))
+    asked = await asking.ask(svc, who, ask)
     row["ask_ms"] = (time.perf_counter() - t0) * 1000
     row["ask_basis"] = "cited" if asked.answer is not None else "context"
     row["ask_reason"] = asked.reason

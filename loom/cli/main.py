@@ -200,7 +200,7 @@ def reembed(
     import asyncio
 
     from loom.embedded.backends import start_backends
-    from loom.ops.conversation.lifecycle.reembedding import reembed_to_model, reembed_with
+    from loom.ops.conversation.lifecycle.reembedding import Walk, reembed_to_model, reembed_with
     from loom.ops.embedding.writer import model_from_embedder
     from loom.providers.embedders import build_embedder
     from loom.services import open_services
@@ -220,23 +220,10 @@ def reembed(
             total = await svc.run(embeddings.count, svc.ch, namespace, thread_id or None)
             with progress_bar("re-embedding") as progress:
                 task = progress.add_task(f"{namespace} ({embedder.model_id})", total=total)
+                walk = Walk(namespace, thread_id or None, page_size, lambda n: progress.advance(task, n))
                 if model:
-                    return await reembed_to_model(
-                        svc,
-                        namespace,
-                        embedder,
-                        thread_id=thread_id or None,
-                        page_size=page_size,
-                        progress=lambda n: progress.advance(task, n),
-                    )
-                return await reembed_with(
-                    svc,
-                    namespace,
-                    model_from_embedder(lambda: embedder),
-                    thread_id=thread_id or None,
-                    page_size=page_size,
-                    progress=lambda n: progress.advance(task, n),
-                )
+                    return await reembed_to_model(svc, walk, embedder)
+                return await reembed_with(svc, walk, model_from_embedder(lambda: embedder))
         finally:
             await svc.close()
 

@@ -9,11 +9,19 @@ from collections.abc import Iterator
 from typing import Any
 
 from loom.clock import next_version
+from loom.models.conversation.saved import SaveRequest
 from loom.store import search_marks
 
 # Set by the conversation tests' session fixture: a sync Redis client, so the helpers
 # below that play later ops' writes also do what those ops must (raise search's marks).
 marks_redis: Any = None
+
+
+def alice_saves(ns: str, conversation_id: str, message_id: str = "m", **fields: Any) -> SaveRequest:
+    """conversation.save_message of alice's message (role and content: one not in the transcript)."""
+    return SaveRequest(
+        namespace=ns, user_id="alice", conversation_id=conversation_id, message_id=message_id, **fields
+    )
 
 
 def raise_marks(ch: Any, ns: str, thread_id: str = search_marks.WHOLE) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
+from loom.models.memory import MemorySearchRequest
 from loom.ops.memory import facts, large_scope, scan_cache
 from loom.store import memory_index
 from loom.store.memories import Scope
@@ -40,7 +41,11 @@ def ranked(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 async def _hits(svc: Any, ns: str, user: str, query: str, **kw: Any) -> list[Any]:
     who = Principal("t", (ns,), Role.viewer)
-    return (await facts.search(svc, who, ns, user, query, limit=20, **kw)).hits
+    return (
+        await facts.search(
+            svc, who, MemorySearchRequest(namespace=ns, user_id=user, query=query, limit=20, **kw)
+        )
+    ).hits
 
 
 async def _indexed(svc: Any, ns: str, user: str, query: str, **kw: Any) -> list[str]:

@@ -15,6 +15,7 @@ import pytest
 from loom import redis_keys
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
+from loom.models.memory import MemorySearchRequest
 from loom.ops.erasure import requesting
 from loom.ops.memory import facts, scan_cache
 from loom.store import memory_scan
@@ -36,7 +37,9 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[Scope]:
 
 async def _texts(svc: Any, ns: str, user: str, query: str, **kw: Any) -> list[str]:
     who = Principal("t", (ns,), Role.viewer)
-    found = await facts.search(svc, who, ns, user, query, limit=20, **kw)
+    found = await facts.search(
+        svc, who, MemorySearchRequest(namespace=ns, user_id=user, query=query, limit=20, **kw)
+    )
     return [h.fact.text for h in found.hits]
 
 

@@ -85,8 +85,7 @@ async def memory_set(body: MemorySetRequest, who: Caller, svc: Svc) -> MemorySet
     different text supersedes its current fact (kept, closed). A fact that reads as high
     is refused (`high_sensitivity`, not stored); an embed failure stores the fact for BM25
     only (`embed_failed`)."""
-    new = [facts.NewFact(f.text, f.kind, f.key, f.valid_from, f.valid_until) for f in body.facts]
-    out = await facts.set_facts(svc, who, facts=new, **body.model_dump(exclude={"facts"}))
+    out = await facts.set_facts(svc, who, body)
     return MemorySetResponse(results=[SetResult.model_validate(o, from_attributes=True) for o in out])
 
 
@@ -96,7 +95,7 @@ async def memory_search(body: MemorySearchRequest, who: Caller, svc: Svc) -> Mem
     a time phrase of the query names): vector and BM25 legs fused by reciprocal rank,
     each hit with its score, legs, source, validity and links. Session briefs are never
     in it."""
-    found = await facts.search(svc, who, **body.model_dump())
+    found = await facts.search(svc, who, body)
     hits = [fact_hit_out(h) for h in found.hits]
     window = FactWindowOut(**asdict(found.time_window)) if found.time_window else None
     return MemorySearchResponse(hits=hits, fallback_reason=found.fallback_reason, time_window=window)
@@ -156,8 +155,7 @@ async def set_from_messages(body: SetFromMessagesRequest, who: Caller, svc: Svc)
     conversations), then extract facts and decide add / update / delete / leave against
     the user's most similar facts. `defer: true` answers a job id and extracts on the
     worker pool. With no model configured the evidence is stored and no fact extracted."""
-    msgs = [extraction.Message(m.role, m.content, m.msg_id, m.ts) for m in body.messages]
-    out = await extraction.set_from_messages(svc, who, messages=msgs, **body.model_dump(exclude={"messages"}))
+    out = await extraction.set_from_messages(svc, who, body)
     return _extraction_response(out)
 
 
@@ -165,7 +163,7 @@ async def set_from_messages(body: SetFromMessagesRequest, who: Caller, svc: Svc)
 async def memory_recall(body: RecallRequest, who: Caller, svc: Svc) -> RecallResponse:
     """BM25 (with `query`) and time-window (`since`, `until`) reads over the user's
     evidence: what extractions read, recorded or not. Never the transcript."""
-    hits = await recall.recall(svc, who, **body.model_dump())
+    hits = await recall.recall(svc, who, body)
     return RecallResponse(hits=[evidence_out(h) for h in hits])
 
 
@@ -173,7 +171,7 @@ async def memory_recall(body: RecallRequest, who: Caller, svc: Svc) -> RecallRes
 async def observe_record(body: ObserveRecordRequest, who: Caller, svc: Svc) -> ObserveRecordResponse:
     """Keep an episodic observation of a tool action (run, tool, input summary, outcome)
     as evidence. It never becomes a fact by itself: see observe.crystallize."""
-    eid = await observe.record(svc, who, **body.model_dump())
+    eid = await observe.record(svc, who, body)
     return ObserveRecordResponse(evidence_id=eid)
 
 
@@ -183,7 +181,7 @@ async def observe_crystallize(
 ) -> SetFromMessagesResponse:
     """Extract facts from a run's observations (source `crystallize`), with the same
     add / update / delete / leave decisions as memory.set_from_messages."""
-    out = await observe.crystallize(svc, who, **body.model_dump())
+    out = await observe.crystallize(svc, who, body)
     return _extraction_response(out)
 
 
@@ -192,7 +190,7 @@ async def context_pack(body: ContextPackRequest, who: Caller, svc: Svc) -> Conte
     """What an agent needs to resume a (user, session/thread) scope within a token budget:
     the relevant facts, the transcript tail (when recorded), evidence hits, each labelled
     with its source. Deterministic, no LLM. A brief only when `brief_key` names one."""
-    pack = await context.pack(svc, who, **body.model_dump())
+    pack = await context.pack(svc, who, body)
     return ContextPackResponse.model_validate(pack, from_attributes=True)
 
 
@@ -200,7 +198,7 @@ async def context_pack(body: ContextPackRequest, who: Caller, svc: Svc) -> Conte
 async def search(body: UnifiedSearchRequest, who: Caller, svc: Svc) -> UnifiedSearchResponse:
     """One query over the planes the caller may read, in sections: `memory` (the user's
     facts) and `conversation` (recorded turns; not for a token pinned to one user)."""
-    u = await unified.search(svc, who, **body.model_dump())
+    u = await unified.search(svc, who, body)
     return UnifiedSearchResponse(
         memory=MemorySectionOut(
             hits=[fact_hit_out(h) for h in u.memory],

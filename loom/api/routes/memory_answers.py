@@ -31,7 +31,7 @@ async def memory_ask(
     """A plain-language question about the user, answered by the LLM from the user's facts,
     profile and evidence, with citations and the time basis. With no model configured (or a
     question that reads as high) it answers the ranked context, `answer: null` and a `reason`."""
-    out = await asking.ask(svc, who, **body.model_dump())
+    out = await asking.ask(svc, who, body)
     return MemoryAskResponse.model_validate(
         {
             "answer": out.answer,

@@ -18,10 +18,8 @@ from loom.models.session import (
     BriefListResponse,
     BriefSaveRequest,
     BriefSaveResponse,
-    BriefSections,
 )
 from loom.ops import briefs as ops
-from loom.ops.briefs.events import Event
 
 router = APIRouter(prefix="/v1", tags=["session"], responses=error_responses(*COMMON))
 
@@ -29,27 +27,19 @@ router = APIRouter(prefix="/v1", tags=["session"], responses=error_responses(*CO
 @router.post("/session.brief_save", response_model=BriefSaveResponse, responses=error_responses(409))
 async def brief_save(body: BriefSaveRequest, who: Caller, svc: Svc) -> BriefSaveResponse:
     """Revise (or start) a brief from events, from sections the agent wrote, or both."""
-    events = [Event(e.kind, e.text, e.path, e.exit_code) for e in body.events]
-    sections = body.sections.model_dump() if body.sections is not None else None
-    # The request's other fields are the op's, by name.
-    fields = body.model_dump(exclude={"events", "sections"})
-    result = await ops.save(svc, who, ops.SaveRequest(**fields, events=events, sections=sections))
-    return BriefSaveResponse(**asdict(result))
+    return await ops.save(svc, who, body)
 
 
 @router.post("/session.brief_get", response_model=BriefGetResponse, responses=error_responses(404))
 async def brief_get(body: BriefGetRequest, who: Caller, svc: Svc) -> BriefGetResponse:
     """Load a brief by brief_key, else the newest one a session wrote, else the newest for a project."""
-    view = await ops.brief_get(svc, who, body.namespace, **body.model_dump(exclude={"namespace"}))
-    data = asdict(view)
-    data["sections"] = BriefSections(**view.sections.to_dict())
-    return BriefGetResponse(**data)
+    return await ops.brief_get(svc, who, body)
 
 
 @router.post("/session.brief_list", response_model=BriefListResponse)
 async def brief_list(body: BriefListRequest, who: Caller, svc: Svc) -> BriefListResponse:
     """The namespace's briefs, newest first, one line each."""
-    items = await ops.brief_list(svc, who, body.namespace, **body.model_dump(exclude={"namespace"}))
+    items = await ops.brief_list(svc, who, body)
     return BriefListResponse(
         namespace=who.namespace(body.namespace), briefs=[BriefListItem(**asdict(i)) for i in items]
     )
@@ -58,7 +48,7 @@ async def brief_list(body: BriefListRequest, who: Caller, svc: Svc) -> BriefList
 @router.post("/session.brief_delete", response_model=BriefDeleteResponse)
 async def brief_delete(body: BriefDeleteRequest, who: Caller, svc: Svc) -> BriefDeleteResponse:
     """Delete a brief (and every revision of it) when its writer asks for it to be forgotten."""
-    deleted = await ops.brief_delete(svc, who, body.namespace, brief_key=body.brief_key)
+    deleted = await ops.brief_delete(svc, who, body)
     return BriefDeleteResponse(
         namespace=who.namespace(body.namespace), brief_key=body.brief_key, deleted=deleted
     )

@@ -44,7 +44,5 @@ async def rotate_secret(body: w.WebhookRotateRequest, who: Caller, svc: Svc) -> 
 async def deliveries(body: w.WebhookDeliveriesRequest, who: Caller, svc: Svc) -> w.WebhookDeliveriesResponse:
     """The delivery log, newest attempt first: event, webhook, attempt, status code,
     error code, outcome, times (never the body)."""
-    rows = await registry.deliveries(
-        svc, who, body.namespace, webhook_id=body.webhook_id, event_id=body.event_id, limit=body.limit
-    )
+    rows = await registry.deliveries(svc, who, body)
     return w.WebhookDeliveriesResponse.model_validate({"deliveries": rows}, from_attributes=True)

@@ -81,25 +81,17 @@ How a save is revised, and the decisions taken where the rules leave room:
 """
 
 from loom.ops.briefs.ops import (
-    BriefView,
     ListItem,
-    SaveRequest,
-    SaveResult,
     brief_delete,
     brief_get,
     brief_list,
-    brief_save,
     save,
 )
 
 __all__ = [
-    "BriefView",
     "ListItem",
-    "SaveRequest",
-    "SaveResult",
     "brief_delete",
     "brief_get",
     "brief_list",
-    "brief_save",
     "save",
 ]

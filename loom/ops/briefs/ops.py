@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from loom import failures, redis_keys, sensitivity
 from loom import logging as loom_logging
@@ -16,6 +16,14 @@ from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
 from loom.errors import Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
 from loom.leases import LeaseTimeout, hold
+from loom.models.session import (
+    BriefDeleteRequest,
+    BriefGetRequest,
+    BriefGetResponse,
+    BriefListRequest,
+    BriefSaveRequest,
+    BriefSaveResponse,
+)
 from loom.ops.briefs import builder
 from loom.ops.briefs.events import Event, check_events, last_summary, plan_windows, withhold_high
 from loom.ops.briefs.keys import KeyScope, derive_key
@@ -42,41 +50,6 @@ NOT_REVISED = "not-revised"
 RETRY = "retry"
 UNCHANGED = "unchanged"
 SUMMARY_HEADING = "## Last compaction summary (verbatim)"
-
-
-@dataclass(kw_only=True)
-class SaveResult:
-    namespace: str
-    brief_key: str
-    revision: int
-    changed: bool
-    reason: str | None = None
-    author: str | None = None
-    windows: int = 0
-    windows_revised: int = 0
-    windows_failed: int = 0
-    events_withheld: int = 0
-    events_dropped: int = 0
-    summary_kept: bool = False
-
-
-@dataclass(kw_only=True)
-class BriefView:
-    namespace: str
-    brief_key: str
-    revision: int
-    latest_revision: int
-    project: str
-    branch: str
-    author: str
-    session_id: str
-    user_id: str
-    agent: str
-    created_at: datetime
-    updated_at: datetime
-    sections: Sections
-    text: str
-    summary: str | None = None
 
 
 @dataclass
@@ -106,7 +79,7 @@ class _FromEvents:
     dropped: int = 0
 
     @property
-    def author(self) -> str | None:
+    def author(self) -> Literal["llm", "deterministic"] | None:
         if self.patch is not None:
             return "llm"
         if self.deterministic is not None:
@@ -243,28 +216,11 @@ async def _from_events(
 
 
 @dataclass(frozen=True)
-class SaveRequest:
-    """One session.brief_save: where, whose, and what to revise the brief from."""
-
-    namespace: str
-    agent: str = "default"
-    brief_key: str = ""
-    project: str = ""
-    branch: str = ""
-    session_id: str = ""
-    user_id: str = ""
-    events: Sequence[Event] = ()
-    sections: Mapping[str, Any] | None = None
-    use_llm: bool = True
-    event_cursor: str = ""
-    if_revision: int | None = None
-
-
-@dataclass(frozen=True)
 class _Target:
     """A checked request: the brief it writes and who it writes as."""
 
-    req: SaveRequest
+    req: BriefSaveRequest
+    events: list[Event]
     ns: str
     stored: str  # the key as stored (scoped for a bounded token)
     shown: str  # the key as the caller sees it
@@ -286,16 +242,9 @@ class _Current:
         return self.live.revision if self.live else 0
 
 
-async def brief_save(
-    svc: Services, who: Principal, namespace: str, *, settings: Settings | None = None, **fields: Any
-) -> SaveResult:
-    """session.brief_save with the request's fields as keywords (see SaveRequest)."""
-    return await save(svc, who, SaveRequest(namespace=namespace, **fields), settings=settings)
-
-
 async def save(
-    svc: Services, who: Principal, req: SaveRequest, *, settings: Settings | None = None
-) -> SaveResult:
+    svc: Services, who: Principal, req: BriefSaveRequest, *, settings: Settings | None = None
+) -> BriefSaveResponse:
     """session.brief_save (writer): revise or start a brief from events, sections, or both.
 
     The retry and revision checks run on a first read, so that a save answered by them
@@ -310,17 +259,12 @@ async def save(
         settings or svc.settings,
         target.ns,
         Sections.from_json(cur.live.sections) if cur.live else Sections(),
-        req.events,
+        target.events,
         req.use_llm,
     )
-    result = dataclasses.replace(
-        _as_is(target, cur),
-        windows=got.windows,
-        windows_revised=got.revised,
-        windows_failed=got.failed,
-        events_withheld=got.withheld,
-        events_dropped=got.dropped,
-    )
+    result = _as_is(target, cur)
+    result.windows, result.windows_revised, result.windows_failed = got.windows, got.revised, got.failed
+    result.events_withheld, result.events_dropped = got.withheld, got.dropped
     if got.refusal is not None and target.agent_patch is None:
         return _refused(got, result)
     try:
@@ -333,19 +277,20 @@ async def save(
         raise Unavailable("another save of this brief holds it; send it again", rule="lease") from exc
 
 
-def _target(who: Principal, req: SaveRequest) -> _Target:
+def _target(who: Principal, req: BriefSaveRequest) -> _Target:
     """The request checked (namespace, identity, events, sections) and its brief's key."""
     ns = who.namespace(req.namespace)
     scope = KeyScope.of(who)
     user, session = _identity(who, req.user_id, req.session_id)
-    check_events(req.events)
-    agent_patch = sections_patch(req.sections) if req.sections is not None else None
+    events = [Event(e.kind, e.text, e.path, e.exit_code) for e in req.events]
+    check_events(events)
+    agent_patch = sections_patch(req.sections.model_dump()) if req.sections is not None else None
     if agent_patch is not None and agent_patch.is_empty():
         agent_patch = None  # `sections: {}` (or all null) says nothing
     if not req.events and agent_patch is None:
         raise InvalidRequest("a save needs events or sections", field="events", rule="required")
     stored = scope.for_write(derive_key(req.brief_key, req.project, req.branch, session))
-    return _Target(req, ns, stored, scope.show(stored), user, session, agent_patch)
+    return _Target(req, events, ns, stored, scope.show(stored), user, session, agent_patch)
 
 
 async def _read_checked(svc: Services, t: _Target) -> _Current:
@@ -360,12 +305,14 @@ async def _read_checked(svc: Services, t: _Target) -> _Current:
     return _Current(row, live, retry=False)
 
 
-def _as_is(t: _Target, cur: _Current, reason: str | None = None) -> SaveResult:
+def _as_is(t: _Target, cur: _Current, reason: str | None = None) -> BriefSaveResponse:
     """The answer of a save that writes nothing (yet): the brief as it stands."""
-    return SaveResult(namespace=t.ns, brief_key=t.shown, revision=cur.revision, changed=False, reason=reason)
+    return BriefSaveResponse(
+        namespace=t.ns, brief_key=t.shown, revision=cur.revision, changed=False, reason=reason
+    )
 
 
-def _refused(got: _FromEvents, result: SaveResult) -> SaveResult:
+def _refused(got: _FromEvents, result: BriefSaveResponse) -> BriefSaveResponse:
     """Events alone that revised nothing: 503 when a model or a switch failed (send
     again), else not-revised."""
     if got.refusal == "unavailable":
@@ -381,8 +328,8 @@ def _refused(got: _FromEvents, result: SaveResult) -> SaveResult:
 
 
 async def _write(
-    svc: Services, who: Principal, t: _Target, cur: _Current, got: _FromEvents, result: SaveResult
-) -> SaveResult:
+    svc: Services, who: Principal, t: _Target, cur: _Current, got: _FromEvents, result: BriefSaveResponse
+) -> BriefSaveResponse:
     """Under the lease: apply the events' patch, then the agent's, and write the brief
     and its revision (nothing when the brief and its summary come out the same)."""
     req, live = t.req, cur.live
@@ -441,94 +388,71 @@ def _revision_of(row: store.BriefRow, **own: Any) -> store.RevisionRow:
     return store.RevisionRow(**(shared | own))
 
 
-async def brief_get(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    *,
-    brief_key: str = "",
-    from_session: str = "",
-    project: str = "",
-    revision: int | None = None,
-    full: bool = False,
-) -> BriefView:
+# What a revision row shows of its brief, under the names brief_get answers them by.
+_REVISION_SHOWS = ("revision", "author", "session_id", "user_id", "agent", "sections")
+
+
+def _attrs(obj: object, names: Iterable[str]) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in names if hasattr(obj, name)}
+
+
+async def brief_get(svc: Services, who: Principal, req: BriefGetRequest) -> BriefGetResponse:
     """session.brief_get (viewer): by brief_key, else from_session's newest, else project's newest."""
     who.require_role(Role.viewer)
-    ns = who.namespace(namespace)
+    ns = who.namespace(req.namespace)
     scope = KeyScope.of(who)
-    if brief_key:
-        stored = scope.for_read(brief_key)
-        row = await svc.run(store.get, svc.ch, ns, stored)
-        if row is None:
-            raise NotFound(f"no brief {brief_key!r}", field="brief_key")
-    elif from_session:
-        found = await svc.run(store.newest_for_session, svc.ch, ns, from_session, scope.prefix)
-        row = await svc.run(store.get, svc.ch, ns, found) if found else None
-        if row is None:
-            raise NotFound(f"no brief written by session {from_session!r}", field="from_session")
-    elif project:
-        row = await svc.run(store.newest_for_project, svc.ch, ns, project, scope.prefix)
-        if row is None:
-            raise NotFound(f"no brief for project {project!r}", field="project")
-    else:
-        raise InvalidRequest("give brief_key, from_session or project", field="brief_key", rule="required")
-
+    row = await _find(svc, ns, scope, req)
     shown = scope.show(row.brief_key)
-    sections_json, author, summary, number = row.sections, row.author, row.last_summary, row.revision
-    session, user, agent, when = row.last_session_id, row.user_id, row.agent, row.updated_at
-    if revision is not None and revision != row.revision:
-        rev = await svc.run(store.get_revision, svc.ch, ns, row.brief_key, revision)
+    # The brief row holds the latest revision; an older one is read from its revision row,
+    # whose creation is when the brief was updated to it.
+    fields = _attrs(row, BriefGetResponse.model_fields)
+    fields |= {"session_id": row.last_session_id, "summary": row.last_summary}
+    if req.revision is not None and req.revision != row.revision:
+        rev = await svc.run(store.get_revision, svc.ch, ns, row.brief_key, req.revision)
         if rev is None:
             raise NotFound(
-                f"brief {shown!r} has no revision {revision} (latest {row.revision})",
+                f"brief {shown!r} has no revision {req.revision} (latest {row.revision})",
                 field="revision",
                 latest_revision=row.revision,
             )
-        sections_json, author, summary, number = rev.sections, rev.author, rev.last_summary, rev.revision
-        session, user, agent, when = rev.session_id, rev.user_id, rev.agent, rev.created_at
-    sections = Sections.from_json(sections_json)
-    text = render(sections, key=shown, revision=number)
-    out_summary: str | None = None
-    if full and summary:
-        out_summary = summary
+        fields |= _attrs(rev, _REVISION_SHOWS) | {"updated_at": rev.created_at, "summary": rev.last_summary}
+    sections = Sections.from_json(fields["sections"])
+    text = render(sections, key=shown, revision=fields["revision"])
+    summary = fields["summary"] if req.full and fields["summary"] else None
+    if summary:
         text = f"{text}\n{SUMMARY_HEADING}\n\n{summary}\n"
-    return BriefView(
-        namespace=ns,
-        brief_key=shown,
-        revision=number,
-        latest_revision=row.revision,
-        project=row.project,
-        branch=row.branch,
-        author=author,
-        session_id=session,
-        user_id=user,
-        agent=agent,
-        created_at=row.created_at,
-        updated_at=when,
-        sections=sections,
-        text=text,
-        summary=out_summary,
-    )
+    shows = {"brief_key": shown, "latest_revision": row.revision, "sections": sections.to_dict()}
+    return BriefGetResponse.model_validate(fields | shows | {"text": text, "summary": summary})
 
 
-async def brief_list(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    *,
-    mine_only: bool = False,
-    user_id: str = "",
-    project: str = "",
-    limit: int = 50,
-    offset: int = 0,
-) -> list[ListItem]:
+async def _find(svc: Services, ns: str, scope: KeyScope, req: BriefGetRequest) -> store.BriefRow:
+    """The brief a get names: by key, else a session's newest, else a project's newest."""
+    if req.brief_key:
+        row = await svc.run(store.get, svc.ch, ns, scope.for_read(req.brief_key))
+        if row is None:
+            raise NotFound(f"no brief {req.brief_key!r}", field="brief_key")
+    elif req.from_session:
+        found = await svc.run(store.newest_for_session, svc.ch, ns, req.from_session, scope.prefix)
+        row = await svc.run(store.get, svc.ch, ns, found) if found else None
+        if row is None:
+            raise NotFound(f"no brief written by session {req.from_session!r}", field="from_session")
+    elif req.project:
+        row = await svc.run(store.newest_for_project, svc.ch, ns, req.project, scope.prefix)
+        if row is None:
+            raise NotFound(f"no brief for project {req.project!r}", field="project")
+    else:
+        raise InvalidRequest("give brief_key, from_session or project", field="brief_key", rule="required")
+    return row
+
+
+async def brief_list(svc: Services, who: Principal, req: BriefListRequest) -> list[ListItem]:
     """session.brief_list (viewer): newest first, one line each."""
     who.require_role(Role.viewer)
-    ns = who.namespace(namespace)
+    ns = who.namespace(req.namespace)
     scope = KeyScope.of(who)
     mine_user = mine_token = ""
-    if mine_only:
-        user, _ = _identity(who, user_id, "")
+    if req.mine_only:
+        user, _ = _identity(who, req.user_id, "")
         mine_user = user
         mine_token = "" if user else who.token_id
     rows = await svc.run(
@@ -536,11 +460,11 @@ async def brief_list(
         svc.ch,
         ns,
         prefix=scope.prefix,
-        project=project,
+        project=req.project,
         mine_user=mine_user,
         mine_token=mine_token,
-        limit=limit,
-        offset=offset,
+        limit=req.limit,
+        offset=req.offset,
     )
     items: list[ListItem] = []
     for row in rows:
@@ -555,12 +479,13 @@ async def brief_list(
     return items
 
 
-async def brief_delete(svc: Services, who: Principal, namespace: str, *, brief_key: str) -> bool:
+async def brief_delete(svc: Services, who: Principal, req: BriefDeleteRequest) -> bool:
     """session.brief_delete: forget a brief and every revision of it. An admin deletes any
     brief; a token bound to one user (or session) only its own (its key prefix says so);
     a namespace-wide writer only a brief its own token wrote every revision of."""
     who.require_role(Role.writer)
-    ns = who.namespace(namespace)
+    ns = who.namespace(req.namespace)
+    brief_key = req.brief_key
     if not brief_key:
         raise InvalidRequest("brief_key is required", field="brief_key", rule="required")
     stored = KeyScope.of(who).for_read(brief_key)

@@ -23,9 +23,20 @@ DUPLICATE = "duplicate"
 DELETED = "deleted"
 ERASED = "erased"  # the tombstone reason of a user erasure
 
+# The fields an embedding row shares with the transcript row of the turn it serves: the
+# turn's key, who said it, and how that copy is kept (saved, and recorded or saved only).
+TURN_KEY = ("namespace", "thread_id", "msg_id")
+SPEAKER = ("agent", "role", "run_id", "user_id")
+KEPT = ("is_saved", "saved_at", "origin")
+
 # Embedding outcomes an append answers with.
 EMBEDDED = "embedded"
 FAILED = "failed"
+
+
+def picked(row: object, *names: str) -> dict[str, Any]:
+    """The named fields of `row`, by name: what one row copies from another."""
+    return {name: getattr(row, name) for name in names}
 
 
 def skipped(why: str) -> str:

@@ -44,7 +44,16 @@ from loom import logging as loom_logging
 from loom.clock import next_version
 from loom.jobs import EmbedTurn, ReembedItem
 from loom.leases import under_thread_leases
-from loom.ops.conversation.common import DELETED, EMBEDDED, FAILED, model_text, skipped
+from loom.ops.conversation.common import (
+    DELETED,
+    EMBEDDED,
+    FAILED,
+    KEPT,
+    TURN_KEY,
+    model_text,
+    picked,
+    skipped,
+)
 from loom.providers.embedders.batcher import ModelResult
 from loom.services import Services
 from loom.settings import Settings
@@ -102,24 +111,13 @@ def embedding_row(
     saved flag and origin, which a save may have changed since the job was enqueued): a
     vector, or an empty one with its (safe) error."""
     return emb_store.EmbeddingRow(
-        namespace=t.namespace,
-        thread_id=t.thread_id,
-        msg_id=t.msg_id,
-        agent=t.agent,
-        role=t.role,
-        run_id=t.run_id,
-        user_id=st.user_id,
-        ts=t.ts,
-        text=t.text,
+        **picked(t, *TURN_KEY, "agent", "role", "run_id", "ts", "text", "is_summary"),
+        **picked(st, "user_id", *KEPT),
         embedding=vector if vector is not None else [],
         model=model,
         error=error,
-        is_summary=t.is_summary,
-        is_saved=st.is_saved,
-        saved_at=st.saved_at,
         tombstoned=False,
         version=version,
-        origin=st.origin,
     )
 
 

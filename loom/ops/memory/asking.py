@@ -38,9 +38,10 @@ from loom import failures
 from loom import logging as loom_logging
 from loom.auth.principal import Principal, Role
 from loom.errors import InvalidRequest
+from loom.models.memory_answers import MemoryAskRequest
 from loom.ops.memory import facts as fact_ops
 from loom.ops.memory import profile as profile_ops
-from loom.ops.memory.common import scope_for, search_evidence
+from loom.ops.memory.common import scope_of, search_evidence
 from loom.ops.memory.facts import FactHit
 from loom.ops.memory.recall import RecallHit
 from loom.providers.llm import ChatMessage, LLMError, json_object
@@ -80,23 +81,13 @@ def _utc(t: datetime) -> datetime:
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
-async def ask(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    question: str,
-    *,
-    session_id: str = "",
-    run_id: str = "",
-    as_of: datetime | None = None,
-    limit: int = 10,
-) -> Answer:
+async def ask(svc: Services, who: Principal, req: MemoryAskRequest) -> Answer:
     who.require_role(Role.viewer)
-    scope = scope_for(who, namespace, user_id, session_id, run_id)
+    scope = scope_of(who, req)
+    question, limit = req.question, req.limit
     if not question.strip():
         raise InvalidRequest("question must not be blank", field="question", rule="not_blank")
-    as_of = _utc(as_of) if as_of is not None else None
+    as_of = _utc(req.as_of) if req.as_of is not None else None
     out = Answer(None, None, as_of=as_of)
     found = await _facts(svc, scope, question, limit, as_of)
     out.fallback_reason = found.fallback_reason

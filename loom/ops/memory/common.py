@@ -9,6 +9,7 @@ from datetime import datetime
 
 from loom.auth.principal import Principal
 from loom.errors import Forbidden, InvalidRequest
+from loom.models.memory import ScopedRequest
 from loom.services import Services
 from loom.store import evidence as ev_store
 from loom.store.evidence import Evidence
@@ -46,6 +47,11 @@ def scope_for(
     if not user_id:
         raise InvalidRequest("user_id is required (whose memory this is)", field="user_id", rule="required")
     return Scope(ns, user_id, session_id, run_id)
+
+
+def scope_of(who: Principal, req: ScopedRequest) -> Scope:
+    """The scope a request names (see scope_for)."""
+    return scope_for(who, req.namespace, req.user_id, req.session_id, req.run_id)
 
 
 def _digest(*parts: str) -> str:

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from loom.auth.principal import Principal, Role
+from loom.models.memory import ContextPackRequest
+from loom.models.session import BriefGetRequest
 from loom.ops.briefs import ops as brief_ops
 from loom.ops.memory import facts as fact_ops
 from loom.ops.memory import profile as profile_ops
@@ -87,34 +89,23 @@ class _Budget:
             section.items.append(item)
 
 
-async def pack(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    *,
-    session_id: str = "",
-    thread_id: str = "",
-    agent: str = "default",
-    query: str = "",
-    token_budget: int = 4000,
-    brief_key: str = "",
-    include_profile: bool = False,
-) -> Pack:
+async def pack(svc: Services, who: Principal, req: ContextPackRequest) -> Pack:
     who.require_role(Role.viewer)
-    scope = scope_for(who, namespace, user_id, session_id)
+    scope = scope_for(who, req.namespace, req.user_id, req.session_id)
     if scope.session_id and who.read_scope != "own_session":
         scope = replace(scope, with_user_facts=True)
-    budget = _Budget(token_budget)
+    budget = _Budget(req.token_budget)
     sections: list[Section] = []
     profile_job = (
         asyncio.ensure_future(_profile(svc, scope, session_pinned=who.read_scope == "own_session"))
-        if include_profile
+        if req.include_profile
         else None
     )
-    if brief_key:
+    if req.brief_key:
         try:
-            view = await brief_ops.brief_get(svc, who, scope.namespace, brief_key=brief_key)
+            view = await brief_ops.brief_get(
+                svc, who, BriefGetRequest(namespace=scope.namespace, brief_key=req.brief_key)
+            )
         except BaseException:
             if profile_job is not None:
                 profile_job.cancel()
@@ -133,9 +124,9 @@ async def pack(
     # The sections' reads are independent: they run at once; the budget is then spent
     # in the sections' order, so the answer is the same as reading them one by one.
     facts, transcript, evidence = await asyncio.gather(
-        _facts(svc, scope, query),
-        _transcript(svc, who, scope, thread_id, agent),
-        _evidence(svc, scope, query),
+        _facts(svc, scope, req.query),
+        _transcript(svc, who, scope, req.thread_id, req.agent),
+        _evidence(svc, scope, req.query),
     )
     for section, items in (facts, transcript, evidence):
         if section.name == "transcript":
@@ -144,7 +135,7 @@ async def pack(
             for item in items:
                 budget.take(section, item)
         sections.append(section)
-    return Pack(sections, token_budget, token_budget - budget.left)
+    return Pack(sections, req.token_budget, req.token_budget - budget.left)
 
 
 async def _profile(svc: Services, scope: store.Scope, *, session_pinned: bool) -> Profile:

@@ -34,6 +34,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
 from loom.leases import hold
+from loom.models.memory import SetFromMessagesRequest
 from loom.ops.memory import erasing, job_status, validity
 from loom.ops.memory import facts as fact_ops
 from loom.ops.memory import profile as profile_ops
@@ -44,7 +45,7 @@ from loom.ops.memory.common import (
     derive_msg_id,
     evidence_id,
     new_memory_id,
-    scope_for,
+    scope_of,
 )
 from loom.providers.llm import ChatMessage, LLMError, LLMNotConfigured, json_object
 from loom.queue import QUEUE, wake_workers
@@ -92,19 +93,10 @@ def _lease_key(scope: Scope) -> str:
     return redis_keys.memory_lease(scope.namespace, scope.user_id)
 
 
-async def set_from_messages(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    messages: list[Message],
-    *,
-    session_id: str = "",
-    run_id: str = "",
-    defer: bool = False,
-) -> Extraction:
+async def set_from_messages(svc: Services, who: Principal, req: SetFromMessagesRequest) -> Extraction:
     who.require_role(Role.writer)
-    scope = scope_for(who, namespace, user_id, session_id, run_id)
+    scope = scope_of(who, req)
+    messages = [Message(m.role, m.content, m.msg_id, m.ts) for m in req.messages]
     if not messages:
         raise InvalidRequest("messages must hold at least one message", field="messages", rule="min_length")
     if len(messages) > MAX_MESSAGES:
@@ -121,7 +113,7 @@ async def set_from_messages(
     if await erasing.settle(svc, writes):
         return Extraction([], reason=erasing.ERASED)
     ids = [r.evidence_id for r in rows]
-    if defer:
+    if req.defer:
         # Its status first (memory.job_status), so the worker's `running` follows it.
         job_id = "mx" + uuid.uuid4().hex
         await job_status.queued(svc, scope, job_id)

@@ -34,11 +34,18 @@ from datetime import datetime
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest
-from loom.models.memory import MemoryListRequest
+from loom.models.memory import MemoryListRequest, MemorySearchRequest, MemorySetRequest
 from loom.ops.conversation.common import decode_cursor, encode_cursor
 from loom.ops.embedding import inline
 from loom.ops.memory import erasing, large_scope, scan_cache, time_window, validity
-from loom.ops.memory.common import MAX_FACT_CHARS, keyed_memory_id, large_scopes, new_memory_id, scope_for
+from loom.ops.memory.common import (
+    MAX_FACT_CHARS,
+    keyed_memory_id,
+    large_scopes,
+    new_memory_id,
+    scope_for,
+    scope_of,
+)
 from loom.ops.memory.time_window import FactWindow
 from loom.sensitivity import reads_as_high
 from loom.services import Services
@@ -103,21 +110,13 @@ def _check(facts: list[NewFact]) -> None:
             )
 
 
-async def set_facts(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    facts: list[NewFact],
-    *,
-    session_id: str = "",
-    run_id: str = "",
-) -> list[SetOutcome]:
+async def set_facts(svc: Services, who: Principal, req: MemorySetRequest) -> list[SetOutcome]:
     """memory.set (writer): store facts for the scope. A key names one chain of facts:
     setting it with the same text revises its current fact in place, with a different
     text supersedes it (loom.ops.memory.validity)."""
     who.require_role(Role.writer)
-    scope = scope_for(who, namespace, user_id, session_id, run_id)
+    scope = scope_of(who, req)
+    facts = [NewFact(f.text, f.kind, f.key, f.valid_from, f.valid_until) for f in req.facts]
     _check(facts)
     outcomes: list[SetOutcome] = []
     rows: list[Fact] = []  # new and revised facts (embedded)
@@ -366,23 +365,12 @@ def _fuse(vec: list[store.VectorHit], lex: list[store.LexicalHit], scope: Scope,
     return hits
 
 
-async def search(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    query: str,
-    *,
-    session_id: str = "",
-    run_id: str = "",
-    limit: int = 10,
-    as_of: datetime | None = None,
-    time_phrases: str = time_window.TIME_FILTER,
-) -> FactSearch:
+async def search(svc: Services, who: Principal, req: MemorySearchRequest) -> FactSearch:
     """memory.search (viewer): current facts, or those valid at `as_of`; with no
     `as_of`, a time phrase of the query bounds them (loom.ops.memory.time_window)."""
     who.require_role(Role.viewer)
-    scope = scope_for(who, namespace, user_id, session_id, run_id)
+    scope = scope_of(who, req)
+    query, limit, as_of, time_phrases = req.query, req.limit, req.as_of, req.time_phrases
     if not query.strip():
         raise InvalidRequest("query must not be blank", field="query", rule="not_blank")
     time_window.check(time_phrases)
@@ -418,7 +406,7 @@ async def list_facts(svc: Services, who: Principal, req: MemoryListRequest) -> F
     """memory.list: the scope's current facts (or those valid at `as_of`), most recently
     updated first."""
     who.require_role(Role.writer)
-    scope = scope_for(who, req.namespace, req.user_id, req.session_id, req.run_id)
+    scope = scope_of(who, req)
     at = "" if req.as_of is None else req.as_of.isoformat()
     expect = {"u": scope.user_id, "s": scope.session_id, "r": scope.run_id, "k": req.kind or "", "a": at}
     after = None

@@ -11,13 +11,12 @@ observations, and the facts it adds or updates carry `source: "crystallize"`.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from loom.auth.principal import Principal, Role
 from loom.errors import InvalidRequest
+from loom.models.memory import ObserveCrystallizeRequest, ObserveRecordRequest
 from loom.ops.memory import erasing, extraction
 from loom.ops.memory import facts as fact_ops
-from loom.ops.memory.common import scope_for
+from loom.ops.memory.common import scope_for, scope_of
 from loom.services import Services
 from loom.store import evidence as ev_store
 
@@ -29,29 +28,17 @@ def observation_text(tool: str, input_summary: str, outcome: str) -> str:
     return f"{tool}: {input_summary} -> {outcome}"
 
 
-async def record(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    *,
-    run_id: str,
-    tool: str,
-    input_summary: str,
-    outcome: str,
-    obs_id: str | None = None,
-    session_id: str = "",
-    ts: datetime | None = None,
-) -> str:
+async def record(svc: Services, who: Principal, req: ObserveRecordRequest) -> str:
     """observe.record: store one observation; answers its evidence id."""
     who.require_role(Role.writer)
-    if not run_id:
+    if not req.run_id:
         raise InvalidRequest(
             "run_id is required (the run the action belongs to)", field="run_id", rule="required"
         )
-    scope = scope_for(who, namespace, user_id, session_id, run_id)
+    scope = scope_of(who, req)
     writes = erasing.Writes(scope.namespace, scope.user_id)
-    msg = extraction.Message("tool", observation_text(tool, input_summary, outcome), obs_id, ts)
+    text = observation_text(req.tool, req.input_summary, req.outcome)
+    msg = extraction.Message("tool", text, req.obs_id, req.ts)
     rows = extraction.build_evidence(scope, [msg], OBSERVATION)
     await svc.run(ev_store.insert, svc.ch, rows)
     writes.add_evidence(rows)
@@ -59,14 +46,12 @@ async def record(
     return rows[0].evidence_id
 
 
-async def crystallize(
-    svc: Services, who: Principal, namespace: str, user_id: str | None, *, run_id: str
-) -> extraction.Extraction:
+async def crystallize(svc: Services, who: Principal, req: ObserveCrystallizeRequest) -> extraction.Extraction:
     """observe.crystallize: extraction over the run's observations (oldest first)."""
     who.require_role(Role.writer)
-    if not run_id:
+    if not req.run_id:
         raise InvalidRequest("run_id is required (the run to crystallize)", field="run_id", rule="required")
-    scope = scope_for(who, namespace, user_id, run_id=run_id)
+    scope = scope_for(who, req.namespace, req.user_id, run_id=req.run_id)
     rows = await svc.run(ev_store.recent, svc.ch, scope, limit=MAX_CRYSTALLIZE, source=OBSERVATION)
     ids = [e.evidence_id for e in reversed(rows)]
     if not ids:

@@ -11,11 +11,11 @@ never an answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
 from loom.auth.principal import Principal, Role
 from loom.errors import ConflictingFields
-from loom.ops.memory.common import scope_for, search_evidence
+from loom.models.memory import RecallRequest
+from loom.ops.memory.common import scope_of, search_evidence
 from loom.services import Services
 from loom.store import evidence as ev_store
 from loom.store.evidence import Evidence
@@ -28,21 +28,10 @@ class RecallHit:
     matched: list[str]
 
 
-async def recall(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    *,
-    query: str = "",
-    session_id: str = "",
-    run_id: str = "",
-    since: datetime | None = None,
-    until: datetime | None = None,
-    limit: int = 10,
-) -> list[RecallHit]:
+async def recall(svc: Services, who: Principal, req: RecallRequest) -> list[RecallHit]:
     who.require_role(Role.viewer)
-    scope = scope_for(who, namespace, user_id, session_id, run_id)
+    scope = scope_of(who, req)
+    query, since, until, limit = req.query, req.since, req.until, req.limit
     if since is not None and until is not None and since >= until:
         raise ConflictingFields("since must be before until", fields=["since", "until"], rule="window")
     if query.strip():

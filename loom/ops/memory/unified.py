@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from loom.auth.principal import Principal, Role
 from loom.errors import InvalidRequest
+from loom.models.memory import UnifiedSearchRequest
 from loom.ops.conversation.reading import searching
 from loom.ops.conversation.reading.hits import Hit
 from loom.ops.memory import facts as fact_ops
@@ -33,10 +34,9 @@ class Unified:
     conversation_note: str | None = None
 
 
-async def search(
-    svc: Services, who: Principal, namespace: str, query: str, *, user_id: str | None = None, limit: int = 10
-) -> Unified:
+async def search(svc: Services, who: Principal, req: UnifiedSearchRequest) -> Unified:
     who.require_role(Role.viewer)
+    namespace, query, user_id, limit = req.namespace, req.query, req.user_id, req.limit
     if not query.strip():
         raise InvalidRequest("query must not be blank", field="query", rule="not_blank")
     out = Unified()

@@ -28,7 +28,6 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
 
 from loom.auth.principal import Principal, Role
 from loom.errors import NotFound
@@ -36,7 +35,7 @@ from loom.ops.memory.common import _digest, scope_for
 from loom.sensitivity import reads_as_high
 from loom.services import Services
 from loom.store import memories as store
-from loom.store.memories import Fact
+from loom.store.memories import Fact, Scope
 
 _ISO = r"(\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?(?:Z|[+-]\d{2}:?\d{2})?)"
 _FROM = re.compile(r"\b(?:since|as of|starting(?: on| from)?|effective(?: from)?|valid from)\s+" + _ISO, re.I)
@@ -76,17 +75,8 @@ def times_for(
     return start, end
 
 
-class Owner(Protocol):
-    """Whose a new fact is: a scope, or the fact it supersedes."""
-
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def user_id(self) -> str: ...
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def run_id(self) -> str: ...
+# Whose a new fact is: a scope, or the fact it supersedes.
+Owner = Scope | Fact
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,7 @@ from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
 from loom.errors import Forbidden, InvalidRequest, NotFound
 from loom.leases import hold
+from loom.models.webhook import WebhookDeliveriesRequest
 from loom.services import Services
 from loom.store import webhooks as store
 from loom.store.webhooks import Delivery, Secret, Webhook
@@ -150,14 +151,8 @@ async def rotate_secret(svc: Services, who: Principal, namespace: str) -> str:
     return new
 
 
-async def deliveries(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    *,
-    webhook_id: str | None = None,
-    event_id: str | None = None,
-    limit: int = 50,
-) -> list[Delivery]:
-    ns = _admin(who, namespace)
-    return await svc.run(store.deliveries, svc.ch, ns, webhook_id=webhook_id, event_id=event_id, limit=limit)
+async def deliveries(svc: Services, who: Principal, req: WebhookDeliveriesRequest) -> list[Delivery]:
+    ns = _admin(who, req.namespace)
+    return await svc.run(
+        store.deliveries, svc.ch, ns, webhook_id=req.webhook_id, event_id=req.event_id, limit=req.limit
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loom.ops.conversation.lifecycle.reembedding import reembed_to_model
+from loom.ops.conversation.lifecycle.reembedding import Walk, reembed_to_model
 from loom.ops.embedding import inline
 from loom.providers.embedders import FakeEmbedder
 from loom.store import vector_models
@@ -41,7 +41,7 @@ async def test_a_namespace_mid_reembed_answers_from_one_model_only(call, ns, wri
     assert before["embedding_model"] == current.model_id
 
     # Half-way: only thread t1 has vectors of the target model.
-    half = await reembed_to_model(services, ns, target, thread_id="t1")
+    half = await reembed_to_model(services, Walk(ns, "t1"), target)
     assert half.reembedded == 2 and half.failed == 0
     assert vector_models.coverage(services.ch, ns) == {current.model_id: 4, "fake-target": 2}
     staged = services.ch.query(
@@ -71,9 +71,9 @@ async def test_a_namespace_mid_reembed_answers_from_one_model_only(call, ns, wri
             m: s for m, s in want_t.items() if s >= services.settings.conversation_search_min_similarity
         }
         # The rest of the namespace, then a catch-up run that finds nothing left to do.
-        rest = await reembed_to_model(services, ns, target)
+        rest = await reembed_to_model(services, Walk(ns), target)
         assert (rest.reembedded, rest.skipped_current) == (2, 2)
-        again = await reembed_to_model(services, ns, target)
+        again = await reembed_to_model(services, Walk(ns), target)
         assert (again.reembedded, again.skipped_current) == (0, 4)
         done = await _search(call, viewer, ns)
         assert {h["msg_id"] for h in done["hits"]} == {

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 from loom.auth.principal import Principal, Role
+from loom.models.conversation.saved import UnsaveRequest
 from loom.ops.conversation.reading import searching
 from loom.ops.conversation.reading.searching import _Trust
 from loom.ops.conversation.saved import saving
 from loom.store import search as store
 from loom.store import search_marks
 from loom.store.search import Candidate
-from tests.conversation.helpers import ok, tombstone_turn, turn_rows
+from tests.conversation.helpers import alice_saves, ok, tombstone_turn, turn_rows
 
 TEXT = "the staging cluster deploy rolled back after the canary failed"
 
@@ -148,7 +149,7 @@ async def test_a_save_raises_the_mark_so_search_shows_the_new_owner(
     await _append(call, writer, ns, "m")
     await _trust_all(services, ns)
     before = time.time_ns()
-    saved = await saving.save_message(services, _who(ns, Role.writer), ns, "alice", "t", "m")
+    saved = await saving.save_message(services, _who(ns, Role.writer), alice_saves(ns, "t"))
     assert saved.saved and saved.indexed
     assert await _mark(services, ns) > before
     result = await searching.search(services, _who(ns), "staging deploy rolled back")
@@ -161,12 +162,13 @@ async def test_a_removed_unsaved_turn_is_never_found(call, ns, mint, recording, 
     removed it neither."""
     recording(ns, False)
     who = _who(ns, Role.writer)
-    new = saving.NewMessage(role="user", content=TEXT)
-    assert (await saving.save_message(services, who, ns, "alice", "c", "m", new=new)).indexed
+    assert (await saving.save_message(services, who, alice_saves(ns, "c", role="user", content=TEXT))).indexed
     await _trust_all(services, ns)
     assert (await searching.search(services, _who(ns), "staging deploy")).hits == []
     recording(ns, True)  # the switch does not decide what unsave does
-    removed = await saving.unsave_message(services, who, ns, "alice", "c", "m")
+    removed = await saving.unsave_message(
+        services, who, UnsaveRequest(namespace=ns, user_id="alice", conversation_id="c", message_id="m")
+    )
     assert removed.found and removed.removed
     await _trust_all(services, ns)
     assert (await searching.search(services, _who(ns), "staging deploy")).hits == []

@@ -22,12 +22,13 @@ import pytest
 from loom import redis_keys
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version
+from loom.models.conversation.saved import SaveResponse
 from loom.ops.conversation import TurnInput, append
 from loom.ops.conversation.saved import saving
 from loom.ops.conversation.writing.appending import CLAIM_TTL_S, claim_key
 from loom.store import conversations as conv_store
 from loom.store import landed
-from tests.conversation.helpers import emb_row, turn_rows
+from tests.conversation.helpers import alice_saves, emb_row, turn_rows
 
 TEXT = "the invoices moved to the new ledger"
 
@@ -88,10 +89,10 @@ def _recorded_row(ns: str, msg_id: str = "m1") -> conv_store.Turn:
     )
 
 
-async def _save_new(services: Any, ns: str, msg_id: str = "m1", thread_id: str = "t") -> saving.SaveResult:
+async def _save_new(services: Any, ns: str, msg_id: str = "m1", thread_id: str = "t") -> SaveResponse:
     who = Principal("t", (ns,), Role.writer)
     return await saving.save_message(
-        services, who, ns, "alice", thread_id, msg_id, new=saving.NewMessage("user", TEXT)
+        services, who, alice_saves(ns, thread_id, msg_id, role="user", content=TEXT)
     )
 
 
@@ -215,7 +216,7 @@ async def test_saves_and_appends_racing_with_saves_cut_short_never_lose_a_turn(n
     who = Principal("t", (ns,), Role.writer)
     rng = random.Random(17)
 
-    async def cut(msg_id: str) -> saving.SaveResult | None:
+    async def cut(msg_id: str) -> SaveResponse | None:
         task = asyncio.ensure_future(_save_new(services, ns, msg_id, msg_id))
         await asyncio.sleep(rng.uniform(0.0, 0.05))
         task.cancel()

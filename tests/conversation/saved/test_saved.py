@@ -18,6 +18,7 @@ from loom.store import namespaces
 from tests.conversation.conftest import wait_for
 from tests.conversation.helpers import (
     SAVE,
+    alice_saves,
     emb_row,
     emb_rows,
     ok,
@@ -295,10 +296,8 @@ async def test_dedup_token_holds_even_without_the_lease(ns, services, monkeypatc
 
     monkeypatch.setattr(saving, "thread_lease", no_lease)
     who = Principal("t", (ns,), Role.writer)
-    new = saving.NewMessage("user", "concurrent without a lease")
-    results = await asyncio.gather(
-        *(saving.save_message(services, who, ns, "alice", "c", "m", new=new) for _ in range(4))
-    )
+    new = alice_saves(ns, "c", role="user", content="concurrent without a lease")
+    results = await asyncio.gather(*(saving.save_message(services, who, new) for _ in range(4)))
     assert all(r.saved for r in results)
     assert len(_raw_rows(services, ns)) == 1
 
@@ -347,7 +346,7 @@ async def test_an_append_whose_embedding_lands_after_a_save_flags_its_own_row(
         return len(turn_rows(services.ch, ns)) == 1
 
     assert await wait_for(landed, timeout=5)
-    saved = await saving.save_message(services, who, ns, "alice", "t", "m")
+    saved = await saving.save_message(services, who, alice_saves(ns, "t"))
     assert saved.saved and saved.indexed
     [res] = await task
     assert res.stored is True and res.embedding == "embedded"
@@ -358,9 +357,8 @@ async def test_an_append_whose_embedding_lands_after_a_save_flags_its_own_row(
 
 async def test_an_append_racing_a_new_save_answers_duplicate(ns, writer, services):
     who = Principal("t", (ns,), Role.writer)
-    new = saving.NewMessage("user", "same turn, two paths")
     saved, [appended] = await asyncio.gather(
-        saving.save_message(services, who, ns, "alice", "t", "m", new=new),
+        saving.save_message(services, who, alice_saves(ns, "t", role="user", content="same turn, two paths")),
         append(services, who, ns, "default", [TurnInput("t", "user", "same turn, two paths", msg_id="m")]),
     )
     assert saved.saved is True

@@ -21,17 +21,8 @@ from loom.models.conversation.saved import (
     UnsaveResponse,
 )
 from loom.ops.conversation.saved import saved_reads, saving
-from loom.ops.conversation.saved.saving import NewMessage
 
 router = op_router("saved messages")
-
-
-def _new_message(body: SaveRequest) -> NewMessage | None:
-    """What the body says about a message the transcript may not hold (role and
-    content are required only then, which the op decides)."""
-    if body.role is None and body.content is None:
-        return None
-    return NewMessage(body.role, body.content, body.run_id, dict(body.metadata), body.ts)
 
 
 @router.post("/conversation.save_message", response_model=SaveResponse)
@@ -42,17 +33,7 @@ async def save_message(body: SaveRequest, who: Caller, svc: Svc) -> SaveResponse
     send `role` and `content` to save one it does not hold. Ownership, deletion, role
     and sensitivity are checked on every save (`reason`); saving again is safe and
     repairs what an interrupted save left (a failed embed is retried)."""
-    result = await saving.save_message(
-        svc,
-        who,
-        body.namespace,
-        body.user_id,
-        body.conversation_id,
-        body.message_id,
-        agent=body.agent,
-        new=_new_message(body),
-    )
-    return SaveResponse(**asdict(result))
+    return await saving.save_message(svc, who, body)
 
 
 @router.post("/conversation.unsave_message", response_model=UnsaveResponse)
@@ -60,10 +41,7 @@ async def unsave_message(body: UnsaveRequest, who: Caller, svc: Svc) -> UnsaveRe
     """Withdraw a saved message from its owner's search. Where the namespace records,
     the turn stays in the transcript with the flag cleared; where it does not, it is
     removed (`removed: true`). Idempotent; saving again restores it."""
-    result = await saving.unsave_message(
-        svc, who, body.namespace, body.user_id, body.conversation_id, body.message_id, agent=body.agent
-    )
-    return UnsaveResponse(**asdict(result))
+    return await saving.unsave_message(svc, who, body)
 
 
 @router.post("/conversation.list_saved_messages", response_model=ListSavedResponse)

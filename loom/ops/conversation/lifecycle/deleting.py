@@ -33,7 +33,15 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version
 from loom.errors import InvalidRequest, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
-from loom.ops.conversation.common import DELETED, EMBED_CHARS, EMBEDDED_ROLES, LEGACY_EMBED_CHARS
+from loom.ops.conversation.common import (
+    DELETED,
+    EMBED_CHARS,
+    EMBEDDED_ROLES,
+    KEPT,
+    LEGACY_EMBED_CHARS,
+    SPEAKER,
+    picked,
+)
 from loom.services import Services
 from loom.store import deletion, fences, search_marks
 from loom.store import embeddings as emb_store
@@ -82,21 +90,18 @@ def heir(
     return None
 
 
+def emptied(row: emb_store.EmbeddingRow, version: int) -> emb_store.EmbeddingRow:
+    """The tombstone of an embedding row no live copy is left for. saved_at stays, so
+    the revision reaches the per-user vector index."""
+    return replace(
+        row, text="", embedding=[], model="", error="", is_saved=False, tombstoned=True, version=version
+    )
+
+
 def handed_to(row: emb_store.EmbeddingRow, target: deletion.Copy) -> emb_store.EmbeddingRow:
     """A new version of a shared embedding row serving `target`, the live copy it passes
     to: that copy's agent, role, run, owner, saved state and origin."""
-    return replace(
-        row,
-        agent=target.agent,
-        role=target.role,
-        run_id=target.run_id,
-        user_id=target.user_id,
-        is_summary=target.is_summary,
-        is_saved=target.is_saved,
-        saved_at=target.saved_at,
-        origin=target.origin,
-        version=next_version(),
-    )
+    return replace(row, **picked(target, *SPEAKER, "is_summary", *KEPT), version=next_version())
 
 
 @dataclass
@@ -145,19 +150,7 @@ def settle_writes(state: ThreadState) -> tuple[list[emb_store.EmbeddingRow], Set
             writes.append(handed_to(row, target))
             out.handed_over += 1
         else:
-            # saved_at stays, so the revision reaches the per-user vector index.
-            writes.append(
-                replace(
-                    row,
-                    text="",
-                    embedding=[],
-                    model="",
-                    error="",
-                    is_saved=False,
-                    tombstoned=True,
-                    version=next_version(),
-                )
-            )
+            writes.append(emptied(row, next_version()))
             out.tombstoned += 1
     return writes, out
 

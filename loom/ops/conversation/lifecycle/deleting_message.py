@@ -36,6 +36,7 @@ from dataclasses import replace
 from loom.auth.principal import Principal, Role
 from loom.clock import utcnow
 from loom.errors import Forbidden
+from loom.models.conversation.saved import UnsaveRequest
 from loom.ops.conversation.common import DELETED
 from loom.ops.conversation.lifecycle import message_removal as mr
 from loom.ops.conversation.saved import saving
@@ -108,7 +109,8 @@ async def _unsave_own(
     receipt = mr.Receipt(
         namespace=ns, agent=agent, thread_id=thread_id, msg_id=msg_id, action=UNSAVED, by=who.token_id
     )
-    result = await saving.unsave_message(svc, who, ns, None, thread_id, msg_id, agent=agent)
+    req = UnsaveRequest(namespace=ns, conversation_id=thread_id, message_id=msg_id, agent=agent)
+    result = await saving.unsave_message(svc, who, req)
     receipt.found = result.found
     receipt.done = result.removed
     receipt.unsaved = result.found

@@ -61,7 +61,16 @@ from loom import logging as loom_logging
 from loom.clock import next_version, utcnow
 from loom.errors import NotFound, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
-from loom.ops.conversation.common import EMBED_CHARS, EMBEDDED_ROLES, embed_text, model_text
+from loom.ops.conversation.common import (
+    EMBED_CHARS,
+    EMBEDDED_ROLES,
+    KEPT,
+    SPEAKER,
+    TURN_KEY,
+    embed_text,
+    model_text,
+    picked,
+)
 from loom.ops.conversation.lifecycle.deleting import ThreadState, settle_writes, with_vectors
 from loom.ops.embedding import inline
 from loom.sensitivity import reads_as_high
@@ -263,24 +272,13 @@ async def embed_rows(svc: Services, turns: Sequence[conv_store.Turn]) -> list[em
     for i, t in enumerate(todo):
         out.append(
             emb_store.EmbeddingRow(
-                namespace=t.namespace,
-                thread_id=t.thread_id,
-                msg_id=t.msg_id,
-                agent=t.agent,
-                role=t.role,
-                run_id=t.run_id,
-                user_id=t.user_id,
-                ts=t.ts,
+                **picked(t, *TURN_KEY, *SPEAKER, "ts", "is_summary", *KEPT),
                 text=embed_text(t.content),  # the kept text, never the model's prefixed input
                 embedding=got.vectors[i] if got.ok and got.vectors is not None else [],
                 model=got.model_id if got.ok else "",
                 error="" if got.ok else got.error,
-                is_summary=t.is_summary,
-                is_saved=t.is_saved,
-                saved_at=t.saved_at,
                 tombstoned=False,
                 version=next_version(),
-                origin=t.origin,
             )
         )
     return out
@@ -428,14 +426,8 @@ def record(svc: Services, receipt: Receipt, user_id: str) -> None:
     store.record(
         svc.ch,
         store.Record(
-            namespace=receipt.namespace,
-            agent=receipt.agent,
-            thread_id=receipt.thread_id,
-            msg_id=receipt.msg_id,
+            **picked(receipt, *TURN_KEY, "agent", "action", "placeholder", "spans"),
             user_id=user_id,
-            action=receipt.action,
-            placeholder=receipt.placeholder,
-            spans=receipt.spans,
             token_id=receipt.by,
             redacted_at=receipt.at or utcnow(),
         ),

@@ -63,17 +63,20 @@ class ReembedReport:
             setattr(self, k, getattr(self, k) + v)
 
 
-async def reembed_namespace(
-    svc: Services,
-    namespace: str,
-    run_page: RunPage,
-    *,
-    thread_id: str | None = None,
-    page_size: int = PAGE,
-    progress: Progress | None = None,
-) -> ReembedReport:
-    """Walk the namespace's embedding rows in key order, `IN_FLIGHT` pages at a time."""
-    report = ReembedReport(namespace=namespace)
+@dataclass(frozen=True)
+class Walk:
+    """The embedding rows a re-embed walks: a namespace's (or one thread's), in key order
+    and pages of `page_size`; `progress` hears how many rows each page scanned."""
+
+    namespace: str
+    thread_id: str | None = None
+    page_size: int = PAGE
+    progress: Progress | None = None
+
+
+async def reembed_namespace(svc: Services, walk: Walk, run_page: RunPage) -> ReembedReport:
+    """Walk the embedding rows, `IN_FLIGHT` pages at a time."""
+    report = ReembedReport(namespace=walk.namespace)
     slots = asyncio.Semaphore(IN_FLIGHT)
     tasks: list[asyncio.Task[None]] = []
 
@@ -85,16 +88,21 @@ async def reembed_namespace(
                 except Exception as exc:  # the report carries a code; the detail goes to the log
                     report.failed += len(items)
                     report.errors.append(str(exc) if isinstance(exc, JobFailed) else failures.failure(exc))
-                    log.warning("re-embed page failed", namespace=namespace, error=failures.detail(exc))
-            if progress is not None:
-                progress(scanned)
+                    log.warning("re-embed page failed", namespace=walk.namespace, error=failures.detail(exc))
+            if walk.progress is not None:
+                walk.progress(scanned)
         finally:
             slots.release()
 
     after: tuple[str, str] | None = None
     while True:
         page = await svc.run(
-            emb_store.scan, svc.ch, namespace, after=after, limit=page_size, thread_id=thread_id
+            emb_store.scan,
+            svc.ch,
+            walk.namespace,
+            after=after,
+            limit=walk.page_size,
+            thread_id=walk.thread_id,
         )
         if not page:
             break
@@ -116,7 +124,7 @@ async def reembed_namespace(
             await tombstone_rows(svc, [row for row in live if row.key in high])
         await slots.acquire()
         tasks.append(asyncio.get_running_loop().create_task(run(items, len(page))))
-        if len(page) < page_size:
+        if len(page) < walk.page_size:
             break
     if tasks:
         await asyncio.gather(*tasks)
@@ -167,38 +175,15 @@ async def reembed(
     ns = who.namespace(namespace)
     client = pipeline(svc).embedder
     timeout = max(120.0, svc.settings.embed_wait_seconds * 8)
-    return await reembed_namespace(svc, ns, lambda items: client.reembed(items, timeout), thread_id=thread_id)
+    return await reembed_namespace(svc, Walk(ns, thread_id), lambda items: client.reembed(items, timeout))
 
 
-async def reembed_with(
-    svc: Services,
-    namespace: str,
-    model: ModelFn,
-    *,
-    thread_id: str | None = None,
-    progress: Progress | None = None,
-    page_size: int = PAGE,
-) -> ReembedReport:
+async def reembed_with(svc: Services, walk: Walk, model: ModelFn) -> ReembedReport:
     """Re-embed in this process with `model` (the `loom reembed` CLI: no worker needed)."""
-    return await reembed_namespace(
-        svc,
-        namespace,
-        lambda items: reembed_items(svc, model, items),
-        thread_id=thread_id,
-        page_size=page_size,
-        progress=progress,
-    )
+    return await reembed_namespace(svc, walk, lambda items: reembed_items(svc, model, items))
 
 
-async def reembed_to_model(
-    svc: Services,
-    namespace: str,
-    embedder: Embedder,
-    *,
-    thread_id: str | None = None,
-    progress: Progress | None = None,
-    page_size: int = PAGE,
-) -> ReembedReport:
+async def reembed_to_model(svc: Services, walk: Walk, embedder: Embedder) -> ReembedReport:
     """`loom reembed --model`: build the namespace's vectors of `embedder`'s model beside
     the ones search uses now (loom.store.vector_models), in this process, while the
     service keeps answering from the model it has. Rows whose vector of that model is
@@ -233,6 +218,4 @@ async def reembed_to_model(
             counts["reembedded"] = await svc.run(vector_models.write, svc.ch, embedder.model_id, pairs)
         return counts
 
-    return await reembed_namespace(
-        svc, namespace, run_page, thread_id=thread_id, page_size=page_size, progress=progress
-    )
+    return await reembed_namespace(svc, walk, run_page)

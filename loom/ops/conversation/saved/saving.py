@@ -46,14 +46,31 @@ import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from loom import failures, replicas
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.errors import CapabilityMissing, Forbidden, InvalidRequest, Unavailable
 from loom.leases import LeaseTimeout, thread_lease
-from loom.ops.conversation.common import EMBEDDED_ROLES, as_utc, embed_text, model_text
+from loom.models.conversation.saved import (
+    SaveReason,
+    SaveRequest,
+    SaveResponse,
+    UnsaveRequest,
+    UnsaveResponse,
+)
+from loom.ops.conversation.common import (
+    EMBEDDED_ROLES,
+    KEPT,
+    SPEAKER,
+    TURN_KEY,
+    as_utc,
+    embed_text,
+    model_text,
+    picked,
+)
+from loom.ops.conversation.lifecycle.deleting import emptied
 from loom.ops.conversation.writing.appending import (
     CLAIM_TTL_S,
     CONTEST_POLL_S,
@@ -73,11 +90,11 @@ from loom.store.keys import TurnKey
 from loom.store.transcript_postings import speaker_of
 
 # Reasons of a save (stable strings clients match on: never change one).
-OWNER_MISMATCH = "owner_mismatch"
-DELETED = "deleted"
-UNSUPPORTED_ROLE = "unsupported_role"
-HIGH_SENSITIVITY = "high_sensitivity"
-EMBED_FAILED = "embed_failed"
+OWNER_MISMATCH: Final = "owner_mismatch"
+DELETED: Final = "deleted"
+UNSUPPORTED_ROLE: Final = "unsupported_role"
+HIGH_SENSITIVITY: Final = "high_sensitivity"
+EMBED_FAILED: Final = "embed_failed"
 
 MAX_ROUNDS = 4  # re-reads when the message changed under a computed vector
 
@@ -116,20 +133,34 @@ class NewMessage:
     ts: datetime | None = None
 
 
-@dataclass(kw_only=True)
-class SaveResult:
-    conversation_id: str
-    message_id: str
-    saved: bool
-    indexed: bool
-    reason: str | None = None
-    saved_at: datetime | None = None
+def _new_message(req: SaveRequest) -> NewMessage | None:
+    """What the request says about a message the transcript may not hold (role and
+    content are required only then, which save_message decides)."""
+    if req.role is None and req.content is None:
+        return None
+    return NewMessage(req.role, req.content, req.run_id, dict(req.metadata), req.ts)
 
 
-@dataclass(kw_only=True)
-class UnsaveResult:
-    found: bool
-    removed: bool
+def _turn_of(who: Principal, req: SaveRequest | UnsaveRequest) -> tuple[TurnKey, str]:
+    """A writer's (un)save: the message it names, and the user it acts for."""
+    who.require_role(Role.writer)
+    ns = who.namespace(req.namespace)
+    return TurnKey(ns, req.agent, req.conversation_id, req.message_id), acting_user(who, req.user_id)
+
+
+def _refused(
+    key: TurnKey, reason: SaveReason, *, saved: bool = False, saved_at: datetime | None = None
+) -> SaveResponse:
+    """A save that leaves the message out of the vector leg, and why (`saved`: it stays
+    saved all the same)."""
+    return SaveResponse(
+        conversation_id=key.thread_id,
+        message_id=key.msg_id,
+        saved=saved,
+        indexed=False,
+        reason=reason,
+        saved_at=saved_at,
+    )
 
 
 @dataclass(frozen=True)
@@ -167,10 +198,9 @@ def _has_live_vector(emb: emb_store.EmbeddingRow | None, text: str) -> bool:
 
 def _refusal(
     key: TurnKey, row: saved_store.TranscriptRow | None, user: str, new: NewMessage | None
-) -> SaveResult | None:
+) -> SaveResponse | None:
     """Why this message cannot be saved for `user` (None: it can). Applies as well to a
     message that is already saved; the answer says whether it stays saved."""
-    _, _, thread_id, msg_id = key
     if row is None:
         for name in ("content", "role"):
             if new is None or getattr(new, name) is None:
@@ -182,51 +212,21 @@ def _refusal(
                 )
         assert new is not None and new.content is not None
         if new.role not in EMBEDDED_ROLES:
-            return SaveResult(
-                conversation_id=thread_id,
-                message_id=msg_id,
-                saved=False,
-                indexed=False,
-                reason=UNSUPPORTED_ROLE,
-            )
+            return _refused(key, UNSUPPORTED_ROLE)
         if reads_as_high(new.content):
-            return SaveResult(
-                conversation_id=thread_id,
-                message_id=msg_id,
-                saved=False,
-                indexed=False,
-                reason=HIGH_SENSITIVITY,
-            )  # not stored
+            return _refused(key, HIGH_SENSITIVITY)  # not stored
         return None
     # Another user's message: say nothing more about it (not whether it is deleted).
     if row.user_id not in ("", user):
-        return SaveResult(
-            conversation_id=thread_id, message_id=msg_id, saved=False, indexed=False, reason=OWNER_MISMATCH
-        )
+        return _refused(key, OWNER_MISMATCH)
     if row.tombstoned:
-        return SaveResult(
-            conversation_id=thread_id, message_id=msg_id, saved=False, indexed=False, reason=DELETED
-        )
+        return _refused(key, DELETED)
     mine = row.is_saved and row.user_id == user
     saved_at = as_utc(row.saved_at) if mine and row.saved_at else None
     if row.role not in EMBEDDED_ROLES:
-        return SaveResult(
-            conversation_id=thread_id,
-            message_id=msg_id,
-            saved=mine,
-            indexed=False,
-            reason=UNSUPPORTED_ROLE,
-            saved_at=saved_at,
-        )
+        return _refused(key, UNSUPPORTED_ROLE, saved=mine, saved_at=saved_at)
     if row.high_sensitivity or reads_as_high(row.content):
-        return SaveResult(
-            conversation_id=thread_id,
-            message_id=msg_id,
-            saved=mine,
-            indexed=False,
-            reason=HIGH_SENSITIVITY,
-            saved_at=saved_at,
-        )
+        return _refused(key, HIGH_SENSITIVITY, saved=mine, saved_at=saved_at)
     return None
 
 
@@ -245,24 +245,12 @@ async def _every_replica_keeps_saved_state(svc: Services) -> None:
         )
 
 
-async def save_message(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    conversation_id: str,
-    message_id: str,
-    *,
-    agent: str = "default",
-    new: NewMessage | None = None,
-) -> SaveResult:
+async def save_message(svc: Services, who: Principal, req: SaveRequest) -> SaveResponse:
     """conversation.save_message (writer): flag one message saved for the acting user,
     storing it first when the transcript does not hold it."""
-    who.require_role(Role.writer)
-    ns = who.namespace(namespace)
-    user = acting_user(who, user_id)
+    key, user = _turn_of(who, req)
+    ns, new = key.namespace, _new_message(req)
     await _every_replica_keeps_saved_state(svc)
-    key = TurnKey(ns, agent, conversation_id, message_id)
     vector: _Vector | None = None
     for _ in range(MAX_ROUNDS):
         state = await svc.run(_read_state, svc, key)
@@ -278,7 +266,7 @@ async def save_message(
             meta = state.row.metadata if state.row is not None else new.metadata if new else None
             read = model_text(text, role, False, svc.settings.embed_speaker_prefix, speaker_of(meta))
             vector = _Vector(text, await inline.embed(svc, [read]))
-        async with _lease(svc, ns, conversation_id):
+        async with _lease(svc, ns, key.thread_id):
             done = await _save_under_lease(svc, key, user, new, vector)
         if done is not None:
             return done
@@ -289,7 +277,7 @@ async def save_message(
 
 async def _save_under_lease(
     svc: Services, key: TurnKey, user: str, new: NewMessage | None, vector: _Vector | None
-) -> SaveResult | None:
+) -> SaveResponse | None:
     """One round under the thread lease. None: start again (the message changed so that
     the round cannot finish: a racing append's row landed, or a vector is missing)."""
     state = await svc.run(_read_state, svc, key)
@@ -445,14 +433,14 @@ async def _claim_turn(svc: Services, key: TurnKey, writer: str) -> bool:
 
 def _write_embedding(
     svc: Services, row: saved_store.TranscriptRow, emb: emb_store.EmbeddingRow | None, vector: _Vector | None
-) -> SaveResult | None:
+) -> SaveResponse | None:
     """Under the lease, once the transcript row reads back as the caller's: make the
     embedding row a flagged copy of it (a live vector of the same text is kept, a failed
     or missing one is written from `vector`). None: a vector is needed and `vector`
     does not fit the text (the caller embeds and starts again)."""
     text = embed_text(row.content)
     saved_at = row.saved_at
-    result = SaveResult(
+    result = SaveResponse(
         conversation_id=row.thread_id,
         message_id=row.msg_id,
         saved=True,
@@ -460,17 +448,7 @@ def _write_embedding(
         reason=None,
         saved_at=as_utc(saved_at) if saved_at else None,
     )
-    flags: dict[str, Any] = dict(
-        agent=row.agent,
-        role=row.role,
-        run_id=row.run_id,
-        user_id=row.user_id,
-        ts=row.ts,
-        is_saved=True,
-        saved_at=saved_at,
-        tombstoned=False,
-        origin=row.origin,
-    )
+    flags = picked(row, *SPEAKER, "ts", *KEPT) | {"is_saved": True, "tombstoned": False}
     if emb is not None and _has_live_vector(emb, text):
         if row.saved_only and emb.origin == conv_store.RECORDED and emb.agent != row.agent:
             # The vector serves another agent's recorded copy of the same text: it keeps
@@ -487,9 +465,7 @@ def _write_embedding(
     if vector.result.ok:
         assert vector.result.vectors is not None
         fresh = emb_store.EmbeddingRow(
-            namespace=row.namespace,
-            thread_id=row.thread_id,
-            msg_id=row.msg_id,
+            **picked(row, *TURN_KEY),
             text=text,
             embedding=vector.result.vectors[0],
             model=vector.result.model_id,
@@ -500,9 +476,7 @@ def _write_embedding(
         return result
     # Fail-open: stored and saved; the error is recorded and a later save retries it.
     failed = emb_store.EmbeddingRow(
-        namespace=row.namespace,
-        thread_id=row.thread_id,
-        msg_id=row.msg_id,
+        **picked(row, *TURN_KEY),
         text=text,
         embedding=[],
         model="",
@@ -518,25 +492,13 @@ def _write_embedding(
 # -- unsave ----------------------------------------------------------------------------
 
 
-async def unsave_message(
-    svc: Services,
-    who: Principal,
-    namespace: str,
-    user_id: str | None,
-    conversation_id: str,
-    message_id: str,
-    *,
-    agent: str = "default",
-) -> UnsaveResult:
+async def unsave_message(svc: Services, who: Principal, req: UnsaveRequest) -> UnsaveResponse:
     """conversation.unsave_message (writer): withdraw a saved message from its owner's
     search: a saved-only row is removed (removed: true), a recorded one keeps its place
     in the transcript with the flag cleared. found: false for a message this user has
     not saved (never saved, or saved by another user: the answer does not say which)."""
-    who.require_role(Role.writer)
-    ns = who.namespace(namespace)
-    user = acting_user(who, user_id)
-    key = TurnKey(ns, agent, conversation_id, message_id)
-    async with _lease(svc, ns, conversation_id):
+    key, user = _turn_of(who, req)
+    async with _lease(svc, key.namespace, key.thread_id):
         result = await svc.run(_unsave_sync, svc, key, user)
         if result.removed:
             # The row is gone: no claim may keep saying the turn landed.
@@ -544,11 +506,11 @@ async def unsave_message(
     return result
 
 
-def _unsave_sync(svc: Services, key: TurnKey, user: str) -> UnsaveResult:
+def _unsave_sync(svc: Services, key: TurnKey, user: str) -> UnsaveResponse:
     ch = svc.ch
     row = saved_store.transcript_row(ch, key)
     if row is None or row.tombstoned or row.user_id != user or not row.is_saved:
-        return UnsaveResult(found=False, removed=False)
+        return UnsaveResponse(found=False, removed=False)
     # A recorded row is the namespace's transcript (recorded when the switch was on,
     # whatever it says now): only the flag goes. A saved-only row existed only because
     # of the save: it goes too.
@@ -557,7 +519,7 @@ def _unsave_sync(svc: Services, key: TurnKey, user: str) -> UnsaveResult:
     if removed:
         saved_store.remove(ch, key, user)
     _unsave_embedding(svc, row, removed=removed)
-    return UnsaveResult(found=True, removed=removed)
+    return UnsaveResponse(found=True, removed=removed)
 
 
 def _unsave_embedding(svc: Services, row: saved_store.TranscriptRow, *, removed: bool) -> None:
@@ -577,53 +539,19 @@ def _unsave_embedding(svc: Services, row: saved_store.TranscriptRow, *, removed:
         other = max(others, key=lambda c: (c.is_saved, c.saved_at or datetime.min))
         emb_store.insert(
             ch,
-            [
-                replace(
-                    emb,
-                    agent=other.agent,
-                    role=other.role,
-                    run_id=other.run_id,
-                    user_id=other.user_id,
-                    is_saved=other.is_saved,
-                    saved_at=other.saved_at,
-                    origin=other.origin,
-                    version=version,
-                )
-            ],
+            [replace(emb, **picked(other, *SPEAKER, *KEPT), version=version)],
         )
     elif not removed:
         if emb is not None:
             emb_store.insert(ch, [replace(emb, is_saved=False, version=version)])
     elif emb is not None:
-        # saved_at stays so the revision reaches the per-user vector index.
-        emb_store.insert(
-            ch,
-            [
-                replace(
-                    emb,
-                    text="",
-                    embedding=[],
-                    model="",
-                    error="",
-                    is_saved=False,
-                    tombstoned=True,
-                    version=version,
-                )
-            ],
-        )
+        emb_store.insert(ch, [emptied(emb, version)])
     else:
         emb_store.insert(
             ch,
             [
                 emb_store.EmbeddingRow(
-                    namespace=row.namespace,
-                    thread_id=row.thread_id,
-                    msg_id=row.msg_id,
-                    agent=row.agent,
-                    role=row.role,
-                    run_id=row.run_id,
-                    user_id=row.user_id,
-                    ts=row.ts,
+                    **picked(row, *TURN_KEY, *SPEAKER, "ts"),
                     text="",
                     embedding=[],
                     model="",
@@ -642,8 +570,6 @@ __all__ = [
     "OWNER_MISMATCH",
     "UNSUPPORTED_ROLE",
     "NewMessage",
-    "SaveResult",
-    "UnsaveResult",
     "acting_user",
     "save_message",
     "unsave_message",

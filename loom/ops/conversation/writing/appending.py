@@ -83,8 +83,11 @@ from loom.ops.conversation.common import (
     FAILED,
     LOGGING_DISABLED,
     ROLES,
+    SPEAKER,
+    TURN_KEY,
     derive_msg_id,
     embed_text,
+    picked,
     skipped,
 )
 from loom.ops.conversation.writing import origin
@@ -799,16 +802,8 @@ def _why_not_embedded(t: conv_store.Turn, high: bool) -> str:
 
 def _embed_turn(t: conv_store.Turn) -> EmbedTurn:
     return EmbedTurn(
-        namespace=t.namespace,
-        agent=t.agent,
-        thread_id=t.thread_id,
-        msg_id=t.msg_id,
-        role=t.role,
-        run_id=t.run_id,
-        user_id=t.user_id,
-        ts=t.ts,
+        **picked(t, *TURN_KEY, *SPEAKER, "ts", "is_summary"),
         text=embed_text(t.content),
-        is_summary=t.is_summary,
         speaker=speaker_of(t.metadata),
     )
 
