@@ -9,6 +9,7 @@ the scope and the message's id, so posting the same message again writes the sam
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -62,15 +63,26 @@ def get(ch: Client, namespace: str, user_id: str, ids: Sequence[str]) -> list[Ev
     )
 
 
-def _window(since: datetime | None, until: datetime | None) -> tuple[str, dict[str, Any]]:
-    cond, params = "", {}
-    if since is not None:
-        cond += " AND ts >= fromUnixTimestamp64Micro({since:Int64}, 'UTC')"
-        params["since"] = int(since.timestamp() * 1_000_000)
-    if until is not None:
-        cond += " AND ts < fromUnixTimestamp64Micro({until:Int64}, 'UTC')"
-        params["until"] = int(until.timestamp() * 1_000_000)
-    return cond, params
+@dataclass(frozen=True)
+class Window:
+    """Evidence by its message time: from `since`, before `until` (either open)."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def where(self) -> tuple[str, dict[str, Any]]:
+        """The condition (to append with AND) and its parameters."""
+        cond, params = "", {}
+        if self.since is not None:
+            cond += " AND ts >= fromUnixTimestamp64Micro({since:Int64}, 'UTC')"
+            params["since"] = int(self.since.timestamp() * 1_000_000)
+        if self.until is not None:
+            cond += " AND ts < fromUnixTimestamp64Micro({until:Int64}, 'UTC')"
+            params["until"] = int(self.until.timestamp() * 1_000_000)
+        return cond, params
+
+
+EVER = Window()
 
 
 def recent(
@@ -78,12 +90,11 @@ def recent(
     scope: Scope,
     *,
     limit: int,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    window: Window = EVER,
     source: str | None = None,
 ) -> list[Evidence]:
     """The scope's readable evidence in the time window, newest first."""
-    cond, params = _window(since, until)
+    cond, params = window.where()
     if source is not None:
         cond += " AND source = {src:String}"
         params["src"] = source
@@ -123,12 +134,11 @@ def scan_search(
     *,
     limit: int,
     cap: int,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    window: Window = EVER,
 ) -> list[tuple[Evidence, float, tuple[str, ...]]] | None:
     """What :func:`search` answers, by one read of the scope's readable rows in the
     window (no postings join), or None when they are more than `cap`."""
-    cond, params = _window(since, until)
+    cond, params = window.where()
     result = ch.query(
         _SCAN.replace("{scope}", scope.where()).replace("{window}", cond),
         parameters=scope.params() | params | {"q": query, "stop": stop_words_param(), "cap": cap + 1},
@@ -153,11 +163,10 @@ def search(
     query: str,
     *,
     limit: int,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    window: Window = EVER,
 ) -> list[tuple[Evidence, float, tuple[str, ...]]]:
     """BM25 of `query` over the scope's readable evidence in the time window, best first,
     from the postings (one round trip: the rows come with their scores)."""
-    cond, params = _window(since, until)
+    cond, params = window.where()
     hits = bm25(ch, scope, query, limit=limit, source=LEXICAL, extra=cond, extra_params=params)
     return [(h.row, h.score, h.matched) for h in hits if not h.row.high_sensitivity]

@@ -174,8 +174,22 @@ def _candidates(result: QueryResult) -> list[Candidate]:
     return out
 
 
-def _nearest_params(namespaces: Sequence[str], vector: np.ndarray, fetch: int) -> dict[str, Any]:
-    return {"ns": list(namespaces), "qv": _vector_param(vector), "n": fetch}
+@dataclass(frozen=True)
+class Probe:
+    """What one vector read compares: the query vector of `model`, against the rows of
+    `namespaces` that `filters` keep."""
+
+    namespaces: Sequence[str]
+    vector: np.ndarray
+    filters: Filters
+    model: str
+
+    def params(self, fetch: int) -> dict[str, Any]:
+        return {"ns": list(self.namespaces), "qv": _vector_param(self.vector), "n": fetch}
+
+    def where(self, params: dict[str, Any], *, hide_key: bool) -> str:
+        """The filters' and the model's condition (its parameters added to `params`)."""
+        return " AND ".join([*_where(self.filters, params, hide_key=hide_key), _of_model(self.model, params)])
 
 
 def _ranked(
@@ -191,38 +205,21 @@ def _ranked(
     return _candidates(rows)
 
 
-def exact(
-    ch: Client,
-    table: str,
-    namespaces: Sequence[str],
-    vector: np.ndarray,
-    filters: Filters,
-    fetch: int,
-    model: str,
-) -> list[Candidate]:
-    """The `fetch` nearest rows of `model` by an exact scan of the namespaces' (or thread's) rows."""
-    params = _nearest_params(namespaces, vector, fetch)
-    where = " AND ".join([*_where(filters, params, hide_key=False), _of_model(model, params)])
+def exact(ch: Client, table: str, probe: Probe, fetch: int) -> list[Candidate]:
+    """The `fetch` nearest rows by an exact scan of the namespaces' (or thread's) rows."""
+    params = probe.params(fetch)
+    where = probe.where(params, hide_key=False)
     settings = " SETTINGS vector_search_filter_strategy = 'prefilter', use_skip_indexes = 0"
     return _ranked(ch, table, where, params, settings)
 
 
-def nearest(
-    ch: Client,
-    table: str,
-    namespaces: Sequence[str],
-    vector: np.ndarray,
-    filters: Filters,
-    fetch: int,
-    multiplier: float,
-    model: str,
-) -> list[Candidate]:
-    """The `fetch` nearest rows of `model` by the HNSW index, post-filtered to the
-    namespaces and filters; the index fetches `multiplier` times more from each part to
-    make up for the rows of other namespaces (and models, and filtered out) among its
-    neighbours."""
-    params = _nearest_params(namespaces, vector, min(fetch, MAX_FETCH))
-    where = " AND ".join([*_where(filters, params, hide_key=True), _of_model(model, params)])
+def nearest(ch: Client, table: str, probe: Probe, fetch: int, multiplier: float) -> list[Candidate]:
+    """The `fetch` nearest rows by the HNSW index, post-filtered to the probe's
+    namespaces, filters and model; the index fetches `multiplier` times more from each
+    part to make up for the rows of other namespaces (and models, and filtered out)
+    among its neighbours."""
+    params = probe.params(min(fetch, MAX_FETCH))
+    where = probe.where(params, hide_key=True)
     mult = min(1000.0, max(1.0, float(multiplier)))
     settings = (
         f" SETTINGS vector_search_filter_strategy = 'postfilter', vector_search_index_fetch_multiplier = {mult:.3f}, "
@@ -231,18 +228,12 @@ def nearest(
     return _ranked(ch, table, where, params, settings)
 
 
-def exact_unindexed(
-    ch: Client, namespaces: Sequence[str], vector: np.ndarray, filters: Filters, fetch: int, model: str
-) -> list[Candidate]:
+def exact_unindexed(ch: Client, probe: Probe, fetch: int) -> list[Candidate]:
     """For a dimension with no vector table: an exact scan of conversation_embeddings
     (newest versions, live vectors of the query's model and length, of recorded turns
     only: the vector tables' feeds take no other, migration 007)."""
-    params = {
-        **_nearest_params(namespaces, vector, fetch),
-        "dim": int(np.asarray(vector).shape[0]),
-        "model": model,
-    }
-    where = " AND ".join(_where(filters, params, hide_key=False))
+    params = {**probe.params(fetch), "dim": int(np.asarray(probe.vector).shape[0]), "model": probe.model}
+    where = " AND ".join(_where(probe.filters, params, hide_key=False))
     live = (
         "length(embedding) = {dim:UInt32} AND model = {model:String} AND error = '' AND NOT tombstoned "
         "AND origin = 'recorded'"

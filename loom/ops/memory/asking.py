@@ -47,6 +47,7 @@ from loom.ops.memory.recall import RecallHit
 from loom.providers.llm import ChatMessage, LLMError, json_object
 from loom.sensitivity import reads_as_high
 from loom.services import Services
+from loom.store import evidence as ev_store
 from loom.store import namespaces as ns_store
 from loom.store.memories import Scope
 
@@ -92,7 +93,7 @@ async def ask(svc: Services, who: Principal, req: MemoryAskRequest) -> Answer:
     found = await _facts(svc, scope, question, limit, as_of)
     out.fallback_reason = found.fallback_reason
     out.facts = [h for h in found.hits if not reads_as_high(h.fact.text)]
-    hits = await search_evidence(svc, scope, question, limit=limit, until=as_of)
+    hits = await search_evidence(svc, scope, question, limit=limit, window=ev_store.Window(until=as_of))
     out.evidence = [
         RecallHit(e, round(s, 6), list(m))
         for e, s, m in hits

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections import OrderedDict
-from datetime import datetime
 
 from loom.auth.principal import Principal
 from loom.errors import Forbidden, InvalidRequest
@@ -114,8 +113,7 @@ async def search_evidence(
     query: str,
     *,
     limit: int,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    window: ev_store.Window = ev_store.EVER,
 ) -> list[tuple[Evidence, float, tuple[str, ...]]]:
     """BM25 over the scope's readable evidence (memory.recall, context.pack): one read of
     a small scope, else the postings."""
@@ -128,10 +126,9 @@ async def search_evidence(
             query,
             limit=limit,
             cap=ev_store.SCAN_MAX_ROWS,
-            since=since,
-            until=until,
+            window=window,
         )
         if found is not None:
             return found
         large.add(scope)
-    return await svc.run(ev_store.search, svc.ch, scope, query, limit=limit, since=since, until=until)
+    return await svc.run(ev_store.search, svc.ch, scope, query, limit=limit, window=window)

@@ -31,11 +31,11 @@ class RecallHit:
 async def recall(svc: Services, who: Principal, req: RecallRequest) -> list[RecallHit]:
     who.require_role(Role.viewer)
     scope = scope_of(who, req)
-    query, since, until, limit = req.query, req.since, req.until, req.limit
-    if since is not None and until is not None and since >= until:
+    query, limit, window = req.query, req.limit, ev_store.Window(req.since, req.until)
+    if req.since is not None and req.until is not None and req.since >= req.until:
         raise ConflictingFields("since must be before until", fields=["since", "until"], rule="window")
     if query.strip():
-        hits = await search_evidence(svc, scope, query, limit=limit, since=since, until=until)
+        hits = await search_evidence(svc, scope, query, limit=limit, window=window)
         return [RecallHit(e, round(s, 6), list(m)) for e, s, m in hits]
-    rows = await svc.run(ev_store.recent, svc.ch, scope, limit=limit, since=since, until=until)
+    rows = await svc.run(ev_store.recent, svc.ch, scope, limit=limit, window=window)
     return [RecallHit(e, None, []) for e in rows]

@@ -188,6 +188,9 @@ class _Ask:
     def window(self) -> int:
         return self.shown + SCREEN_PAST
 
+    def probe(self, namespaces: Sequence[str], vector: np.ndarray) -> store.Probe:
+        return store.Probe(namespaces, vector, self.filters, self.model)
+
     @property
     def first_fetch(self) -> int:
         # Room for a few stale, dead or screened rows without a second round trip.
@@ -581,7 +584,7 @@ async def _exact(
     svc: Services, ask: _Ask, table: str, namespaces: tuple[str, ...], vector: np.ndarray, trust: _Trust
 ) -> list[Hit]:
     async def fetch(n: int, attempt: int) -> list[Candidate]:
-        return await svc.run(store.exact, svc.ch, table, namespaces, vector, ask.filters, n, ask.model)
+        return await svc.run(store.exact, svc.ch, table, ask.probe(namespaces, vector), n)
 
     hits, _ = await _collect(svc, ask, fetch, trust, cap=None)
     return hits
@@ -589,7 +592,7 @@ async def _exact(
 
 async def _unindexed(svc: Services, ask: _Ask, vector: np.ndarray, trust: _Trust) -> list[Hit]:
     async def fetch(n: int, attempt: int) -> list[Candidate]:
-        return await svc.run(store.exact_unindexed, svc.ch, ask.namespaces, vector, ask.filters, n, ask.model)
+        return await svc.run(store.exact_unindexed, svc.ch, ask.probe(ask.namespaces, vector), n)
 
     hits, _ = await _collect(svc, ask, fetch, trust, cap=None)
     return hits
@@ -611,15 +614,7 @@ async def _indexed(
 
     async def fetch(n: int, attempt: int) -> list[Candidate]:
         return await svc.run(
-            store.nearest,
-            svc.ch,
-            table,
-            namespaces,
-            vector,
-            ask.filters,
-            n,
-            base * GROWTH**attempt,
-            ask.model,
+            store.nearest, svc.ch, table, ask.probe(namespaces, vector), n, base * GROWTH**attempt
         )
 
     hits, complete = await _collect(svc, ask, fetch, trust, cap=store.MAX_FETCH)
