@@ -28,6 +28,9 @@ AgentId = Annotated[
         description="The calling agent's identity inside the namespace.",
     ),
 ]
+# A listing's page: at most 500 rows, from at most 100,000 rows in.
+PageSize = Annotated[int, Field(ge=1, le=500)]
+PageOffset = Annotated[int, Field(ge=0, le=100_000)]
 
 
 def _with_zone(dt: datetime) -> datetime:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from loom.limits import MAX_EVENT_CHARS, MAX_EVENTS, MAX_PATH_CHARS
-from loom.models.common import AgentId, NamespacedRequest, StrictModel, Timestamp
+from loom.models.common import AgentId, NamespacedRequest, PageOffset, PageSize, StrictModel, Timestamp
 
 EventKind = Literal[
     "user", "assistant", "edit", "command", "error", "read", "search", "tool", "note", "summary"
@@ -164,8 +164,8 @@ class BriefListRequest(NamespacedRequest):
     mine_only: bool = False
     user_id: Ident = Field("", description="With mine_only and a namespace-wide token: whose briefs.")
     project: Ident = ""
-    limit: int = Field(50, ge=1, le=500)
-    offset: int = Field(0, ge=0, le=100_000)
+    limit: PageSize = 50
+    offset: PageOffset = 0
 
 
 class BriefListItem(StrictModel):

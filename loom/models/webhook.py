@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from loom.models.common import NamespacedRequest, Timestamp
+from loom.models.common import NamespacedRequest, PageSize, Timestamp
 
 EventName = Literal["memory.extracted", "conversation.compacted", "erasure.completed"]
 
@@ -66,7 +66,7 @@ class WebhookRotateResponse(BaseModel):
 class WebhookDeliveriesRequest(NamespacedRequest):
     webhook_id: str | None = Field(None, min_length=1, max_length=64)
     event_id: str | None = Field(None, min_length=1, max_length=64)
-    limit: int = Field(50, ge=1, le=500)
+    limit: PageSize = 50
 
 
 class DeliveryOut(BaseModel):

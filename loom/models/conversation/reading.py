@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from loom.limits import MAX_BATCH_TURNS
 from loom.models.bounds import JsonObject
-from loom.models.common import AgentId, NamespacedRequest, StrictModel, Timestamp
+from loom.models.common import AgentId, NamespacedRequest, PageOffset, PageSize, StrictModel, Timestamp
 
 ThreadId = Annotated[
     str, Field(min_length=1, max_length=256, description="The thread's id (any string the client picks).")
@@ -173,8 +173,8 @@ class CreateResponse(ThreadOut):
 class ThreadsRequest(NamespacedRequest):
     agent: AgentOrAll = "default"
     window_days: int = Field(30, ge=1, le=36_500, description="Threads active in the last N days.")
-    limit: int = Field(50, ge=1, le=500)
-    offset: int = Field(0, ge=0, le=100_000)
+    limit: PageSize = 50
+    offset: PageOffset = 0
 
 
 class ThreadSummaryOut(BaseModel):
@@ -229,7 +229,7 @@ class GetRequest(NamespacedRequest):
         False, description="Each message's embedding state (with include_messages)."
     )
     order: Order = Field("asc", description='"desc" pages from the newest turn back (the tail).')
-    limit: int = Field(50, ge=1, le=500)
+    limit: PageSize = 50
     cursor: str | None = Field(None, max_length=4096)
 
 
@@ -246,7 +246,7 @@ class ListRequest(NamespacedRequest):
     thread_id: ThreadId
     run_id: ShortText | None = Field(None, description="Only the turns of this run.")
     order: Order = "asc"
-    limit: int = Field(50, ge=1, le=500)
+    limit: PageSize = 50
     cursor: str | None = Field(None, max_length=4096, description="next_cursor of the previous page.")
 
 
@@ -271,8 +271,8 @@ class ReembedResponse(BaseModel):
 
 
 class HighTurnsRequest(NamespacedRequest):
-    limit: int = Field(50, ge=1, le=500)
-    offset: int = Field(0, ge=0, le=100_000)
+    limit: PageSize = 50
+    offset: PageOffset = 0
 
 
 class HighTurnOut(BaseModel):
