@@ -85,8 +85,6 @@ async def request(
         raise InvalidRequest(
             "name exactly one subject: user_id or namespace_list", field="user_id", rule="one_subject"
         )
-    eid = uuid.uuid4().hex
-    now = utcnow()
     if namespace_list is not None:
         if not purge:
             raise InvalidRequest(
@@ -100,40 +98,33 @@ async def request(
                 field="namespaces",
                 rule="user_only",
             )
-        nss = _principal_namespaces(who, namespace_list)
-        req = store.Request(
-            erasure_id=eid,
-            token_id=who.token_id,
-            kind=NAMESPACES,
-            user_id="",
-            namespaces=nss,
-            purge=True,
-            state=REMOVING,
-            created_at=now,
-        )
-        tables = await _hide_namespaces(svc, nss)
+        kind, user, nss = NAMESPACES, "", _principal_namespaces(who, namespace_list)
     else:
         assert user_id is not None
         if not user_id:
             raise InvalidRequest("user_id must not be empty", field="user_id", rule="non_empty")
-        nss = _principal_namespaces(who, namespaces)
-        req = store.Request(
-            erasure_id=eid,
-            token_id=who.token_id,
-            kind=USER,
-            user_id=user_id,
-            namespaces=nss,
-            purge=purge,
-            state=REMOVING,
-            created_at=now,
-        )
+        kind, user, nss = USER, user_id, _principal_namespaces(who, namespaces)
+    now = utcnow()
+    req = store.Request(
+        erasure_id=uuid.uuid4().hex,
+        token_id=who.token_id,
+        kind=kind,
+        user_id=user,
+        namespaces=nss,
+        purge=purge,
+        state=REMOVING,
+        created_at=now,
+    )
+    if kind == NAMESPACES:
+        tables = await _hide_namespaces(svc, nss)
+    else:
         tables = {}
         for ns in nss:
-            _merge(tables, ns, await _hide_user(svc, eid, ns, user_id, purge))
+            _merge(tables, ns, await _hide_user(svc, req.erasure_id, ns, user, purge))
     req.receipt = _receipt(req, tables, now)
     req.steps_total = len(nss) * len(_steps(req))
     await svc.run(store.save_request, svc.ch, req)
-    await _enqueue(svc, eid)
+    await _enqueue(svc, req.erasure_id)
     return req
 
 
