@@ -141,6 +141,18 @@ async def _delete(
     fresh = await mr.embed_rows(svc, [r for r in rc.restored if not mr.live_row_of_other(snap, r)])
     rows = [*handed, *tombs, *fresh]
     new_evidence = mr.rewrite_evidence(evidence, lambda _c: "", v)
+    mine = {r.msg_id: r for r in [*handed, *tombs]}
+    removals = mr.removals_of(
+        t,
+        v,
+        saved_docs=snap.saved_docs,
+        emb_below=await mr.embedding_bound(svc, snap, t, mine),
+        evidence=new_evidence,
+        evidence_docs=evidence.all_docs(),
+        summaries=rc.summaries,
+        summary_emb_below={s.msg_id: await mr.embedding_bound(svc, snap, s, mine) for s in rc.summaries},
+    )
+    await mr.count_older(svc, receipt, removals)
     await window.open()
     # One round of writes, side by side: the change window covers the moment an
     # embedding row may land before its transcript row.
@@ -156,24 +168,12 @@ async def _delete(
     if new_evidence:
         receipt.wrote("memory_evidence", len(new_evidence))
     receipt.summaries_tombstoned, receipt.turns_restored = len(rc.summaries), len(rc.restored)
-    mine = {r.msg_id: r for r in [*handed, *tombs]}
     receipt.embedding = (
         "handed_over"
         if t.msg_id in {r.msg_id for r in handed}
         else "tombstoned"
         if t.msg_id in mine
         else "none"
-    )
-
-    removals = mr.removals_of(
-        t,
-        v,
-        saved_docs=snap.saved_docs,
-        emb_below=await mr.embedding_bound(svc, snap, t, mine),
-        evidence=new_evidence,
-        evidence_docs=evidence.all_docs(),
-        summaries=rc.summaries,
-        summary_emb_below={s.msg_id: await mr.embedding_bound(svc, snap, s, mine) for s in rc.summaries},
     )
     receipt.done = True
     receipt.at = at

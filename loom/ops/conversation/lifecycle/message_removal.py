@@ -135,8 +135,11 @@ class Receipt:
         self.tables.setdefault(table, TableCount()).written += n
 
     def removed(self, counts: dict[str, int]) -> None:
+        """Older rows on disk per table, counted before and after the op's writes: the
+        larger count stands (a merge may take some between; a row may land)."""
         for table, n in counts.items():
-            self.tables.setdefault(table, TableCount()).removed += n
+            count = self.tables.setdefault(table, TableCount())
+            count.removed = max(count.removed, n)
 
 
 class Window:
@@ -400,8 +403,16 @@ def removals_of(
 GONE_WAIT_S = 30.0  # how long an op waits for its removal's mutations before answering
 
 
+async def count_older(svc: Services, receipt: Receipt, removals: Sequence[store.Removal]) -> None:
+    """Count the older versions before the op writes its new ones. A write can start a
+    merge that keeps only the newest version of a key, so a count taken after it may
+    miss rows the removal found on disk; the receipt names them all, whoever took them."""
+    counts = await svc.run(store.count, svc.ch, removals)
+    receipt.removed({t: n for t, n in counts.items() if n})
+
+
 async def remove_from_disk(svc: Services, receipt: Receipt, removals: Sequence[store.Removal]) -> None:
-    """Count the rows, submit their removal (one mutation per table, durable once
+    """Count the rows again, submit their removal (one mutation per table, durable once
     submitted), then wait for the mutations, bounded by GONE_WAIT_S: done, the receipt
     says ``removal: done`` with ``gone_ms``; not yet (a large part's rewrite, or the
     engine's merges ahead of it), ``removal: pending``: the engine finishes it on its own."""
@@ -448,6 +459,7 @@ __all__ = [
     "embedding_bound",
     "recompaction",
     "record",
+    "count_older",
     "remove_from_disk",
     "removals_of",
     "rewrite_evidence",

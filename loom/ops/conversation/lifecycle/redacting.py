@@ -230,6 +230,19 @@ async def _redact(
     title = change(snap.thread.title) if snap.thread is not None else None
     threads = [] if snap.thread is None or title is None else [replace(snap.thread, title=title, version=v)]
     rows = await _embeddings(svc, snap, t, new, rc, receipt)
+    mine = {r.msg_id: r for r in rows}
+    removals = mr.removals_of(
+        t,
+        v,
+        saved_docs=snap.saved_docs,
+        emb_below=await mr.embedding_bound(svc, snap, t, mine),
+        evidence=new_evidence,
+        evidence_docs=evidence.all_docs() if new_evidence else [],
+        summaries=rc.summaries,
+        summary_emb_below={s.msg_id: await mr.embedding_bound(svc, snap, s, mine) for s in rc.summaries},
+        thread_below=v if threads else 0,
+    )
+    await mr.count_older(svc, receipt, removals)
     await window.open()
     # One round of writes, side by side: the change window covers the moment an
     # embedding row may land before its transcript row.
@@ -248,19 +261,6 @@ async def _redact(
         receipt.wrote("threads")
     receipt.summaries_tombstoned, receipt.turns_restored = len(rc.summaries), len(rc.restored)
     receipt.spans, receipt.high_sensitivity = len(located), still_high
-
-    mine = {r.msg_id: r for r in rows}
-    removals = mr.removals_of(
-        t,
-        v,
-        saved_docs=snap.saved_docs,
-        emb_below=await mr.embedding_bound(svc, snap, t, mine),
-        evidence=new_evidence,
-        evidence_docs=evidence.all_docs() if new_evidence else [],
-        summaries=rc.summaries,
-        summary_emb_below={s.msg_id: await mr.embedding_bound(svc, snap, s, mine) for s in rc.summaries},
-        thread_below=v if threads else 0,
-    )
     receipt.done = True
     receipt.at = at
     return removals
