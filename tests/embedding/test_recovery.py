@@ -17,7 +17,8 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.jobs import EmbedTurn
 from loom.leases import Lease
-from loom.ops.conversation import TurnInput, append
+from loom.models.conversation.reading import TurnIn
+from loom.ops.conversation import append
 from loom.ops.embedding.recovery import LEASE_KEY, RecoveryReport, recover
 from loom.ops.embedding.writer import EmbedPipeline, model_from_embedder, write_deadline_ns
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
@@ -237,7 +238,9 @@ async def test_an_append_embedding_landing_meanwhile_is_kept(ns, writer, service
     worker_embedder(FakeEmbedder(delay_seconds=0.6))
     who = Principal("t", (ns,), Role.writer)
     appending = asyncio.create_task(
-        append(services, who, ns, "default", [TurnInput("t", "user", "racing", "m")])
+        append(
+            services, who, ns, "default", [TurnIn(thread_id="t", role="user", content="racing", msg_id="m")]
+        )
     )
 
     async def inserted() -> bool:

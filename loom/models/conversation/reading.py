@@ -104,6 +104,16 @@ class AppendRequest(NamespacedRequest):
     def is_batch(self) -> bool:
         return self.turns is not None
 
+    def each_turn(self) -> list[TurnIn]:
+        """The turns as the op takes them: the batch, or the one turn given at the top level.
+
+        The one turn was checked field by field when the request was; it is built
+        without a second pass (this is the hottest route), its unset fields defaulted."""
+        if self.turns is not None:
+            return self.turns
+        given = {f: v for f in _SINGLE_FIELDS if (v := getattr(self, f)) is not None}
+        return [TurnIn.model_construct(**given)]
+
 
 class AppendTurnResult(BaseModel):
     thread_id: str

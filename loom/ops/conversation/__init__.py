@@ -18,14 +18,13 @@ from loom.ops.conversation.reading.threads import (
 )
 from loom.ops.conversation.saved.saved_reads import list_saved_messages, saved_status, search_saved_messages
 from loom.ops.conversation.saved.saving import save_message, unsave_message
-from loom.ops.conversation.writing.appending import AppendResult, TurnInput, append, close_pipeline, pipeline
+from loom.ops.conversation.writing.appending import AppendResult, append, close_pipeline, pipeline
 
 __all__ = [
     "ALL_AGENTS",
     "AppendResult",
     "ReembedReport",
     "SearchResult",
-    "TurnInput",
     "append",
     "close_pipeline",
     "create",

@@ -8,7 +8,8 @@ import asyncio
 
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version
-from loom.ops.conversation import TurnInput, append
+from loom.models.conversation.reading import TurnIn
+from loom.ops.conversation import append
 from loom.ops.conversation.lifecycle.deleting import delete
 from loom.providers.embedders import FakeEmbedder
 from loom.store import embeddings as emb_store
@@ -214,7 +215,13 @@ async def test_a_delete_racing_appends_and_an_inflight_embedding_leaves_no_live_
     worker_embedder(FakeEmbedder(delay_seconds=0.5))
     writer_who = Principal("w", (ns,), Role.writer)
     admin = Principal("x", (ns,), Role.admin)
-    first = await append(services, writer_who, ns, "a", [TurnInput("t", "user", "landed first", msg_id="m0")])
+    first = await append(
+        services,
+        writer_who,
+        ns,
+        "a",
+        [TurnIn(thread_id="t", role="user", content="landed first", msg_id="m0")],
+    )
     assert first[0].stored
     # A second API process whose flush window is long: its rows land after the delete read.
     slow = other_services(
@@ -222,7 +229,13 @@ async def test_a_delete_racing_appends_and_an_inflight_embedding_leaves_no_live_
     )
     tasks = [
         asyncio.create_task(
-            append(services, writer_who, ns, "a", [TurnInput("t", "user", "in flight", msg_id="m1")])
+            append(
+                services,
+                writer_who,
+                ns,
+                "a",
+                [TurnIn(thread_id="t", role="user", content="in flight", msg_id="m1")],
+            )
         ),
         asyncio.create_task(
             append(
@@ -231,8 +244,8 @@ async def test_a_delete_racing_appends_and_an_inflight_embedding_leaves_no_live_
                 ns,
                 "a",
                 [
-                    TurnInput("t", "user", "late row", msg_id="m2"),
-                    TurnInput("t", "tool", "late tool", msg_id="m3"),
+                    TurnIn(thread_id="t", role="user", content="late row", msg_id="m2"),
+                    TurnIn(thread_id="t", role="tool", content="late tool", msg_id="m3"),
                 ],
             )
         ),
@@ -253,7 +266,11 @@ async def test_a_delete_racing_appends_and_an_inflight_embedding_leaves_no_live_
     assert _live(emb_rows(services.ch, ns)) == []
     # An append after the delete is a new turn of the thread.
     after = await append(
-        services, writer_who, ns, "a", [TurnInput("t", "tool", "after the delete", msg_id="m9")]
+        services,
+        writer_who,
+        ns,
+        "a",
+        [TurnIn(thread_id="t", role="tool", content="after the delete", msg_id="m9")],
     )
     assert after[0].stored
 

@@ -444,7 +444,8 @@ async def test_a_redaction_racing_the_turns_own_embedding_leaves_no_vector_of_th
     redaction that finds the turn with no embedding row yet waits for that vector with the
     lease released, then settles it: the row left is built from the redacted text."""
     from loom.models.conversation.lifecycle import RedactRequest
-    from loom.ops.conversation import TurnInput, append
+    from loom.models.conversation.reading import TurnIn
+    from loom.ops.conversation import append
     from loom.ops.conversation.lifecycle.redacting import redact
     from loom.providers.embedders import FakeEmbedder
 
@@ -453,7 +454,7 @@ async def test_a_redaction_racing_the_turns_own_embedding_leaves_no_vector_of_th
     admin = Principal("x", (ns,), Role.admin)
     text = f"{SECRET} for the ferry trip"
     appending = asyncio.create_task(
-        append(services, author, ns, "a", [TurnInput("t", "user", text, msg_id="m1")])
+        append(services, author, ns, "a", [TurnIn(thread_id="t", role="user", content=text, msg_id="m1")])
     )
 
     async def landed() -> bool:

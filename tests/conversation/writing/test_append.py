@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from loom.auth.principal import Principal, Role
-from loom.ops.conversation import TurnInput, append
+from loom.models.conversation.reading import TurnIn
+from loom.ops.conversation import append
 from loom.ops.conversation.common import derive_msg_id
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
 from tests.conversation.helpers import emb_row, emb_rows, turn_rows
@@ -196,7 +197,10 @@ async def test_hundred_identical_appends_store_one_row(call, ns, writer, service
     who = Principal("t", (ns,), Role.writer)
     api_calls = [call("conversation.append", writer, **body) for _ in range(50)]
     direct = [
-        append(second, who, ns, "default", [TurnInput("t", "user", "exactly once please")]) for _ in range(50)
+        append(
+            second, who, ns, "default", [TurnIn(thread_id="t", role="user", content="exactly once please")]
+        )
+        for _ in range(50)
     ]
     results = await asyncio.gather(*api_calls, *direct)
     from loom.ops.conversation import close_pipeline

@@ -29,13 +29,12 @@ from loom.models.conversation.reading import (
     ThreadsRequest,
     ThreadsResponse,
     ThreadSummaryOut,
-    TurnIn,
     UpdateRequest,
 )
 from loom.models.errors import error_responses
 from loom.ops import conversation as ops
 from loom.ops.conversation.common import as_utc
-from loom.ops.conversation.writing.appending import AppendResult, TurnInput
+from loom.ops.conversation.writing.appending import AppendResult
 from loom.store.conversations import Message
 
 router = op_router("conversation")
@@ -67,7 +66,7 @@ async def append(body: AppendRequest, who: Caller, svc: Svc) -> JSONResponse:
     stays stored, the error is recorded, nothing retries it) or `"skipped:<why>"`
     (system and tool turns, and a turn that reads as high, are never embedded).
     """
-    results = await ops.append(svc, who, body.namespace, body.agent, _turn_inputs(body))
+    results = await ops.append(svc, who, body.namespace, body.agent, body.each_turn())
     ns = who.namespace(body.namespace)
     # The hot path: the answer is built as it is documented (AppendResponse /
     # AppendBatchResponse) and sent without a second validation pass.
@@ -92,28 +91,6 @@ router.add_api_route(
     response_model=AppendResponse | AppendBatchResponse,
     route_class_override=DirectRoute,
 )
-
-
-def _turn_inputs(body: AppendRequest) -> list[TurnInput]:
-    """The request's turns as the op takes them: the batch, or the one turn at the top level."""
-    if body.turns is not None:
-        return [_input(t, t.thread_id, t.role, t.content) for t in body.turns]
-    assert body.thread_id is not None and body.role is not None and body.content is not None
-    return [_input(body, body.thread_id, body.role, body.content)]
-
-
-def _input(t: TurnIn | AppendRequest, thread_id: str, role: str, content: str) -> TurnInput:
-    return TurnInput(
-        thread_id,
-        role,
-        content,
-        t.msg_id,
-        t.reasoning or "",
-        t.user_id or "",
-        t.run_id or "",
-        t.metadata or {},
-        t.tokens,
-    )
 
 
 def _result(r: AppendResult) -> dict[str, object]:

@@ -60,9 +60,8 @@ import uuid
 from collections import Counter as Tally
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
 
 from clickhouse_connect.driver.exceptions import OperationalError
 from prometheus_client import Counter, Histogram
@@ -74,6 +73,7 @@ from loom.clock import next_version, utcnow
 from loom.errors import InvalidRequest, LoomError, Unavailable
 from loom.jobs import EmbedTurn
 from loom.leases import Lease
+from loom.models.conversation.reading import TurnIn
 from loom.ops.conversation.common import (
     DELETED,
     DUPLICATE,
@@ -141,21 +141,6 @@ _RELEASE_CLAIM = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
 """
-
-
-@dataclass
-class TurnInput:
-    """One turn as a client sends it."""
-
-    thread_id: str
-    role: str
-    content: str
-    msg_id: str | None = None
-    reasoning: str = ""
-    user_id: str = ""
-    run_id: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
-    tokens: int | None = None
 
 
 @dataclass(kw_only=True)
@@ -823,7 +808,7 @@ async def close_pipeline(svc: Services) -> None:
 
 
 async def append(
-    svc: Services, who: Principal, namespace: str, agent: str, turns: Sequence[TurnInput]
+    svc: Services, who: Principal, namespace: str, agent: str, turns: Sequence[TurnIn]
 ) -> list[AppendResult]:
     """conversation.append (writer): store turns, one result per turn, in order."""
     who.require_role(Role.writer)
@@ -854,4 +839,4 @@ async def append(
     return await pipeline(svc).append(rows)
 
 
-__all__ = ["AppendPipeline", "AppendResult", "TurnInput", "append", "close_pipeline", "pipeline"]
+__all__ = ["AppendPipeline", "AppendResult", "append", "close_pipeline", "pipeline"]
