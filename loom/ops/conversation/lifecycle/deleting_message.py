@@ -30,7 +30,6 @@ counted).
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 
 from loom.auth.principal import Principal, Role
@@ -42,8 +41,6 @@ from loom.ops.conversation.lifecycle import message_removal as mr
 from loom.ops.conversation.saved import saving
 from loom.services import Services
 from loom.store import conversations as conv_store
-from loom.store import embeddings as emb_store
-from loom.store import evidence as evidence_store
 from loom.store import redaction as store
 
 UNSAVED = "unsaved"  # the receipt's action for an end-user token's delete
@@ -142,32 +139,19 @@ async def _delete(
     rows = [*handed, *tombs, *fresh]
     new_evidence = mr.rewrite_evidence(evidence, lambda _c: "", v)
     mine = {r.msg_id: r for r in [*handed, *tombs]}
-    removals = mr.removals_of(
+    removals = await mr.older_versions(
+        svc,
+        snap,
         t,
         v,
-        saved_docs=snap.saved_docs,
-        emb_below=await mr.embedding_bound(svc, snap, t, mine),
+        mine,
         evidence=new_evidence,
         evidence_docs=evidence.all_docs(),
         summaries=rc.summaries,
-        summary_emb_below={s.msg_id: await mr.embedding_bound(svc, snap, s, mine) for s in rc.summaries},
     )
-    await mr.count_older(svc, receipt, removals)
-    await window.open()
-    # One round of writes, side by side: the change window covers the moment an
-    # embedding row may land before its transcript row.
-    await asyncio.gather(
-        svc.run(conv_store.insert, svc.ch, [tomb, *rc.summaries, *rc.restored]),
-        svc.run(emb_store.insert, svc.ch, rows) if rows else asyncio.sleep(0),
-        svc.run(evidence_store.insert, svc.ch, new_evidence) if new_evidence else asyncio.sleep(0),
+    await mr.write(
+        svc, window, receipt, removals, mr.Writes(turn=tomb, rc=rc, embeddings=rows, evidence=new_evidence)
     )
-    receipt.unreadable_ms = receipt.elapsed_ms()
-    receipt.wrote("conversations", 1 + len(rc.summaries) + len(rc.restored))
-    if rows:
-        receipt.wrote("conversation_embeddings", len(rows))
-    if new_evidence:
-        receipt.wrote("memory_evidence", len(new_evidence))
-    receipt.summaries_tombstoned, receipt.turns_restored = len(rc.summaries), len(rc.restored)
     receipt.embedding = (
         "handed_over"
         if t.msg_id in {r.msg_id for r in handed}

@@ -400,6 +400,34 @@ def removals_of(
     return out
 
 
+async def older_versions(
+    svc: Services,
+    snap: Snapshot,
+    t: conv_store.Turn,
+    version: int,
+    written: dict[str, emb_store.EmbeddingRow],
+    *,
+    evidence: Sequence[evidence_store.Evidence],
+    evidence_docs: Sequence[int],
+    summaries: Sequence[conv_store.Turn],
+    thread_below: int = 0,
+) -> list[store.Removal]:
+    """What a removal that writes `version` takes from disk: :func:`removals_of`, with
+    the turn's saved copies from the snapshot and each embedding bound found from the
+    rows it writes (`written`, by msg_id)."""
+    return removals_of(
+        t,
+        version,
+        saved_docs=snap.saved_docs,
+        emb_below=await embedding_bound(svc, snap, t, written),
+        evidence=evidence,
+        evidence_docs=evidence_docs,
+        summaries=summaries,
+        summary_emb_below={s.msg_id: await embedding_bound(svc, snap, s, written) for s in summaries},
+        thread_below=thread_below,
+    )
+
+
 GONE_WAIT_S = 30.0  # how long an op waits for its removal's mutations before answering
 
 
@@ -409,6 +437,41 @@ async def count_older(svc: Services, receipt: Receipt, removals: Sequence[store.
     miss rows the removal found on disk; the receipt names them all, whoever took them."""
     counts = await svc.run(store.count, svc.ch, removals)
     receipt.removed({t: n for t, n in counts.items() if n})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Writes:
+    """A removal's new versions: the turn's, the recompaction's, and the derived rows."""
+
+    turn: conv_store.Turn
+    rc: Recompaction
+    embeddings: Sequence[emb_store.EmbeddingRow] = ()
+    evidence: Sequence[evidence_store.Evidence] = ()
+    threads: Sequence[thread_store.ThreadRow] = ()
+
+
+async def write(
+    svc: Services, window: Window, receipt: Receipt, removals: Sequence[store.Removal], w: Writes
+) -> None:
+    """Count the older versions, open the change window, write the new versions in one
+    round side by side (the window covers the moment an embedding row may land before
+    its transcript row), and note them on the receipt."""
+    await count_older(svc, receipt, removals)
+    await window.open()
+    ch = svc.ch
+    await asyncio.gather(
+        svc.run(conv_store.insert, ch, [w.turn, *w.rc.summaries, *w.rc.restored]),
+        svc.run(emb_store.insert, ch, w.embeddings) if w.embeddings else asyncio.sleep(0),
+        svc.run(evidence_store.insert, ch, w.evidence) if w.evidence else asyncio.sleep(0),
+        svc.run(thread_store.insert, ch, w.threads) if w.threads else asyncio.sleep(0),
+    )
+    receipt.unreadable_ms = receipt.elapsed_ms()
+    receipt.wrote("conversations", 1 + len(w.rc.summaries) + len(w.rc.restored))
+    derived = {"conversation_embeddings": w.embeddings, "memory_evidence": w.evidence, "threads": w.threads}
+    for table, rows in derived.items():
+        if rows:
+            receipt.wrote(table, len(rows))
+    receipt.summaries_tombstoned, receipt.turns_restored = len(w.rc.summaries), len(w.rc.restored)
 
 
 async def remove_from_disk(svc: Services, receipt: Receipt, removals: Sequence[store.Removal]) -> None:
@@ -451,6 +514,7 @@ __all__ = [
     "Receipt",
     "Recompaction",
     "TableCount",
+    "Writes",
     "embed_rows",
     "embeddable",
     "guarded",
@@ -461,7 +525,9 @@ __all__ = [
     "record",
     "count_older",
     "remove_from_disk",
+    "older_versions",
     "removals_of",
     "rewrite_evidence",
     "settle_turns",
+    "write",
 ]

@@ -42,9 +42,7 @@ from loom.sensitivity import high_spans, reads_as_high
 from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import embeddings as emb_store
-from loom.store import evidence as evidence_store
 from loom.store import redaction as store
-from loom.store import threads as thread_store
 
 PLACEHOLDER = "[redacted]"
 PLACEHOLDER_MAX = 64
@@ -231,35 +229,19 @@ async def _redact(
     threads = [] if snap.thread is None or title is None else [replace(snap.thread, title=title, version=v)]
     rows = await _embeddings(svc, snap, t, new, rc, receipt)
     mine = {r.msg_id: r for r in rows}
-    removals = mr.removals_of(
+    removals = await mr.older_versions(
+        svc,
+        snap,
         t,
         v,
-        saved_docs=snap.saved_docs,
-        emb_below=await mr.embedding_bound(svc, snap, t, mine),
+        mine,
         evidence=new_evidence,
         evidence_docs=evidence.all_docs() if new_evidence else [],
         summaries=rc.summaries,
-        summary_emb_below={s.msg_id: await mr.embedding_bound(svc, snap, s, mine) for s in rc.summaries},
         thread_below=v if threads else 0,
     )
-    await mr.count_older(svc, receipt, removals)
-    await window.open()
-    # One round of writes, side by side: the change window covers the moment an
-    # embedding row may land before its transcript row.
-    await asyncio.gather(
-        svc.run(conv_store.insert, svc.ch, [new, *rc.summaries, *rc.restored]),
-        svc.run(emb_store.insert, svc.ch, rows) if rows else asyncio.sleep(0),
-        svc.run(evidence_store.insert, svc.ch, new_evidence) if new_evidence else asyncio.sleep(0),
-        svc.run(thread_store.insert, svc.ch, threads) if threads else asyncio.sleep(0),
-    )
-    receipt.unreadable_ms = receipt.elapsed_ms()
-    receipt.wrote("conversations", 1 + len(rc.summaries) + len(rc.restored))
-    for table, n in (("conversation_embeddings", len(rows)), ("memory_evidence", len(new_evidence))):
-        if n:
-            receipt.wrote(table, n)
-    if threads:
-        receipt.wrote("threads")
-    receipt.summaries_tombstoned, receipt.turns_restored = len(rc.summaries), len(rc.restored)
+    writes = mr.Writes(turn=new, rc=rc, embeddings=rows, evidence=new_evidence, threads=threads)
+    await mr.write(svc, window, receipt, removals, writes)
     receipt.spans, receipt.high_sensitivity = len(located), still_high
     receipt.done = True
     receipt.at = at
