@@ -187,26 +187,6 @@ def states(ch: Client, keys: Iterable[TurnKey]) -> dict[TurnKey, TurnState]:
     return {key: state for key, (_, state) in newest.items()}
 
 
-@dataclass(frozen=True)
-class Message:
-    msg_id: str
-    ts: datetime
-    role: str
-    content: str
-    reasoning: str
-    user_id: str
-    run_id: str
-    metadata: dict[str, Any]
-    tokens: int | None
-    high_sensitivity: bool
-    is_summary: bool
-    is_saved: bool
-    saved_at: datetime | None
-
-
-_MESSAGE = TABLE.reader(Message, metadata=json_object)
-
-
 def page(
     ch: Client,
     namespace: str,
@@ -217,7 +197,7 @@ def page(
     descending: bool = False,
     after: tuple[int, str] | None = None,
     run_id: str | None = None,
-) -> list[Message]:
+) -> list[Turn]:
     """A thread's live recorded turns in (ts, msg_id) order, after a keyset position (ts in µs, msg_id)."""
     where = [
         "namespace = {ns:String}",
@@ -236,11 +216,11 @@ def page(
         params["cts"], params["cmsg"] = after
     direction = "DESC" if descending else "ASC"
     rows = ch.query(
-        f"SELECT {_MESSAGE.read_list} FROM conversations FINAL WHERE {' AND '.join(where)} "
+        f"SELECT {TABLE.read_list} FROM conversations FINAL WHERE {' AND '.join(where)} "
         f"ORDER BY ts {direction}, msg_id {direction} LIMIT {{lim:UInt32}}",
         parameters=params,
     )
-    return _MESSAGE.rows(rows)
+    return TABLE.rows(rows)
 
 
 @dataclass(frozen=True)

@@ -35,18 +35,24 @@ from loom.models.errors import error_responses
 from loom.ops import conversation as ops
 from loom.ops.conversation.common import as_utc
 from loom.ops.conversation.writing.appending import AppendResult
-from loom.store.conversations import Message
+from loom.store.conversations import Turn
 
 router = op_router("conversation")
 
 
-def _messages(messages: list[Message], embedding: dict[str, str] | None = None) -> list[MessageOut]:
+# The columns of a turn the API shows: MessageOut's fields (not the row's tombstone,
+# origin, author or version columns).
+_SHOWN = tuple(f for f in MessageOut.model_fields if f != "embedding")
+
+
+def _messages(turns: list[Turn], embedding: dict[str, str] | None = None) -> list[MessageOut]:
+    """The turns as the API shows them: times in UTC, the embedding state when asked."""
     out = []
-    for m in messages:
-        fields = asdict(m)
-        fields["ts"] = as_utc(m.ts)
-        fields["saved_at"] = as_utc(m.saved_at) if m.saved_at else None
-        fields["embedding"] = embedding.get(m.msg_id) if embedding is not None else None
+    for t in turns:
+        fields = {f: getattr(t, f) for f in _SHOWN}
+        fields["ts"] = as_utc(t.ts)
+        fields["saved_at"] = as_utc(t.saved_at) if t.saved_at else None
+        fields["embedding"] = embedding.get(t.msg_id) if embedding is not None else None
         out.append(MessageOut(**fields))
     return out
 

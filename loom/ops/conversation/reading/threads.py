@@ -68,7 +68,7 @@ class ThreadSummary:
 
 @dataclass(kw_only=True)
 class Page:
-    messages: list[conv_store.Message] = field(default_factory=list)
+    messages: list[conv_store.Turn] = field(default_factory=list)
     next_cursor: str | None = None
     # msg_id -> its embedding's state (see embedding_status); only when asked for.
     embedding: dict[str, str] | None = None
@@ -79,7 +79,7 @@ EMBEDDED, PENDING, NOT_INDEXED, REMOVED = "embedded", "pending", "not_indexed", 
 FAILED_PREFIX = "failed:"
 
 
-def embedding_status(m: conv_store.Message, state: emb_store.EmbeddingState | None) -> str:
+def embedding_status(m: conv_store.Turn, state: emb_store.EmbeddingState | None) -> str:
     """ "embedded", "failed:<code>" (the stored code, never a driver's text), "pending"
     (no row yet), "removed" (tombstoned), or "not_indexed" (system and tool turns, and a
     turn that reads as high, which never get a vector)."""
