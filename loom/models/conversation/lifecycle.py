@@ -87,7 +87,10 @@ class DeleteMessageRequest(NamespacedRequest):
 
 class TableCountOut(BaseModel):
     written: int = Field(description="New row versions written (tombstones, rewritten texts, hand-overs).")
-    removed: int = Field(description="Older row versions removed from disk.")
+    removed: int = Field(
+        description="Older row versions on disk when the op ran, that it removes (or the engine's "
+        "merge of the new version removed first)."
+    )
 
 
 class RemovalReceipt(BaseModel):

@@ -7,20 +7,26 @@ shows redactions as such."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import pytest
 
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version
+from loom.ops.conversation.lifecycle.deleting_message import delete_message
+from loom.services import Services
 from loom.store import conversations as conv_store
 from loom.store import evidence as evidence_store
 from tests.conversation.conftest import wait_for
 from tests.conversation.helpers import append_turn, emb_row, ok, raise_marks, turn_rows
 
 SECRET = "zqx-purple-otter-4471"  # one token: the saved and evidence postings hold it as a term
+P = ParamSpec("P")
+T = TypeVar("T")
 KEY = "sk-proj-" + "Q7wErT9yUiOp3aSdF5gHjK1lZxCvBnM8qWe2"  # reads as high
 
 
@@ -184,6 +190,34 @@ async def test_delete_message_leaves_the_text_nowhere_readable_nor_on_disk_with_
         "conversation.delete_message", admin, namespace=ns, agent="a", thread_id="t", msg_id="nope"
     )
     assert r.status_code == 404 and r.json()["field"] == "msg_id"
+
+
+class _MergingServices(Services):
+    """Services whose transcript writes are each followed by the engine's merge of the
+    saved index and the transcript: the worst moment for it, a removal's older versions
+    collapsed into its new ones before they are counted."""
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        out = await super().run(fn, *args, **kwargs)
+        if fn is conv_store.insert:
+            for table in ("saved_docs", "conversations"):
+                await super().run(self.ch.command, f"OPTIMIZE TABLE {table} FINAL")
+        return out
+
+
+async def test_a_receipt_counts_the_older_rows_a_merge_takes_before_the_removal(call, ns, writer, services):
+    msg = await _seed(call, ns, writer, services)
+    assert "saved_docs" in tables_holding(services.ch, SECRET)
+    merging = _MergingServices(
+        **{f.name: getattr(services, f.name) for f in dataclasses.fields(Services) if f.init}
+    )
+    admin = Principal("x", (ns,), Role.admin)
+    got = await delete_message(merging, admin, ns, "a", "t", msg)
+    assert got.done and got.removal == "done"
+    # Both held the text in an older version; the merge, not the op, took it off.
+    assert got.tables["saved_docs"].removed >= 1
+    assert got.tables["conversations"].removed >= 1
+    assert tables_holding(services.ch, SECRET) == {}
 
 
 async def test_delete_message_passes_a_shared_row_to_the_other_agents_copy(call, ns, writer, mint, services):

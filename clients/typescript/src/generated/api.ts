@@ -5109,7 +5109,7 @@ export interface components {
             written: number;
             /**
              * Removed
-             * @description Older row versions removed from disk.
+             * @description Older row versions on disk when the op ran, that it removes (or the engine's merge of the new version removed first).
              */
             removed: number;
         };
