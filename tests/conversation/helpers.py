@@ -9,12 +9,18 @@ from collections.abc import Iterator
 from typing import Any
 
 from loom.clock import next_version
+from loom.models.conversation.reading import TurnIn
 from loom.models.conversation.saved import SaveRequest
 from loom.store import search_marks
 
 # Set by the conversation tests' session fixture: a sync Redis client, so the helpers
 # below that play later ops' writes also do what those ops must (raise search's marks).
 marks_redis: Any = None
+
+
+def turn(thread_id: str, role: str, content: str, **fields: Any) -> TurnIn:
+    """A turn as conversation.append takes it, the three fields every turn has first."""
+    return TurnIn(thread_id=thread_id, role=role, content=content, **fields)
 
 
 def alice_saves(ns: str, conversation_id: str, message_id: str = "m", **fields: Any) -> SaveRequest:

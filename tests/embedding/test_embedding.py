@@ -8,11 +8,10 @@ import time
 import numpy as np
 
 from loom.auth.principal import Principal, Role
-from loom.models.conversation.reading import TurnIn
 from loom.ops.conversation import append, close_pipeline, reembed
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
 from tests.conversation.conftest import wait_for
-from tests.conversation.helpers import emb_row, emb_rows, save_turn, tombstone_turn, turn_rows
+from tests.conversation.helpers import emb_row, emb_rows, save_turn, tombstone_turn, turn, turn_rows
 
 HIGH_TEXTS = [
     "sure, the prod login is password=Tr0ub4dor&3xq",
@@ -115,9 +114,7 @@ async def test_slow_embedder_past_the_wait_fails_open_and_the_late_vector_wins(
     svc = other_services(embed_wait_seconds=0.3)
     who = Principal("t", (ns,), Role.writer)
     started = time.monotonic()
-    [res] = await append(
-        svc, who, ns, "default", [TurnIn(thread_id="t", role="user", content="slow but sure", msg_id="m")]
-    )
+    [res] = await append(svc, who, ns, "default", [turn("t", "user", "slow but sure", msg_id="m")])
     waited = time.monotonic() - started
     assert 0.3 <= waited < 1.0
     assert res.stored is True and res.embedding == "failed"
@@ -149,8 +146,8 @@ async def test_removed_while_embedding_answers_deleted(ns, writer, services, wor
             ns,
             "default",
             [
-                TurnIn(thread_id="t", role="user", content="soon gone", msg_id="m"),
-                TurnIn(thread_id="t", role="user", content="stays", msg_id="k"),
+                turn("t", "user", "soon gone", msg_id="m"),
+                turn("t", "user", "stays", msg_id="k"),
             ],
         )
     )
@@ -171,9 +168,7 @@ async def test_saved_while_embedding_flags_the_embedding_row(ns, writer, service
     worker_embedder(FakeEmbedder(delay_seconds=0.6))
     who = Principal("t", (ns,), Role.writer)
     task = asyncio.create_task(
-        append(
-            services, who, ns, "default", [TurnIn(thread_id="t", role="user", content="keep me", msg_id="m")]
-        )
+        append(services, who, ns, "default", [turn("t", "user", "keep me", msg_id="m")])
     )
 
     async def landed() -> bool:
@@ -228,9 +223,7 @@ async def test_the_model_starts_before_the_insert_but_no_vector_lands_before_the
 
     monkeypatch.setattr(conv_store, "insert", slow_insert)
     who = Principal("t", (ns,), Role.writer)
-    [res] = await append(
-        services, who, ns, "default", [TurnIn(thread_id="t", role="user", content="gated turn", msg_id="m")]
-    )
+    [res] = await append(services, who, ns, "default", [turn("t", "user", "gated turn", msg_id="m")])
     assert res.stored and res.embedding == "embedded"
     assert seen_by_model_before_insert == [True]
     assert [e["msg_id"] for e in emb_rows(services.ch, ns)] == ["m"]

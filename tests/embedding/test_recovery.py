@@ -17,7 +17,6 @@ from loom.auth.principal import Principal, Role
 from loom.clock import next_version, utcnow
 from loom.jobs import EmbedTurn
 from loom.leases import Lease
-from loom.models.conversation.reading import TurnIn
 from loom.ops.conversation import append
 from loom.ops.embedding.recovery import LEASE_KEY, RecoveryReport, recover
 from loom.ops.embedding.writer import EmbedPipeline, model_from_embedder, write_deadline_ns
@@ -27,7 +26,7 @@ from loom.store import conversations as conv_store
 from loom.store import embed_recovery
 from loom.store import embeddings as emb_store
 from tests.conversation.conftest import wait_for
-from tests.conversation.helpers import emb_row, emb_rows, ok, save_turn, tombstone_turn
+from tests.conversation.helpers import emb_row, emb_rows, ok, save_turn, tombstone_turn, turn
 
 HIGH = "the prod login is password=Tr0ub4dor&3xq"
 
@@ -238,9 +237,7 @@ async def test_an_append_embedding_landing_meanwhile_is_kept(ns, writer, service
     worker_embedder(FakeEmbedder(delay_seconds=0.6))
     who = Principal("t", (ns,), Role.writer)
     appending = asyncio.create_task(
-        append(
-            services, who, ns, "default", [TurnIn(thread_id="t", role="user", content="racing", msg_id="m")]
-        )
+        append(services, who, ns, "default", [turn("t", "user", "racing", msg_id="m")])
     )
 
     async def inserted() -> bool:

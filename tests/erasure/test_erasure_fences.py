@@ -8,12 +8,11 @@ import threading
 from typing import Any
 
 from loom.auth.principal import Principal, Role
-from loom.models.conversation.reading import TurnIn
 from loom.ops.conversation import append, close_pipeline
 from loom.ops.erasure import requesting
 from loom.store import erasure as erasure_store
 from loom.store import fences
-from tests.conversation.helpers import ok, turn_rows
+from tests.conversation.helpers import ok, turn, turn_rows
 
 
 def _live(rows: list[dict[str, Any]], user: str) -> list[dict[str, Any]]:
@@ -29,13 +28,7 @@ async def test_an_append_racing_a_user_erasure_leaves_no_readable_row_of_the_use
     del writer  # the fixture turns recording on
     writer = Principal("w", (ns,), Role.writer)
     admin = Principal("x", (ns,), Role.admin)
-    await append(
-        services,
-        writer,
-        ns,
-        "a",
-        [TurnIn(thread_id="t1", role="user", content="u1 landed first", user_id="u1")],
-    )
+    await append(services, writer, ns, "a", [turn("t1", "user", "u1 landed first", user_id="u1")])
     keys_fixed, go_on = threading.Event(), threading.Event()
     original = erasure_store.fix_user_keys
 
@@ -54,22 +47,10 @@ async def test_an_append_racing_a_user_erasure_leaves_no_readable_row_of_the_use
     assert await asyncio.to_thread(keys_fixed.wait, 10)
     racing = [
         asyncio.create_task(
-            append(
-                slow,
-                writer,
-                ns,
-                "a",
-                [TurnIn(thread_id="t-new", role="user", content=f"u1 racing {i}", user_id="u1")],
-            )
+            append(slow, writer, ns, "a", [turn("t-new", "user", f"u1 racing {i}", user_id="u1")])
         )
         for i in range(3)
-    ] + [
-        asyncio.create_task(
-            append(
-                slow, writer, ns, "a", [TurnIn(thread_id="t2", role="user", content="u2 stays", user_id="u2")]
-            )
-        )
-    ]
+    ] + [asyncio.create_task(append(slow, writer, ns, "a", [turn("t2", "user", "u2 stays", user_id="u2")]))]
     answers = [r for t in racing for r in await t]
     go_on.set()
     await erasing
@@ -81,13 +62,7 @@ async def test_an_append_racing_a_user_erasure_leaves_no_readable_row_of_the_use
     assert {r["tombstone_reason"] for r in rows if r["user_id"] == "u1"} == {"erased"}
     assert len(_live(rows, "u2")) == 1
     # The fence now sits at the answer: a turn appended afterwards is new, and kept.
-    after = await append(
-        services,
-        writer,
-        ns,
-        "a",
-        [TurnIn(thread_id="t3", role="user", content="u1 comes back", user_id="u1")],
-    )
+    after = await append(services, writer, ns, "a", [turn("t3", "user", "u1 comes back", user_id="u1")])
     assert after[0].stored
     assert len(_live(turn_rows(services.ch, ns), "u1")) == 1
 
@@ -99,20 +74,14 @@ async def test_appends_running_throughout_an_erasure_leave_only_turns_stamped_af
     del writer  # the fixture turns recording on
     writer = Principal("w", (ns,), Role.writer)
     admin = Principal("x", (ns,), Role.admin)
-    await append(
-        services, writer, ns, "a", [TurnIn(thread_id="t0", role="user", content="u1 before", user_id="u1")]
-    )
+    await append(services, writer, ns, "a", [turn("t0", "user", "u1 before", user_id="u1")])
     stop = asyncio.Event()
 
     async def keep_appending(k: int) -> None:
         i = 0
         while not stop.is_set():
             await append(
-                services,
-                writer,
-                ns,
-                "a",
-                [TurnIn(thread_id=f"t{k}-{i % 3}", role="user", content=f"u1 {k} {i}", user_id="u1")],
+                services, writer, ns, "a", [turn(f"t{k}-{i % 3}", "user", f"u1 {k} {i}", user_id="u1")]
             )
             i += 1
 
@@ -199,13 +168,7 @@ async def test_a_row_that_lands_between_the_key_fixing_and_the_tombstones_is_rem
     del writer  # the fixture turns recording on
     writer = Principal("w", (ns,), Role.writer)
     admin = Principal("x", (ns,), Role.admin)
-    await append(
-        services,
-        writer,
-        ns,
-        "a",
-        [TurnIn(thread_id="t1", role="user", content="u1 first words", user_id="u1")],
-    )
+    await append(services, writer, ns, "a", [turn("t1", "user", "u1 first words", user_id="u1")])
     keys_fixed = threading.Event()
     fix, threads_of = erasure_store.fix_user_keys, erasure_store.user_threads
 

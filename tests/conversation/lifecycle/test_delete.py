@@ -8,7 +8,6 @@ import asyncio
 
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version
-from loom.models.conversation.reading import TurnIn
 from loom.ops.conversation import append
 from loom.ops.conversation.lifecycle.deleting import delete
 from loom.providers.embedders import FakeEmbedder
@@ -20,6 +19,7 @@ from tests.conversation.helpers import (
     ok,
     raise_marks,
     tombstone_turn,
+    turn,
     turn_rows,
 )
 
@@ -215,13 +215,7 @@ async def test_a_delete_racing_appends_and_an_inflight_embedding_leaves_no_live_
     worker_embedder(FakeEmbedder(delay_seconds=0.5))
     writer_who = Principal("w", (ns,), Role.writer)
     admin = Principal("x", (ns,), Role.admin)
-    first = await append(
-        services,
-        writer_who,
-        ns,
-        "a",
-        [TurnIn(thread_id="t", role="user", content="landed first", msg_id="m0")],
-    )
+    first = await append(services, writer_who, ns, "a", [turn("t", "user", "landed first", msg_id="m0")])
     assert first[0].stored
     # A second API process whose flush window is long: its rows land after the delete read.
     slow = other_services(
@@ -229,13 +223,7 @@ async def test_a_delete_racing_appends_and_an_inflight_embedding_leaves_no_live_
     )
     tasks = [
         asyncio.create_task(
-            append(
-                services,
-                writer_who,
-                ns,
-                "a",
-                [TurnIn(thread_id="t", role="user", content="in flight", msg_id="m1")],
-            )
+            append(services, writer_who, ns, "a", [turn("t", "user", "in flight", msg_id="m1")])
         ),
         asyncio.create_task(
             append(
@@ -244,8 +232,8 @@ async def test_a_delete_racing_appends_and_an_inflight_embedding_leaves_no_live_
                 ns,
                 "a",
                 [
-                    TurnIn(thread_id="t", role="user", content="late row", msg_id="m2"),
-                    TurnIn(thread_id="t", role="tool", content="late tool", msg_id="m3"),
+                    turn("t", "user", "late row", msg_id="m2"),
+                    turn("t", "tool", "late tool", msg_id="m3"),
                 ],
             )
         ),
@@ -265,13 +253,7 @@ async def test_a_delete_racing_appends_and_an_inflight_embedding_leaves_no_live_
     assert _live(turn_rows(services.ch, ns)) == []
     assert _live(emb_rows(services.ch, ns)) == []
     # An append after the delete is a new turn of the thread.
-    after = await append(
-        services,
-        writer_who,
-        ns,
-        "a",
-        [TurnIn(thread_id="t", role="tool", content="after the delete", msg_id="m9")],
-    )
+    after = await append(services, writer_who, ns, "a", [turn("t", "tool", "after the delete", msg_id="m9")])
     assert after[0].stored
 
 

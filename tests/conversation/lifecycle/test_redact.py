@@ -478,18 +478,16 @@ async def test_a_redaction_racing_the_turns_own_embedding_leaves_no_vector_of_th
     redaction that finds the turn with no embedding row yet waits for that vector with the
     lease released, then settles it: the row left is built from the redacted text."""
     from loom.models.conversation.lifecycle import RedactRequest
-    from loom.models.conversation.reading import TurnIn
     from loom.ops.conversation import append
     from loom.ops.conversation.lifecycle.redacting import redact
     from loom.providers.embedders import FakeEmbedder
+    from tests.conversation.helpers import turn
 
     worker_embedder(FakeEmbedder(delay_seconds=0.6))
     author = Principal("w", (ns,), Role.writer)  # `writer` turned recording on
     admin = Principal("x", (ns,), Role.admin)
     text = f"{SECRET} for the ferry trip"
-    appending = asyncio.create_task(
-        append(services, author, ns, "a", [TurnIn(thread_id="t", role="user", content=text, msg_id="m1")])
-    )
+    appending = asyncio.create_task(append(services, author, ns, "a", [turn("t", "user", text, msg_id="m1")]))
 
     async def landed() -> bool:
         return any(r["msg_id"] == "m1" for r in turn_rows(services.ch, ns))

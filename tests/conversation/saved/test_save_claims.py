@@ -22,14 +22,13 @@ import pytest
 from loom import redis_keys
 from loom.auth.principal import Principal, Role
 from loom.clock import next_version
-from loom.models.conversation.reading import TurnIn
 from loom.models.conversation.saved import SaveResponse
 from loom.ops.conversation import append
 from loom.ops.conversation.saved import saving
 from loom.ops.conversation.writing.appending import CLAIM_TTL_S, claim_key
 from loom.store import conversations as conv_store
 from loom.store import landed
-from tests.conversation.helpers import alice_saves, emb_row, turn_rows
+from tests.conversation.helpers import alice_saves, emb_row, turn, turn_rows
 
 TEXT = "the invoices moved to the new ledger"
 
@@ -228,10 +227,7 @@ async def test_saves_and_appends_racing_with_saves_cut_short_never_lose_a_turn(n
 
     ids = [f"m{i:02d}" for i in range(20)]
     saves = [cut(m) if i % 2 else _save_new(services, ns, m, m) for i, m in enumerate(ids)]
-    appends = [
-        append(services, who, ns, "default", [TurnIn(thread_id=m, role="user", content=TEXT, msg_id=m)])
-        for m in ids
-    ]
+    appends = [append(services, who, ns, "default", [turn(m, "user", TEXT, msg_id=m)]) for m in ids]
     got = await asyncio.gather(*saves, *appends)
     saved, appended = got[: len(ids)], [r[0] for r in got[len(ids) :]]
     rows = {r["msg_id"]: r for r in turn_rows(services.ch, ns)}

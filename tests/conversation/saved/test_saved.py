@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from loom.auth.principal import Principal, Role
-from loom.models.conversation.reading import TurnIn
 from loom.ops.conversation import append
 from loom.ops.conversation.saved import saving
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
@@ -26,6 +25,7 @@ from tests.conversation.helpers import (
     revise_turn,
     save,
     tombstone_turn,
+    turn,
     turn_rows,
 )
 
@@ -340,13 +340,7 @@ async def test_an_append_whose_embedding_lands_after_a_save_flags_its_own_row(
     worker_embedder(FakeEmbedder(delay_seconds=0.8))
     who = Principal("t", (ns,), Role.writer)
     task = asyncio.create_task(
-        append(
-            services,
-            who,
-            ns,
-            "default",
-            [TurnIn(thread_id="t", role="user", content="late vector", msg_id="m")],
-        )
+        append(services, who, ns, "default", [turn("t", "user", "late vector", msg_id="m")])
     )
 
     async def landed() -> bool:
@@ -366,13 +360,7 @@ async def test_an_append_racing_a_new_save_answers_duplicate(ns, writer, service
     who = Principal("t", (ns,), Role.writer)
     saved, [appended] = await asyncio.gather(
         saving.save_message(services, who, alice_saves(ns, "t", role="user", content="same turn, two paths")),
-        append(
-            services,
-            who,
-            ns,
-            "default",
-            [TurnIn(thread_id="t", role="user", content="same turn, two paths", msg_id="m")],
-        ),
+        append(services, who, ns, "default", [turn("t", "user", "same turn, two paths", msg_id="m")]),
     )
     assert saved.saved is True
     [row] = turn_rows(services.ch, ns)

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from loom.auth.principal import Principal, Role
-from loom.models.conversation.reading import TurnIn
 from loom.ops.conversation import append
 from loom.ops.conversation.common import derive_msg_id
 from loom.providers.embedders import FakeEmbedder, SpyEmbedder
-from tests.conversation.helpers import emb_row, emb_rows, turn_rows
+from tests.conversation.helpers import emb_row, emb_rows, turn, turn_rows
 
 HIGH = "deploy with password=Tr0ub4dor&3xq tonight"
 
@@ -197,10 +196,7 @@ async def test_hundred_identical_appends_store_one_row(call, ns, writer, service
     who = Principal("t", (ns,), Role.writer)
     api_calls = [call("conversation.append", writer, **body) for _ in range(50)]
     direct = [
-        append(
-            second, who, ns, "default", [TurnIn(thread_id="t", role="user", content="exactly once please")]
-        )
-        for _ in range(50)
+        append(second, who, ns, "default", [turn("t", "user", "exactly once please")]) for _ in range(50)
     ]
     results = await asyncio.gather(*api_calls, *direct)
     from loom.ops.conversation import close_pipeline
