@@ -431,7 +431,7 @@ async def older_versions(
 GONE_WAIT_S = 30.0  # how long an op waits for its removal's mutations before answering
 
 
-async def count_older(svc: Services, receipt: Receipt, removals: Sequence[store.Removal]) -> None:
+async def _count_older(svc: Services, receipt: Receipt, removals: Sequence[store.Removal]) -> None:
     """Count the older versions before the op writes its new ones. A write can start a
     merge that keeps only the newest version of a key, so a count taken after it may
     miss rows the removal found on disk; the receipt names them all, whoever took them."""
@@ -456,7 +456,7 @@ async def write(
     """Count the older versions, open the change window, write the new versions in one
     round side by side (the window covers the moment an embedding row may land before
     its transcript row), and note them on the receipt."""
-    await count_older(svc, receipt, removals)
+    await _count_older(svc, receipt, removals)
     await window.open()
     ch = svc.ch
     await asyncio.gather(
@@ -523,7 +523,6 @@ __all__ = [
     "embedding_bound",
     "recompaction",
     "record",
-    "count_older",
     "remove_from_disk",
     "older_versions",
     "removals_of",
